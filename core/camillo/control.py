@@ -1,0 +1,653 @@
+"""Control records and the roster: who may sign, read and write in a vault (spec §14).
+
+Control records (kinds 16 and up) are self-signed statements: their authority comes from the inner
+signatures (record field 13), not from the batch that carries them, so the same bytes can be mirrored
+into every compartment whose readers need them.  The roster is computed from them as a fixpoint that
+starts at the genesis record (whose hash is the vault id):
+
+1. the genesis owners are trusted;
+2. a batch is *signed* when its writer is a known signer and its signature verifies; a batch whose
+   writer is certified by a DEVICE_CERT inside the same batch (a new installation's first batch)
+   counts too, once that certificate's owner signature verifies;
+3. each control record in a signed batch is applied when its inner signatures include a current
+   owner (and, for certificates, the subject itself: proof of possession);
+4. repeat until nothing changes; then apply revocations (spec §14.6) and repeat once more with the
+   revoked writers' later batches excluded, until stable.
+
+The result does not depend on the order in which files arrived.
+
+Pure computation over decrypted batches; confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from . import ids
+from .credentials import CredentialKind
+from .errors import CanonicalError
+from .primitives import SIG_ED25519, XWING_PK_LEN, CryptoFailure, check_recipient_public
+from .records import Authority, Kind, Record, verify_batch_signature, verify_inner_signatures
+
+
+class Level(IntEnum):
+    """Grant levels, per compartment."""
+
+    READ = 1
+    WRITE = 2
+    APPEND = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            from .errors import UsageError
+
+            raise UsageError(f"unknown grant level '{text}'; use read, write or append") from None
+
+
+# Owner entry keys (in GENESIS, DEVICE_CERT, CRED_ANCHOR bodies)
+class O:
+    KIND = 0
+    ALG = 1
+    SIG_PK = 2
+    RECIPIENT_PK = 3
+    NAME = 4
+    PLATFORM = 5
+
+
+@dataclass(frozen=True)
+class GrantInfo:
+    grant_id: bytes
+    agent: str
+    scopes: dict[bytes, Level]
+    max_class: Authority
+    not_after: int | None
+    created: int
+    record_id: bytes
+
+
+@dataclass
+class Principal:
+    """A key the vault knows: an owner-role credential or an agent grant."""
+
+    writer_id: bytes
+    kind: CredentialKind
+    sig_alg: int
+    sig_public: bytes
+    recipient_public: bytes
+    name: str
+    platform: str
+    created: int
+    record_id: bytes
+    replaces: bytes | None = None
+    grant: GrantInfo | None = None
+
+    @property
+    def is_owner(self) -> bool:
+        return self.kind in (CredentialKind.DEVICE, CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
+
+    @property
+    def recipient_id(self) -> bytes:
+        return ids.recipient_id(self.recipient_public)
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    compartment_id: bytes
+    epoch_id: bytes
+    prev: bytes | None
+    reason: str
+    public: bytes
+    commit: bytes
+    record_id: bytes
+    ts: int
+
+
+@dataclass(frozen=True)
+class Revocation:
+    subject: bytes
+    record_id: bytes
+    seen: dict[bytes, dict[bytes, int]]
+    pins: dict[bytes, bytes]
+    reason: str
+    ts: int
+    signers: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    erasure_enabled: bool
+    record_id: bytes | None
+    signer: bytes | None
+    ts: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ErasureInfo:
+    record_id: bytes
+    compartment_id: bytes
+    targets: frozenset[bytes]
+    epochs: tuple[bytes, ...]
+    ts: int
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    """An ERASURE_MANIFEST or COMPACTION: segments that may vanish and batches vouched for."""
+
+    kind: Kind
+    record_id: bytes
+    compartment_id: bytes
+    removed: frozenset[bytes]
+    added: frozenset[bytes]
+    batches: frozenset[bytes]
+    signer: bytes
+    ts: int
+
+
+@dataclass
+class BatchView:
+    """A decrypted batch with its decoded records, as the roster and the log see it."""
+
+    batch: Any  # records.Batch
+    segment: str
+    epoch_id: bytes
+    records: list[Record | None]
+    signed: bool = False
+    vouched: bool = False  # accepted on a COMPACTION record's signature (spec §16)
+
+    @property
+    def id(self) -> bytes:
+        return self.batch.id
+
+    @property
+    def header(self):
+        return self.batch.header
+
+
+@dataclass
+class Roster:
+    vault_id: bytes
+    genesis: Record | None = None
+    control_id: bytes | None = None
+    compartments: dict[bytes, str] = field(default_factory=dict)
+    principals: dict[bytes, Principal] = field(default_factory=dict)
+    epochs: dict[tuple[bytes, bytes], EpochInfo] = field(default_factory=dict)
+    revocations: dict[bytes, Revocation] = field(default_factory=dict)
+    policies: dict[bytes, tuple[Record, bool, list[bytes]]] = field(default_factory=dict)
+    erasures: dict[bytes, ErasureInfo] = field(default_factory=dict)
+    manifests: dict[bytes, ManifestInfo] = field(default_factory=dict)
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+    unknown_control: int = 0
+
+    # -- lookups
+
+    def compartment_name(self, cid: bytes) -> str:
+        if cid == self.control_id:
+            return "control"
+        return self.compartments.get(cid, cid.hex()[:12])
+
+    def compartment_id(self, name: str) -> bytes | None:
+        if name == "control":
+            return self.control_id
+        for cid, n in self.compartments.items():
+            if n == name:
+                return cid
+        return None
+
+    def signer_public(self, writer_id: bytes) -> bytes | None:
+        p = self.principals.get(writer_id)
+        return p.sig_public if p else None
+
+    def is_owner(self, writer_id: bytes) -> bool:
+        p = self.principals.get(writer_id)
+        return bool(p and p.is_owner)
+
+    def active_owner(self, writer_id: bytes) -> bool:
+        return self.is_owner(writer_id) and writer_id not in self.revocations
+
+    def writer_name(self, writer_id: bytes) -> str:
+        p = self.principals.get(writer_id)
+        if p is None:
+            return f"unknown writer {writer_id.hex()[:12]}"
+        if p.grant:
+            return f"agent {p.grant.agent}"
+        return p.name or p.kind.label
+
+    def devices(self) -> list[Principal]:
+        return [p for p in self.principals.values() if p.kind == CredentialKind.DEVICE]
+
+    def grants(self) -> list[Principal]:
+        return [p for p in self.principals.values() if p.grant is not None]
+
+    def epochs_of(self, cid: bytes) -> list[EpochInfo]:
+        return sorted((e for (c, _), e in self.epochs.items() if c == cid), key=lambda e: (e.ts, e.record_id))
+
+    def current_epoch(self, cid: bytes) -> EpochInfo | None:
+        """The epoch new writes use: a head of the epoch chain; among concurrent heads, the one
+        whose EPOCH record id is smallest (spec §15.2)."""
+        mine = [e for (c, _), e in self.epochs.items() if c == cid]
+        if not mine:
+            return None
+        superseded = {e.prev for e in mine if e.prev is not None}
+        heads = [e for e in mine if e.epoch_id not in superseded]
+        return min(heads or mine, key=lambda e: e.record_id)
+
+    @property
+    def policy(self) -> Policy:
+        live = [(rec, enabled) for rid, (rec, enabled, _) in self.policies.items()
+                if not any(rid in pred for (_, _, pred) in self.policies.values())]
+        if not live:
+            return Policy(True, None, None, None)
+        # Concurrent policies: the most restrictive wins (erasure disabled).
+        rec, enabled = min(live, key=lambda x: (x[1], x[0].id))
+        return Policy(enabled, rec.id, rec.author, rec.ts, str(rec.body.get(1, "")))
+
+    def grant_level(self, writer_id: bytes, cid: bytes) -> Level | None:
+        p = self.principals.get(writer_id)
+        if p is None or p.grant is None:
+            return None
+        return p.grant.scopes.get(cid)
+
+    def can_write(self, writer_id: bytes, cid: bytes) -> tuple[bool, str]:
+        p = self.principals.get(writer_id)
+        if p is None:
+            return False, "its writer is not certified in this vault"
+        if p.kind == CredentialKind.DEVICE:
+            return True, ""
+        if p.grant is not None:
+            level = p.grant.scopes.get(cid)
+            if level in (Level.WRITE, Level.APPEND):
+                return True, ""
+            if level == Level.READ:
+                return False, f"agent {p.grant.agent} holds a read grant for {self.compartment_name(cid)}, which cannot write"
+            return False, f"agent {p.grant.agent} has no grant for {self.compartment_name(cid)}"
+        return False, f"a {p.kind.label} credential signs control records only, never batches"
+
+
+# ---------------------------------------------------------------------------------------------
+# Body parsing (each raises CanonicalError on a malformed body)
+
+
+def _owner_entry(m: Any) -> tuple[CredentialKind, int, bytes, bytes, str, str]:
+    if not isinstance(m, dict):
+        raise CanonicalError("owner entry must be a map")
+    try:
+        kind = CredentialKind(m.get(O.KIND))
+    except ValueError:
+        raise CanonicalError("owner entry has an unknown credential kind") from None
+    alg, sig_pk, rpk, name, platform = (m.get(k) for k in (O.ALG, O.SIG_PK, O.RECIPIENT_PK, O.NAME, O.PLATFORM))
+    if alg != SIG_ED25519 or not isinstance(sig_pk, bytes) or len(sig_pk) != 32:
+        raise CanonicalError("owner entry needs an Ed25519 public key")
+    if not isinstance(rpk, bytes) or len(rpk) != XWING_PK_LEN:
+        raise CanonicalError("owner entry needs a 1216-byte X-Wing public key")
+    try:
+        check_recipient_public(rpk)
+    except CryptoFailure:
+        raise CanonicalError("owner entry has an invalid X-Wing public key") from None
+    if not isinstance(name, str) or not isinstance(platform, str):
+        raise CanonicalError("owner entry needs a name and a platform")
+    return kind, alg, sig_pk, rpk, name, platform
+
+
+def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes, name: str, platform: str) -> dict:
+    return {
+        O.KIND: int(kind),
+        O.ALG: SIG_ED25519,
+        O.SIG_PK: sig_public,
+        O.RECIPIENT_PK: recipient_public,
+        O.NAME: name,
+        O.PLATFORM: platform,
+    }
+
+
+def _principal_from_entry(entry: Any, record: Record, replaces: bytes | None = None) -> Principal:
+    kind, alg, sig_pk, rpk, name, platform = _owner_entry(entry)
+    return Principal(ids.writer_id(alg, sig_pk), kind, alg, sig_pk, rpk, name, platform, record.ts or 0, record.id, replaces)
+
+
+def _bytes(v: Any, n: int, what: str) -> bytes:
+    if not isinstance(v, bytes) or len(v) != n:
+        raise CanonicalError(f"{what} must be {n} bytes")
+    return v
+
+
+def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
+    if not isinstance(v, list):
+        raise CanonicalError(f"{what} must be a list")
+    return frozenset(_bytes(x, n, what) for x in v)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fixpoint
+
+
+class _Builder:
+    def __init__(
+        self, vault_id: bytes, views: dict[bytes, BatchView], excluded: set[bytes], prior: dict[bytes, Revocation]
+    ) -> None:
+        self.r = Roster(vault_id)
+        self.views = views
+        self.excluded = excluded
+        self.prior = prior  # revocations found by the previous round
+        self.applied: set[bytes] = set()
+        self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
+
+    def find_genesis(self) -> bool:
+        for view in self.views.values():
+            for rec in view.records:
+                if rec is not None and rec.kind == Kind.GENESIS and ids.vault_id(rec.raw) == self.r.vault_id:
+                    return self._apply_genesis(rec)
+        return False
+
+    def _apply_genesis(self, rec: Record) -> bool:
+        body = rec.body
+        try:
+            control = _bytes(body.get(1), 16, "control compartment id")
+            comps = body.get(2)
+            if not isinstance(comps, list):
+                raise CanonicalError("compartment list missing")
+            compartments = {}
+            for item in comps:
+                if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], str):
+                    raise CanonicalError("malformed compartment entry")
+                compartments[_bytes(item[0], 16, "compartment id")] = item[1]
+            owners = [_principal_from_entry(e, rec) for e in body.get(3) or []]
+            if not owners:
+                raise CanonicalError("genesis lists no owners")
+        except CanonicalError as exc:
+            self.r.problems.append(("damaged", "genesis", f"the genesis record is malformed: {exc.message}"))
+            return False
+        table = {p.writer_id: p.sig_public for p in owners}
+        try:
+            good, unknown = verify_inner_signatures(rec, table.get)
+        except Exception:
+            good, unknown = [], ["bad"]
+        if set(good) != set(table) or unknown:
+            self.r.problems.append(("damaged", "genesis", "the genesis record is not signed by every owner it lists"))
+            return False
+        self.r.genesis = rec
+        self.r.control_id = control
+        self.r.compartments = compartments
+        for p in owners:
+            self.r.principals[p.writer_id] = p
+        self.applied.add(rec.id)
+        return True
+
+    def run(self) -> None:
+        control_views = [v for v in self.views.values() if v.id not in self.excluded and any(
+            rec is not None and rec.is_control for rec in v.records)]
+        other = [v for v in self.views.values() if v.id not in self.excluded and v not in control_views]
+        changed = True
+        while changed:
+            changed = False
+            for view in control_views:
+                if not view.signed and self._try_sign(view):
+                    changed = True
+                if view.signed and self._apply_controls(view):
+                    changed = True
+        for view in other:
+            if not view.signed:
+                self._try_sign(view)
+
+    def _try_sign(self, view: BatchView) -> bool:
+        wid = view.header.writer_id
+        pk = self.r.signer_public(wid)
+        if pk is None:
+            # Bootstrap: a certificate for this writer inside the batch, signed by an owner.
+            for rec in view.records:
+                if rec is not None and rec.kind == Kind.DEVICE_CERT:
+                    try:
+                        p = _principal_from_entry(rec.body.get(0), rec)
+                    except CanonicalError:
+                        continue
+                    if p.writer_id == wid and self._cert_ok(rec, p, view):
+                        pk = p.sig_public
+                        break
+        if pk is None:
+            return False
+        if view.vouched or verify_batch_signature(view.batch, pk):
+            view.signed = True
+            return True
+        self.r.problems.append(("signature", view.segment, f"batch {view.id.hex()[:12]} has a signature that does not verify"))
+        self.excluded.add(view.id)
+        return False
+
+    def _valid_owner(self, wid: bytes, view: BatchView) -> bool:
+        """An owner whose signature counts in this batch: not revoked, or revoked by a revocation
+        that had already seen this batch."""
+        if not self.r.is_owner(wid):
+            return False
+        rev = self.prior.get(wid)
+        return rev is None or _seen_by(rev, view)
+
+    def _owner_signers(self, rec: Record, view: BatchView) -> list[bytes]:
+        def lookup(wid: bytes) -> bytes | None:
+            return self.r.signer_public(wid) if self._valid_owner(wid, view) else None
+
+        try:
+            good, _ = verify_inner_signatures(rec, lookup)
+        except Exception:
+            return []
+        return good
+
+    def _cert_ok(self, rec: Record, p: Principal, view: BatchView) -> bool:
+        """A certificate needs an owner's signature and the subject's own (proof of possession)."""
+
+        def lookup(wid: bytes) -> bytes | None:
+            if wid == p.writer_id:
+                return p.sig_public
+            return self.r.signer_public(wid) if self._valid_owner(wid, view) else None
+
+        try:
+            good, _ = verify_inner_signatures(rec, lookup)
+        except Exception:
+            return False
+        return p.writer_id in good and any(w != p.writer_id for w in good)
+
+    def _apply_controls(self, view: BatchView) -> bool:
+        changed = False
+        for rec in view.records:
+            if rec is None or not rec.is_control or rec.id in self.applied:
+                continue
+            if rec.kind == Kind.GENESIS:
+                self.applied.add(rec.id)
+                continue
+            try:
+                if self._apply(rec, view):
+                    self.applied.add(rec.id)
+                    changed = True
+            except CanonicalError as exc:
+                self.applied.add(rec.id)
+                self.r.problems.append(("damaged", view.segment, f"control record {rec.id.hex()[:12]} is malformed: {exc.message}"))
+        return changed
+
+    def _apply(self, rec: Record, view: BatchView) -> bool:
+        body = rec.body
+        kind = rec.kind
+        if kind in (Kind.DEVICE_CERT, Kind.CRED_ANCHOR):
+            replaces = body.get(1)
+            if replaces is not None:
+                _bytes(replaces, 32, "replaced writer id")
+            p = _principal_from_entry(body.get(0), rec, replaces)
+            if kind == Kind.DEVICE_CERT and p.kind != CredentialKind.DEVICE:
+                raise CanonicalError("a DEVICE_CERT must certify a device")
+            if kind == Kind.CRED_ANCHOR and p.kind == CredentialKind.DEVICE:
+                raise CanonicalError("a CRED_ANCHOR certifies a passphrase, recovery phrase or recipient")
+            if not self._cert_ok(rec, p, view):
+                return False
+            if p.writer_id not in self.r.principals:
+                self.r.principals[p.writer_id] = p
+            return True
+        signers = self._owner_signers(rec, view)
+        if not signers:
+            return False
+        if kind == Kind.GRANT:
+            grant_id = _bytes(body.get(0), 16, "grant id")
+            agent = body.get(1)
+            scopes_raw = body.get(2)
+            if not isinstance(agent, str) or not isinstance(scopes_raw, list) or not scopes_raw:
+                raise CanonicalError("a grant needs an agent name and scopes")
+            scopes = {}
+            for item in scopes_raw:
+                if not isinstance(item, list) or len(item) != 2:
+                    raise CanonicalError("malformed grant scope")
+                try:
+                    scopes[_bytes(item[0], 16, "compartment id")] = Level(item[1])
+                except ValueError:
+                    raise CanonicalError("unknown grant level") from None
+            sig_pk = _bytes(body.get(3), 32, "grant signing key")
+            rpk = _bytes(body.get(4), XWING_PK_LEN, "grant recipient key")
+            try:
+                max_class = Authority(body.get(5))
+            except ValueError:
+                raise CanonicalError("grant max class must be 0..3") from None
+            if max_class > Authority.OBSERVED:
+                raise CanonicalError("an agent grant's maximum class is at most observed")
+            not_after = body.get(6)
+            info = GrantInfo(grant_id, agent, scopes, max_class, not_after if isinstance(not_after, int) else None,
+                             rec.ts or 0, rec.id)
+            wid = ids.writer_id(SIG_ED25519, sig_pk)
+            if wid not in self.r.principals:
+                self.r.principals[wid] = Principal(
+                    wid, CredentialKind.GRANT, SIG_ED25519, sig_pk, rpk, agent, "agent", rec.ts or 0, rec.id, grant=info
+                )
+            return True
+        if kind == Kind.EPOCH:
+            cid = _bytes(body.get(0), 16, "compartment id")
+            eid = _bytes(body.get(1), 16, "epoch id")
+            prev = body.get(2)
+            if prev is not None:
+                _bytes(prev, 16, "previous epoch id")
+            epk = _bytes(body.get(4), XWING_PK_LEN, "epoch public key")
+            commit = _bytes(body.get(5), 32, "epoch commitment")
+            reason = body.get(3) if isinstance(body.get(3), str) else ""
+            key = (cid, eid)
+            if key not in self.r.epochs or rec.id < self.r.epochs[key].record_id:
+                self.r.epochs[key] = EpochInfo(cid, eid, prev, reason, epk, commit, rec.id, rec.ts or 0)
+            return True
+        if kind == Kind.REVOKE:
+            _bytes(body.get(0), 32, "revoked writer id")
+            self.pending_revokes.append((rec, view, signers))
+            return True
+        if kind == Kind.POLICY:
+            erasure = body.get(0)
+            if erasure not in ("enabled", "disabled"):
+                raise CanonicalError("policy erasure must be 'enabled' or 'disabled'")
+            pred = body.get(2) or []
+            if not isinstance(pred, list):
+                raise CanonicalError("policy pred must be a list")
+            self.r.policies[rec.id] = (rec, erasure == "enabled", list(pred))
+            return True
+        if kind == Kind.ERASE:
+            cid = _bytes(body.get(0), 16, "compartment id")
+            targets = _id_set(body.get(1), 32, "erased record ids")
+            epochs = tuple(sorted(_id_set(body.get(2) or [], 16, "erased epochs")))
+            self.r.erasures[rec.id] = ErasureInfo(rec.id, cid, targets, epochs, rec.ts or 0)
+            return True
+        if kind in (Kind.ERASURE_MANIFEST, Kind.COMPACTION):
+            cid = _bytes(body.get(0), 16, "compartment id")
+            removed = _id_set(body.get(1) or [], 32, "removed segments")
+            added = _id_set(body.get(2) or [], 32, "added segments")
+            batches = _id_set(body.get(3) or [], 32, "batch ids")
+            self.r.manifests[rec.id] = ManifestInfo(Kind(kind), rec.id, cid, removed, added, batches, signers[0], rec.ts or 0)
+            return True
+        if kind == Kind.COMPARTMENT:
+            cid = _bytes(body.get(0), 16, "compartment id")
+            name = body.get(1)
+            if not isinstance(name, str) or not name:
+                raise CanonicalError("a compartment needs a name")
+            if cid not in self.r.compartments and cid != self.r.control_id:
+                self.r.compartments[cid] = name
+            return True
+        self.r.unknown_control += 1
+        return True
+
+    def apply_revocations(self) -> None:
+        """Apply REVOKE records in record-id order; a revocation signed by a key that an earlier
+        one revoked counts only if its carrier batch was already seen by that earlier one."""
+        for rec, view, signers in sorted(self.pending_revokes, key=lambda t: t[0].id):
+            body = rec.body
+            subject = body[0]
+            subject_p = self.r.principals.get(subject)
+            if subject_p is None or subject in self.r.revocations:
+                continue
+            live_signers = [s for s in signers if s not in self.r.revocations or _seen_by(self.r.revocations[s], view)]
+            if not live_signers:
+                continue
+            if subject_p.kind in (CredentialKind.DEVICE, CredentialKind.PASSPHRASE, CredentialKind.RECOVERY,
+                                  CredentialKind.RECIPIENT):
+                # Revoking a user credential needs a passphrase or recovery signature (re-authentication).
+                if not any(self.r.principals[s].kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)
+                           for s in live_signers):
+                    self.r.problems.append(("revocation", view.segment,
+                                            f"revocation {rec.id.hex()[:12]} of a user credential lacks a passphrase or recovery signature"))
+                    continue
+            seen_raw = body.get(2) or {}
+            pins_raw = body.get(3) or {}
+            try:
+                seen = {
+                    _bytes(c, 16, "compartment"): {_bytes(w, 32, "writer"): int(s) for w, s in vv.items()}
+                    for c, vv in seen_raw.items()
+                }
+                pins = {_bytes(c, 16, "compartment"): _bytes(b, 32, "batch") for c, b in pins_raw.items()}
+            except (CanonicalError, AttributeError, TypeError, ValueError):
+                self.r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed"))
+                continue
+            reason = body.get(4) if isinstance(body.get(4), str) else ""
+            self.r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+
+
+def _seen_by(rev: Revocation, view: BatchView) -> bool:
+    h = view.header
+    return rev.seen.get(h.compartment_id, {}).get(h.writer_id, 0) >= h.seq
+
+
+def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
+    """True when a batch by the revoked writer comes after what the revocation accepted."""
+    h = view.header
+    limit = rev.seen.get(h.compartment_id, {}).get(h.writer_id, 0)
+    if h.seq > limit:
+        return True
+    pin = rev.pins.get(h.compartment_id)
+    return h.seq == limit and pin is not None and pin != view.id
+
+
+def build_roster(
+    vault_id: bytes, views: dict[bytes, BatchView], excluded: Iterable[bytes] = ()
+) -> tuple[Roster, set[bytes]]:
+    """Compute the roster; return it and the ids of batches that are signed and not excluded."""
+    excluded_set = set(excluded)
+    prior: dict[bytes, Revocation] = {}
+    for _ in range(16):
+        for v in views.values():
+            v.signed = False
+        b = _Builder(vault_id, views, set(excluded_set), prior)
+        if not b.find_genesis():
+            if not b.r.problems:
+                b.r.problems.append(("missing", "genesis", "the genesis record was not found; the vault is incomplete"))
+            return b.r, set()
+        b.run()
+        b.apply_revocations()
+        beyond = {
+            v.id
+            for v in views.values()
+            if v.header.writer_id in b.r.revocations and beyond_revocation(b.r.revocations[v.header.writer_id], v)
+        }
+        new_excluded = b.excluded | beyond
+        if new_excluded == excluded_set and b.r.revocations.keys() == prior.keys():
+            break
+        excluded_set = new_excluded
+        prior = b.r.revocations
+    signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
+    return b.r, signed

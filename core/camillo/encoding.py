@@ -1,0 +1,108 @@
+"""Deterministic CBOR: the only encoding VMEM uses for structured data (spec §2).
+
+The profile is RFC 8949 §4.2.1 core deterministic encoding restricted to: unsigned and negative
+integers (64-bit), byte strings, UTF-8 text strings, arrays, maps, ``false``, ``true`` and ``null``.
+No floats, no tags, no ``undefined``, no indefinite lengths, no duplicate keys.  Within one map all
+keys share one major type (format maps use small unsigned integers, value maps use text, id maps
+such as a frontier use byte strings), which
+makes RFC 8949 bytewise key order and cbor2's ``canonical=True`` length-first order identical.
+
+Decoding is strict: the bytes are decoded, every item's type is checked, and the value is encoded
+again and compared with the input byte for byte.  That single comparison rejects duplicate keys
+(which cbor2 silently collapses), unsorted keys, non-shortest integers and lengths, and indefinite
+lengths.  Nesting is bounded by cbor2 (400 levels) and by :data:`MAX_DEPTH` below.
+
+Pure functions; any thread may call them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cbor2
+
+from .errors import CanonicalError
+
+MAX_DEPTH = 64
+_INT_MIN = -(2**64)
+_INT_MAX = 2**64 - 1
+
+Value = None | bool | int | bytes | str | list["Value"] | dict[Any, "Value"]
+
+
+def _check(obj: Any, depth: int, path: str) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalError(f"{path}: nested more than {MAX_DEPTH} levels")
+    t = type(obj)
+    if t is int:
+        if not _INT_MIN <= obj <= _INT_MAX:
+            raise CanonicalError(f"{path}: integer outside 64 bits")
+        return
+    if t is bytes or t is str or t is bool or obj is None:
+        return
+    if t is list:
+        for i, item in enumerate(obj):
+            _check(item, depth + 1, path)
+        return
+    if t is dict:
+        key_type = None
+        for k, v in obj.items():
+            kt = type(k)
+            if kt is int:
+                if k < 0:
+                    raise CanonicalError(f"{path}: negative map key")
+                kt_name = "uint"
+            elif kt is str:
+                kt_name = "text"
+            elif kt is bytes:
+                kt_name = "bytes"
+            else:
+                raise CanonicalError(f"{path}: map keys must be unsigned integers, text or byte strings")
+            if key_type is None:
+                key_type = kt_name
+            elif key_type != kt_name:
+                raise CanonicalError(f"{path}: map mixes key types ({key_type} and {kt_name})")
+            _check(v, depth + 1, path)
+        return
+    if t is float:
+        raise CanonicalError(f"{path}: floating-point numbers are not allowed")
+    raise CanonicalError(f"{path}: {t.__name__} (a CBOR tag or simple value) is not allowed")
+
+
+def check_value(obj: Any, path: str = "value") -> None:
+    """Raise CanonicalError unless ``obj`` is inside the VMEM CBOR profile."""
+    _check(obj, 0, path)
+
+
+def encode(obj: Any) -> bytes:
+    """Encode ``obj`` deterministically.  Raises CanonicalError for values outside the profile."""
+    _check(obj, 0, "value")
+    return cbor2.dumps(obj, canonical=True)
+
+
+def _reject_tag(decoder: Any, tag: Any) -> Any:
+    raise CanonicalError(f"CBOR tag {tag.tag} is not allowed")
+
+
+def decode(data: bytes, what: str = "CBOR item", *, max_len: int | None = None) -> Any:
+    """Decode strictly: exactly one item, inside the profile, and canonical."""
+    if max_len is not None and len(data) > max_len:
+        raise CanonicalError(f"{what}: {len(data)} bytes is larger than the limit of {max_len}")
+    if not data:
+        raise CanonicalError(f"{what}: empty")
+    try:
+        obj = cbor2.loads(data, tag_hook=_reject_tag)
+    except CanonicalError as exc:
+        raise CanonicalError(f"{what}: {exc.message}") from None
+    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        raise CanonicalError(f"{what}: not valid CBOR ({exc})") from None
+    try:
+        _check(obj, 0, what)
+    except CanonicalError as exc:
+        raise CanonicalError(exc.message) from None
+    if cbor2.dumps(obj, canonical=True) != data:
+        raise CanonicalError(
+            f"{what}: not deterministic CBOR (duplicate or unsorted keys, non-shortest form, "
+            "indefinite length or trailing bytes)"
+        )
+    return obj

@@ -1,0 +1,159 @@
+"""Envelope files: an epoch key delivered to one recipient (spec §11).
+
+Epoch secrets reach the owner KEM key and read/write grants, and epoch public keys reach append
+grants, in 4096-byte envelopes at ``env/<sha256 of file>.env``::
+
+    0     8     "VMEMENV1"
+    8     4     tag = SHA-256("vmem/v1/env-tag" ‖ 0x00 ‖ enc ‖ recipient_id)[0:4]
+    12    1168  HPKE(recipient, envelope key)   info = "vmem/v1/wrap/envelope" ‖ 0x00 ‖ vault_id
+    1180  24    salt       ┐ sealed body under the envelope key (label "vmem/v1/envelope",
+    1204  32    commitment │ context vault_id): the payload, signed by an owner-role key
+    1236  2860  ciphertext ┘
+
+The tag lets a recipient skip envelopes that are not for it without trying HPKE on each, and tells
+the host nothing, because the host never learns recipient ids.
+
+Payload (CBOR map): 0 kind (1 epoch secret, 2 epoch public key), 1 vault_id, 2 compartment_id,
+3 epoch_id, 4 recipient_id, 5 the key (32-byte secret or 1216-byte public key), 13 signatures
+over ``"vmem/v1/envelope-sig" ‖ 0x00 ‖ SHA-256(payload without 13)``.
+
+Pure functions; any thread may call them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from . import encoding
+from .errors import CanonicalError, DamagedFile
+from .primitives import (
+    WRAP_LEN,
+    XWING_ENC_LEN,
+    CryptoFailure,
+    RecipientKey,
+    SigningKey,
+    hpke_unwrap,
+    hpke_wrap,
+    labelled,
+    random_bytes,
+    sha256,
+    tagged_hash,
+)
+from .records import signing_message
+from .sealed import open_sealed, seal
+
+MAGIC = b"VMEMENV1"
+SIZE = 4096
+HEADER_LEN = 12 + WRAP_LEN
+LABEL = "vmem/v1/envelope"
+SIG_LABEL = "vmem/v1/envelope-sig"
+
+
+class EnvelopeKind(IntEnum):
+    EPOCH_SECRET = 1
+    EPOCH_PUBLIC = 2
+
+
+class P:
+    KIND = 0
+    VAULT = 1
+    COMPARTMENT = 2
+    EPOCH = 3
+    RECIPIENT = 4
+    KEY = 5
+    SIGS = 13
+
+
+@dataclass(frozen=True)
+class EnvelopePayload:
+    kind: EnvelopeKind
+    compartment_id: bytes
+    epoch_id: bytes
+    recipient_id: bytes
+    key: bytes
+    signatures: list[list[Any]]
+    message: bytes
+    file: str
+
+
+def tag_for(enc: bytes, recipient_id: bytes) -> bytes:
+    return tagged_hash("vmem/v1/env-tag", enc, recipient_id)[:4]
+
+
+def file_name(data: bytes) -> str:
+    return f"env/{sha256(data).hex()}.env"
+
+
+def build_envelope(
+    *,
+    vault_id: bytes,
+    kind: EnvelopeKind,
+    compartment_id: bytes,
+    epoch_id: bytes,
+    recipient_public: bytes,
+    recipient_id: bytes,
+    key: bytes,
+    signer: SigningKey,
+    signer_id: bytes,
+) -> bytes:
+    envelope_key = random_bytes(32)
+    wrap = hpke_wrap(recipient_public, envelope_key, labelled("vmem/v1/wrap/envelope", vault_id))
+    header = MAGIC + tag_for(wrap[:XWING_ENC_LEN], recipient_id) + wrap
+    payload: dict[int, Any] = {
+        P.KIND: int(kind),
+        P.VAULT: vault_id,
+        P.COMPARTMENT: compartment_id,
+        P.EPOCH: epoch_id,
+        P.RECIPIENT: recipient_id,
+        P.KEY: key,
+    }
+    message = signing_message(SIG_LABEL, payload, P.SIGS)
+    payload[P.SIGS] = [[signer_id, signer.alg, signer.sign(message)]]
+    return seal(envelope_key, LABEL, vault_id, header, encoding.encode(payload), SIZE)
+
+
+def check_shape(data: bytes, name: str) -> None:
+    if len(data) != SIZE:
+        raise DamagedFile(f"envelope {name} is {len(data)} bytes; envelopes are {SIZE} bytes", file=name)
+    if data[:8] != MAGIC:
+        raise DamagedFile(f"envelope {name} does not start with VMEMENV1", file=name)
+
+
+def is_for(data: bytes, recipient_id: bytes) -> bool:
+    return data[8:12] == tag_for(data[12 : 12 + XWING_ENC_LEN], recipient_id)
+
+
+def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientKey) -> EnvelopePayload:
+    """Open an envelope addressed to ``recipient``; CryptoFailure when it is not for this key."""
+    check_shape(data, name)
+    envelope_key = hpke_unwrap(recipient, data[12 : 12 + WRAP_LEN], labelled("vmem/v1/wrap/envelope", vault_id))
+    try:
+        raw = open_sealed(envelope_key, LABEL, vault_id, data, HEADER_LEN)
+    except CryptoFailure as exc:
+        raise DamagedFile(f"envelope {name} is damaged or tampered ({exc})", file=name) from None
+    p = encoding.decode(raw, f"envelope {name}")
+    try:
+        if not isinstance(p, dict) or p.get(P.VAULT) != vault_id:
+            raise CanonicalError("belongs to another vault")
+        kind = EnvelopeKind(p.get(P.KIND))
+        comp, epoch, rid, key, sigs = (p.get(k) for k in (P.COMPARTMENT, P.EPOCH, P.RECIPIENT, P.KEY, P.SIGS))
+        if not (
+            isinstance(comp, bytes)
+            and len(comp) == 16
+            and isinstance(epoch, bytes)
+            and len(epoch) == 16
+            and isinstance(rid, bytes)
+            and isinstance(key, bytes)
+            and isinstance(sigs, list)
+            and sigs
+        ):
+            raise CanonicalError("malformed payload")
+        if (kind == EnvelopeKind.EPOCH_SECRET and len(key) != 32) or (
+            kind == EnvelopeKind.EPOCH_PUBLIC and len(key) != 1216
+        ):
+            raise CanonicalError("key has the wrong length")
+    except (CanonicalError, ValueError) as exc:
+        raise DamagedFile(f"envelope {name}: {exc}", file=name) from None
+    return EnvelopePayload(kind, comp, epoch, rid, key, sigs, signing_message(SIG_LABEL, p, P.SIGS), name)

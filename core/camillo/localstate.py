@@ -1,0 +1,162 @@
+"""This installation's own files about a vault, kept outside the vault folder (spec §18).
+
+Where: ``$CAMILLO_HOME`` when set (tests and several simulated devices on one machine use it),
+otherwise the platform's user data directory (state) and user cache directory (cache), from
+platformdirs.  Per vault, under ``vaults/<vault_id hex>/``:
+
+* ``installation.cbor``: which writer this installation is (its writer id, where its key lives,
+  its slot).  No secrets, no vault content.
+* ``device-key.bin``: only when no OS keychain can be used: the device seeds, sealed under a key
+  derived from the vault master secret of each generation the device has seen.
+* ``actors/<writer_id hex>/state.bin``: the durable device state (own ``seq`` counters, the
+  frontier and epochs it remembers, rollback evidence), sealed under the actor's own seed.
+* ``actors/<writer_id hex>/cache.bin`` (cache directory): the disposable materialised state.
+
+Every file is written to a temp file, fsynced and renamed.  Every sealed file is
+``"VMEMLOCL" ‖ version ‖ salt(24) ‖ commitment(32) ‖ XChaCha20-Poly1305`` with the file's purpose and
+the vault id bound into the key derivation, so a file copied from another vault or purpose fails.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import platformdirs
+
+from . import encoding
+from .errors import DamagedFile, StorageError
+from .primitives import CryptoFailure, random_bytes
+from .sealed import open_sealed, seal
+
+LOCAL_MAGIC = b"VMEMLOCL\x01"
+
+
+def _roots() -> tuple[str, str]:
+    home = os.environ.get("CAMILLO_HOME")
+    if home:
+        return os.path.join(home, "data"), os.path.join(home, "cache")
+    return platformdirs.user_data_dir("camillo", "camillo"), platformdirs.user_cache_dir("camillo", "camillo")
+
+
+def data_root() -> str:
+    return _roots()[0]
+
+
+def cache_root() -> str:
+    return _roots()[1]
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{random_bytes(8).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise StorageError(f"cannot write local state {path}: {exc.strerror}") from None
+
+
+def seal_local(key: bytes, purpose: str, vault_id: bytes, payload: bytes) -> bytes:
+    total = len(LOCAL_MAGIC) + 24 + 32 + 16 + 4 + len(payload)
+    return seal(key, f"vmem/v1/local-file/{purpose}", vault_id, LOCAL_MAGIC, payload, total)
+
+
+def open_local(key: bytes, purpose: str, vault_id: bytes, data: bytes, path: str) -> bytes:
+    if not data.startswith(LOCAL_MAGIC):
+        raise DamagedFile(f"{path} is not a Camillo local-state file", file=path)
+    try:
+        return open_sealed(key, f"vmem/v1/local-file/{purpose}", vault_id, data, len(LOCAL_MAGIC))
+    except CryptoFailure:
+        raise DamagedFile(f"{path} does not belong to this vault or is damaged", file=path) from None
+
+
+def read_file(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read local state {path}: {exc.strerror}") from None
+
+
+@dataclass
+class Installation:
+    """Who this installation is in one vault."""
+
+    writer_id: bytes
+    keystore: str  # "keychain" or "local"
+    created: int
+
+    def to_map(self) -> dict[str, Any]:
+        return {"created": self.created, "keystore": self.keystore, "writer": self.writer_id}
+
+
+class VaultLocal:
+    """Paths and helpers for this installation's files about one vault."""
+
+    def __init__(self, vault_id: bytes) -> None:
+        self.vault_id = vault_id
+        self.dir = os.path.join(data_root(), "vaults", vault_id.hex())
+        self.cache_dir = os.path.join(cache_root(), "vaults", vault_id.hex())
+
+    # -- installation identity
+
+    @property
+    def installation_path(self) -> str:
+        return os.path.join(self.dir, "installation.cbor")
+
+    def load_installation(self) -> Installation | None:
+        data = read_file(self.installation_path)
+        if data is None:
+            return None
+        try:
+            m = encoding.decode(data, "installation.cbor")
+            return Installation(m["writer"], m["keystore"], m["created"])
+        except Exception:
+            raise DamagedFile(
+                f"{self.installation_path} is damaged; move it away and open the vault with your passphrase",
+                file=self.installation_path,
+            ) from None
+
+    def save_installation(self, inst: Installation) -> None:
+        atomic_write(self.installation_path, encoding.encode(inst.to_map()))
+
+    def forget_installation(self) -> None:
+        for path in (self.installation_path, self.device_key_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    # -- device seeds when no keychain is usable
+
+    @property
+    def device_key_path(self) -> str:
+        return os.path.join(self.dir, "device-key.bin")
+
+    def actor_dir(self, writer_id: bytes) -> str:
+        return os.path.join(self.dir, "actors", writer_id.hex())
+
+    def state_path(self, writer_id: bytes) -> str:
+        return os.path.join(self.actor_dir(writer_id), "state.bin")
+
+    def cache_path(self, writer_id: bytes) -> str:
+        return os.path.join(self.cache_dir, "actors", writer_id.hex(), "cache.bin")

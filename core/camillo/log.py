@@ -1,0 +1,159 @@
+"""The causal log: per-writer chains, gaps, forks and causal order (spec §17).
+
+Each writer numbers its batches per compartment (``seq`` from 1, ``prev`` naming the previous
+batch), lists the DAG heads it had seen (``deps``) and its version vector (``frontier``).  From the
+set of signed batches this module derives, independently of arrival order:
+
+* **forks**: two signed batches of one writer with the same (compartment, seq), or a ``prev`` that
+  names another batch than the one at ``seq - 1``.  Both headers are signed by the writer, so they
+  are a transferable proof; the writer is frozen in that compartment from the fork point on.
+* **gaps**: a ``seq``, a ``deps`` entry or a ``frontier`` claim that names a batch we do not have.
+  Each gap names the writer, compartment, seq and, where known, the batch id.
+* **causal order**: batch A precedes batch B (same compartment) iff
+  ``B.frontier[A.writer] >= A.seq`` (or A is B, or A is earlier on B's own chain).
+* **authorisation**: the writer may write this compartment (roster), and its frontier never goes
+  backwards along its chain.
+
+Pure computation; confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .control import BatchView, Roster
+
+
+@dataclass(frozen=True)
+class Gap:
+    writer_id: bytes
+    compartment_id: bytes
+    seq: int
+    batch_id: bytes | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fork:
+    writer_id: bytes
+    compartment_id: bytes
+    seq: int
+    batch_ids: tuple[bytes, ...]
+
+
+@dataclass
+class CausalLog:
+    accepted: set[bytes] = field(default_factory=set)
+    rejected: dict[bytes, str] = field(default_factory=dict)
+    gaps: list[Gap] = field(default_factory=list)
+    forks: list[Fork] = field(default_factory=list)
+    chains: dict[tuple[bytes, bytes], dict[int, bytes]] = field(default_factory=dict)
+    heads: dict[bytes, set[bytes]] = field(default_factory=dict)
+
+    def max_seq(self, writer_id: bytes, compartment_id: bytes) -> int:
+        chain = self.chains.get((writer_id, compartment_id))
+        return max(chain) if chain else 0
+
+
+def precedes(a: BatchView, b: BatchView) -> bool:
+    """True when batch ``a`` is in the causal past of batch ``b`` (same compartment)."""
+    ha, hb = a.header, b.header
+    if ha.compartment_id != hb.compartment_id:
+        return False
+    if ha.writer_id == hb.writer_id:
+        return ha.seq <= hb.seq
+    return hb.frontier.get(ha.writer_id, 0) >= ha.seq
+
+
+def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster) -> CausalLog:
+    log = CausalLog()
+    candidates: dict[tuple[bytes, bytes], dict[int, list[BatchView]]] = defaultdict(lambda: defaultdict(list))
+    for bid in signed:
+        v = views[bid]
+        h = v.header
+        ok, why = roster.can_write(h.writer_id, h.compartment_id)
+        if not ok:
+            log.rejected[bid] = why
+            continue
+        candidates[(h.writer_id, h.compartment_id)][h.seq].append(v)
+
+    for (wid, cid), by_seq in candidates.items():
+        fork_seq = None
+        fork_ids: tuple[bytes, ...] = ()
+        for seq in sorted(by_seq):
+            group = by_seq[seq]
+            if len(group) > 1:
+                fork_seq, fork_ids = seq, tuple(sorted(v.id for v in group))
+                break
+            prev_group = by_seq.get(seq - 1)
+            if prev_group and group[0].header.prev != prev_group[0].id:
+                fork_seq, fork_ids = seq - 1, tuple(sorted((prev_group[0].id, group[0].header.prev)))
+                break
+        chain: dict[int, bytes] = {}
+        for seq in sorted(by_seq):
+            v = by_seq[seq][0]
+            if fork_seq is not None and seq >= fork_seq:
+                for w in by_seq[seq]:
+                    log.rejected[w.id] = f"beyond a proven fork of its writer at seq {fork_seq}"
+                continue
+            chain[seq] = v.id
+        if fork_seq is not None:
+            log.forks.append(Fork(wid, cid, fork_seq, fork_ids))
+        # Frontiers never go backwards along one writer's chain.
+        last_frontier: dict[bytes, int] = {}
+        for seq in sorted(chain):
+            v = views[chain[seq]]
+            if any(v.header.frontier.get(w, 0) < s for w, s in last_frontier.items()):
+                log.rejected[v.id] = "its frontier goes backwards from the writer's previous batch"
+                del chain[seq]
+                continue
+            last_frontier = v.header.frontier
+        log.chains[(wid, cid)] = chain
+        log.accepted.update(chain.values())
+
+    present = log.accepted
+    for (wid, cid), chain in log.chains.items():
+        if not chain:
+            continue
+        top = max(chain)
+        for seq in range(1, top):
+            if seq not in chain:
+                nxt = chain.get(seq + 1)
+                named = views[nxt].header.prev if nxt else None
+                log.gaps.append(Gap(wid, cid, seq, named, "missing from its writer's chain"))
+    claimed: dict[tuple[bytes, bytes], int] = {}
+    referenced: set[bytes] = set()
+    for bid in present:
+        h = views[bid].header
+        for w, s in h.frontier.items():
+            key = (w, h.compartment_id)
+            claimed[key] = max(claimed.get(key, 0), s)
+        referenced.update(h.deps)
+        if h.prev:
+            referenced.add(h.prev)
+    known_gap = {(g.writer_id, g.compartment_id, g.seq) for g in log.gaps}
+    for (w, c), s in claimed.items():
+        have = log.max_seq(w, c)
+        for seq in range(have + 1, s + 1):
+            if (w, c, seq) not in known_gap:
+                log.gaps.append(Gap(w, c, seq, None, "seen by another writer but not here"))
+                known_gap.add((w, c, seq))
+    for dep in referenced - present:
+        if dep in log.rejected:
+            continue
+        if not any(g.batch_id == dep for g in log.gaps):
+            log.gaps.append(Gap(b"", b"", 0, dep, "named as a dependency but not here"))
+    # DAG heads per compartment: accepted batches that no accepted batch has seen.
+    seen_max: dict[bytes, dict[bytes, int]] = defaultdict(dict)
+    for bid in present:
+        h = views[bid].header
+        m = seen_max[h.compartment_id]
+        for w, s in h.frontier.items():
+            if s > m.get(w, 0):
+                m[w] = s
+    for bid in present:
+        h = views[bid].header
+        if seen_max[h.compartment_id].get(h.writer_id, 0) < h.seq:
+            log.heads.setdefault(h.compartment_id, set()).add(bid)
+    return log

@@ -1,0 +1,188 @@
+"""Pack files: many vault files in one, for transport (``.vmem``) and for cold storage (spec §13).
+
+Layout::
+
+    "VMEMPACK" ‖ u16 version = 1 ‖ u16 flags ‖ entry bytes ... ‖ index ‖ trailer (56 bytes)
+    index   = CBOR [[type, name, offset, length], ...] sorted by (type, name)
+              type 1 descriptor, 2 slot, 3 envelope, 4 segment; name is the file's path in a folder
+    trailer = index_offset u64 ‖ index_len u32 ‖ count u32 ‖ SHA-256(every byte before the trailer) ‖ "VMEMEND1"
+
+Entries are the exact bytes of the files, in index order, so the same set of files always gives the
+same pack, byte for byte.  A ``.vmem`` file (flag bit 0 set) holds a whole vault; a pack inside a
+vault folder (``packs/<sha256>.pack``, flag 0) holds segments only.  Packing never re-encrypts.
+
+Pure functions plus a reader over an open file; the reader is confined to the thread that made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import encoding
+from .errors import DamagedFile, NotAVault, UnsupportedVersion
+
+MAGIC = b"VMEMPACK"
+END = b"VMEMEND1"
+HEADER_LEN = 12
+TRAILER_LEN = 56
+FLAG_COMPLETE_VAULT = 1
+
+TYPE_DESCRIPTOR = 1
+TYPE_SLOT = 2
+TYPE_ENVELOPE = 3
+TYPE_SEGMENT = 4
+MIN_ENTRY = {TYPE_DESCRIPTOR: 8, TYPE_SLOT: 4096, TYPE_ENVELOPE: 4096, TYPE_SEGMENT: 4096}
+
+
+def entry_type(name: str) -> int:
+    if name == "VMEM":
+        return TYPE_DESCRIPTOR
+    if name.startswith("slots/"):
+        return TYPE_SLOT
+    if name.startswith("env/"):
+        return TYPE_ENVELOPE
+    if name.startswith("segments/"):
+        return TYPE_SEGMENT
+    raise ValueError(f"{name} does not belong in a pack")
+
+
+def write_pack(entries: Iterable[tuple[str, bytes]], out, *, complete_vault: bool) -> tuple[int, bytes]:
+    """Write a pack to the binary file ``out``; return (size, SHA-256 of the whole pack)."""
+    ordered = sorted(((entry_type(n), n, d) for n, d in entries), key=lambda e: (e[0], e[1]))
+    before_trailer = hashlib.sha256()
+
+    def emit(chunk: bytes) -> None:
+        before_trailer.update(chunk)
+        out.write(chunk)
+
+    emit(MAGIC + (1).to_bytes(2, "big") + (FLAG_COMPLETE_VAULT if complete_vault else 0).to_bytes(2, "big"))
+    offset = HEADER_LEN
+    index = []
+    for typ, name, data in ordered:
+        index.append([typ, name, offset, len(data)])
+        emit(data)
+        offset += len(data)
+    index_bytes = encoding.encode(index)
+    emit(index_bytes)
+    trailer = (
+        offset.to_bytes(8, "big")
+        + len(index_bytes).to_bytes(4, "big")
+        + len(index).to_bytes(4, "big")
+        + before_trailer.digest()
+        + END
+    )
+    out.write(trailer)
+    whole = before_trailer.copy()
+    whole.update(trailer)
+    return offset + len(index_bytes) + TRAILER_LEN, whole.digest()
+
+
+@dataclass(frozen=True)
+class PackEntry:
+    type: int
+    name: str
+    offset: int
+    length: int
+
+
+class PackReader:
+    """Random access to the entries of one pack file, after checking its trailer and index."""
+
+    def __init__(self, path: str, *, verify_hash: bool = True) -> None:
+        self.path = path
+        try:
+            self._fh = open(path, "rb")  # noqa: SIM115 - kept open for random access, closed in close()
+        except OSError as exc:
+            raise NotAVault(f"cannot open {path}: {exc.strerror}") from None
+        try:
+            self.flags, self.entries = self._read_index(verify_hash)
+        except Exception:
+            self._fh.close()
+            raise
+        self.by_name = {e.name: e for e in self.entries}
+
+    def _read_index(self, verify_hash: bool) -> tuple[int, list[PackEntry]]:
+        fh = self._fh
+        size = os.fstat(fh.fileno()).st_size
+        name = os.path.basename(self.path)
+        if size < HEADER_LEN + TRAILER_LEN:
+            raise NotAVault(f"{name} is too short to be a VMEM pack")
+        head = fh.read(HEADER_LEN)
+        if head[:8] != MAGIC:
+            raise NotAVault(f"{name} is not a VMEM pack (it does not start with VMEMPACK)")
+        version = int.from_bytes(head[8:10], "big")
+        if version != 1:
+            raise UnsupportedVersion(f"{name} is a version {version} pack; a newer Camillo is required")
+        flags = int.from_bytes(head[10:12], "big")
+        if flags & ~FLAG_COMPLETE_VAULT:
+            raise UnsupportedVersion(f"{name} sets pack flags this Camillo does not know")
+        fh.seek(size - TRAILER_LEN)
+        trailer = fh.read(TRAILER_LEN)
+        if trailer[48:56] != END:
+            raise DamagedFile(f"{name} is truncated or damaged: its trailer is missing", file=name)
+        index_offset = int.from_bytes(trailer[0:8], "big")
+        index_len = int.from_bytes(trailer[8:12], "big")
+        count = int.from_bytes(trailer[12:16], "big")
+        if not index_offset >= HEADER_LEN or index_offset + index_len != size - TRAILER_LEN:
+            raise DamagedFile(f"{name}: the trailer points outside the file", file=name)
+        if count > (index_offset - HEADER_LEN) // 8 + 1:
+            raise DamagedFile(f"{name}: the trailer claims {count} entries, more than the file can hold", file=name)
+        if verify_hash:
+            h = hashlib.sha256()
+            fh.seek(0)
+            remaining = size - TRAILER_LEN
+            while remaining:
+                chunk = fh.read(min(remaining, 1 << 20))
+                if not chunk:
+                    raise DamagedFile(f"{name} is truncated", file=name)
+                h.update(chunk)
+                remaining -= len(chunk)
+            if h.digest() != trailer[16:48]:
+                raise DamagedFile(f"{name} is damaged: its checksum does not match its contents", file=name)
+        fh.seek(index_offset)
+        index = encoding.decode(fh.read(index_len), f"{name} index", max_len=index_len)
+        if not isinstance(index, list) or len(index) != count:
+            raise DamagedFile(f"{name}: the index does not list {count} entries", file=name)
+        entries = []
+        expected_offset = HEADER_LEN
+        previous: tuple[int, str] | None = None
+        for item in index:
+            if (
+                not isinstance(item, list)
+                or len(item) != 4
+                or type(item[0]) is not int
+                or not isinstance(item[1], str)
+                or type(item[2]) is not int
+                or type(item[3]) is not int
+            ):
+                raise DamagedFile(f"{name}: malformed index entry", file=name)
+            typ, entry_name, offset, length = item
+            if typ not in MIN_ENTRY or offset != expected_offset or length < MIN_ENTRY[typ]:
+                raise DamagedFile(f"{name}: index entry {entry_name!r} is out of place", file=name)
+            try:
+                if entry_type(entry_name) != typ:
+                    raise ValueError
+            except ValueError:
+                raise DamagedFile(f"{name}: index entry {entry_name!r} has the wrong type", file=name) from None
+            if previous is not None and (typ, entry_name) <= previous:
+                raise DamagedFile(f"{name}: the index is not sorted", file=name)
+            previous = (typ, entry_name)
+            expected_offset += length
+            entries.append(PackEntry(typ, entry_name, offset, length))
+        if expected_offset != index_offset:
+            raise DamagedFile(f"{name}: entries do not fill the pack", file=name)
+        return flags, entries
+
+    def read(self, name: str) -> bytes:
+        entry = self.by_name[name]
+        self._fh.seek(entry.offset)
+        data = self._fh.read(entry.length)
+        if len(data) != entry.length:
+            raise DamagedFile(f"{os.path.basename(self.path)} is truncated at {name}", file=name)
+        return data
+
+    def close(self) -> None:
+        self._fh.close()

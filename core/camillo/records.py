@@ -1,0 +1,580 @@
+"""Records and batches: the signed, content-addressed units of a vault (spec §7 and §8).
+
+A *record* is one deterministic-CBOR map with small integer keys; its id is a tagged SHA-256 of its
+exact bytes.  A *batch* is what one writer appends at once: a header (writer, compartment, ``seq``,
+``prev``, ``deps``, ``frontier`` and the ordered record ids) signed by the writer, plus the record
+bytes.  Erasure may later replace a record's bytes by ``null`` while the header and its signature
+stay valid.
+
+This module knows the schema and nothing about keys, files or meaning; :mod:`camillo.control`
+gives control records their meaning and :mod:`camillo.log` checks batches against each other.
+Records of unknown kinds or with unknown keys are kept byte for byte.
+
+Pure functions; any thread may call them.
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from . import encoding, ids
+from .errors import CanonicalError, DamagedFile, LimitExceeded, UsageError
+from .primitives import SIG_ED25519, SigningKey, labelled, random_bytes, sha256, verify_signature
+
+RECORD_MAX_BYTES = 4 * 1024 * 1024
+BATCH_MAX_BYTES = 8 * 1024 * 1024
+BATCH_MAX_RECORDS = 100_000
+KEY_MAX_BYTES = 512
+TYPE_MAX_BYTES = 128
+MAX_DEPS = 64
+MAX_FRONTIER = 1024
+MAX_ID_LIST = 4096
+
+
+class Kind(IntEnum):
+    PUT = 1
+    DEL = 2
+    NOTE = 3
+    CONFIRM = 4
+    GENESIS = 16
+    DEVICE_CERT = 17
+    CRED_ANCHOR = 18
+    GRANT = 19
+    REVOKE = 20
+    EPOCH = 21
+    POLICY = 22
+    ERASE = 23
+    ERASURE_MANIFEST = 24
+    COMPACTION = 25
+    COMPARTMENT = 26
+
+
+CONTROL_KINDS = frozenset(k for k in Kind if k >= 16)
+SIGNED_KINDS = CONTROL_KINDS | {Kind.CONFIRM}
+
+
+class Authority(IntEnum):
+    """Authority classes, highest first: only ``user`` binds instructions and preferences."""
+
+    EXTERNAL = 0
+    INFERRED = 1
+    OBSERVED = 2
+    USER = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str | int) -> Authority:
+        if isinstance(text, int):
+            return cls(text)
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise UsageError(f"unknown authority class '{text}'; use user, observed, inferred or external") from None
+
+
+STANDARD_TYPES = (
+    "message",
+    "conversation",
+    "fact",
+    "preference",
+    "instruction",
+    "event",
+    "decision",
+    "summary",
+    "attachment",
+)
+KEYED_TYPES = frozenset({"fact", "preference", "instruction"})
+BINDING_TYPES = frozenset({"preference", "instruction"})
+
+
+class F:
+    """Record map keys (spec §8.2)."""
+
+    V = 0
+    KIND = 1
+    AUTHOR = 2
+    SALT = 3
+    KEY = 4
+    VALUE = 5
+    CLASS = 6
+    PRED = 7
+    SOURCES = 8
+    ERASE = 9
+    TARGET = 10
+    META = 11
+    BODY = 12
+    SIGS = 13
+    TS = 14
+    TYPE = 15
+
+
+class H:
+    """Batch header map keys (spec §8.1)."""
+
+    V = 0
+    VAULT = 1
+    COMPARTMENT = 2
+    WRITER = 3
+    SEQ = 4
+    PREV = 5
+    DEPS = 6
+    FRONTIER = 7
+    RECORDS = 8
+    TS = 9
+    SIG_ALGS = 10
+
+
+def check_type_name(name: str) -> None:
+    if name in STANDARD_TYPES:
+        return
+    # A vendor extension is <reverse-dns>/<name>, e.g. "com.example/bookmark".
+    head, sep, tail = name.partition("/")
+    if not sep or "." not in head or not tail or len(name.encode()) > TYPE_MAX_BYTES:
+        raise UsageError(
+            f"unknown record type '{name}': use one of {', '.join(STANDARD_TYPES)} "
+            "or a vendor extension such as com.example/bookmark"
+        )
+    if any(not (c.isalnum() or c in "-._/") for c in name):
+        raise UsageError(f"record type '{name}' may use letters, digits, '-', '.', '_' and '/' only")
+
+
+def check_key(key: str) -> None:
+    """Keys are ``<subject>/<attribute>`` in NFC, at most 512 bytes, no control characters."""
+    if not isinstance(key, str) or not key:
+        raise UsageError("a fact key is a non-empty text such as user/home_city")
+    if len(key.encode("utf-8")) > KEY_MAX_BYTES:
+        raise LimitExceeded(f"the key '{key[:40]}…' is longer than {KEY_MAX_BYTES} bytes")
+    if unicodedata.normalize("NFC", key) != key:
+        raise UsageError(f"the key '{key}' is not in Unicode NFC form")
+    if "/" not in key.strip("/") or key != key.strip() or any(unicodedata.category(c)[0] == "C" for c in key):
+        raise UsageError(f"the key '{key}' must look like <subject>/<attribute>, e.g. user/home_city")
+
+
+@dataclass(frozen=True, eq=False)
+class Record:
+    """A decoded record.  ``raw`` is the exact bytes the id covers."""
+
+    raw: bytes
+    id: bytes
+    fields: dict[int, Any] = field(repr=False)
+
+    @property
+    def kind(self) -> int:
+        return self.fields[F.KIND]
+
+    @property
+    def kind_name(self) -> str:
+        try:
+            return Kind(self.kind).name
+        except ValueError:
+            return f"UNKNOWN({self.kind})"
+
+    @property
+    def author(self) -> bytes:
+        return self.fields[F.AUTHOR]
+
+    @property
+    def key(self) -> str | None:
+        return self.fields.get(F.KEY)
+
+    @property
+    def value(self) -> Any:
+        return self.fields.get(F.VALUE)
+
+    @property
+    def authority(self) -> int | None:
+        return self.fields.get(F.CLASS)
+
+    @property
+    def pred(self) -> list[bytes]:
+        return self.fields.get(F.PRED, [])
+
+    @property
+    def sources(self) -> list[bytes]:
+        return self.fields.get(F.SOURCES, [])
+
+    @property
+    def target(self) -> bytes | None:
+        return self.fields.get(F.TARGET)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.fields.get(F.META, {})
+
+    @property
+    def body(self) -> dict[int, Any]:
+        return self.fields.get(F.BODY, {})
+
+    @property
+    def sigs(self) -> list[list[Any]]:
+        return self.fields.get(F.SIGS, [])
+
+    @property
+    def ts(self) -> int | None:
+        return self.fields.get(F.TS)
+
+    @property
+    def type(self) -> str | None:
+        return self.fields.get(F.TYPE)
+
+    @property
+    def erase(self) -> bool:
+        return bool(self.fields.get(F.ERASE, False))
+
+    @property
+    def is_control(self) -> bool:
+        return self.kind in CONTROL_KINDS
+
+    @property
+    def known_kind(self) -> bool:
+        return self.kind in Kind._value2member_map_
+
+
+def _id_list(value: Any, what: str, *, sorted_unique: bool) -> list[bytes]:
+    if not isinstance(value, list) or len(value) > MAX_ID_LIST:
+        raise CanonicalError(f"{what} must be a list of at most {MAX_ID_LIST} ids")
+    for item in value:
+        if not isinstance(item, bytes) or len(item) != 32:
+            raise CanonicalError(f"{what} holds something that is not a 32-byte id")
+    if sorted_unique and any(a >= b for a, b in zip(value, value[1:])):
+        raise CanonicalError(f"{what} must be sorted and without duplicates")
+    return value
+
+
+def _check_fields(m: dict[int, Any]) -> None:
+    """Validate the shape of every known field; unknown integer keys are allowed and kept."""
+    if m.get(F.V) != 1:
+        raise CanonicalError("record version must be 1")
+    kind = m.get(F.KIND)
+    if not isinstance(kind, int) or isinstance(kind, bool) or not 0 <= kind < 2**16:
+        raise CanonicalError("record kind must be a small unsigned integer")
+    author = m.get(F.AUTHOR)
+    if not isinstance(author, bytes) or len(author) != 32:
+        raise CanonicalError("record author must be a 32-byte writer id")
+    salt = m.get(F.SALT)
+    if not isinstance(salt, bytes) or len(salt) != 16:
+        raise CanonicalError("record salt must be 16 bytes")
+    if F.KEY in m:
+        if not isinstance(m[F.KEY], str):
+            raise CanonicalError("record key must be text")
+        try:
+            check_key(m[F.KEY])
+        except (UsageError, LimitExceeded) as exc:
+            raise CanonicalError(exc.message) from None
+    if F.CLASS in m and (
+        not isinstance(m[F.CLASS], int) or isinstance(m[F.CLASS], bool) or not 0 <= m[F.CLASS] <= 3
+    ):
+        raise CanonicalError("record class must be 0..3")
+    if F.PRED in m:
+        _id_list(m[F.PRED], "pred", sorted_unique=True)
+    if F.SOURCES in m:
+        _id_list(m[F.SOURCES], "sources", sorted_unique=True)
+    if F.ERASE in m and not isinstance(m[F.ERASE], bool):
+        raise CanonicalError("erase must be true or false")
+    if F.TARGET in m and (not isinstance(m[F.TARGET], bytes) or len(m[F.TARGET]) != 32):
+        raise CanonicalError("target must be a 32-byte record id")
+    if F.META in m:
+        meta = m[F.META]
+        if not isinstance(meta, dict) or any(not isinstance(k, str) for k in meta):
+            raise CanonicalError("meta must be a map with text keys")
+        for v in meta.values():
+            if not (isinstance(v, (str, bytes, bool)) or (isinstance(v, int) and v >= 0)):
+                raise CanonicalError("meta values must be text, unsigned integers, booleans or bytes")
+    if F.BODY in m and (not isinstance(m[F.BODY], dict) or any(not isinstance(k, int) for k in m[F.BODY])):
+        raise CanonicalError("body must be a map with integer keys")
+    if F.SIGS in m:
+        sigs = m[F.SIGS]
+        if not isinstance(sigs, list) or not sigs or len(sigs) > 16:
+            raise CanonicalError("sigs must be a non-empty list of at most 16 signatures")
+        for s in sigs:
+            if (
+                not isinstance(s, list)
+                or len(s) != 3
+                or not isinstance(s[0], bytes)
+                or len(s[0]) != 32
+                or not isinstance(s[1], int)
+                or not isinstance(s[2], bytes)
+            ):
+                raise CanonicalError("each signature is [writer_id, alg, signature]")
+    if F.TS in m and (not isinstance(m[F.TS], int) or isinstance(m[F.TS], bool) or m[F.TS] < 0):
+        raise CanonicalError("ts must be an unsigned integer")
+    if F.TYPE in m and (not isinstance(m[F.TYPE], str) or not 0 < len(m[F.TYPE].encode()) <= TYPE_MAX_BYTES):
+        raise CanonicalError("type must be a short text")
+
+    required: tuple[int, ...] = ()
+    if kind == Kind.PUT:
+        required = (F.KEY, F.VALUE, F.CLASS, F.TYPE)
+    elif kind == Kind.DEL:
+        required = (F.KEY, F.PRED)
+    elif kind == Kind.NOTE:
+        required = (F.VALUE, F.CLASS, F.TYPE)
+    elif kind == Kind.CONFIRM:
+        required = (F.TARGET, F.SIGS)
+    elif kind in CONTROL_KINDS:
+        required = (F.BODY, F.SIGS)
+    missing = [k for k in required if k not in m]
+    if missing:
+        raise CanonicalError(f"a {Kind(kind).name} record lacks field(s) {missing}")
+    if kind == Kind.DEL and not m[F.PRED]:
+        raise CanonicalError("a DEL record must name what it deletes in pred")
+
+
+def decode_record(raw: bytes, *, expected_id: bytes | None = None) -> Record:
+    if len(raw) > RECORD_MAX_BYTES:
+        raise CanonicalError(f"a record of {len(raw)} bytes is larger than {RECORD_MAX_BYTES}")
+    rid = ids.record_id(raw)
+    if expected_id is not None and rid != expected_id:
+        raise DamagedFile("a record's bytes do not hash to the id its batch header lists")
+    m = encoding.decode(raw, "record")
+    if not isinstance(m, dict):
+        raise CanonicalError("a record must be a CBOR map")
+    _check_fields(m)
+    return Record(raw, rid, m)
+
+
+def signing_message(label: str, fields: dict[int, Any], sig_key: int) -> bytes:
+    """What a statement's signers sign: ``label ‖ 0x00 ‖ SHA-256(canonical map without sig_key)``."""
+    unsigned = {k: v for k, v in fields.items() if k != sig_key}
+    return labelled(label, sha256(encoding.encode(unsigned)))
+
+
+CONTROL_SIG_LABEL = "vmem/v1/control-sig"
+
+
+def encode_record(
+    kind: int,
+    author: bytes,
+    *,
+    key: str | None = None,
+    value: Any = None,
+    authority: int | None = None,
+    pred: Iterable[bytes] = (),
+    sources: Iterable[bytes] = (),
+    erase: bool | None = None,
+    target: bytes | None = None,
+    meta: dict[str, Any] | None = None,
+    body: dict[int, Any] | None = None,
+    signers: Sequence[SigningKey] = (),
+    ts: int | None = None,
+    type: str | None = None,
+    extra: dict[int, Any] | None = None,
+) -> bytes:
+    """Build one record's bytes.  ``signers`` inner-sign it (control records and CONFIRM)."""
+    m: dict[int, Any] = {F.V: 1, F.KIND: int(kind), F.AUTHOR: author, F.SALT: random_bytes(16)}
+    if key is not None:
+        check_key(key)
+        m[F.KEY] = key
+    if kind in (Kind.PUT, Kind.NOTE) or value is not None:
+        m[F.VALUE] = value
+    if authority is not None:
+        m[F.CLASS] = int(authority)
+    pred = sorted(set(pred))
+    if pred or kind == Kind.DEL:
+        m[F.PRED] = pred
+    sources = sorted(set(sources))
+    if sources:
+        m[F.SOURCES] = sources
+    if erase is not None:
+        m[F.ERASE] = erase
+    if target is not None:
+        m[F.TARGET] = target
+    if meta:
+        m[F.META] = dict(meta)
+    if body is not None:
+        m[F.BODY] = body
+    m[F.TS] = int(time.time()) if ts is None else ts
+    if type is not None:
+        check_type_name(type)
+        m[F.TYPE] = type
+    if extra:
+        m.update(extra)
+    if signers:
+        message = signing_message(CONTROL_SIG_LABEL, m, F.SIGS)
+        m[F.SIGS] = [[ids.writer_id(s.alg, s.public), s.alg, s.sign(message)] for s in signers]
+    raw = encoding.encode(m)
+    if len(raw) > RECORD_MAX_BYTES:
+        raise LimitExceeded(
+            f"this record is {len(raw)} bytes; VMEM records are limited to {RECORD_MAX_BYTES} bytes. "
+            "Split the text or store a large file as several attachments."
+        )
+    _check_fields(m)
+    return raw
+
+
+def verify_inner_signatures(
+    record: Record, lookup: Callable[[bytes], bytes | None]
+) -> tuple[list[bytes], list[bytes]]:
+    """Check a control record's (or CONFIRM's) inner signatures.
+
+    ``lookup(writer_id)`` returns the Ed25519 public key of a known signer or None.  Returns the
+    writer ids whose signatures verified and those that were unknown; a signature that is present
+    but wrong raises DamagedFile (it can only come from tampering or a bug).
+    """
+    message = signing_message(CONTROL_SIG_LABEL, record.fields, F.SIGS)
+    good: list[bytes] = []
+    unknown: list[bytes] = []
+    for wid, alg, sig in record.sigs:
+        pk = lookup(wid)
+        if pk is None:
+            unknown.append(wid)
+            continue
+        if ids.writer_id(alg, pk) != wid or not verify_signature(alg, pk, message, sig):
+            raise DamagedFile(f"record {record.id.hex()[:12]} carries a signature that does not verify")
+        good.append(wid)
+    return good, unknown
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    vault_id: bytes
+    compartment_id: bytes
+    writer_id: bytes
+    seq: int
+    prev: bytes | None
+    deps: tuple[bytes, ...]
+    frontier: dict[bytes, int] = field(hash=False)
+    records: tuple[bytes, ...]
+    ts: int
+    sig_algs: tuple[int, ...] = (SIG_ED25519,)
+
+    def to_map(self) -> dict[int, Any]:
+        return {
+            H.V: 1,
+            H.VAULT: self.vault_id,
+            H.COMPARTMENT: self.compartment_id,
+            H.WRITER: self.writer_id,
+            H.SEQ: self.seq,
+            H.PREV: self.prev,
+            H.DEPS: list(self.deps),
+            H.FRONTIER: dict(self.frontier),
+            H.RECORDS: list(self.records),
+            H.TS: self.ts,
+            H.SIG_ALGS: list(self.sig_algs),
+        }
+
+    def encode(self) -> bytes:
+        return encoding.encode(self.to_map())
+
+
+def _header_from_map(m: Any) -> BatchHeader:
+    if not isinstance(m, dict) or m.get(H.V) != 1:
+        raise CanonicalError("batch header must be a map with version 1")
+
+    def need(key: int, typ: type, what: str) -> Any:
+        v = m.get(key)
+        if type(v) is not typ:
+            raise CanonicalError(f"batch header field {what} is missing or has the wrong type")
+        return v
+
+    vault = need(H.VAULT, bytes, "vault_id")
+    comp = need(H.COMPARTMENT, bytes, "compartment_id")
+    writer = need(H.WRITER, bytes, "writer_id")
+    seq = need(H.SEQ, int, "seq")
+    if len(vault) != 32 or len(comp) != 16 or len(writer) != 32 or not 1 <= seq < 2**63:
+        raise CanonicalError("batch header ids or seq are malformed")
+    prev = m.get(H.PREV)
+    if seq == 1:
+        if prev is not None:
+            raise CanonicalError("the first batch of a writer (seq 1) must have prev = null")
+    elif not isinstance(prev, bytes) or len(prev) != 32:
+        raise CanonicalError("a batch with seq > 1 must name its prev batch")
+    deps = _id_list(need(H.DEPS, list, "deps"), "deps", sorted_unique=True)
+    if len(deps) > MAX_DEPS:
+        raise CanonicalError(f"a batch names more than {MAX_DEPS} deps")
+    frontier = need(H.FRONTIER, dict, "frontier")
+    if len(frontier) > MAX_FRONTIER:
+        raise CanonicalError(f"a batch frontier lists more than {MAX_FRONTIER} writers")
+    for w, s in frontier.items():
+        if not isinstance(w, bytes) or len(w) != 32 or type(s) is not int or s < 0:
+            raise CanonicalError("frontier entries are writer_id -> seq")
+    if frontier.get(writer) != seq - 1:
+        raise CanonicalError("a batch frontier must list its own writer at seq - 1")
+    records = need(H.RECORDS, list, "records")
+    if not 0 < len(records) <= BATCH_MAX_RECORDS:
+        raise CanonicalError(f"a batch lists 1 to {BATCH_MAX_RECORDS} records")
+    _id_list(records, "records", sorted_unique=False)
+    if len(set(records)) != len(records):
+        raise CanonicalError("a batch lists the same record twice")
+    ts = need(H.TS, int, "ts")
+    algs = need(H.SIG_ALGS, list, "sig_algs")
+    if not algs or any(type(a) is not int for a in algs):
+        raise CanonicalError("sig_algs must list algorithm ids")
+    return BatchHeader(vault, comp, writer, seq, prev, tuple(deps), frontier, tuple(records), ts, tuple(algs))
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """A decoded batch.  ``records[i]`` is None where erasure removed the record's bytes."""
+
+    id: bytes
+    header_bytes: bytes
+    header: BatchHeader
+    sigs: tuple[tuple[int, bytes], ...]
+    records: tuple[bytes | None, ...]
+
+    def to_cbor(self) -> list[Any]:
+        return [self.header_bytes, [list(s) for s in self.sigs], list(self.records)]
+
+
+BATCH_SIG_LABEL = "vmem/v1/batch-sig"
+
+
+def batch_signing_message(batch_id: bytes) -> bytes:
+    return labelled(BATCH_SIG_LABEL, batch_id)
+
+
+def make_batch(header: BatchHeader, records: Sequence[bytes], signer: SigningKey) -> Batch:
+    header_bytes = header.encode()
+    bid = ids.batch_id(header_bytes)
+    sig = signer.sign(batch_signing_message(bid))
+    batch = Batch(bid, header_bytes, header, ((signer.alg, sig),), tuple(records))
+    size = len(encoding.encode(batch.to_cbor()))
+    if size > BATCH_MAX_BYTES:
+        raise LimitExceeded(f"this batch is {size} bytes; a batch is limited to {BATCH_MAX_BYTES} bytes")
+    return batch
+
+
+def batch_from_cbor(item: Any) -> Batch:
+    """Check a batch's structure (not its signature, which needs the roster)."""
+    if not isinstance(item, list) or len(item) != 3:
+        raise CanonicalError("a batch is [header, sigs, records]")
+    header_bytes, sigs, records = item
+    if not isinstance(header_bytes, bytes) or not isinstance(sigs, list) or not isinstance(records, list):
+        raise CanonicalError("a batch is [header bytes, sigs, records]")
+    header = _header_from_map(encoding.decode(header_bytes, "batch header"))
+    if len(records) != len(header.records):
+        raise CanonicalError("a batch carries a different number of records than its header lists")
+    if not sigs or len(sigs) > 4:
+        raise CanonicalError("a batch carries 1 to 4 signatures")
+    parsed_sigs = []
+    for s in sigs:
+        if not isinstance(s, list) or len(s) != 2 or type(s[0]) is not int or not isinstance(s[1], bytes):
+            raise CanonicalError("a batch signature is [alg, signature]")
+        parsed_sigs.append((s[0], s[1]))
+    for r in records:
+        if r is not None and not isinstance(r, bytes):
+            raise CanonicalError("batch records are byte strings or null")
+    return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple(parsed_sigs), tuple(records))
+
+
+def verify_batch_signature(batch: Batch, public: bytes, algs: Sequence[int] = (SIG_ED25519,)) -> bool:
+    """Every algorithm the writer's certificate lists must be present and valid (no stripping)."""
+    if tuple(batch.header.sig_algs) != tuple(algs):
+        return False
+    if ids.writer_id(algs[0], public) != batch.header.writer_id:
+        return False
+    have = dict(batch.sigs)
+    message = batch_signing_message(batch.id)
+    return all(a in have and verify_signature(a, public, message, have[a]) for a in algs)

@@ -1,0 +1,664 @@
+"""The materialised state: what a vault means, computed from its verified batches (spec §19).
+
+Everything here is derived and disposable: it is rebuilt from the vault's files whenever the cache
+is missing or doubtful.  It lives in one SQLite database (in memory, serialised into the encrypted
+cache by :mod:`camillo.cache`) so that a million records need not be Python objects at once.
+
+What it computes, with the rules of spec §19:
+
+* **record validity**: a record counts only when its batch was accepted by the causal log and the
+  record itself obeys the authority rules (author is the batch writer; ``user`` class only from the
+  owner's devices; an agent never above its grant's maximum; an appender only in its own key
+  namespace; ``pred`` only inside the record's causal past; a derived record never above its
+  sources' effective class);
+* **effective class**: the claimed class, raised to ``user`` by a valid CONFIRM;
+* **facts** per (compartment, key): the live set after supersession, and from it the status
+  ``ok``, ``conflict`` (several concurrent PUTs; the preferred candidate has the highest effective
+  class, then the smallest record id), ``deleted`` (a live DEL wins over concurrent edits, which are
+  reported as discarded) or ``pending`` (an unconfirmed inference or a non-user instruction or
+  preference, waiting in the inbox);
+* **the timeline**: conversations, messages and other records, minus what a DEL hid or erasure removed;
+* **search**: SQLite FTS5 over the visible text (query language in :mod:`camillo.search`).
+
+Confined to the thread that owns the vault (SQLite connections are not shared).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import encoding
+from .control import BatchView, Level, Roster
+from .credentials import CredentialKind
+from .log import CausalLog, precedes
+from .records import BINDING_TYPES, Authority, F, Kind, Record, verify_inner_signatures
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records(
+  rowid INTEGER PRIMARY KEY,
+  id BLOB UNIQUE NOT NULL,
+  batch BLOB NOT NULL,
+  idx INTEGER NOT NULL,
+  compartment BLOB NOT NULL,
+  writer BLOB NOT NULL,
+  author BLOB,
+  kind INTEGER,
+  type TEXT,
+  key TEXT,
+  class INTEGER,
+  effective INTEGER,
+  ts INTEGER,
+  conversation TEXT,
+  role TEXT,
+  text TEXT,
+  raw BLOB,
+  has_refs INTEGER NOT NULL DEFAULT 0,
+  valid INTEGER NOT NULL DEFAULT 0,
+  reason TEXT,
+  hidden INTEGER NOT NULL DEFAULT 0,
+  erased INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
+CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_time ON records(ts, id);
+CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
+CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
+CREATE INDEX IF NOT EXISTS refs_record ON refs(record);
+CREATE TABLE IF NOT EXISTS facts(
+  compartment BLOB NOT NULL,
+  key TEXT NOT NULL,
+  status TEXT NOT NULL,
+  current BLOB,
+  candidates BLOB,
+  discarded BLOB,
+  history BLOB,
+  PRIMARY KEY(compartment, key)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+"""
+
+REF_PRED = 1
+REF_SOURCE = 2
+REF_TARGET = 3
+
+
+def value_text(value: Any) -> str:
+    """A plain-text rendering of a record value for lists and search."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        return value["text"]
+    return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=True)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"bytes": v.hex()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """One record as the views, the CLI and the MCP server show it."""
+
+    id: bytes
+    kind: int
+    kind_name: str
+    type: str | None
+    compartment_id: bytes
+    compartment: str
+    writer_id: bytes
+    writer: str
+    writer_kind: str
+    ts: int | None
+    key: str | None
+    value: Any
+    text: str
+    conversation: str | None
+    role: str | None
+    claimed_class: int | None
+    effective_class: int | None
+    sources: tuple[bytes, ...]
+    pred: tuple[bytes, ...]
+    target: bytes | None
+    meta: dict[str, Any]
+    batch_id: bytes
+    verified: str  # "signature", "compaction" (accepted on a COMPACTION signature)
+    valid: bool
+    reason: str | None
+    hidden: bool
+    erased: bool
+    unknown_fields: tuple[int, ...] = ()
+
+    @property
+    def class_label(self) -> str:
+        return Authority(self.claimed_class).label if self.claimed_class is not None else "-"
+
+    @property
+    def effective_label(self) -> str:
+        return Authority(self.effective_class).label if self.effective_class is not None else "-"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id.hex(),
+            "kind": self.kind_name,
+            "type": self.type,
+            "compartment": self.compartment,
+            "class": self.class_label if self.claimed_class is not None else None,
+            "effective_class": self.effective_label if self.effective_class is not None else None,
+            "writer": self.writer_id.hex(),
+            "writer_name": self.writer,
+            "writer_kind": self.writer_kind,
+            "ts": self.ts,
+            "batch": self.batch_id.hex(),
+            "verified": self.verified,
+        }
+        if self.key is not None:
+            out["key"] = self.key
+        if self.value is not None:
+            out["value"] = _jsonable(self.value)
+        if self.text:
+            out["text"] = self.text
+        if self.conversation is not None:
+            out["conversation"] = self.conversation
+        if self.role is not None:
+            out["role"] = self.role
+        if self.sources:
+            out["sources"] = [s.hex() for s in self.sources]
+        if self.pred:
+            out["pred"] = [p.hex() for p in self.pred]
+        if self.target:
+            out["target"] = self.target.hex()
+        if self.meta:
+            out["meta"] = _jsonable(self.meta)
+        if not self.valid:
+            out["rejected"] = self.reason
+        if self.hidden:
+            out["hidden"] = True
+        if self.unknown_fields:
+            out["unknown_fields"] = list(self.unknown_fields)
+        return out
+
+
+@dataclass(frozen=True)
+class FactView:
+    compartment: str
+    compartment_id: bytes
+    key: str
+    status: str  # ok | conflict | deleted | pending
+    current: RecordView | None
+    candidates: tuple[RecordView, ...]
+    discarded: tuple[RecordView, ...]
+    history: tuple[RecordView, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        cur = self.current
+        return {
+            "key": self.key,
+            "compartment": self.compartment,
+            "value": _jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
+            "type": cur.type if cur else None,
+            "class": cur.class_label if cur and cur.claimed_class is not None else None,
+            "effective_class": cur.effective_label if cur and cur.effective_class is not None else None,
+            "status": self.status,
+            "record": cur.id.hex() if cur else None,
+            "writer": cur.writer if cur else None,
+            "history": [r.id.hex() for r in self.history],
+            "candidates": [r.id.hex() for r in self.candidates] if self.status == "conflict" else [],
+            "discarded": [r.id.hex() for r in self.discarded],
+        }
+
+
+@dataclass
+class _Row:
+    id: bytes
+    batch: bytes
+    idx: int
+    compartment: bytes
+    writer: bytes
+    record: Record | None
+
+
+@dataclass
+class MaterializeResult:
+    keys: set[tuple[bytes, str]] = field(default_factory=set)
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+class State:
+    def __init__(self, db: sqlite3.Connection | None = None) -> None:
+        self.db = db or sqlite3.connect(":memory:")
+        self.db.executescript(SCHEMA)
+        self._roster: Roster | None = None
+        self._views: dict[bytes, BatchView] = {}
+
+    # ------------------------------------------------------------------------------- ingest
+
+    def stage(self, view: BatchView, records: list[Record | None]) -> None:
+        """Store a newly decrypted batch's records (not yet counted: materialize decides)."""
+        rows = []
+        refs = []
+        texts = []
+        h = view.header
+        for idx, rec in enumerate(records):
+            rid = h.records[idx]
+            if rec is None:
+                rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, None, None, None, None, None,
+                             None, None, None, None, None, None, 0, 1))
+                continue
+            value = rec.value
+            conversation = role = None
+            if isinstance(value, dict):
+                c = value.get("conversation")
+                conversation = c if isinstance(c, str) else None
+                r = value.get("role")
+                role = r if isinstance(r, str) else None
+            text = value_text(value) if rec.kind in (Kind.PUT, Kind.NOTE) else ""
+            if isinstance(value, dict) and rec.type == "conversation" and isinstance(value.get("title"), str):
+                text = value["title"]
+            has_refs = int(bool(rec.pred or rec.sources or rec.target))
+            rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, rec.author, rec.kind, rec.type, rec.key,
+                         rec.authority, rec.authority, rec.ts, conversation, role, text, rec.raw, has_refs, 0))
+            for p in rec.pred:
+                refs.append((rid, p, REF_PRED))
+            for s in rec.sources:
+                refs.append((rid, s, REF_SOURCE))
+            if rec.target:
+                refs.append((rid, rec.target, REF_TARGET))
+            if rec.kind in (Kind.PUT, Kind.NOTE):
+                texts.append((rid, " ".join(x for x in (text, rec.key or "", rec.type or "") if x)))
+        self.db.executemany(
+            "INSERT OR IGNORE INTO records(id,batch,idx,compartment,writer,author,kind,type,key,class,effective,ts,"
+            "conversation,role,text,raw,has_refs,erased) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+        self.db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
+        if texts:
+            self.db.executemany(
+                "INSERT INTO search(rowid, body) SELECT rowid, ? FROM records WHERE id = ?",
+                [(t, rid) for rid, t in texts],
+            )
+
+    def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
+        """Remove batches (erasure re-encrypts them; the new copies are staged again)."""
+        for bid in batch_ids:
+            rows = self.db.execute("SELECT rowid, id FROM records WHERE batch = ?", (bid,)).fetchall()
+            for rowid, rid in rows:
+                self.db.execute("DELETE FROM search WHERE rowid = ?", (rowid,))
+                self.db.execute("DELETE FROM refs WHERE record = ?", (rid,))
+            self.db.execute("DELETE FROM records WHERE batch = ?", (bid,))
+
+    # ------------------------------------------------------------------------------- materialize
+
+    def _record(self, raw: bytes | None) -> Record | None:
+        if raw is None:
+            return None
+        from .records import decode_record
+
+        return decode_record(raw)
+
+    def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView]) -> MaterializeResult:
+        """Recompute validity, effective classes, hidden records and facts."""
+        self._roster = roster
+        self._views = views
+        result = MaterializeResult()
+        db = self.db
+        accepted = log.accepted
+        erased_targets: set[bytes] = set()
+        for e in roster.erasures.values():
+            erased_targets |= e.targets
+
+        # 1. Static validity of every record: batch accepted and authority rules that need only
+        #    the record and its writer.
+        updates = []
+        for rid, batch, writer, author, kind, klass, key, raw, erased in db.execute(
+            "SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records"
+        ):
+            if batch not in accepted:
+                updates.append((0, "its batch is not accepted", klass, rid))
+                continue
+            if erased:
+                ok = rid in erased_targets
+                updates.append((0, "erased" if ok else "removed without an erasure record", None, rid))
+                if not ok:
+                    result.problems.append(("damaged", views[batch].segment,
+                                            f"record {rid.hex()[:12]} is missing but no erasure names it"))
+                continue
+            reason = self._static_check(roster, views[batch], writer, author, kind, klass, key, raw)
+            updates.append((0 if reason else 1, reason, klass, rid))
+        db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", updates)
+
+        # 2. References: pred inside the causal past, CONFIRM targets, sources (iterated, because
+        #    a CONFIRM can raise a source and a rejection can lower one).
+        self._check_references(views)
+        # 3. Hidden NOTE records (a DEL without key names them in pred).
+        db.execute("UPDATE records SET hidden = 0")
+        db.execute(
+            "UPDATE records SET hidden = 1 WHERE id IN (SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
+            "WHERE refs.how = ? AND d.kind = ? AND d.key IS NULL AND d.valid = 1)",
+            (REF_PRED, Kind.DEL),
+        )
+        # 4. Facts.
+        result.keys = self._compute_facts(views)
+        return result
+
+    def _static_check(self, roster: Roster, view: BatchView, writer: bytes, author: bytes | None, kind: int | None,
+                      klass: int | None, key: str | None, raw: bytes | None) -> str | None:
+        if kind is None:
+            return None
+        if kind >= 16:
+            return None  # control records: the roster decided what they mean
+        if author != writer:
+            return "its author is not the writer who signed the batch"
+        p = roster.principals.get(writer)
+        if p is None:
+            return "its writer is unknown"
+        is_device = p.kind == CredentialKind.DEVICE
+        if kind == Kind.CONFIRM:
+            if not is_device:
+                return "only the owner's devices can confirm"
+            rec = self._record(raw)
+            try:
+                good, _ = verify_inner_signatures(rec, lambda w: roster.signer_public(w) if roster.is_owner(w) else None)
+            except Exception:
+                return "its signature does not verify"
+            if writer not in good:
+                return "it is not signed by its author"
+            return None
+        if klass is not None and klass == Authority.USER and not is_device:
+            return f"it claims user authority but was written by {roster.writer_name(writer)}"
+        if p.grant is not None:
+            if klass is not None and klass > p.grant.max_class:
+                return (f"it claims {Authority(klass).label} authority, above the maximum "
+                        f"({p.grant.max_class.label}) of the grant of agent {p.grant.agent}")
+            level = p.grant.scopes.get(view.header.compartment_id)
+            if level == Level.APPEND and kind in (Kind.PUT, Kind.DEL) and key is not None:
+                prefix = f"append/{p.grant.grant_id.hex()}/"
+                if not key.startswith(prefix):
+                    return f"an append grant may only write keys under {prefix}"
+        return None
+
+    def _check_references(self, views: dict[bytes, BatchView]) -> None:
+        db = self.db
+        rows = db.execute(
+            "SELECT id, batch, idx, kind, class, key, compartment, writer FROM records WHERE has_refs = 1 AND valid = 1"
+        ).fetchall()
+        if not rows:
+            return
+        info: dict[bytes, tuple] = {}
+        for rid, batch, idx, kind, klass, key, comp, writer in db.execute(
+            "SELECT id, batch, idx, kind, class, key, compartment, writer FROM records WHERE id IN "
+            "(SELECT ref FROM refs) OR has_refs = 1"
+        ):
+            info[rid] = (batch, idx, kind, klass, key, comp, writer)
+        refs: dict[bytes, list[tuple[bytes, int]]] = defaultdict(list)
+        for rec, ref, how in db.execute("SELECT record, ref, how FROM refs"):
+            refs[rec].append((ref, how))
+
+        def precedes_rec(a: bytes, b: bytes) -> bool:
+            ba, ia = info[a][0], info[a][1]
+            bb, ib = info[b][0], info[b][1]
+            if ba == bb:
+                return ia < ib
+            va, vb = views.get(ba), views.get(bb)
+            return va is not None and vb is not None and precedes(va, vb)
+
+        roster = self._roster
+        assert roster is not None
+        invalid: dict[bytes, str] = {}
+        # pred and CONFIRM rules do not depend on classes.
+        for rid, batch, idx, kind, klass, key, comp, writer in rows:
+            for ref, how in refs[rid]:
+                if how == REF_PRED:
+                    if ref not in info:
+                        invalid[rid] = f"it supersedes record {ref.hex()[:12]}, which this copy does not have"
+                        break
+                    rb, ri, rkind, rklass, rkey, rcomp, rwriter = info[ref]
+                    if rcomp != comp or (key is not None and rkey != key):
+                        invalid[rid] = f"it supersedes record {ref.hex()[:12]} of another key or compartment"
+                        break
+                    if not precedes_rec(ref, rid):
+                        invalid[rid] = (f"it supersedes record {ref.hex()[:12]}, which its writer could not "
+                                        "have seen (not in its causal past)")
+                        break
+                    p = roster.principals.get(writer)
+                    if p is not None and p.grant is not None and p.grant.scopes.get(comp) == Level.APPEND and rwriter != writer:
+                        invalid[rid] = "an append grant may only supersede its own records"
+                        break
+                elif how == REF_TARGET and ref not in info:
+                    invalid[rid] = f"it confirms record {ref.hex()[:12]}, which this copy does not have"
+        # effective classes and sources, to a fixpoint
+        valid_now = {rid for rid, *_ in rows if rid not in invalid}
+        while True:
+            effective: dict[bytes, int | None] = {}
+            for rec_id, ref, how in db.execute("SELECT record, ref, how FROM refs WHERE how = ?", (REF_TARGET,)):
+                if rec_id in valid_now and ref in info:
+                    effective[ref] = Authority.USER
+            changed = False
+            for rid, batch, idx, kind, klass, key, comp, writer in rows:
+                if rid in invalid or klass is None:
+                    continue
+                sources = [ref for ref, how in refs[rid] if how == REF_SOURCE]
+                if not sources:
+                    continue
+                floor = min(self._effective_of(s, info, effective, valid_now) for s in sources)
+                if klass > floor:
+                    invalid[rid] = (f"it claims {Authority(klass).label} authority, above its sources "
+                                    f"({Authority(floor).label})")
+                    valid_now.discard(rid)
+                    changed = True
+            if not changed:
+                break
+        db.executemany("UPDATE records SET valid = 0, reason = ? WHERE id = ?", [(r, i) for i, r in invalid.items()])
+        db.executemany("UPDATE records SET effective = ? WHERE id = ?", [(e, i) for i, e in effective.items()])
+
+    def _effective_of(self, rid: bytes, info: dict, effective: dict, valid_now: set) -> int:
+        if rid in effective:
+            return effective[rid]
+        row = self.db.execute("SELECT class, valid, has_refs FROM records WHERE id = ?", (rid,)).fetchone()
+        if row is None or row[0] is None or not row[1]:
+            return Authority.EXTERNAL
+        if row[2] and rid not in valid_now:
+            return Authority.EXTERNAL
+        return row[0]
+
+    def _compute_facts(self, views: dict[bytes, BatchView]) -> set[tuple[bytes, str]]:
+        db = self.db
+        by_key: dict[tuple[bytes, str], list[tuple]] = defaultdict(list)
+        rows = db.execute(
+            "SELECT compartment, key, id, batch, idx, kind, effective, type, class FROM records "
+            "WHERE key IS NOT NULL AND valid = 1 AND kind IN (?, ?)",
+            (Kind.PUT, Kind.DEL),
+        ).fetchall()
+        for comp, key, rid, batch, idx, kind, eff, typ, klass in rows:
+            by_key[(comp, key)].append((rid, batch, idx, kind, eff, typ, klass))
+        preds: dict[bytes, set[bytes]] = defaultdict(set)
+        for rec, ref in db.execute("SELECT record, ref FROM refs WHERE how = ?", (REF_PRED,)):
+            preds[rec].add(ref)
+        db.execute("DELETE FROM facts")
+        out = []
+        for (comp, key), recs in by_key.items():
+            def supersedes(s: tuple, r: tuple) -> bool:
+                if s[0] == r[0]:
+                    return False
+                if r[0] in preds.get(s[0], ()):
+                    return True
+                if s[1] == r[1]:
+                    return r[2] < s[2]
+                vs, vr = views.get(s[1]), views.get(r[1])
+                return vr is not None and vs is not None and precedes(vr, vs)
+
+            live = [r for r in recs if not any(supersedes(s, r) for s in recs)]
+            dels = [r for r in live if r[3] == Kind.DEL]
+            puts = [r for r in live if r[3] == Kind.PUT]
+            discarded: list[bytes] = []
+            if dels:
+                status = "deleted"
+                current = min(dels, key=lambda r: r[0])[0]
+                discarded = sorted(r[0] for r in puts)
+                candidates: list[bytes] = []
+            elif len(puts) > 1:
+                status = "conflict"
+                best = sorted(puts, key=lambda r: (-(r[4] if r[4] is not None else 0), r[0]))
+                current = best[0][0]
+                candidates = [r[0] for r in best]
+            elif puts:
+                r = puts[0]
+                current = r[0]
+                candidates = []
+                eff = r[4] if r[4] is not None else 0
+                status = "pending" if eff < Authority.USER and (r[5] in BINDING_TYPES or (r[6] or 0) <= Authority.INFERRED) else "ok"
+            else:
+                continue
+            history = [r[0] for r in sorted(recs, key=lambda r: self._order_key(r, views))]
+            out.append((comp, key, status, current, encoding.encode(candidates), encoding.encode(discarded),
+                        encoding.encode(history)))
+        db.executemany(
+            "INSERT INTO facts(compartment, key, status, current, candidates, discarded, history) VALUES(?,?,?,?,?,?,?)",
+            out,
+        )
+        return set(by_key)
+
+    @staticmethod
+    def _order_key(r: tuple, views: dict[bytes, BatchView]) -> tuple:
+        v = views.get(r[1])
+        ts = v.header.ts if v else 0
+        return (sum(v.header.frontier.values()) + v.header.seq if v else 0, ts, r[2], r[0])
+
+    # ------------------------------------------------------------------------------- queries
+
+    _COLUMNS = "id, batch, compartment, writer, raw, valid, reason, hidden, erased, effective, kind"
+
+    def _view(self, row: tuple) -> RecordView | None:
+        rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind = row
+        roster = self._roster
+        assert roster is not None
+        rec = self._record(raw) if raw is not None else None
+        bview = self._views.get(batch)
+        p = roster.principals.get(writer)
+        writer_kind = "agent" if p is not None and p.grant else (p.kind.label if p else "unknown")
+        if rec is None:
+            return RecordView(rid, 0, "ERASED", None, comp, roster.compartment_name(comp), writer,
+                              roster.writer_name(writer), writer_kind, None, None, None, "", None, None, None, None,
+                              (), (), None, {}, batch, "signature", False, reason, bool(hidden), True)
+        value = rec.value
+        conversation = role = None
+        if isinstance(value, dict):
+            conversation = value.get("conversation") if isinstance(value.get("conversation"), str) else None
+            role = value.get("role") if isinstance(value.get("role"), str) else None
+        text = value_text(value) if rec.kind in (Kind.PUT, Kind.NOTE) else ""
+        if rec.type == "conversation" and isinstance(value, dict) and isinstance(value.get("title"), str):
+            text = value["title"]
+        known = {F.V, F.KIND, F.AUTHOR, F.SALT, F.KEY, F.VALUE, F.CLASS, F.PRED, F.SOURCES, F.ERASE, F.TARGET,
+                 F.META, F.BODY, F.SIGS, F.TS, F.TYPE}
+        unknown = tuple(sorted(k for k in rec.fields if k not in known))
+        return RecordView(
+            id=rid, kind=rec.kind, kind_name=rec.kind_name, type=rec.type, compartment_id=comp,
+            compartment=roster.compartment_name(comp), writer_id=writer, writer=roster.writer_name(writer),
+            writer_kind=writer_kind, ts=rec.ts, key=rec.key, value=value, text=text,
+            conversation=conversation, role=role, claimed_class=rec.authority, effective_class=effective,
+            sources=tuple(rec.sources), pred=tuple(rec.pred), target=rec.target, meta=dict(rec.meta),
+            batch_id=batch, verified="compaction" if bview is not None and bview.vouched else "signature",
+            valid=bool(valid), reason=reason, hidden=bool(hidden), erased=bool(erased), unknown_fields=unknown,
+        )
+
+    def record(self, rid: bytes) -> RecordView | None:
+        row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
+        return self._view(row) if row else None
+
+    def records(self, ids: Iterable[bytes]) -> list[RecordView]:
+        out = []
+        for rid in ids:
+            v = self.record(rid)
+            if v is not None:
+                out.append(v)
+        return out
+
+    def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
+                     conversation: str | None = None) -> list[bytes]:
+        """Ids of the timeline in order (time, then id): what the lazy table model pages through."""
+        where = ["valid = 1", "kind IN (1, 3)"]
+        args: list[Any] = []
+        if not include_hidden:
+            where.append("hidden = 0")
+        if compartments is not None:
+            comps = list(compartments)
+            where.append(f"compartment IN ({','.join('?' * len(comps))})")
+            args += comps
+        if conversation is not None:
+            where.append("conversation = ?")
+            args.append(conversation)
+        sql = f"SELECT id FROM records WHERE {' AND '.join(where)} ORDER BY ts, id"
+        return [r[0] for r in self.db.execute(sql, args)]
+
+    def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
+        ids = self.timeline_ids(**filters)
+        end = None if limit is None else offset + limit
+        return self.records(ids[offset:end])
+
+    def all_records(self) -> list[RecordView]:
+        rows = self.db.execute(f"SELECT {self._COLUMNS} FROM records ORDER BY ts, id").fetchall()
+        return [v for v in (self._view(r) for r in rows) if v is not None]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM records WHERE valid = 1").fetchone()[0]
+
+    def fact(self, compartment_id: bytes, key: str) -> FactView | None:
+        row = self.db.execute(
+            "SELECT status, current, candidates, discarded, history FROM facts WHERE compartment = ? AND key = ?",
+            (compartment_id, key),
+        ).fetchone()
+        return self._fact(compartment_id, key, row) if row else None
+
+    def _fact(self, comp: bytes, key: str, row: tuple) -> FactView:
+        status, current, candidates, discarded, history = row
+        roster = self._roster
+        assert roster is not None
+        return FactView(
+            roster.compartment_name(comp), comp, key, status, self.record(current) if current else None,
+            tuple(self.records(encoding.decode(candidates))), tuple(self.records(encoding.decode(discarded))),
+            tuple(self.records(encoding.decode(history))),
+        )
+
+    def facts(self, *, compartments: Iterable[bytes] | None = None, subject: str | None = None,
+              status: str | None = None) -> list[FactView]:
+        where, args = ["1"], []
+        if compartments is not None:
+            comps = list(compartments)
+            where.append(f"compartment IN ({','.join('?' * len(comps))})")
+            args += comps
+        if subject is not None:
+            where.append("key LIKE ? ESCAPE '\\'")
+            args.append(subject.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/%")
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        rows = self.db.execute(
+            f"SELECT compartment, key, status, current, candidates, discarded, history FROM facts "
+            f"WHERE {' AND '.join(where)} ORDER BY key, compartment",
+            args,
+        ).fetchall()
+        return [self._fact(r[0], r[1], r[2:]) for r in rows]
+
+    def dependents(self, rid: bytes) -> list[RecordView]:
+        """Records that cite ``rid`` as a source (provenance, the other way round)."""
+        ids = [r[0] for r in self.db.execute("SELECT record FROM refs WHERE ref = ? AND how = ?", (rid, REF_SOURCE))]
+        return self.records(ids)
+
+    def rejected(self) -> list[RecordView]:
+        rows = self.db.execute(
+            f"SELECT {self._COLUMNS} FROM records WHERE valid = 0 AND erased = 0 AND reason != 'its batch is not accepted'"
+        ).fetchall()
+        return [v for v in (self._view(r) for r in rows) if v is not None]

@@ -1,0 +1,75 @@
+"""Moving a vault as one file: pack a folder into a ``.vmem``, unpack it into a folder.
+
+Packing needs no key: it copies the vault's files (descriptor, slots, envelopes, segments, including
+segments already inside folder packs) into one deterministic pack (:mod:`camillo.packs`), so the
+same vault state always gives the same bytes.  Unpacking writes every entry to its canonical path
+after checking that content-addressed entries hash to their names.
+
+Any thread may call these on paths no open vault is writing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import descriptor
+from .errors import DamagedFile, NotAVault, StorageError
+from .localstate import random_bytes
+from .packs import PackReader, write_pack
+from .storage import FolderShelf, hash_matches, kind_of, open_shelf
+
+
+def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
+    """Write ``out_path`` (a ``.vmem``); return (size, SHA-256)."""
+    shelf = open_shelf(path)
+    try:
+        if not shelf.exists(descriptor.NAME):
+            raise NotAVault(f"{path} is not a VMEM vault (no VMEM descriptor)")
+        descriptor.decode(shelf.read(descriptor.NAME))
+        entries = []
+        for name in shelf.list():
+            if kind_of(name) in ("descriptor", "slot", "envelope", "segment"):
+                data = shelf.read(name)
+                if hash_matches(name, data) is False:
+                    raise DamagedFile(f"{name} does not match its name; run 'camillo verify' before packing", file=name)
+                entries.append((name, data))
+    finally:
+        shelf.close()
+    directory = os.path.dirname(os.path.abspath(out_path))
+    tmp = os.path.join(directory, f".{os.path.basename(out_path)}.{random_bytes(6).hex()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            size, digest = write_pack(entries, fh, complete_vault=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out_path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None
+    return size, digest
+
+
+def unpack_vault(pack_path: str, directory: str) -> int:
+    """Unpack a ``.vmem`` into an empty (or new) folder; return the number of files written."""
+    reader = PackReader(pack_path)
+    try:
+        names = [e.name for e in reader.entries]
+        if descriptor.NAME not in names:
+            raise NotAVault(f"{pack_path} holds no vault descriptor; it is not a complete .vmem")
+        shelf = FolderShelf(directory, create=True)
+        count = 0
+        for name in names:
+            data = reader.read(name)
+            if hash_matches(name, data) is False:
+                raise DamagedFile(f"{os.path.basename(pack_path)}: entry {name} does not match its name", file=name)
+            if name == descriptor.NAME:
+                continue
+            shelf.write(name, data)
+            count += 1
+        shelf.write(descriptor.NAME, reader.read(descriptor.NAME))
+        return count + 1
+    finally:
+        reader.close()

@@ -1,0 +1,1144 @@
+"""The vault facade: the one public way to create, open, read and change a VMEM vault.
+
+The command line, the MCP server and the desktop app all go through :class:`Vault`; none of them
+touches files, keys or records directly.  Every mutation returns a :class:`~camillo.changes.Changes`.
+
+Opening a vault runs the reader pipeline of spec §20:
+
+1. read the descriptor (a hint: the vault id) and the slots;
+2. unlock: derive the credential (Argon2id for a passphrase) and unwrap the master secret from a
+   slot, or use this installation's device key, or an agent grant;
+3. open the envelopes addressed to the owner KEM key (or the grant) to get epoch secrets;
+4. decrypt every segment whose epoch key is known; batches are deduplicated by id;
+5. compute the roster from the control records, starting at the genesis record whose hash must be
+   the vault id; check that the slot used and the unlocking credential are authenticated by it and
+   that every epoch secret matches the commitment in its signed EPOCH record;
+6. build the causal log (forks, gaps, authorisation) and the materialised state.
+
+Threading: a Vault is confined to one thread (the desktop's vault worker).  The desktop installs a
+guard with :func:`set_thread_guard` that raises when a facade method runs on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import descriptor, encoding, envelopes, ids, keychain, keys, segments, slots
+from .changes import Changes
+from .control import BatchView, Roster, build_roster, owner_entry
+from .credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
+from .devicestate import DeviceState, DeviceStateStore
+from .errors import (
+    AccessDenied,
+    DamagedFile,
+    KeychainError,
+    NotAVault,
+    ReadOnlyVault,
+    StorageError,
+    UsageError,
+    VaultError,
+    WriterFrozen,
+    WrongCredential,
+)
+from .localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
+from .log import CausalLog, build_log
+from .primitives import (
+    CryptoFailure,
+    KdfParams,
+    RecipientKey,
+    SecretBytes,
+    new_recovery_phrase,
+    random_bytes,
+)
+from .records import (
+    KEYED_TYPES,
+    Authority,
+    Batch,
+    BatchHeader,
+    Kind,
+    Record,
+    decode_record,
+    encode_record,
+    make_batch,
+)
+from .state import FactView, RecordView, State
+from .storage import FolderShelf, PackShelf, hash_matches, kind_of, open_shelf, segment_name
+
+DEFAULT_COMPARTMENTS = ("personal", "work", "health")
+
+_thread_guard: Callable[[], None] | None = None
+
+
+def set_thread_guard(guard: Callable[[], None] | None) -> None:
+    """Install a check run at the start of every facade call (the desktop asserts it is not on
+    the GUI thread).  Pass None to remove it."""
+    global _thread_guard
+    _thread_guard = guard
+
+
+def _api(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if _thread_guard is not None:
+            _thread_guard()
+        if getattr(self, "_locked", False):
+            raise VaultError("the vault is locked; unlock it again to continue")
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Unlock:
+    """How to open a vault.  Build one with the class methods; the secret is never shown."""
+
+    method: str  # passphrase | recovery | device | grant
+    secret: str | None = field(default=None, repr=False)
+    path: str | None = None
+
+    @classmethod
+    def passphrase(cls, text: str) -> Unlock:
+        return cls("passphrase", text)
+
+    @classmethod
+    def recovery(cls, phrase: str) -> Unlock:
+        return cls("recovery", phrase)
+
+    @classmethod
+    def device(cls) -> Unlock:
+        return cls("device")
+
+    @classmethod
+    def grant(cls, path: str) -> Unlock:
+        return cls("grant", path=path)
+
+
+@dataclass
+class NewRecord:
+    """One record to append, in the terms people and agents use (the CLI's JSON lines).
+
+    ``type`` decides the operation: fact, preference and instruction are keyed PUTs; everything
+    else is a NOTE.  ``authority`` defaults by role: what the user wrote is ``user``, what an
+    assistant wrote is ``inferred``, tool, system and web content is ``external``.
+    """
+
+    type: str
+    key: str | None = None
+    value: Any = None
+    text: str | None = None
+    conversation: str | None = None
+    role: str | None = None
+    title: str | None = None
+    authority: Authority | None = None
+    sources: Sequence[bytes] = ()
+    pred: Sequence[bytes] | None = None
+    meta: dict[str, Any] | None = None
+    ts: int | None = None
+
+    def default_authority(self) -> Authority:
+        if self.authority is not None:
+            return self.authority
+        if self.role in ("assistant", "model", "agent"):
+            return Authority.INFERRED
+        if self.role in ("tool", "system", "web", "function"):
+            return Authority.EXTERNAL
+        return Authority.USER
+
+    @classmethod
+    def from_json(cls, obj: Any) -> NewRecord:
+        """Parse one JSON object of ``camillo add`` (raises UsageError naming the problem)."""
+        if not isinstance(obj, dict):
+            raise UsageError("each line must be a JSON object such as {\"type\": \"message\", \"text\": \"...\"}")
+        typ = obj.get("type")
+        if not isinstance(typ, str):
+            raise UsageError("each record needs a \"type\" (message, conversation, fact, preference, instruction, ...)")
+        known = {"type", "key", "value", "text", "conversation", "role", "title", "class", "sources", "pred",
+                 "meta", "ts"}
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+        klass = obj.get("class")
+        authority = Authority.parse(klass) if klass is not None else None
+
+        def id_list(name: str) -> list[bytes]:
+            v = obj.get(name) or []
+            try:
+                out = [bytes.fromhex(x) for x in v]
+            except (TypeError, ValueError):
+                raise UsageError(f"\"{name}\" must be a list of hex record ids") from None
+            if any(len(x) != 32 for x in out):
+                raise UsageError(f"\"{name}\" must list 64-digit hex record ids")
+            return out
+
+        meta = obj.get("meta")
+        if meta is not None:
+            if not isinstance(meta, dict) or not all(
+                isinstance(v, (str, bool)) or (isinstance(v, int) and v >= 0) for v in meta.values()
+            ):
+                raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
+        ts = obj.get("ts")
+        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
+            raise UsageError("\"ts\" must be a Unix time in seconds")
+        for name in ("text", "conversation", "role", "title", "key"):
+            if obj.get(name) is not None and not isinstance(obj[name], str):
+                raise UsageError(f"\"{name}\" must be text")
+        return cls(
+            type=typ, key=obj.get("key"), value=obj.get("value"), text=obj.get("text"),
+            conversation=obj.get("conversation"), role=obj.get("role"), title=obj.get("title"),
+            authority=authority, sources=id_list("sources"), pred=id_list("pred") if "pred" in obj else None,
+            meta=meta, ts=ts,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    file: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "file": self.file, "message": self.message}
+
+
+def _hostname() -> str:
+    try:
+        return socket.gethostname() or "this computer"
+    except OSError:
+        return "this computer"
+
+
+def _platform() -> str:
+    return f"{platform.system()} {platform.release()}".strip()
+
+
+def _json_to_cbor(v: Any, path: str = "value") -> Any:
+    """JSON values into the CBOR profile (integers only: VMEM has no floats)."""
+    if isinstance(v, float):
+        if v.is_integer():
+            return int(v)
+        raise UsageError(f"{path}: VMEM stores no floating-point numbers; write {v!r} as text")
+    if isinstance(v, list):
+        return [_json_to_cbor(x, path) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json_to_cbor(x, path) for k, x in v.items()}
+    return v
+
+
+class Vault:
+    """An open vault.  Use :meth:`create` or :meth:`open`; close with :meth:`lock`."""
+
+    # ------------------------------------------------------------------------------ construction
+
+    def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes) -> None:
+        self.shelf = shelf
+        self.vault_id = vault_id
+        self.local = VaultLocal(vault_id)
+        self.read_only = not shelf.writable
+        self.unlocked_with = ""  # what the user unlocked with, for status bars
+        self._locked = False
+        self._vms: SecretBytes | None = None
+        self._generation = 0
+        self._owner_kem: RecipientKey | None = None
+        self._unlocking: Credential | None = None
+        self._unlock_slot: slots.SlotHeader | None = None
+        self.actor: Credential | None = None  # who writes: this installation's device, or a grant
+        self._grant_info: Any = None
+        self._epoch_secrets: dict[tuple[bytes, bytes], SecretBytes] = {}
+        self._epoch_keys: dict[tuple[bytes, bytes], RecipientKey] = {}
+        self._epoch_publics: dict[tuple[bytes, bytes], bytes] = {}
+        self._envelope_sources: dict[tuple[bytes, bytes], envelopes.EnvelopePayload] = {}
+        self._seen_envelopes: set[str] = set()
+        self.views: dict[bytes, BatchView] = {}
+        self._segment_batches: dict[str, list[bytes]] = {}
+        self._segment_problems: dict[str, Problem] = {}
+        self._unreadable: dict[str, tuple[bytes, bytes]] = {}
+        self.roster = Roster(vault_id)
+        self.log = CausalLog()
+        self.state = State()
+        self._state_store: DeviceStateStore | None = None
+        self.device_state = DeviceState()
+        self._materialize_problems: list[tuple[str, str, str]] = []
+        self.decryptions = 0  # segments decrypted by this object (tests count warm opens with it)
+
+    def __repr__(self) -> str:
+        return f"Vault({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
+
+    @classmethod
+    def create(
+        cls,
+        path: str,
+        passphrase: str,
+        *,
+        compartments: Sequence[str] = DEFAULT_COMPARTMENTS,
+        device_name: str | None = None,
+        kdf: tuple[int, int, int] | None = None,
+    ) -> tuple[Vault, str]:
+        """Create a vault in an empty folder.  Returns the open vault and the recovery phrase,
+        which is shown to the user once and never stored."""
+        names = [c.strip() for c in compartments]
+        if not names or len(set(names)) != len(names) or any(not n or n == "control" for n in names):
+            raise UsageError("compartment names must be distinct, non-empty and not 'control'")
+        if len(passphrase) < 1:
+            raise UsageError("the passphrase is empty")
+        shelf = FolderShelf(path, create=True)
+        phrase = new_recovery_phrase()
+        device = Credential.generate(CredentialKind.DEVICE)
+        pw = from_passphrase(passphrase, KdfParams.fresh(kdf))
+        recovery = from_recovery_phrase(phrase)
+        device_name = device_name or _hostname()
+        control_id = ids.new_random_id()
+        comp_ids = {name: ids.new_random_id() for name in names}
+        now = int(time.time())
+        owners = [
+            owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, device_name, _platform()),
+            owner_entry(CredentialKind.PASSPHRASE, pw.signer.public, pw.recipient.public, "passphrase", ""),
+            owner_entry(CredentialKind.RECOVERY, recovery.signer.public, recovery.recipient.public, "recovery phrase", ""),
+        ]
+        genesis = encode_record(
+            Kind.GENESIS,
+            device.writer_id,
+            body={0: 1, 1: control_id, 2: sorted([cid, n] for n, cid in comp_ids.items()), 3: owners, 4: now},
+            signers=[device.signer, pw.signer, recovery.signer],
+            ts=now,
+        )
+        vault_id = ids.vault_id(genesis)
+        vms = random_bytes(32)
+        owner_kem = keys.owner_kem(vms, vault_id, 1)
+        files: list[tuple[str, bytes]] = []
+        epoch_records: dict[bytes, bytes] = {}
+        epoch_keys: dict[bytes, tuple[bytes, bytes]] = {}
+        for cid in [control_id, *comp_ids.values()]:
+            secret = random_bytes(32)
+            eid = ids.new_random_id()
+            epk = keys.epoch_key(secret, vault_id, cid, eid).public
+            epoch_records[cid] = encode_record(
+                Kind.EPOCH, device.writer_id,
+                body={0: cid, 1: eid, 2: None, 3: "genesis", 4: epk, 5: keys.epoch_commit(secret, vault_id, cid, eid)},
+                signers=[device.signer], ts=now,
+            )
+            epoch_keys[cid] = (eid, epk)
+            env = envelopes.build_envelope(
+                vault_id=vault_id, kind=envelopes.EnvelopeKind.EPOCH_SECRET, compartment_id=cid, epoch_id=eid,
+                recipient_public=owner_kem.public, recipient_id=ids.recipient_id(owner_kem.public), key=secret,
+                signer=device.signer, signer_id=device.writer_id,
+            )
+            files.append((envelopes.file_name(env), env))
+        policy = encode_record(Kind.POLICY, device.writer_id, body={0: "enabled", 1: "default", 2: []},
+                               signers=[device.signer], ts=now)
+        for cred, stype, label in (
+            (device, slots.SlotType.DEVICE, device_name),
+            (pw, slots.SlotType.PASSPHRASE, "passphrase"),
+            (recovery, slots.SlotType.RECOVERY, "recovery phrase"),
+        ):
+            sid = ids.new_random_id()
+            files.append((slots.file_name(sid), slots.build_slot(
+                vault_id=vault_id, slot_id=sid, slot_type=stype, generation=1, vms=vms,
+                recipient_public=cred.recipient.public, recipient_id=cred.recipient_id, kdf=cred.kdf, label=label,
+                signer=device.signer, signer_id=device.writer_id,
+            )))
+        first_batches: dict[bytes, Batch] = {}
+        for cid in [control_id, *comp_ids.values()]:
+            recs = [genesis, *(epoch_records.values() if cid == control_id else [epoch_records[cid]]), policy]
+            header = BatchHeader(vault_id, cid, device.writer_id, 1, None, (), {device.writer_id: 0},
+                                 tuple(ids.record_id(r) for r in recs), now)
+            batch = make_batch(header, recs, device.signer)
+            first_batches[cid] = batch
+            eid, epk = epoch_keys[cid]
+            seg = segments.seal_segment(vault_id, cid, eid, epk, segments.encode_payload([batch]))
+            files.append((segment_name(seg), seg))
+        # Local state first (the counters must exist before the segments do), then the vault files,
+        # the descriptor last: a folder without it is an unfinished creation.
+        vault = cls(shelf, vault_id)
+        vault.actor = device
+        vault._vms, vault._generation = SecretBytes(vms), 1
+        vault._register_installation(device, counters={c: (1, b.id) for c, b in first_batches.items()})
+        for name, data in files:
+            shelf.write(name, data)
+        shelf.write(descriptor.NAME, descriptor.Descriptor(vault_id).encode())
+        vault._unlocking = device
+        vault.unlocked_with = "new vault"
+        vault._owner_kem = owner_kem
+        vault._refresh()
+        vault._check_unlocking_credential()
+        return vault, phrase
+
+    @classmethod
+    def open(cls, path: str, unlock: Unlock, *, register: bool = True) -> Vault:
+        """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
+        writer on first use when the folder is writable (spec §12.4)."""
+        if _thread_guard is not None:
+            _thread_guard()
+        shelf = open_shelf(path)
+        try:
+            try:
+                desc = descriptor.decode(shelf.read(descriptor.NAME))
+            except FileNotFoundError:
+                raise NotAVault(
+                    f"{path} is not a VMEM vault (it has no VMEM descriptor file); choose the vault's folder"
+                ) from None
+            vault = cls(shelf, desc.vault_id)
+            if unlock.method == "grant":
+                from .grants import open_with_grant
+
+                open_with_grant(vault, unlock.path or "")
+            else:
+                vault._unlock_user(unlock)
+                if register and shelf.writable and vault.actor is None:
+                    vault._certify_installation()
+            return vault
+        except BaseException:
+            shelf.close()
+            raise
+
+    # ------------------------------------------------------------------------------ unlocking
+
+    def _slot_headers(self) -> list[slots.SlotHeader]:
+        out = []
+        for name in self.shelf.list():
+            if kind_of(name) != "slot":
+                continue
+            try:
+                out.append(slots.read_header(self.shelf.read(name), name))
+            except (DamagedFile, FileNotFoundError, VaultError):
+                continue
+        return out
+
+    def _unlock_user(self, unlock: Unlock) -> None:
+        vid = self.vault_id.hex()[:12]
+        headers = self._slot_headers()
+        if unlock.method == "passphrase":
+            candidates = sorted((h for h in headers if h.type == slots.SlotType.PASSPHRASE),
+                                key=lambda h: -h.generation)
+            if not candidates:
+                raise WrongCredential(f"vault {vid} has no passphrase slot; unlock with the recovery phrase or a device key")
+            derived: dict[KdfParams, Credential] = {}
+            for h in candidates:
+                assert h.kdf is not None
+                cred = derived.get(h.kdf)
+                if cred is None:
+                    cred = derived[h.kdf] = from_passphrase(unlock.secret or "", h.kdf)
+                if self._try_slot(h, cred):
+                    break
+            else:
+                raise WrongCredential(f"wrong passphrase for vault {vid}; nothing was changed. Try again.")
+            self.unlocked_with = "passphrase"
+        elif unlock.method == "recovery":
+            cred = from_recovery_phrase(unlock.secret or "")
+            for h in sorted((h for h in headers if h.type == slots.SlotType.RECOVERY), key=lambda h: -h.generation):
+                if self._try_slot(h, cred):
+                    break
+            else:
+                raise WrongCredential(f"wrong recovery phrase for vault {vid}; nothing was changed. Try again.")
+            self.unlocked_with = "recovery phrase"
+        elif unlock.method == "device":
+            cred = self._load_device_credential()
+            for h in sorted((h for h in headers if h.type == slots.SlotType.DEVICE), key=lambda h: -h.generation):
+                if self._try_slot(h, cred):
+                    break
+            else:
+                raise WrongCredential(
+                    f"this device's key does not open vault {vid} (it may have been revoked); "
+                    "unlock with your passphrase or recovery phrase"
+                )
+            self.actor = cred
+            self.unlocked_with = "device key"
+        else:
+            raise UsageError(f"unknown unlock method {unlock.method}")
+        self._owner_kem = keys.owner_kem(self._vms.get(), self.vault_id, self._generation)
+        self._refresh()
+        self._check_unlocking_credential()
+        if self.actor is None:
+            self._load_installation_actor()
+        if self.actor is not None:
+            self._open_state_store()
+
+    def _try_slot(self, header: slots.SlotHeader, cred: Credential) -> bool:
+        try:
+            vms = slots.unwrap_vms(header, self.vault_id, cred.recipient)
+        except CryptoFailure:
+            return False
+        self._vms, self._generation = SecretBytes(vms), header.generation
+        self._unlocking, self._unlock_slot = cred, header
+        return True
+
+    def _check_unlocking_credential(self) -> None:
+        """The slot we used must be signed by an owner, and our credential must be a current owner
+        of this vault (a planted slot or an old passphrase fails here)."""
+        if self.roster.genesis is None:
+            raise DamagedFile(
+                f"vault {self.vault_id.hex()[:12]} is incomplete or damaged: its genesis record is missing "
+                "(wait for the sync to finish, or run 'camillo verify')"
+            )
+        cred = self._unlocking
+        assert cred is not None
+        p = self.roster.principals.get(cred.writer_id)
+        if p is None:
+            raise WrongCredential(
+                f"this {cred.kind.label} opens a slot of vault {self.vault_id.hex()[:12]} that its owners never "
+                "authorised (a planted or unfinished slot); nothing was read"
+            )
+        if cred.writer_id in self.roster.revocations:
+            raise WrongCredential(
+                f"this {cred.kind.label} was replaced or revoked in vault {self.vault_id.hex()[:12]}; use the current one"
+            )
+        if self._unlock_slot is not None:
+            st = slots.read_statement(self._unlock_slot, self.vault_id, self._vms.get())
+            if st.recipient_id != cred.recipient_id or not self._statement_signed(st.signatures, st.message):
+                raise WrongCredential(
+                    f"slot {self._unlock_slot.name} is not signed by an owner of this vault; it was not used"
+                )
+
+    def _statement_signed(self, signatures: list, message: bytes) -> bool:
+        from .primitives import verify_signature
+
+        for wid, alg, sig in signatures:
+            p = self.roster.principals.get(wid)
+            if p is not None and p.is_owner and wid not in self.roster.revocations:
+                if verify_signature(alg, p.sig_public, message, sig):
+                    return True
+        return False
+
+    # ------------------------------------------------------------------------------ installation
+
+    def _load_device_credential(self) -> Credential:
+        inst = self.local.load_installation()
+        vid = self.vault_id.hex()[:12]
+        if inst is None:
+            raise WrongCredential(
+                f"this installation holds no device key for vault {vid}; unlock once with your passphrase or "
+                "recovery phrase to register it"
+            )
+        if inst.keystore != "keychain":
+            raise WrongCredential(
+                f"this installation keeps its device key for vault {vid} sealed under the vault's keys because no "
+                "OS keychain was available; unlock with your passphrase or recovery phrase"
+            )
+        seeds = keychain.load(self.vault_id, inst.writer_id)
+        if seeds is None:
+            raise KeychainError(
+                f"the OS keychain has no device key for vault {vid}; unlock with your passphrase or recovery phrase"
+            )
+        return Credential.from_seeds(CredentialKind.DEVICE, *seeds)
+
+    def _load_installation_actor(self) -> None:
+        """After a passphrase or recovery unlock: find this installation's own device key."""
+        inst = self.local.load_installation()
+        if inst is None:
+            return
+        cred = None
+        if inst.keystore == "keychain":
+            try:
+                seeds = keychain.load(self.vault_id, inst.writer_id)
+            except KeychainError:
+                seeds = None
+            if seeds is not None:
+                cred = Credential.from_seeds(CredentialKind.DEVICE, *seeds)
+        else:
+            cred = self._load_local_device_key()
+        if cred is None or cred.writer_id != inst.writer_id:
+            return  # lost: a new writer is certified below (never reuse a writer id blindly)
+        p = self.roster.principals.get(cred.writer_id)
+        if p is None or cred.writer_id in self.roster.revocations:
+            return
+        self.actor = cred
+
+    def _local_key_blob_key(self, vms: bytes, generation: int) -> bytes:
+        return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", self.vault_id)
+
+    def _load_local_device_key(self) -> Credential | None:
+        data = read_file(self.local.device_key_path)
+        if data is None or self._vms is None:
+            return None
+        try:
+            table = encoding.decode(data, "device-key.bin")
+            blob = table.get(self._generation)
+            if blob is None:
+                return None
+            raw = open_local(self._local_key_blob_key(self._vms.get(), self._generation), "device-key",
+                             self.vault_id, blob, self.local.device_key_path)
+            m = encoding.decode(raw, "device key")
+            return Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+        except (VaultError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _save_local_device_key(self, cred: Credential) -> None:
+        data = read_file(self.local.device_key_path)
+        table: dict[int, bytes] = {}
+        if data is not None:
+            try:
+                table = dict(encoding.decode(data, "device-key.bin"))
+            except VaultError:
+                table = {}
+        assert self._vms is not None
+        payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
+        table[self._generation] = seal_local(self._local_key_blob_key(self._vms.get(), self._generation),
+                                             "device-key", self.vault_id, payload)
+        atomic_write(self.local.device_key_path, encoding.encode(table))
+
+    def _register_installation(self, device: Credential, counters: dict[bytes, tuple[int, bytes]] | None = None) -> None:
+        """Store the device key (keychain, else sealed locally) and create its device state."""
+        st = keychain.status()
+        if st.usable:
+            keychain.store(self.vault_id, device.writer_id, device.recipient.seed, device.signer.seed)
+            keystore = "keychain"
+        elif os.environ.get("CAMILLO_KEYCHAIN") == "os":
+            raise KeychainError(st.reason)
+        else:
+            self._save_local_device_key(device)
+            keystore = "local"
+        self.actor = device
+        self._open_state_store()
+        self.device_state = DeviceState(counters=dict(counters or {}))
+        self._state_store.save(self.device_state)
+        self.local.save_installation(Installation(device.writer_id, keystore, int(time.time())))
+
+    def _certify_installation(self) -> None:
+        """First open of a writable vault from this installation: a new device writer, certified by
+        the credential that unlocked it, with its own slot."""
+        assert self._unlocking is not None and self._vms is not None
+        device = Credential.generate(CredentialKind.DEVICE)
+        name = _hostname()
+        cert = encode_record(
+            Kind.DEVICE_CERT, self._unlocking.writer_id,
+            body={0: owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, name,
+                                 _platform()), 1: None, 2: self._unlocking.kind.label},
+            signers=[self._unlocking.signer, device.signer],
+        )
+        self._register_installation(device)
+        self._write_slot(device, slots.SlotType.DEVICE, name)
+        self._append_control([cert], self._all_compartments())
+
+    def _open_state_store(self) -> None:
+        assert self.actor is not None
+        self._state_store = DeviceStateStore(self.local.state_path(self.actor.writer_id), self.actor.signer.seed,
+                                             self.vault_id)
+        loaded = self._state_store.load()
+        if loaded is not None:
+            self.device_state = loaded
+
+    # ------------------------------------------------------------------------------ reading
+
+    def _refresh(self) -> Changes:
+        """Read what is new in the vault folder and recompute what depends on it."""
+        names = self.shelf.list()
+        new_keys = self._read_envelopes([n for n in names if kind_of(n) == "envelope"])
+        new_batches: list[bytes] = []
+        present_segments = set()
+        for name in names:
+            if kind_of(name) != "segment":
+                continue
+            present_segments.add(name)
+            if name in self._segment_batches and name not in self._unreadable:
+                continue
+            new_batches += self._read_segment(name)
+        if new_keys:
+            for name in list(self._unreadable):
+                new_batches += self._read_segment(name)
+        vanished = [n for n in self._segment_batches if n not in present_segments]
+        for name in vanished:
+            self._forget_segment(name)
+        if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
+            return Changes()
+        self._recompute()
+        return Changes(batches=tuple(new_batches), timeline=bool(new_batches), facts=bool(new_batches),
+                       roster=bool(new_keys or vanished))
+
+    def _forget_segment(self, name: str) -> None:
+        bids = self._segment_batches.pop(name, [])
+        self._unreadable.pop(name, None)
+        still = {b for other in self._segment_batches.values() for b in other}
+        gone = [b for b in bids if b not in still]
+        for b in gone:
+            self.views.pop(b, None)
+        self.state.forget_batches(gone)
+
+    def _read_envelopes(self, names: list[str]) -> bool:
+        recipient = self._owner_kem if self._owner_kem is not None else (self.actor.recipient if self.actor else None)
+        if recipient is None:
+            return False
+        rid = ids.recipient_id(recipient.public)
+        found = False
+        for name in names:
+            if name in self._seen_envelopes:
+                continue
+            try:
+                data = self.shelf.read(name)
+            except (FileNotFoundError, StorageError):
+                continue
+            if hash_matches(name, data) is False:
+                continue  # still syncing (or damaged): try again next time
+            self._seen_envelopes.add(name)
+            try:
+                envelopes.check_shape(data, name)
+                if not envelopes.is_for(data, rid):
+                    continue
+                payload = envelopes.open_envelope(data, name, self.vault_id, recipient)
+            except CryptoFailure:
+                continue
+            except VaultError as exc:
+                self._segment_problems[name] = Problem("damaged", name, exc.message)
+                continue
+            if payload.recipient_id != rid:
+                self._segment_problems[name] = Problem("damaged", name, f"envelope {name} names another recipient")
+                continue
+            key = (payload.compartment_id, payload.epoch_id)
+            if payload.kind == envelopes.EnvelopeKind.EPOCH_SECRET and key not in self._epoch_secrets:
+                self._epoch_secrets[key] = SecretBytes(payload.key)
+                self._epoch_keys[key] = keys.epoch_key(payload.key, self.vault_id, *key)
+                self._envelope_sources[key] = payload
+                found = True
+            elif payload.kind == envelopes.EnvelopeKind.EPOCH_PUBLIC and key not in self._epoch_publics:
+                self._epoch_publics[key] = payload.key
+                self._envelope_sources[key] = payload
+                found = True
+        return found
+
+    def _read_segment(self, name: str) -> list[bytes]:
+        try:
+            data = self.shelf.read(name)
+        except FileNotFoundError:
+            return []
+        except StorageError as exc:
+            self._segment_problems[name] = Problem("unreadable", name, exc.message)
+            return []
+        if hash_matches(name, data) is False:
+            self._segment_problems[name] = Problem(
+                "damaged", name, f"segment {name} does not match its name (still syncing, or damaged)")
+            return []
+        try:
+            header = segments.read_header(data, name)
+        except VaultError as exc:
+            self._segment_problems[name] = Problem("damaged", name, exc.message)
+            return []
+        key = self._epoch_keys.get((header.compartment_id, header.epoch_id))
+        if key is None:
+            self._unreadable[name] = (header.compartment_id, header.epoch_id)
+            self._segment_batches.setdefault(name, [])
+            return []
+        self._unreadable.pop(name, None)
+        self._segment_problems.pop(name, None)
+        try:
+            payload = segments.open_segment(data, name, self.vault_id, key)
+            self.decryptions += 1
+            batches = segments.decode_payload(payload, name)
+        except VaultError as exc:
+            self._segment_problems[name] = Problem("damaged", name, exc.message)
+            self._segment_batches[name] = []
+            return []
+        added = []
+        for batch in batches:
+            problem = self._check_batch_shape(batch, header, name)
+            if problem:
+                self._segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
+                continue
+            existing = self.views.get(batch.id)
+            if existing is not None:
+                if existing.batch.to_cbor() != batch.to_cbor() and not any(r is None for r in batch.records + existing.batch.records):
+                    self._segment_problems[f"{name}#dup"] = Problem(
+                        "damaged", name, f"batch {batch.id.hex()[:12]} appears with different contents in {existing.segment}")
+                continue
+            records: list[Record | None] = []
+            try:
+                for rid, raw in zip(batch.header.records, batch.records):
+                    records.append(None if raw is None else decode_record(raw, expected_id=rid))
+            except VaultError as exc:
+                self._segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
+                    "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
+                continue
+            view = BatchView(batch, name, header.epoch_id, [r if r is not None and r.is_control else None
+                                                             for r in records])
+            self.views[batch.id] = view
+            self.state.stage(view, records)
+            added.append(batch.id)
+        self._segment_batches[name] = [b.id for b in batches]
+        return added
+
+    def _check_batch_shape(self, batch: Batch, header: segments.SegmentHeader, name: str) -> str | None:
+        h = batch.header
+        if h.vault_id != self.vault_id:
+            return f"batch {batch.id.hex()[:12]} belongs to another vault"
+        if h.compartment_id != header.compartment_id:
+            return f"batch {batch.id.hex()[:12]} claims another compartment than its segment"
+        return None
+
+    def _recompute(self) -> None:
+        roster, signed = build_roster(self.vault_id, self.views)
+        bad_epochs = self._check_epoch_keys(roster)
+        if bad_epochs:
+            for key in bad_epochs:
+                self._epoch_secrets.pop(key, None)
+                self._epoch_keys.pop(key, None)
+            for name, bids in list(self._segment_batches.items()):
+                if any(self.views.get(b) and (self.views[b].header.compartment_id, self.views[b].epoch_id) in bad_epochs
+                       for b in bids):
+                    self._forget_segment(name)
+                    self._segment_problems[name] = Problem(
+                        "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
+            roster, signed = build_roster(self.vault_id, self.views)
+        self.roster = roster
+        self.log = build_log(self.views, signed, roster)
+        result = self.state.materialize(roster, self.log, self.views)
+        self._materialize_problems = result.problems
+
+    def _check_epoch_keys(self, roster: Roster) -> set[tuple[bytes, bytes]]:
+        """Every epoch secret we used must match its signed EPOCH record, and the envelope that
+        delivered it must be signed by an owner (spec §15.3)."""
+        from .primitives import verify_signature
+
+        bad = set()
+        if roster.genesis is None:
+            return bad
+        for key, secret in self._epoch_secrets.items():
+            info = roster.epochs.get(key)
+            if info is None:
+                continue  # its EPOCH record has not arrived yet: segments stay unverified below
+            if keys.epoch_commit(secret.get(), self.vault_id, *key) != info.commit:
+                bad.add(key)
+                continue
+            payload = self._envelope_sources.get(key)
+            if payload is not None and not any(
+                (p := roster.principals.get(w)) is not None and p.is_owner and verify_signature(a, p.sig_public, payload.message, s)
+                for w, a, s in payload.signatures
+            ):
+                bad.add(key)
+        return bad
+
+    # ------------------------------------------------------------------------------ public reading
+
+    @_api
+    def refresh(self) -> Changes:
+        """Pick up files other devices and agents wrote since the last look."""
+        return self._refresh()
+
+    @property
+    def compartments(self) -> dict[str, bytes]:
+        """Data compartments by name (what this credential can address)."""
+        return {n: c for c, n in sorted(self.roster.compartments.items(), key=lambda x: x[1])}
+
+    def _all_compartments(self) -> list[bytes]:
+        assert self.roster.control_id is not None
+        return [self.roster.control_id, *self.roster.compartments]
+
+    def compartment_id(self, name: str) -> bytes:
+        cid = self.roster.compartment_id(name)
+        if cid is None:
+            raise UsageError(
+                f"vault {self.vault_id.hex()[:12]} has no compartment '{name}'; it has: "
+                f"{', '.join(sorted(self.roster.compartments.values()))}"
+            )
+        return cid
+
+    @_api
+    def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
+        return self.state.timeline(offset, limit, **filters)
+
+    @_api
+    def timeline_ids(self, **filters: Any) -> list[bytes]:
+        return self.state.timeline_ids(**filters)
+
+    @_api
+    def records(self, ids_: Iterable[bytes]) -> list[RecordView]:
+        return self.state.records(ids_)
+
+    @_api
+    def record(self, rid: bytes) -> RecordView | None:
+        return self.state.record(rid)
+
+    @_api
+    def find_record(self, prefix: str) -> RecordView:
+        """A record by its hex id or a unique prefix of at least 8 digits."""
+        text = prefix.strip().lower()
+        try:
+            if len(text) == 64:
+                v = self.state.record(bytes.fromhex(text))
+                if v:
+                    return v
+            elif len(text) >= 8:
+                bytes.fromhex(text if len(text) % 2 == 0 else text[:-1])
+                rows = self.state.db.execute("SELECT id FROM records WHERE hex(id) LIKE ?", (text.upper() + "%",)).fetchall()
+                if len(rows) == 1:
+                    return self.state.record(rows[0][0])
+                if len(rows) > 1:
+                    raise UsageError(f"record id prefix {prefix} is ambiguous; give more digits")
+        except ValueError:
+            raise UsageError(f"'{prefix}' is not a record id (hex digits)") from None
+        raise UsageError(f"no record {prefix} in vault {self.vault_id.hex()[:12]}")
+
+    @_api
+    def facts(self, **filters: Any) -> list[FactView]:
+        return self.state.facts(**filters)
+
+    @_api
+    def fact(self, key: str, compartment: str | None = None) -> FactView:
+        cids = [self.compartment_id(compartment)] if compartment else list(self.roster.compartments)
+        found = [f for f in (self.state.fact(c, key) for c in cids) if f is not None]
+        if not found:
+            raise UsageError(f"no fact '{key}' in vault {self.vault_id.hex()[:12]}")
+        if len(found) > 1:
+            raise UsageError(f"'{key}' exists in several compartments ({', '.join(f.compartment for f in found)}); "
+                             "name one with --compartment")
+        return found[0]
+
+    @_api
+    def problems(self, *, full: bool = False) -> list[Problem]:
+        """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
+        gaps, forks and rejected records."""
+        out = list(self._segment_problems.values())
+        for kind, file, message in self.roster.problems + self._materialize_problems:
+            out.append(Problem(kind, file, message))
+        for bid, why in sorted(self.log.rejected.items()):
+            v = self.views.get(bid)
+            out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
+        for g in self.log.gaps:
+            who = self.roster.writer_name(g.writer_id) if g.writer_id else "a writer"
+            where = self.roster.compartment_name(g.compartment_id) if g.compartment_id else "the vault"
+            what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
+            seq = f" (seq {g.seq})" if g.seq else ""
+            out.append(Problem("gap", "", f"{what}{seq} from {who} in {where} is missing: {g.reason}"))
+        for f in self.log.forks:
+            out.append(Problem("fork", "", (
+                f"{self.roster.writer_name(f.writer_id)} wrote two different batches at seq {f.seq} in "
+                f"{self.roster.compartment_name(f.compartment_id)} ({', '.join(b.hex()[:12] for b in f.batch_ids)}); "
+                "its later batches are frozen until it is revoked and re-enrolled")))
+        for name, (cid, eid) in sorted(self._unreadable.items()):
+            if self._owner_kem is not None:
+                out.append(Problem("unreadable", name, f"segment {name} is sealed under epoch {eid.hex()[:12]}, "
+                                   "whose key is not (yet) here"))
+        for v in self.state.rejected():
+            out.append(Problem("rejected-record", "", f"record {v.id.hex()[:12]} was rejected: {v.reason}"))
+        if full:
+            from .records import verify_batch_signature
+
+            for bid in sorted(self.log.accepted):
+                view = self.views[bid]
+                pk = self.roster.signer_public(view.header.writer_id)
+                if pk is None or not verify_batch_signature(view.batch, pk):
+                    out.append(Problem("signature", view.segment, f"batch {bid.hex()[:12]} fails full signature verification"))
+        return out
+
+    # ------------------------------------------------------------------------------ writing
+
+    def _require_writer(self) -> Credential:
+        if self.read_only:
+            raise ReadOnlyVault(
+                f"{os.path.basename(self.shelf.location)} is open read-only"
+                + (" (a .vmem file: unpack it to change it)" if isinstance(self.shelf, PackShelf) else "")
+            )
+        if self.actor is None:
+            raise ReadOnlyVault("this vault was opened without a writer; open it again to register this installation")
+        return self.actor
+
+    def _require_owner(self, what: str) -> None:
+        if self._vms is None or self.actor is None or self.actor.kind != CredentialKind.DEVICE:
+            raise AccessDenied(f"{what} needs the vault owner's credential (a passphrase, recovery phrase or device key); "
+                               "an agent grant cannot do it")
+
+    def _encode_new(self, item: NewRecord, cid: bytes, author: bytes) -> bytes:
+        typ = item.type
+        if typ in KEYED_TYPES:
+            if not item.key:
+                raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
+            value = _json_to_cbor(item.value if item.value is not None else item.text)
+            if value is None:
+                raise UsageError(f"the {typ} '{item.key}' needs a \"value\"")
+            pred = list(item.pred) if item.pred is not None else self._live_ids(cid, item.key)
+            return encode_record(Kind.PUT, author, key=item.key, value=value, authority=item.default_authority(),
+                                 pred=pred, sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
+        value: Any
+        if item.value is not None:
+            value = _json_to_cbor(item.value)
+        else:
+            value = {}
+            if item.text is not None:
+                value["text"] = item.text
+            if item.conversation is not None:
+                value["conversation"] = item.conversation
+            if item.role is not None:
+                value["role"] = item.role
+            if item.title is not None:
+                value["title"] = item.title
+            if typ == "message" and "text" not in value:
+                raise UsageError("a message needs a \"text\"")
+        if item.key is not None:
+            raise UsageError(f"a {typ} record has no key; keys belong to facts, preferences and instructions")
+        return encode_record(Kind.NOTE, author, value=value, authority=item.default_authority(),
+                             sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
+
+    def _live_ids(self, cid: bytes, key: str) -> list[bytes]:
+        f = self.state.fact(cid, key)
+        if f is None:
+            return []
+        if f.status == "conflict":
+            return sorted(r.id for r in f.candidates)
+        return [f.current.id] if f.current else []
+
+    @_api
+    def append(self, items: Sequence[NewRecord], compartment: str = "personal") -> Changes:
+        """Append records as one batch; returns once the batch is durable on disk."""
+        if not items:
+            raise UsageError("nothing to add")
+        actor = self._require_writer()
+        cid = self.compartment_id(compartment)
+        raws = [self._encode_new(item, cid, actor.writer_id) for item in items]
+        return self._append_records(cid, raws)
+
+    def _append_records(self, cid: bytes, raws: list[bytes]) -> Changes:
+        batch = self._write_batches({cid: raws})[cid]
+        return Changes(records=batch.header.records, batches=(batch.id,), timeline=True, facts=True,
+                       compartments=frozenset({self.roster.compartment_name(cid)}))
+
+    def _append_control(self, raws: list[bytes], compartments: Iterable[bytes]) -> dict[bytes, Batch]:
+        return self._write_batches({c: raws for c in compartments})
+
+    def _write_batches(self, per_compartment: dict[bytes, list[bytes]]) -> dict[bytes, Batch]:
+        """Sign, seal and durably write one batch per compartment, then read them back in."""
+        actor = self._require_writer()
+        assert self._state_store is not None
+        written: dict[bytes, Batch] = {}
+        files: list[tuple[str, bytes]] = []
+        with self._state_store.locked():
+            on_disk = self._state_store.load()
+            if on_disk is not None:
+                self.device_state = on_disk
+            self._refresh()  # see what other processes and devices wrote before numbering
+            for cid, raws in per_compartment.items():
+                epoch = self.roster.current_epoch(cid)
+                if epoch is None:
+                    raise AccessDenied(f"no epoch key for compartment {self.roster.compartment_name(cid)} is available")
+                seq, prev = self.device_state.counters.get(cid, (0, None))
+                on_vault = self.log.max_seq(actor.writer_id, cid)
+                if on_vault > seq:
+                    raise WriterFrozen(
+                        f"this installation's batches go up to seq {on_vault} in "
+                        f"{self.roster.compartment_name(cid)} but it only remembers {seq}: it was restored from a "
+                        "backup or copied. It will not write (that would fork its history); revoke this device and "
+                        "register it again"
+                    )
+                if any(f.writer_id == actor.writer_id for f in self.log.forks):
+                    raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
+                seq += 1
+                heads = sorted(self.log.heads.get(cid, set()))
+                chain_writers = {w for (w, c) in self.log.chains if c == cid}
+                frontier = {w: self.log.max_seq(w, cid) for w in chain_writers}
+                frontier[actor.writer_id] = seq - 1
+                header = BatchHeader(self.vault_id, cid, actor.writer_id, seq, prev, tuple(heads[-64:]), frontier,
+                                     tuple(ids.record_id(r) for r in raws), int(time.time()))
+                batch = make_batch(header, raws, actor.signer)
+                public = self._epoch_publics.get((cid, epoch.epoch_id)) or epoch.public
+                seg = segments.seal_segment(self.vault_id, cid, epoch.epoch_id, public, segments.encode_payload([batch]))
+                self.device_state.counters[cid] = (seq, batch.id)
+                written[cid] = batch
+                files.append((segment_name(seg), seg))
+            self._state_store.save(self.device_state)  # durable before any segment exists
+            for name, data in files:
+                self.shelf.write(name, data)
+        self._refresh()
+        return written
+
+    def _write_slot(self, cred: Credential, stype: slots.SlotType, label: str, generation: int | None = None,
+                    vms: bytes | None = None) -> str:
+        actor = self._require_writer()
+        assert self._vms is not None
+        sid = ids.new_random_id()
+        data = slots.build_slot(
+            vault_id=self.vault_id, slot_id=sid, slot_type=stype, generation=generation or self._generation,
+            vms=vms or self._vms.get(), recipient_public=cred.recipient.public, recipient_id=cred.recipient_id,
+            kdf=cred.kdf, label=label, signer=actor.signer, signer_id=actor.writer_id,
+        )
+        name = slots.file_name(sid)
+        self.shelf.write(name, data)
+        return name
+
+    @_api
+    def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None) -> Changes:
+        """Replace the passphrase credential: one new slot and one certificate, O(1) in vault size.
+        Copies of the old slot (sync history, backups) still open with the old passphrase; the
+        spec's security section says so."""
+        self._require_owner("changing the passphrase")
+        actor = self._require_writer()
+        if not new_passphrase:
+            raise UsageError("the new passphrase is empty")
+        old = [p for p in self.roster.principals.values()
+               if p.kind == CredentialKind.PASSPHRASE and p.writer_id not in self.roster.revocations]
+        new = from_passphrase(new_passphrase, KdfParams.fresh(kdf))
+        records = [encode_record(
+            Kind.CRED_ANCHOR, new.writer_id,
+            body={0: owner_entry(CredentialKind.PASSPHRASE, new.signer.public, new.recipient.public, "passphrase", ""),
+                  1: old[0].writer_id if old else None,
+                  2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]},
+            signers=[new.signer, actor.signer],
+        )]
+        for p in old:
+            records.append(self._revoke_record(p.writer_id, "passphrase changed", signers=[new.signer, actor.signer]))
+        old_slots = [h.name for h in self._slot_headers() if h.type == slots.SlotType.PASSPHRASE]
+        self._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
+        self._append_control(records, self._all_compartments())
+        for name in old_slots:
+            self.shelf.delete(name)
+        if self._unlocking is not None and self._unlocking.kind == CredentialKind.PASSPHRASE:
+            self._unlocking = new
+        return Changes(roster=True, credentials=True, note="passphrase changed")
+
+    def _revoke_record(self, subject: bytes, reason: str, *, signers: Sequence) -> bytes:
+        seen: dict[bytes, dict[bytes, int]] = {}
+        pins: dict[bytes, bytes] = {}
+        for (w, c), chain in self.log.chains.items():
+            if chain:
+                seen.setdefault(c, {})[w] = max(chain)
+                if w == subject:
+                    pins[c] = chain[max(chain)]
+        author = ids.writer_id(signers[-1].alg, signers[-1].public)
+        return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason}, signers=list(signers))
+
+    # ------------------------------------------------------------------------------ closing
+
+    def lock(self) -> None:
+        """Drop every key and the decrypted state.  The object cannot be used afterwards."""
+        if _thread_guard is not None:
+            _thread_guard()
+        if self._locked:
+            return
+        for s in self._epoch_secrets.values():
+            s.wipe()
+        if self._vms is not None:
+            self._vms.wipe()
+        self._epoch_secrets.clear()
+        self._epoch_keys.clear()
+        self._epoch_publics.clear()
+        self._owner_kem = None
+        self._unlocking = None
+        self.actor = None
+        self.views = {}
+        try:
+            self.state.db.close()
+        except Exception:  # noqa: S110 - closing a dropped in-memory database cannot lose data
+            pass
+        self.shelf.close()
+        self._locked = True
+
+    @property
+    def locked(self) -> bool:
+        return self._locked
+
+    def __enter__(self) -> Vault:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock()
+
+
+__all__ = [
+    "DEFAULT_COMPARTMENTS",
+    "NewRecord",
+    "Problem",
+    "Unlock",
+    "Vault",
+    "set_thread_guard",
+]
