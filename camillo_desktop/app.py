@@ -1,4 +1,4 @@
-"""Entry point of ``camillo-desktop`` (the Qt app lands with the desktop issue)."""
+"""Entry point of ``camillo-desktop`` (the Qt app lands with the desktop issue); runs on the main thread."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The vault descriptor: the cleartext ``VMEM`` file at the top of a vault folder (spec §4.2).
 
-CBOR map ``{0: "vmem", 1: format version (1), 2: vault_id (32 bytes), 3: suite (1)}``, written
+CBOR map ``{0: "vmem", 1: format version (1), 2: vault_id (32 bytes), 3: suite (1), 4: check}``
+where ``check`` is the first 8 bytes of SHA-256 over the canonical CBOR of keys 0-3 (it tells a
+damaged descriptor from a wrong passphrase; it is not a security control).  Written
 last when a vault is created (a folder without it is an unfinished creation, not a vault) and never
 changed.  It is only a hint: after unlocking, a reader checks that the genesis record hashes to the
 same vault_id, so a host that edits the descriptor only makes the vault fail to open.
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from . import encoding
 from .errors import CanonicalError, DamagedFile, UnsupportedVersion
-from .primitives import SUITE_VMEM1
+from .primitives import SUITE_VMEM1, sha256
 
 NAME = "VMEM"
 FORMAT_VERSION = 1
@@ -26,8 +28,12 @@ class Descriptor:
     version: int = FORMAT_VERSION
     suite: int = SUITE_VMEM1
 
+    def _fields(self) -> dict[int, object]:
+        return {0: "vmem", 1: self.version, 2: self.vault_id, 3: self.suite}
+
     def encode(self) -> bytes:
-        return encoding.encode({0: "vmem", 1: self.version, 2: self.vault_id, 3: self.suite})
+        fields = self._fields()
+        return encoding.encode({**fields, 4: sha256(encoding.encode(fields))[:8]})
 
 
 def decode(data: bytes) -> Descriptor:
@@ -50,4 +56,7 @@ def decode(data: bytes) -> Descriptor:
         raise UnsupportedVersion(f"this vault uses cipher suite {suite:#06x}; a newer Camillo is required", file=NAME)
     if not isinstance(vault_id, bytes) or len(vault_id) != 32:
         raise DamagedFile("the file VMEM has a malformed vault id", file=NAME)
-    return Descriptor(vault_id, version, suite)
+    d = Descriptor(vault_id, version, suite)
+    if m.get(4) != sha256(encoding.encode(d._fields()))[:8]:
+        raise DamagedFile("the file VMEM is damaged (its check value does not match)", file=NAME)
+    return d

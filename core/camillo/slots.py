@@ -16,7 +16,12 @@ recipient) has one 4096-byte slot per master-secret generation, at ``slots/<slot
     72    1168  HPKE(credential's X-Wing key, VMS)  info = "vmem/v1/wrap/vms" ‖ 0x00 ‖ vault_id ‖ slot_id ‖ generation
     1240  24    salt       ┐ sealed body under the master secret (label "vmem/v1/slot",
     1264  32    commitment │ context vault_id ‖ slot_id ‖ generation): the slot statement,
-    1296  2800  ciphertext ┘ signed by an owner-role key
+    1296  2768  ciphertext ┘ signed by an owner-role key
+    4064  32    checksum = SHA-256(bytes 0..4063)
+
+Slots are the only vault files not named by their hash, so the checksum lets a reader tell a damaged
+slot ("slot X is damaged") from a wrong passphrase; it is not a security control (anyone can
+recompute it), the statement's signature is.
 
 The cleartext part is exactly what a passphrase holder needs before it has any key.  Because
 anyone who knows a credential's public key could write a wrap to it, a slot counts only when its
@@ -49,6 +54,7 @@ from .sealed import open_sealed, seal
 
 MAGIC = b"VMEMSLOT"
 SIZE = 4096
+BODY_END = SIZE - 32
 HEADER_LEN = 1240
 LABEL = "vmem/v1/slot"
 SIG_LABEL = "vmem/v1/slot-sig"
@@ -146,7 +152,8 @@ def build_slot(
     }
     message = signing_message(SIG_LABEL, statement, S.SIGS)
     statement[S.SIGS] = [[signer_id, signer.alg, signer.sign(message)]]
-    return seal(vms, LABEL, _context(vault_id, slot_id, generation), header, encoding.encode(statement), SIZE)
+    body = seal(vms, LABEL, _context(vault_id, slot_id, generation), header, encoding.encode(statement), BODY_END)
+    return body + sha256(body)
 
 
 def read_header(data: bytes, name: str) -> SlotHeader:
@@ -154,6 +161,8 @@ def read_header(data: bytes, name: str) -> SlotHeader:
         raise DamagedFile(f"slot {name} is {len(data)} bytes; slots are {SIZE} bytes", file=name)
     if data[:8] != MAGIC:
         raise DamagedFile(f"slot {name} does not start with VMEMSLOT", file=name)
+    if sha256(data[:BODY_END]) != data[BODY_END:]:
+        raise DamagedFile(f"slot {name} is damaged (its checksum does not match)", file=name)
     if data[8] != 1:
         raise UnsupportedVersion(f"slot {name} has version {data[8]}; a newer Camillo is required", file=name)
     try:
@@ -197,7 +206,7 @@ def read_statement(header: SlotHeader, vault_id: bytes, vms: bytes) -> SlotState
     """Decrypt and check a slot's statement.  Signatures are checked by the caller (roster)."""
     try:
         payload = open_sealed(
-            vms, LABEL, _context(vault_id, header.slot_id, header.generation), header.data, HEADER_LEN
+            vms, LABEL, _context(vault_id, header.slot_id, header.generation), header.data[:BODY_END], HEADER_LEN
         )
     except CryptoFailure as exc:
         raise DamagedFile(f"slot {header.name} is damaged or tampered ({exc})", file=header.name) from None

@@ -39,6 +39,7 @@ from .errors import (
     AccessDenied,
     DamagedFile,
     KeychainError,
+    LimitExceeded,
     NotAVault,
     ReadOnlyVault,
     StorageError,
@@ -250,6 +251,15 @@ class Vault:
         self._unlock_slot: slots.SlotHeader | None = None
         self.actor: Credential | None = None  # who writes: this installation's device, or a grant
         self._grant_info: Any = None
+        self._state_store: DeviceStateStore | None = None
+        self.device_state = DeviceState()
+        self.decryptions = 0  # segments decrypted by this object (tests count warm opens with it)
+        self._reset_reading()
+
+    def _reset_reading(self) -> None:
+        """Forget every key below the master secret and everything read with them."""
+        for s in getattr(self, "_epoch_secrets", {}).values():
+            s.wipe()
         self._epoch_secrets: dict[tuple[bytes, bytes], SecretBytes] = {}
         self._epoch_keys: dict[tuple[bytes, bytes], RecipientKey] = {}
         self._epoch_publics: dict[tuple[bytes, bytes], bytes] = {}
@@ -259,13 +269,12 @@ class Vault:
         self._segment_batches: dict[str, list[bytes]] = {}
         self._segment_problems: dict[str, Problem] = {}
         self._unreadable: dict[str, tuple[bytes, bytes]] = {}
-        self.roster = Roster(vault_id)
+        self.roster = Roster(self.vault_id)
         self.log = CausalLog()
+        if getattr(self, "state", None) is not None:
+            self.state.db.close()
         self.state = State()
-        self._state_store: DeviceStateStore | None = None
-        self.device_state = DeviceState()
         self._materialize_problems: list[tuple[str, str, str]] = []
-        self.decryptions = 0  # segments decrypted by this object (tests count warm opens with it)
 
     def __repr__(self) -> str:
         return f"Vault({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -399,61 +408,89 @@ class Vault:
 
     # ------------------------------------------------------------------------------ unlocking
 
-    def _slot_headers(self) -> list[slots.SlotHeader]:
-        out = []
+    def _slot_headers(self) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:
+        """Readable slot headers, and the damaged slots with the credential type they claim."""
+        out, damaged = [], []
         for name in self.shelf.list():
             if kind_of(name) != "slot":
                 continue
+            data = b""
             try:
-                out.append(slots.read_header(self.shelf.read(name), name))
-            except (DamagedFile, FileNotFoundError, VaultError):
+                data = self.shelf.read(name)
+                out.append(slots.read_header(data, name))
+            except FileNotFoundError:
                 continue
-        return out
+            except VaultError as exc:
+                damaged.append((data[9] if len(data) > 9 else None, Problem("damaged", name, exc.message)))
+        return out, damaged
 
     def _unlock_user(self, unlock: Unlock) -> None:
         vid = self.vault_id.hex()[:12]
-        headers = self._slot_headers()
+        headers, damaged = self._slot_headers()
+        derive: Callable[[slots.SlotHeader], Credential]
         if unlock.method == "passphrase":
-            candidates = sorted((h for h in headers if h.type == slots.SlotType.PASSPHRASE),
-                                key=lambda h: -h.generation)
-            if not candidates:
-                raise WrongCredential(f"vault {vid} has no passphrase slot; unlock with the recovery phrase or a device key")
+            stype, what = slots.SlotType.PASSPHRASE, "passphrase"
             derived: dict[KdfParams, Credential] = {}
-            for h in candidates:
+
+            def derive(h: slots.SlotHeader) -> Credential:
                 assert h.kdf is not None
-                cred = derived.get(h.kdf)
-                if cred is None:
-                    cred = derived[h.kdf] = from_passphrase(unlock.secret or "", h.kdf)
-                if self._try_slot(h, cred):
-                    break
-            else:
-                raise WrongCredential(f"wrong passphrase for vault {vid}; nothing was changed. Try again.")
-            self.unlocked_with = "passphrase"
+                if h.kdf not in derived:
+                    derived[h.kdf] = from_passphrase(unlock.secret or "", h.kdf)
+                return derived[h.kdf]
         elif unlock.method == "recovery":
-            cred = from_recovery_phrase(unlock.secret or "")
-            for h in sorted((h for h in headers if h.type == slots.SlotType.RECOVERY), key=lambda h: -h.generation):
-                if self._try_slot(h, cred):
-                    break
-            else:
-                raise WrongCredential(f"wrong recovery phrase for vault {vid}; nothing was changed. Try again.")
-            self.unlocked_with = "recovery phrase"
+            stype, what = slots.SlotType.RECOVERY, "recovery phrase"
+            recovery = from_recovery_phrase(unlock.secret or "")
+
+            def derive(h: slots.SlotHeader) -> Credential:
+                return recovery
         elif unlock.method == "device":
-            cred = self._load_device_credential()
-            for h in sorted((h for h in headers if h.type == slots.SlotType.DEVICE), key=lambda h: -h.generation):
-                if self._try_slot(h, cred):
-                    break
-            else:
-                raise WrongCredential(
-                    f"this device's key does not open vault {vid} (it may have been revoked); "
-                    "unlock with your passphrase or recovery phrase"
-                )
-            self.actor = cred
-            self.unlocked_with = "device key"
+            stype, what = slots.SlotType.DEVICE, "device key"
+            device = self._load_device_credential()
+
+            def derive(h: slots.SlotHeader) -> Credential:
+                return device
         else:
             raise UsageError(f"unknown unlock method {unlock.method}")
-        self._owner_kem = keys.owner_kem(self._vms.get(), self.vault_id, self._generation)
-        self._refresh()
-        self._check_unlocking_credential()
+        candidates = sorted((h for h in headers if h.type == stype), key=lambda h: (-h.generation, h.name))
+        refusals: list[VaultError] = []
+        for h in candidates:
+            try:
+                cred = derive(h)
+            except LimitExceeded as exc:
+                refusals.append(DamagedFile(f"slot {h.name} was refused: {exc.message} (a tampered slot?)", file=h.name))
+                continue
+            if not self._try_slot(h, cred):
+                continue
+            try:
+                self._owner_kem = keys.owner_kem(self._vms.get(), self.vault_id, self._generation)
+                self._refresh()
+                self._check_unlocking_credential()
+            except (WrongCredential, DamagedFile) as exc:
+                # A slot that unwraps but is not vouched for by the vault (planted, or of an
+                # unfinished operation): forget what it gave and try the next one.
+                refusals.append(exc)
+                self._reset_reading()
+                self._vms = None
+                continue
+            break
+        else:
+            if refusals:
+                raise refusals[0]
+            broken = [p for t, p in damaged if t in (None, int(stype))]
+            if broken and not candidates:
+                raise DamagedFile(
+                    f"the {what} slot of vault {vid} is damaged ({broken[0].file}); unlock with another credential "
+                    "(recovery phrase, passphrase or a device key)", file=broken[0].file)
+            if not candidates:
+                raise WrongCredential(f"vault {vid} has no {what} slot; unlock with another credential")
+            if unlock.method == "device":
+                raise WrongCredential(
+                    f"this device's key does not open vault {vid} (it may have been revoked); "
+                    "unlock with your passphrase or recovery phrase")
+            raise WrongCredential(f"wrong {what} for vault {vid}; nothing was changed. Try again.")
+        self.unlocked_with = what
+        if unlock.method == "device":
+            self.actor = self._unlocking
         if self.actor is None:
             self._load_installation_actor()
         if self.actor is not None:
@@ -673,7 +710,11 @@ class Vault:
             except (FileNotFoundError, StorageError):
                 continue
             if hash_matches(name, data) is False:
-                continue  # still syncing (or damaged): try again next time
+                # still syncing, or damaged: try again next time, and say so meanwhile
+                self._segment_problems[name] = Problem(
+                    "damaged", name, f"envelope {name} does not match its name (still syncing, or damaged)")
+                continue
+            self._segment_problems.pop(name, None)
             self._seen_envelopes.add(name)
             try:
                 envelopes.check_shape(data, name)
@@ -891,6 +932,7 @@ class Vault:
         """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
         gaps, forks and rejected records."""
         out = list(self._segment_problems.values())
+        out += self._slot_problems()
         for kind, file, message in self.roster.problems + self._materialize_problems:
             out.append(Problem(kind, file, message))
         for bid, why in sorted(self.log.rejected.items()):
@@ -921,6 +963,24 @@ class Vault:
                 pk = self.roster.signer_public(view.header.writer_id)
                 if pk is None or not verify_batch_signature(view.batch, pk):
                     out.append(Problem("signature", view.segment, f"batch {bid.hex()[:12]} fails full signature verification"))
+        return out
+
+    def _slot_problems(self) -> list[Problem]:
+        headers, damaged = self._slot_headers()
+        out = [p for _, p in damaged]
+        if self._vms is None:
+            return out
+        for h in headers:
+            if h.generation != self._generation:
+                continue
+            try:
+                st = slots.read_statement(h, self.vault_id, self._vms.get())
+            except VaultError as exc:
+                out.append(Problem("damaged", h.name, exc.message))
+                continue
+            if not self._statement_signed(st.signatures, st.message):
+                out.append(Problem("untrusted", h.name, f"slot {h.name} is not signed by an owner of this vault "
+                                   "(planted, or left by an unfinished operation); it is never used"))
         return out
 
     # ------------------------------------------------------------------------------ writing
@@ -1077,7 +1137,7 @@ class Vault:
         )]
         for p in old:
             records.append(self._revoke_record(p.writer_id, "passphrase changed", signers=[new.signer, actor.signer]))
-        old_slots = [h.name for h in self._slot_headers() if h.type == slots.SlotType.PASSPHRASE]
+        old_slots = [h.name for h in self._slot_headers()[0] if h.type == slots.SlotType.PASSPHRASE]
         self._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
         self._append_control(records, self._all_compartments())
         for name in old_slots:

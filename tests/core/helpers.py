@@ -1,0 +1,27 @@
+"""Small helpers shared by the core tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+
+def all_files(root: str | os.PathLike) -> list[str]:
+    root = str(root)
+    if os.path.isfile(root):
+        return [root]
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            out.append(os.path.join(dirpath, f))
+    return sorted(out)
+
+
+def snapshot(root: str | os.PathLike) -> dict[str, str]:
+    """Path -> SHA-256 of every file under root (to prove nothing changed)."""
+    return {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in all_files(root)}
+
+
+def switch_home(monkeypatch, path) -> None:
+    """Act as another installation (another device) from here on."""
+    monkeypatch.setenv("CAMILLO_HOME", str(path))
