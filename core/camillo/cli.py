@@ -82,8 +82,8 @@ def _unlock(args: argparse.Namespace) -> Unlock:
     return Unlock.passphrase(_passphrase())
 
 
-def _open(args: argparse.Namespace, *, register: bool = True) -> Vault:
-    return Vault.open(args.vault, _unlock(args), register=register)
+def _open(args: argparse.Namespace, *, register: bool = True, cache: bool = True) -> Vault:
+    return Vault.open(args.vault, _unlock(args), register=register, cache=cache)
 
 
 def _fmt_time(ts: int | None) -> str:
@@ -167,7 +167,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
-        vault = _open(args, register=False)
+        vault = _open(args, register=False, cache=False)
     except WrongCredential:
         raise
     except VaultError as exc:
@@ -335,7 +335,7 @@ def _load_extensions() -> None:
     """Import the modules that register further commands (kept out of the base import)."""
     import importlib
 
-    for mod in ("camillo.cli_history",):
+    for mod in ("camillo.cli_memory",):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

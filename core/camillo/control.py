@@ -165,6 +165,7 @@ class BatchView:
     records: list[Record | None]
     signed: bool = False
     vouched: bool = False  # accepted on a COMPACTION record's signature (spec §16)
+    sig_ok: bool = False  # the batch signature verified once (a writer id is bound to one key)
 
     @property
     def id(self) -> bytes:
@@ -189,6 +190,17 @@ class Roster:
     manifests: dict[bytes, ManifestInfo] = field(default_factory=dict)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     unknown_control: int = 0
+
+    def fingerprint(self) -> bytes:
+        """Changes whenever anything that record validity depends on changes."""
+        from .primitives import sha256
+
+        parts = [self.genesis.id if self.genesis else b""]
+        parts += sorted(p.record_id + bytes([p.kind]) for p in self.principals.values())
+        parts += sorted(r.record_id for r in self.revocations.values())
+        parts += sorted(self.erasures)
+        parts += sorted(cid + name.encode() for cid, name in self.compartments.items())
+        return sha256(b"".join(parts))
 
     # -- lookups
 
@@ -416,7 +428,8 @@ class _Builder:
                         break
         if pk is None:
             return False
-        if view.vouched or verify_batch_signature(view.batch, pk):
+        if view.vouched or view.sig_ok or verify_batch_signature(view.batch, pk):
+            view.sig_ok = view.sig_ok or not view.vouched
             view.signed = True
             return True
         self.r.problems.append(("signature", view.segment, f"batch {view.id.hex()[:12]} has a signature that does not verify"))

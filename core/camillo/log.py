@@ -157,3 +157,76 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
         if seen_max[h.compartment_id].get(h.writer_id, 0) < h.seq:
             log.heads.setdefault(h.compartment_id, set()).add(bid)
     return log
+
+
+# ---------------------------------------------------------------------------------------------
+# What this device remembers (spec §17.5): rollback and withholding detection.
+
+SYNC_GRACE_SECONDS = 600  # T1: how long something missing counts as "still syncing"
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # "rollback" | "missing" | "syncing"
+    compartment_id: bytes
+    writer_id: bytes
+    seq: int
+    batch_id: bytes | None
+    since: int
+    message: str
+
+
+def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_missing: dict[bytes, int],
+                 remembered_generation: int, log: CausalLog, covered: set[bytes], generation: int,
+                 now: int) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:
+    """Compare what a device remembers with what the vault shows now.
+
+    A remembered batch that is absent is "syncing" for :data:`SYNC_GRACE_SECONDS` after it was first
+    noticed, then a **rollback** alert, unless a signed compaction or erasure manifest vouches for
+    it (then it is only syncing: its new copy has not arrived yet).  A gap (a batch named but absent)
+    is likewise "syncing", then "missing".  Returns the alerts, the new memory (the union of the old
+    and the present: memory never shrinks), and the updated first-noticed times.
+    """
+    alerts: list[Alert] = []
+    still_missing: dict[bytes, int] = {}
+
+    def since(key: bytes) -> int:
+        t = first_missing.get(key, now)
+        still_missing[key] = t
+        return t
+
+    for cid, per_writer in remembered.items():
+        for wid, (seq, bid) in per_writer.items():
+            chain = log.chains.get((wid, cid), {})
+            if chain.get(seq) == bid or (seq in chain and max(chain) > seq):
+                continue
+            if max(chain, default=0) >= seq and chain.get(seq) != bid:
+                alerts.append(Alert("rollback", cid, wid, seq, bid, now,
+                                    f"batch {bid.hex()[:12]} (seq {seq}) that this device saw was replaced by another"))
+                continue
+            t = since(bid)
+            if bid in covered or now - t < SYNC_GRACE_SECONDS:
+                alerts.append(Alert("syncing", cid, wid, seq, bid, t,
+                                    f"batch {bid.hex()[:12]} (seq {seq}) that this device saw is not here yet"))
+            else:
+                alerts.append(Alert("rollback", cid, wid, seq, bid, t,
+                                    f"batch {bid.hex()[:12]} (seq {seq}) that this device saw has vanished "
+                                    "without a signed manifest: the storage was rolled back or withheld it"))
+    if generation < remembered_generation:
+        alerts.append(Alert("rollback", b"", b"", generation, None, now,
+                            f"the vault presents master-secret generation {generation}, older than generation "
+                            f"{remembered_generation} this device already saw: old slots were restored"))
+    for g in log.gaps:
+        key = g.batch_id or (g.writer_id + g.compartment_id + g.seq.to_bytes(8, "big"))
+        t = since(key)
+        kind = "syncing" if now - t < SYNC_GRACE_SECONDS else "missing"
+        alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t, g.reason))
+    memory = {c: dict(m) for c, m in remembered.items()}
+    for (wid, cid), chain in log.chains.items():
+        if not chain:
+            continue
+        top = max(chain)
+        old = memory.setdefault(cid, {}).get(wid)
+        if old is None or top >= old[0]:
+            memory[cid][wid] = (top, chain[top])
+    return alerts, memory, still_missing

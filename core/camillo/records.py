@@ -569,6 +569,13 @@ def batch_from_cbor(item: Any) -> Batch:
     return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple(parsed_sigs), tuple(records))
 
 
+def batch_without_records(header_bytes: bytes, sigs: Sequence[Sequence[Any]]) -> Batch:
+    """A batch rebuilt from a cached header and signatures, its record bytes left out (None)."""
+    header = _header_from_map(encoding.decode(header_bytes, "batch header"))
+    return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple((a, s) for a, s in sigs),
+                 (None,) * len(header.records))
+
+
 def verify_batch_signature(batch: Batch, public: bytes, algs: Sequence[int] = (SIG_ED25519,)) -> bool:
     """Every algorithm the writer's certificate lists must be present and valid (no stripping)."""
     if tuple(batch.header.sig_algs) != tuple(algs):

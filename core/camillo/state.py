@@ -81,6 +81,12 @@ CREATE TABLE IF NOT EXISTS facts(
   PRIMARY KEY(compartment, key)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS cache_batches(
+  id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
+  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
 """
 
 REF_PRED = 1
@@ -309,8 +315,11 @@ class State:
 
         return decode_record(raw)
 
-    def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView]) -> MaterializeResult:
-        """Recompute validity, effective classes, hidden records and facts."""
+    def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView],
+                    affected: set[bytes] | None = None) -> MaterializeResult:
+        """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
+        the per-record checks to the records of those batches (new ones, and those whose acceptance
+        changed); None re-checks every record (the roster changed)."""
         self._roster = roster
         self._views = views
         result = MaterializeResult()
@@ -323,9 +332,15 @@ class State:
         # 1. Static validity of every record: batch accepted and authority rules that need only
         #    the record and its writer.
         updates = []
-        for rid, batch, writer, author, kind, klass, key, raw, erased in db.execute(
-            "SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records"
-        ):
+        if affected is None:
+            rows = db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records")
+        else:
+            rows = [row for bid in affected for row in db.execute(
+                "SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records WHERE batch = ?", (bid,))]
+            # records whose effective class a CONFIRM raised start again from their claimed class
+            rows += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
+                               "WHERE has_refs = 1 OR effective IS NOT class").fetchall()
+        for rid, batch, writer, author, kind, klass, key, raw, erased in rows:
             if batch not in accepted:
                 updates.append((0, "its batch is not accepted", klass, rid))
                 continue

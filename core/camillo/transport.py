@@ -73,3 +73,38 @@ def unpack_vault(pack_path: str, directory: str) -> int:
         return count + 1
     finally:
         reader.close()
+
+
+def merge_into(path: str, other: str) -> list[str]:
+    """Copy into the vault folder ``path`` every vault file of ``other`` (a folder or ``.vmem``)
+    that it lacks; return the names copied.  The union of files is the merge: the state computed
+    from it does not depend on the order in which files arrived (spec §17).  Refuses a different
+    vault; never overwrites anything."""
+    target = FolderShelf(path)
+    source = open_shelf(other)
+    try:
+        if not target.exists(descriptor.NAME):
+            raise NotAVault(f"{path} is not a VMEM vault (no VMEM descriptor)")
+        mine = descriptor.decode(target.read(descriptor.NAME))
+        if not source.exists(descriptor.NAME):
+            raise NotAVault(f"{other} is not a VMEM vault (no VMEM descriptor)")
+        theirs = descriptor.decode(source.read(descriptor.NAME))
+        if mine.vault_id != theirs.vault_id:
+            raise NotAVault(
+                f"{other} is a different vault ({theirs.vault_id.hex()[:12]}, not {mine.vault_id.hex()[:12]}); "
+                "only copies of the same vault can be merged"
+            )
+        have = set(target.list())
+        copied = []
+        for name in source.list():
+            if name in have or kind_of(name) not in ("slot", "envelope", "segment"):
+                continue
+            data = source.read(name)
+            if hash_matches(name, data) is False:
+                continue  # a partial or damaged file in the other copy: skip it, verify names it there
+            target.write(name, data)
+            copied.append(name)
+        return copied
+    finally:
+        source.close()
+        target.close()

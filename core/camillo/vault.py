@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import descriptor, encoding, envelopes, ids, keychain, keys, segments, slots
+from .cache import Cache
 from .changes import Changes
 from .control import BatchView, Roster, build_roster, owner_entry
 from .credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
@@ -49,7 +50,7 @@ from .errors import (
     WrongCredential,
 )
 from .localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
-from .log import CausalLog, build_log
+from .log import Alert, CausalLog, build_log, check_memory
 from .primitives import (
     CryptoFailure,
     KdfParams,
@@ -65,6 +66,7 @@ from .records import (
     BatchHeader,
     Kind,
     Record,
+    batch_without_records,
     decode_record,
     encode_record,
     make_batch,
@@ -252,6 +254,11 @@ class Vault:
         self.actor: Credential | None = None  # who writes: this installation's device, or a grant
         self._grant_info: Any = None
         self._state_store: DeviceStateStore | None = None
+        self._cache: Cache | None = None
+        self._cache_dirty = False
+        self._cache_problem = ""
+        self._use_cache = True
+        self.alerts: list[Alert] = []
         self.device_state = DeviceState()
         self.decryptions = 0  # segments decrypted by this object (tests count warm opens with it)
         self._reset_reading()
@@ -275,6 +282,9 @@ class Vault:
             self.state.db.close()
         self.state = State()
         self._materialize_problems: list[tuple[str, str, str]] = []
+        self._roster_fingerprint = b""
+        self._last_accepted: set[bytes] = set()
+        self._pending_batches: set[bytes] = set()
 
     def __repr__(self) -> str:
         return f"Vault({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -374,14 +384,17 @@ class Vault:
         vault._unlocking = device
         vault.unlocked_with = "new vault"
         vault._owner_kem = owner_kem
+        vault._load_cache()
         vault._refresh()
         vault._check_unlocking_credential()
+        vault._update_memory()
         return vault, phrase
 
     @classmethod
-    def open(cls, path: str, unlock: Unlock, *, register: bool = True) -> Vault:
+    def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
-        writer on first use when the folder is writable (spec §12.4)."""
+        writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
+        verifies every file instead of resuming from the local cache (``camillo verify``)."""
         if _thread_guard is not None:
             _thread_guard()
         shelf = open_shelf(path)
@@ -393,6 +406,7 @@ class Vault:
                     f"{path} is not a VMEM vault (it has no VMEM descriptor file); choose the vault's folder"
                 ) from None
             vault = cls(shelf, desc.vault_id)
+            vault._use_cache = cache
             if unlock.method == "grant":
                 from .grants import open_with_grant
 
@@ -463,14 +477,18 @@ class Vault:
                 continue
             try:
                 self._owner_kem = keys.owner_kem(self._vms.get(), self.vault_id, self._generation)
+                self.actor = cred if unlock.method == "device" else self._find_installation_credential()
+                self._load_cache()
                 self._refresh()
                 self._check_unlocking_credential()
+                self._confirm_actor()
             except (WrongCredential, DamagedFile) as exc:
                 # A slot that unwraps but is not vouched for by the vault (planted, or of an
                 # unfinished operation): forget what it gave and try the next one.
                 refusals.append(exc)
                 self._reset_reading()
                 self._vms = None
+                self.actor = None
                 continue
             break
         else:
@@ -489,12 +507,9 @@ class Vault:
                     "unlock with your passphrase or recovery phrase")
             raise WrongCredential(f"wrong {what} for vault {vid}; nothing was changed. Try again.")
         self.unlocked_with = what
-        if unlock.method == "device":
-            self.actor = self._unlocking
-        if self.actor is None:
-            self._load_installation_actor()
         if self.actor is not None:
             self._open_state_store()
+        self._update_memory()
 
     def _try_slot(self, header: slots.SlotHeader, cred: Credential) -> bool:
         try:
@@ -564,11 +579,12 @@ class Vault:
             )
         return Credential.from_seeds(CredentialKind.DEVICE, *seeds)
 
-    def _load_installation_actor(self) -> None:
-        """After a passphrase or recovery unlock: find this installation's own device key."""
+    def _find_installation_credential(self) -> Credential | None:
+        """After a passphrase or recovery unlock: this installation's own device key, if it has
+        one for this vault (checked against the roster by :meth:`_confirm_actor`)."""
         inst = self.local.load_installation()
         if inst is None:
-            return
+            return None
         cred = None
         if inst.keystore == "keychain":
             try:
@@ -580,11 +596,70 @@ class Vault:
         else:
             cred = self._load_local_device_key()
         if cred is None or cred.writer_id != inst.writer_id:
-            return  # lost: a new writer is certified below (never reuse a writer id blindly)
-        p = self.roster.principals.get(cred.writer_id)
-        if p is None or cred.writer_id in self.roster.revocations:
+            return None  # lost: a new writer is certified instead (never reuse a writer id blindly)
+        return cred
+
+    def _confirm_actor(self) -> None:
+        """The installation's device must be a current writer of this vault; otherwise it does not
+        write (a new device is certified on a writable open) and its cache is not trusted."""
+        if self.actor is None or self.actor.kind != CredentialKind.DEVICE:
             return
-        self.actor = cred
+        if self.actor.writer_id not in self.roster.principals or self.actor.writer_id in self.roster.revocations:
+            if self._cache is not None:
+                self._cache.discard()
+            self._cache = None
+            self.actor = None
+
+    # ------------------------------------------------------------------------------ cache
+
+    def _load_cache(self) -> None:
+        """Resume from this actor's encrypted cache, so only new segments are read."""
+        self._cache = None
+        if self.actor is None or self.read_only:
+            return
+        if not self._use_cache:
+            return
+        self._cache = Cache(self.local.cache_path(self.actor.writer_id), self.actor.signer.seed, self.vault_id)
+        db = self._cache.load(self._generation)
+        if db is None:
+            return
+        try:
+            views = {}
+            for bid, segment, epoch, blob, controls, sig_ok, vouched in db.execute(
+                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched FROM cache_batches"
+            ):
+                header_bytes, sigs = encoding.decode(blob, "cached batch")
+                batch = batch_without_records(header_bytes, sigs)
+                recs = [None if raw is None else decode_record(raw) for raw in encoding.decode(controls, "cached controls")]
+                views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
+            seg_map = {name: list(encoding.decode(b, "cached segment")) for name, b in
+                       db.execute("SELECT name, batches FROM cache_segments")}
+        except (VaultError, ValueError, TypeError) as exc:
+            db.close()
+            self._cache.discard()
+            self._cache_problem = f"the local cache was damaged and is rebuilt ({exc})"
+            return
+        meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+        self.state.db.close()
+        self.state = State(db)
+        self.views = views
+        self._segment_batches = seg_map
+        self._roster_fingerprint = meta.get("roster", b"")
+        self._last_accepted = set(encoding.decode(meta["accepted"], "cached accepted set")) if "accepted" in meta else set()
+        self._cache_dirty = False
+
+    def save_cache(self) -> None:
+        """Seal the materialised state into this actor's cache (done on lock when it changed)."""
+        if self._cache is None or not self._cache_dirty:
+            return
+        db = self.state.db
+        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ? WHERE id = ?",
+                       [(int(v.sig_ok), int(v.vouched), bid) for bid, v in self.views.items()])
+        db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
+                       [("roster", self._roster_fingerprint),
+                        ("accepted", encoding.encode(sorted(self._last_accepted)))])
+        self._cache.save(db, self._generation)
+        self._cache_dirty = False
 
     def _local_key_blob_key(self, vms: bytes, generation: int) -> bytes:
         return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", self.vault_id)
@@ -631,6 +706,8 @@ class Vault:
             self._save_local_device_key(device)
             keystore = "local"
         self.actor = device
+        self._cache = Cache(self.local.cache_path(device.writer_id), device.signer.seed, self.vault_id)
+        self._cache_dirty = True
         self._open_state_store()
         self.device_state = DeviceState(counters=dict(counters or {}))
         self._state_store.save(self.device_state)
@@ -695,6 +772,9 @@ class Vault:
         for b in gone:
             self.views.pop(b, None)
         self.state.forget_batches(gone)
+        self.state.db.execute("DELETE FROM cache_segments WHERE name = ?", (name,))
+        self.state.db.executemany("DELETE FROM cache_batches WHERE id = ?", [(b,) for b in gone])
+        self._cache_dirty = True
 
     def _read_envelopes(self, names: list[str]) -> bool:
         recipient = self._owner_kem if self._owner_kem is not None else (self.actor.recipient if self.actor else None)
@@ -797,8 +877,18 @@ class Vault:
                                                              for r in records])
             self.views[batch.id] = view
             self.state.stage(view, records)
+            self.state.db.execute(
+                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls) VALUES(?,?,?,?,?)",
+                (batch.id, name, header.epoch_id,
+                 encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
+                 encoding.encode([r.raw if r is not None else None for r in view.records])),
+            )
             added.append(batch.id)
+            self._pending_batches.add(batch.id)
         self._segment_batches[name] = [b.id for b in batches]
+        self.state.db.execute("INSERT OR REPLACE INTO cache_segments(name, batches) VALUES(?, ?)",
+                              (name, encoding.encode([b.id for b in batches])))
+        self._cache_dirty = True
         return added
 
     def _check_batch_shape(self, batch: Batch, header: segments.SegmentHeader, name: str) -> str | None:
@@ -825,7 +915,15 @@ class Vault:
             roster, signed = build_roster(self.vault_id, self.views)
         self.roster = roster
         self.log = build_log(self.views, signed, roster)
-        result = self.state.materialize(roster, self.log, self.views)
+        fingerprint = roster.fingerprint()
+        if fingerprint != self._roster_fingerprint:
+            affected = None
+        else:
+            affected = self._pending_batches | (self.log.accepted ^ self._last_accepted)
+        result = self.state.materialize(roster, self.log, self.views, affected)
+        self._roster_fingerprint = fingerprint
+        self._last_accepted = set(self.log.accepted)
+        self._pending_batches = set()
         self._materialize_problems = result.problems
 
     def _check_epoch_keys(self, roster: Roster) -> set[tuple[bytes, bytes]]:
@@ -851,12 +949,58 @@ class Vault:
                 bad.add(key)
         return bad
 
+    def _update_memory(self) -> None:
+        """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
+        if self._state_store is None or self.read_only:
+            self.alerts = []
+            return
+        ds = self.device_state
+        covered = {b for m in self.roster.manifests.values() for b in m.batches}
+        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
+                                             self._generation, int(time.time()))
+        self.alerts = alerts
+        generation = max(ds.generation, self._generation)
+        if memory != ds.remembered or first != ds.first_missing or generation != ds.generation:
+            with self._state_store.locked():
+                on_disk = self._state_store.load() or ds
+                on_disk.remembered, on_disk.first_missing, on_disk.generation = memory, first, generation
+                self._state_store.save(on_disk)
+                self.device_state = on_disk
+
+    @_api
+    def sync_status(self) -> tuple[str, list[str]]:
+        """For status bars: "up to date", "syncing", "missing batches" or "rollback alert", with details."""
+        kinds = {a.kind for a in self.alerts}
+        details = [a.message for a in self.alerts]
+        if "rollback" in kinds:
+            return "rollback alert", details
+        if "missing" in kinds:
+            return "missing batches", details
+        if "syncing" in kinds or self._unreadable and self._owner_kem is not None:
+            return "syncing", details
+        return "up to date", details
+
+    @_api
+    def accept_current_state(self) -> None:
+        """After the user has looked at a rollback alert: remember the vault as it is now."""
+        if self._state_store is None:
+            return
+        with self._state_store.locked():
+            ds = self._state_store.load() or self.device_state
+            ds.remembered, ds.first_missing = {}, {}
+            ds.generation = self._generation
+            self._state_store.save(ds)
+            self.device_state = ds
+        self._update_memory()
+
     # ------------------------------------------------------------------------------ public reading
 
     @_api
     def refresh(self) -> Changes:
         """Pick up files other devices and agents wrote since the last look."""
-        return self._refresh()
+        changes = self._refresh()
+        self._update_memory()
+        return changes
 
     @property
     def compartments(self) -> dict[str, bytes]:
@@ -938,6 +1082,9 @@ class Vault:
         for bid, why in sorted(self.log.rejected.items()):
             v = self.views.get(bid)
             out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
+        for a in self.alerts:
+            if a.kind == "rollback":
+                out.append(Problem("rollback", "", a.message))
         for g in self.log.gaps:
             who = self.roster.writer_name(g.writer_id) if g.writer_id else "a writer"
             where = self.roster.compartment_name(g.compartment_id) if g.compartment_id else "the vault"
@@ -1100,6 +1247,7 @@ class Vault:
             for name, data in files:
                 self.shelf.write(name, data)
         self._refresh()
+        self._update_memory()
         return written
 
     def _write_slot(self, cred: Credential, stype: slots.SlotType, label: str, generation: int | None = None,
@@ -1115,6 +1263,81 @@ class Vault:
         name = slots.file_name(sid)
         self.shelf.write(name, data)
         return name
+
+    @_api
+    def search(self, text: str, *, limit: int = 200) -> list[RecordView]:
+        """Full-text search with field modifiers (see :mod:`camillo.search`)."""
+        from .search import search
+
+        return search(self.state, text, limit=limit)
+
+    @_api
+    def semantic_search(self, text: str, embedder: Any, *, limit: int = 20) -> list[tuple[float, RecordView]]:
+        from .search import semantic_search
+
+        self._cache_dirty = True  # new vectors are kept in the (encrypted) cache
+        return semantic_search(self.state, text, embedder, limit=limit)
+
+    # ------------------------------------------------------------------------------ curation
+
+    def _write_per_compartment(self, per: dict[bytes, list[bytes]], note: str) -> Changes:
+        written = self._write_batches(dict(per))
+        records = tuple(r for b in written.values() for r in b.header.records)
+        return Changes(records=records, batches=tuple(b.id for b in written.values()), timeline=True, facts=True,
+                       compartments=frozenset(self.roster.compartment_name(c) for c in written), note=note)
+
+    @_api
+    def conflicts(self) -> list[FactView]:
+        return self.state.facts(status="conflict")
+
+    @_api
+    def inbox(self) -> list[RecordView]:
+        """Proposals awaiting the user: the current values of pending facts, preferences and
+        instructions (agents' inferences and imported assistant memories)."""
+        return [f.current for f in self.state.facts(status="pending") if f.current is not None]
+
+    @_api
+    def confirm(self, record_ids: Sequence[bytes]) -> Changes:
+        self._require_owner("confirming an inference")
+        actor = self._require_writer()
+        from .curate import confirm_records
+
+        return self._write_per_compartment(confirm_records(self.state, record_ids, actor.writer_id, actor.signer),
+                                           f"confirmed {len(record_ids)}")
+
+    @_api
+    def reject(self, record_ids: Sequence[bytes]) -> Changes:
+        self._require_owner("rejecting an inference")
+        actor = self._require_writer()
+        from .curate import reject_records
+
+        return self._write_per_compartment(reject_records(self.state, record_ids, actor.writer_id),
+                                           f"rejected {len(record_ids)}")
+
+    @_api
+    def resolve(self, key: str, *, compartment: str | None = None, pick: bytes | None = None,
+                value: Any = None, value_given: bool = False) -> Changes:
+        self._require_owner("resolving a conflict")
+        actor = self._require_writer()
+        from .curate import resolve_conflict
+
+        fact = self.fact(key, compartment)
+        raw = resolve_conflict(fact, actor.writer_id, pick=pick, value=_json_to_cbor(value), value_given=value_given)
+        return self._write_per_compartment({fact.compartment_id: [raw]}, f"resolved {key}")
+
+    @_api
+    def forget(self, *, key: str | None = None, compartment: str | None = None,
+               record: bytes | None = None) -> Changes:
+        """Hide a fact (DEL of its key) or a message.  It stays in the history, unreadable to
+        no one who could read it before; erase it to destroy it."""
+        actor = self._require_writer()
+        from .curate import forget
+
+        cid = None
+        if key is not None:
+            cid = self.fact(key, compartment).compartment_id
+        cid, raw = forget(self.state, actor.writer_id, compartment_id=cid, key=key, record=record)
+        return self._write_per_compartment({cid: [raw]}, "forgotten")
 
     @_api
     def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None) -> Changes:
@@ -1165,6 +1388,10 @@ class Vault:
             _thread_guard()
         if self._locked:
             return
+        try:
+            self.save_cache()
+        except VaultError:
+            pass  # the cache is disposable; failing to save it loses nothing
         for s in self._epoch_secrets.values():
             s.wipe()
         if self._vms is not None:

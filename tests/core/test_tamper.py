@@ -37,11 +37,11 @@ def _rel(path: str, f: str) -> str:
 def _open_any(path, phrase):
     """Open with the passphrase, falling back to the recovery phrase (a damaged passphrase slot)."""
     try:
-        return Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False)
+        return Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False)
     except DamagedFile as exc:
         if "slot" not in exc.message:
             raise
-        return Vault.open(path, Unlock.recovery(phrase), register=False)
+        return Vault.open(path, Unlock.recovery(phrase), register=False, cache=False)
 
 
 @pytest.mark.parametrize("mode", ["flip", "truncate"])

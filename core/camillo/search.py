@@ -1,0 +1,294 @@
+"""Search over the materialised state: full text with field modifiers, and optional semantic search.
+
+Search is derived, never stored in the vault (spec §19.5).  Full-text search uses the state's SQLite
+FTS5 index.  A query is words and quoted phrases (all must match; ``word*`` matches a prefix) plus
+modifiers, combined with AND:
+
+=====================  ==========================================================
+``type:message``        semantic type (message, fact, preference, a vendor type...)
+``key:user/home*``      fact key, ``*`` at the end for a prefix
+``agent:NAME``          written by the device or agent grant with this name
+``compartment:work``    in this compartment
+``class:user``          effective authority class (user, observed, inferred, external)
+``is:conflict``         a candidate of an open conflict
+``is:pending``          waiting in the inbox for confirmation
+``is:hidden``           forgotten (hidden by a DEL)
+``before:2026-01-31``   written before this date (UTC); ``after:`` likewise
+``conversation:ID``     in this conversation
+=====================  ==========================================================
+
+Semantic search is optional, behind the :class:`Embedder` protocol (``embed``, ``dimension``,
+``model_id``).  Vectors are derived and disposable: they are kept in the state database, which is
+only ever written to disk inside the encrypted cache, keyed by the embedder's model id, and are
+recomputed when missing.  Ranking blends cosine similarity with recency, and for ``summary`` records
+with VaultMem's significance ``σ = (1 − e^(−κ·freq))·e^(−λ·days)``.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import math
+import re
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .errors import UsageError
+from .records import Authority
+from .state import RecordView, State
+
+MODIFIERS = ("type", "key", "agent", "compartment", "class", "is", "before", "after", "conversation")
+_TOKEN = re.compile(r'(\w+):"([^"]*)"|(\w+):(\S+)|"([^"]*)"|(\S+)')
+
+
+@dataclass
+class Query:
+    words: list[str]
+    phrases: list[str]
+    filters: dict[str, list[str]]
+
+    @property
+    def has_text(self) -> bool:
+        return bool(self.words or self.phrases)
+
+
+def parse(text: str) -> Query:
+    words: list[str] = []
+    phrases: list[str] = []
+    filters: dict[str, list[str]] = {}
+    for m in _TOKEN.finditer(text):
+        name = m.group(1) or m.group(3)
+        value = m.group(2) if m.group(1) else m.group(4)
+        if name is not None and name.lower() in MODIFIERS:
+            filters.setdefault(name.lower(), []).append(value)
+        elif m.group(5) is not None:
+            if m.group(5).strip():
+                phrases.append(m.group(5))
+        else:
+            token = m.group(0)
+            if token.strip():
+                words.append(token)
+    return Query(words, phrases, filters)
+
+
+def _fts_string(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"'
+
+
+def _fts_query(q: Query) -> str:
+    parts = []
+    for w in q.words:
+        prefix = w.endswith("*")
+        core = w.rstrip("*")
+        # FTS5 tokenises the indexed text; quote each user word so operators in it are literal.
+        tokens = [t for t in re.split(r"[^\w]+", core) if t]
+        for i, t in enumerate(tokens):
+            parts.append(_fts_string(t) + ("*" if prefix and i == len(tokens) - 1 else ""))
+    for p in q.phrases:
+        parts.append(_fts_string(p))
+    return " AND ".join(parts)
+
+
+def _day(value: str, name: str) -> int:
+    try:
+        return calendar.timegm(time.strptime(value, "%Y-%m-%d"))
+    except ValueError:
+        raise UsageError(f"{name}: expects a date such as 2026-01-31, not '{value}'") from None
+
+
+def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
+    """Full-text search with modifiers; results ranked by relevance (bm25), or by time without words."""
+    q = parse(text)
+    roster = state._roster
+    assert roster is not None
+    where = ["r.valid = 1", "r.kind IN (1, 3)"]
+    args: list[object] = []
+    if "hidden" not in q.filters.get("is", []):
+        where.append("r.hidden = 0")
+    for value in q.filters.get("type", []):
+        where.append("r.type = ?")
+        args.append(value)
+    for value in q.filters.get("key", []):
+        if value.endswith("*"):
+            where.append("r.key LIKE ? ESCAPE '\\'")
+            args.append(value[:-1].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        else:
+            where.append("r.key = ?")
+            args.append(value)
+    for value in q.filters.get("conversation", []):
+        where.append("r.conversation = ?")
+        args.append(value)
+    for value in q.filters.get("compartment", []):
+        cid = roster.compartment_id(value)
+        if cid is None:
+            raise UsageError(f"compartment:{value}: no such compartment (have {', '.join(roster.compartments.values())})")
+        where.append("r.compartment = ?")
+        args.append(cid)
+    for value in q.filters.get("agent", []):
+        needle = value.lower()
+        writers = [p.writer_id for p in roster.principals.values()
+                   if needle in ((p.grant.agent if p.grant else p.name) or "").lower()]
+        if not writers:
+            return []
+        where.append(f"r.writer IN ({','.join('?' * len(writers))})")
+        args += writers
+    for value in q.filters.get("class", []):
+        where.append("r.effective = ?")
+        args.append(int(Authority.parse(value)))
+    for value in q.filters.get("before", []):
+        where.append("r.ts < ?")
+        args.append(_day(value, "before"))
+    for value in q.filters.get("after", []):
+        where.append("r.ts >= ?")
+        args.append(_day(value, "after") + 86400)
+    for value in q.filters.get("is", []):
+        if value == "conflict":
+            where.append("EXISTS (SELECT 1 FROM facts f WHERE f.compartment = r.compartment AND f.key = r.key "
+                         "AND f.status = 'conflict' AND instr(f.candidates, r.id) > 0)")
+        elif value == "pending":
+            where.append("EXISTS (SELECT 1 FROM facts f WHERE f.compartment = r.compartment AND f.key = r.key "
+                         "AND f.status = 'pending' AND f.current = r.id)")
+        elif value != "hidden":
+            raise UsageError(f"is:{value}: use is:conflict, is:pending or is:hidden")
+    if q.has_text:
+        sql = (f"SELECT r.id FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND "
+               f"{' AND '.join(where)} ORDER BY bm25(search), r.ts DESC LIMIT ?")
+        rows = state.db.execute(sql, [_fts_query(q), *args, limit]).fetchall()
+    else:
+        sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY r.ts DESC, r.id LIMIT ?"
+        rows = state.db.execute(sql, [*args, limit]).fetchall()
+    return state.records(r[0] for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic search
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.  Implementations: :class:`HashingEmbedder` (deterministic, no
+    model; for tests and benchmarks), :class:`SentenceTransformerEmbedder`, :class:`OllamaEmbedder`."""
+
+    model_id: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class HashingEmbedder:
+    """Feature hashing of words and word pairs into a fixed-size, L2-normalised vector.  Needs no
+    model and gives the same vectors everywhere; good for tests, benchmarks and comparisons."""
+
+    def __init__(self, dimension: int = 256) -> None:
+        self.dimension = dimension
+        self.model_id = f"hashing-{dimension}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            vec = [0.0] * self.dimension
+            words = re.findall(r"\w+", text.lower())
+            for feature in words + [a + " " + b for a, b in zip(words, words[1:])]:
+                h = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                idx = int.from_bytes(h[:4], "big") % self.dimension
+                vec[idx] += 1.0 if h[4] & 1 else -1.0
+            norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+            out.append([x / norm for x in vec])
+        return out
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model (optional extra: ``pip install sentence-transformers``)."""
+
+    def __init__(self, model: str = "all-MiniLM-L6-v2") -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise UsageError("semantic search with a local model needs: pip install sentence-transformers") from None
+        self._model = SentenceTransformer(model)
+        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        self.model_id = f"sentence-transformers/{model}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [list(map(float, v)) for v in self._model.encode(list(texts), normalize_embeddings=True)]
+
+
+class OllamaEmbedder:
+    """An Ollama server's embedding endpoint (``/api/embed``), e.g. on localhost."""
+
+    def __init__(self, url: str = "http://localhost:11434", model: str = "all-minilm") -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.model_id = f"ollama/{model}"
+        self.dimension = len(self.embed(["dimension probe"])[0])
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import json
+        import urllib.request
+
+        req = urllib.request.Request(  # noqa: S310 - the user chooses the Ollama URL
+            f"{self.url}/api/embed", data=json.dumps({"model": self.model, "input": list(texts)}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
+                return json.load(resp)["embeddings"]
+        except OSError as exc:
+            raise UsageError(f"the Ollama server at {self.url} did not answer ({exc})") from None
+
+
+_VECTORS = """
+CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL, vec BLOB NOT NULL,
+                                   PRIMARY KEY(model, record));
+"""
+
+
+def significance(freq: int, days: float, kappa: float = 0.3, lam: float = 0.01) -> float:
+    """VaultMem's significance of a recurring pattern: grows with frequency, decays with age."""
+    return (1 - math.exp(-kappa * freq)) * math.exp(-lam * days)
+
+
+def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int = 20,
+                    now: float | None = None) -> list[tuple[float, RecordView]]:
+    """Rank visible records by cosine similarity to ``text`` (blended with recency, and for
+    ``summary`` records with significance).  Missing vectors are computed and kept."""
+    db = state.db
+    db.executescript(_VECTORS)
+    missing = db.execute(
+        "SELECT r.rowid, r.text, coalesce(r.key, '') FROM records r WHERE r.valid = 1 AND r.hidden = 0 "
+        "AND r.kind IN (1, 3) AND r.text != '' AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.model = ? "
+        "AND v.record = r.rowid)",
+        (embedder.model_id,),
+    ).fetchall()
+    for start in range(0, len(missing), 256):
+        chunk = missing[start : start + 256]
+        vecs = embedder.embed([f"{key} {t}".strip() for _, t, key in chunk])
+        db.executemany("INSERT OR REPLACE INTO vectors(model, record, vec) VALUES(?,?,?)",
+                       [(embedder.model_id, rowid, struct.pack(f"{embedder.dimension}f", *v))
+                        for (rowid, _, _), v in zip(chunk, vecs)])
+    qv = embedder.embed([text])[0]
+    now = time.time() if now is None else now
+    scored = []
+    for rowid, blob, rid, ts, typ in db.execute(
+        "SELECT v.record, v.vec, r.id, r.ts, r.type FROM vectors v JOIN records r ON r.rowid = v.record "
+        "WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0",
+        (embedder.model_id,),
+    ):
+        vec = struct.unpack(f"{embedder.dimension}f", blob)
+        cos = sum(a * b for a, b in zip(qv, vec))
+        days = max(0.0, (now - (ts or now)) / 86400)
+        score = cos + 0.05 * math.exp(-days / 365)
+        if typ == "summary":
+            view = state.record(rid)
+            freq = view.meta.get("frequency", 1) if view is not None else 1
+            score += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
+        scored.append((score, rid))
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    top = scored[:limit]
+    views = {v.id: v for v in state.records(rid for _, rid in top)}
+    return [(s, views[rid]) for s, rid in top if rid in views]
