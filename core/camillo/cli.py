@@ -335,7 +335,7 @@ def _load_extensions() -> None:
     """Import the modules that register further commands (kept out of the base import)."""
     import importlib
 
-    for mod in ("camillo.cli_memory",):
+    for mod in ("camillo.cli_memory", "camillo.cli_access"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

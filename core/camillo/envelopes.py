@@ -14,8 +14,9 @@ The tag lets a recipient skip envelopes that are not for it without trying HPKE 
 the host nothing, because the host never learns recipient ids.
 
 Payload (CBOR map): 0 kind (1 epoch secret, 2 epoch public key), 1 vault_id, 2 compartment_id,
-3 epoch_id, 4 recipient_id, 5 the key (32-byte secret or 1216-byte public key), 13 signatures
-over ``"vmem/v1/envelope-sig" ‖ 0x00 ‖ SHA-256(payload without 13)``.
+3 epoch_id, 4 recipient_id, 5 the key (32-byte secret or 1216-byte public key), 6 the previous
+epoch id or null (so an appender, which cannot read EPOCH records, knows which epoch is current),
+13 signatures over ``"vmem/v1/envelope-sig" ‖ 0x00 ‖ SHA-256(payload without 13)``.
 
 Pure functions; any thread may call them.
 """
@@ -63,6 +64,7 @@ class P:
     EPOCH = 3
     RECIPIENT = 4
     KEY = 5
+    PREV = 6
     SIGS = 13
 
 
@@ -76,6 +78,7 @@ class EnvelopePayload:
     signatures: list[list[Any]]
     message: bytes
     file: str
+    prev_epoch: bytes | None = None
 
 
 def tag_for(enc: bytes, recipient_id: bytes) -> bytes:
@@ -97,6 +100,7 @@ def build_envelope(
     key: bytes,
     signer: SigningKey,
     signer_id: bytes,
+    prev_epoch: bytes | None = None,
 ) -> bytes:
     envelope_key = random_bytes(32)
     wrap = hpke_wrap(recipient_public, envelope_key, labelled("vmem/v1/wrap/envelope", vault_id))
@@ -108,6 +112,7 @@ def build_envelope(
         P.EPOCH: epoch_id,
         P.RECIPIENT: recipient_id,
         P.KEY: key,
+        P.PREV: prev_epoch,
     }
     message = signing_message(SIG_LABEL, payload, P.SIGS)
     payload[P.SIGS] = [[signer_id, signer.alg, signer.sign(message)]]
@@ -150,10 +155,13 @@ def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientK
             and sigs
         ):
             raise CanonicalError("malformed payload")
+        prev = p.get(P.PREV)
+        if prev is not None and (not isinstance(prev, bytes) or len(prev) != 16):
+            raise CanonicalError("previous epoch id is malformed")
         if (kind == EnvelopeKind.EPOCH_SECRET and len(key) != 32) or (
             kind == EnvelopeKind.EPOCH_PUBLIC and len(key) != 1216
         ):
             raise CanonicalError("key has the wrong length")
     except (CanonicalError, ValueError) as exc:
         raise DamagedFile(f"envelope {name}: {exc}", file=name) from None
-    return EnvelopePayload(kind, comp, epoch, rid, key, sigs, signing_message(SIG_LABEL, p, P.SIGS), name)
+    return EnvelopePayload(kind, comp, epoch, rid, key, sigs, signing_message(SIG_LABEL, p, P.SIGS), name, prev)

@@ -105,6 +105,7 @@ class Unlock:
     method: str  # passphrase | recovery | device | grant
     secret: str | None = field(default=None, repr=False)
     path: str | None = None
+    credential: Any = field(default=None, repr=False)  # a device credential held in memory (enrollment)
 
     @classmethod
     def passphrase(cls, text: str) -> Unlock:
@@ -121,6 +122,11 @@ class Unlock:
     @classmethod
     def grant(cls, path: str) -> Unlock:
         return cls("grant", path=path)
+
+    @classmethod
+    def with_device_credential(cls, credential: Any) -> Unlock:
+        """A device key already in memory (a device finishing its enrollment)."""
+        return cls("device", credential=credential)
 
 
 @dataclass
@@ -252,7 +258,8 @@ class Vault:
         self._unlocking: Credential | None = None
         self._unlock_slot: slots.SlotHeader | None = None
         self.actor: Credential | None = None  # who writes: this installation's device, or a grant
-        self._grant_info: Any = None
+        self.grant: Any = None  # the access.GrantFile when opened as an agent
+        self._grant_scope_ids: dict[str, bytes] = {}
         self._state_store: DeviceStateStore | None = None
         self._cache: Cache | None = None
         self._cache_dirty = False
@@ -274,6 +281,7 @@ class Vault:
         self._seen_envelopes: set[str] = set()
         self.views: dict[bytes, BatchView] = {}
         self._segment_batches: dict[str, list[bytes]] = {}
+        self._segment_epochs: dict[str, tuple[bytes, bytes]] = {}  # segment -> (compartment, epoch)
         self._segment_problems: dict[str, Problem] = {}
         self._unreadable: dict[str, tuple[bytes, bytes]] = {}
         self.roster = Roster(self.vault_id)
@@ -408,7 +416,7 @@ class Vault:
             vault = cls(shelf, desc.vault_id)
             vault._use_cache = cache
             if unlock.method == "grant":
-                from .grants import open_with_grant
+                from .access import open_with_grant
 
                 open_with_grant(vault, unlock.path or "")
             else:
@@ -459,7 +467,7 @@ class Vault:
                 return recovery
         elif unlock.method == "device":
             stype, what = slots.SlotType.DEVICE, "device key"
-            device = self._load_device_credential()
+            device = unlock.credential or self._load_device_credential()
 
             def derive(h: slots.SlotHeader) -> Credential:
                 return device
@@ -632,8 +640,10 @@ class Vault:
                 batch = batch_without_records(header_bytes, sigs)
                 recs = [None if raw is None else decode_record(raw) for raw in encoding.decode(controls, "cached controls")]
                 views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
-            seg_map = {name: list(encoding.decode(b, "cached segment")) for name, b in
-                       db.execute("SELECT name, batches FROM cache_segments")}
+            seg_map, seg_epochs = {}, {}
+            for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
+                seg_map[name] = list(encoding.decode(b, "cached segment"))
+                seg_epochs[name] = (comp, epoch)
         except (VaultError, ValueError, TypeError) as exc:
             db.close()
             self._cache.discard()
@@ -644,6 +654,7 @@ class Vault:
         self.state = State(db)
         self.views = views
         self._segment_batches = seg_map
+        self._segment_epochs = seg_epochs
         self._roster_fingerprint = meta.get("roster", b"")
         self._last_accepted = set(encoding.decode(meta["accepted"], "cached accepted set")) if "accepted" in meta else set()
         self._cache_dirty = False
@@ -766,6 +777,7 @@ class Vault:
 
     def _forget_segment(self, name: str) -> None:
         bids = self._segment_batches.pop(name, [])
+        self._segment_epochs.pop(name, None)
         self._unreadable.pop(name, None)
         still = {b for other in self._segment_batches.values() for b in other}
         gone = [b for b in bids if b not in still]
@@ -886,8 +898,10 @@ class Vault:
             added.append(batch.id)
             self._pending_batches.add(batch.id)
         self._segment_batches[name] = [b.id for b in batches]
-        self.state.db.execute("INSERT OR REPLACE INTO cache_segments(name, batches) VALUES(?, ?)",
-                              (name, encoding.encode([b.id for b in batches])))
+        self._segment_epochs[name] = (header.compartment_id, header.epoch_id)
+        self.state.db.execute(
+            "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
+            (name, encoding.encode([b.id for b in batches]), header.compartment_id, header.epoch_id))
         self._cache_dirty = True
         return added
 
@@ -976,7 +990,7 @@ class Vault:
             return "rollback alert", details
         if "missing" in kinds:
             return "missing batches", details
-        if "syncing" in kinds or self._unreadable and self._owner_kem is not None:
+        if "syncing" in kinds or (self._unreadable and self._owner_kem is not None):
             return "syncing", details
         return "up to date", details
 
@@ -1011,8 +1025,15 @@ class Vault:
         assert self.roster.control_id is not None
         return [self.roster.control_id, *self.roster.compartments]
 
+    @property
+    def compartment_ids_of_grant(self) -> dict[str, bytes]:
+        """For a vault opened with a grant: its compartments by name (from the grant file)."""
+        return dict(self._grant_scope_ids) if self.grant is not None else {}
+
     def compartment_id(self, name: str) -> bytes:
         cid = self.roster.compartment_id(name)
+        if cid is None and self.grant is not None:
+            cid = self._grant_scope_ids.get(name)
         if cid is None:
             raise UsageError(
                 f"vault {self.vault_id.hex()[:12]} has no compartment '{name}'; it has: "
@@ -1022,18 +1043,22 @@ class Vault:
 
     @_api
     def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
+        self._require_read()
         return self.state.timeline(offset, limit, **filters)
 
     @_api
     def timeline_ids(self, **filters: Any) -> list[bytes]:
+        self._require_read()
         return self.state.timeline_ids(**filters)
 
     @_api
     def records(self, ids_: Iterable[bytes]) -> list[RecordView]:
+        self._require_read()
         return self.state.records(ids_)
 
     @_api
     def record(self, rid: bytes) -> RecordView | None:
+        self._require_read()
         return self.state.record(rid)
 
     @_api
@@ -1058,10 +1083,12 @@ class Vault:
 
     @_api
     def facts(self, **filters: Any) -> list[FactView]:
+        self._require_read()
         return self.state.facts(**filters)
 
     @_api
     def fact(self, key: str, compartment: str | None = None) -> FactView:
+        self._require_read()
         cids = [self.compartment_id(compartment)] if compartment else list(self.roster.compartments)
         found = [f for f in (self.state.fact(c, key) for c in cids) if f is not None]
         if not found:
@@ -1147,8 +1174,24 @@ class Vault:
             raise AccessDenied(f"{what} needs the vault owner's credential (a passphrase, recovery phrase or device key); "
                                "an agent grant cannot do it")
 
+    def _authority_for(self, item: NewRecord) -> Authority:
+        """What a new record claims: as given, else by role; an agent's defaults are one step lower
+        (what the user said becomes ``observed``, the rest ``inferred`` or ``external``)."""
+        if item.authority is not None or self.grant is None:
+            return item.default_authority()
+        if item.role in ("tool", "system", "web", "function"):
+            return Authority.EXTERNAL
+        if item.role == "user":
+            return min(Authority.OBSERVED, self.grant.max_class)
+        return min(Authority.INFERRED, self.grant.max_class)
+
     def _encode_new(self, item: NewRecord, cid: bytes, author: bytes) -> bytes:
+        from .access import check_grant
+
         typ = item.type
+        authority = self._authority_for(item)
+        check_grant(self, cid, write=True, authority=authority, key=item.key)
+        item = NewRecord(**{**item.__dict__, "authority": authority})
         if typ in KEYED_TYPES:
             if not item.key:
                 raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
@@ -1194,6 +1237,9 @@ class Vault:
         actor = self._require_writer()
         cid = self.compartment_id(compartment)
         raws = [self._encode_new(item, cid, actor.writer_id) for item in items]
+        from .access import scheduled_epochs
+
+        scheduled_epochs(self)
         return self._append_records(cid, raws)
 
     def _append_records(self, cid: bytes, raws: list[bytes]) -> Changes:
@@ -1216,9 +1262,7 @@ class Vault:
                 self.device_state = on_disk
             self._refresh()  # see what other processes and devices wrote before numbering
             for cid, raws in per_compartment.items():
-                epoch = self.roster.current_epoch(cid)
-                if epoch is None:
-                    raise AccessDenied(f"no epoch key for compartment {self.roster.compartment_name(cid)} is available")
+                epoch_id, public = self._sealing_key(cid)
                 seq, prev = self.device_state.counters.get(cid, (0, None))
                 on_vault = self.log.max_seq(actor.writer_id, cid)
                 if on_vault > seq:
@@ -1238,8 +1282,7 @@ class Vault:
                 header = BatchHeader(self.vault_id, cid, actor.writer_id, seq, prev, tuple(heads[-64:]), frontier,
                                      tuple(ids.record_id(r) for r in raws), int(time.time()))
                 batch = make_batch(header, raws, actor.signer)
-                public = self._epoch_publics.get((cid, epoch.epoch_id)) or epoch.public
-                seg = segments.seal_segment(self.vault_id, cid, epoch.epoch_id, public, segments.encode_payload([batch]))
+                seg = segments.seal_segment(self.vault_id, cid, epoch_id, public, segments.encode_payload([batch]))
                 self.device_state.counters[cid] = (seq, batch.id)
                 written[cid] = batch
                 files.append((segment_name(seg), seg))
@@ -1249,6 +1292,39 @@ class Vault:
         self._refresh()
         self._update_memory()
         return written
+
+    def _sealing_key(self, cid: bytes) -> tuple[bytes, bytes]:
+        """(epoch id, epoch public key) new segments of ``cid`` are sealed to."""
+        epoch = self.roster.current_epoch(cid)
+        if epoch is not None:
+            return epoch.epoch_id, epoch.public
+        # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
+        mine = {e: p for (c, e), p in self._epoch_publics.items() if c == cid}
+        if not mine:
+            raise AccessDenied(f"no key to write to compartment {self.roster.compartment_name(cid)} is available here")
+        prevs = {self._envelope_sources[(cid, e)].prev_epoch for e in mine}
+        heads = sorted(e for e in mine if e not in prevs) or sorted(mine)
+        return heads[0], mine[heads[0]]
+
+    def _after_generation_roll(self) -> None:
+        """The master secret rolled: keep this installation's sealed device key readable."""
+        if self.actor is not None and self.actor.kind == CredentialKind.DEVICE:
+            inst = self.local.load_installation()
+            if inst is not None and inst.keystore == "local":
+                self._save_local_device_key(self.actor)
+        self._cache_dirty = True
+
+    def _reread_keys(self) -> None:
+        """Envelopes changed (a new keyring): read every epoch key again, then the folder."""
+        for secret in self._epoch_secrets.values():
+            secret.wipe()
+        self._epoch_secrets.clear()
+        self._epoch_keys.clear()
+        self._epoch_publics.clear()
+        self._envelope_sources.clear()
+        self._seen_envelopes.clear()
+        self._refresh()
+        self._update_memory()
 
     def _write_slot(self, cred: Credential, stype: slots.SlotType, label: str, generation: int | None = None,
                     vms: bytes | None = None) -> str:
@@ -1267,16 +1343,101 @@ class Vault:
     @_api
     def search(self, text: str, *, limit: int = 200) -> list[RecordView]:
         """Full-text search with field modifiers (see :mod:`camillo.search`)."""
+        self._require_read()
         from .search import search
 
         return search(self.state, text, limit=limit)
 
     @_api
     def semantic_search(self, text: str, embedder: Any, *, limit: int = 20) -> list[tuple[float, RecordView]]:
+        self._require_read()
         from .search import semantic_search
 
         self._cache_dirty = True  # new vectors are kept in the (encrypted) cache
         return semantic_search(self.state, text, embedder, limit=limit)
+
+    # ------------------------------------------------------------------------------ access
+
+    @dataclass(frozen=True)
+    class DeviceInfo:
+        writer_id: bytes
+        name: str
+        platform: str
+        kind: str
+        enrolled: int
+        last_seen: int | None
+        revoked: bool
+        this_device: bool
+
+    @_api
+    def devices(self) -> list[Vault.DeviceInfo]:
+        """The user's devices: name, platform, when enrolled, when last seen writing, revoked."""
+        last: dict[bytes, int] = {}
+        for v in self.views.values():
+            w = v.header.writer_id
+            last[w] = max(last.get(w, 0), v.header.ts)
+        me = self.actor.writer_id if self.actor is not None else None
+        out = [Vault.DeviceInfo(p.writer_id, p.name, p.platform, p.kind.label, p.created, last.get(p.writer_id),
+                                p.writer_id in self.roster.revocations, p.writer_id == me)
+               for p in self.roster.principals.values() if p.kind == CredentialKind.DEVICE]
+        return sorted(out, key=lambda d: (d.revoked, d.enrolled, d.name))
+
+    @_api
+    def grants(self) -> list[dict[str, Any]]:
+        """Agent grants: agent, compartments and levels, maximum class, expiry, last used, revoked."""
+        last: dict[bytes, int] = {}
+        for v in self.views.values():
+            w = v.header.writer_id
+            last[w] = max(last.get(w, 0), v.header.ts)
+        out = []
+        for p in self.roster.grants():
+            g = p.grant
+            rev = self.roster.revocations.get(p.writer_id)
+            out.append({
+                "grant_id": g.grant_id.hex(), "agent": g.agent, "writer": p.writer_id.hex(),
+                "scopes": {self.roster.compartment_name(c): lv.label for c, lv in sorted(g.scopes.items())},
+                "max_class": g.max_class.label, "expires": g.not_after, "created": g.created,
+                "last_used": last.get(p.writer_id), "revoked": rev is not None, "revoked_at": rev.ts if rev else None,
+            })
+        return sorted(out, key=lambda g: (g["revoked"], g["created"]))
+
+    @_api
+    def create_grant(self, agent: str, scopes: dict[str, str | Any], out_path: str, *, max_class: Any = "inferred",
+                     expires: int | None = None) -> Any:
+        """Give an agent access: ``scopes`` maps compartment names to read, write or append.  Writes
+        the grant file (the agent's credential, mode 0600) and returns it."""
+        from .access import create_grant
+        from .control import Level
+
+        levels = {name: lv if isinstance(lv, Level) else Level.parse(lv) for name, lv in scopes.items()}
+        return create_grant(self, agent, levels, Authority.parse(max_class) if isinstance(max_class, str)
+                            else Authority(max_class), expires, out_path)
+
+    @_api
+    def revoke(self, who: str, *, reason: str = "", reauth: Unlock | None = None) -> Any:
+        """Revoke a device (a lost laptop) or an agent grant, by name or id.  Returns a report."""
+        from .access import find_principal, revoke
+
+        report = revoke(self, find_principal(self, who), reason=reason, reauth=reauth)
+        return report
+
+    @_api
+    def set_policy(self, *, erasure: bool, reason: str = "") -> Changes:
+        from .access import set_policy
+
+        set_policy(self, erasure=erasure, reason=reason)
+        return Changes(roster=True, note="policy changed")
+
+    @property
+    def policy(self) -> Any:
+        return self.roster.policy
+
+    def _require_read(self) -> None:
+        """An append-only grant reads nothing (spec §16.1)."""
+        g = self.grant
+        if g is not None and all(lv.label == "append" for lv in g.scopes.values()):
+            raise AccessDenied(f"the grant of agent {g.agent} ({g.grant_id.hex()[:12]}) is append-only: it can add "
+                               "records but not read any (rule: append grants never read)")
 
     # ------------------------------------------------------------------------------ curation
 
@@ -1288,12 +1449,14 @@ class Vault:
 
     @_api
     def conflicts(self) -> list[FactView]:
+        self._require_read()
         return self.state.facts(status="conflict")
 
     @_api
     def inbox(self) -> list[RecordView]:
         """Proposals awaiting the user: the current values of pending facts, preferences and
         instructions (agents' inferences and imported assistant memories)."""
+        self._require_read()
         return [f.current for f in self.state.facts(status="pending") if f.current is not None]
 
     @_api
@@ -1370,6 +1533,7 @@ class Vault:
         return Changes(roster=True, credentials=True, note="passphrase changed")
 
     def _revoke_record(self, subject: bytes, reason: str, *, signers: Sequence) -> bytes:
+        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
         seen: dict[bytes, dict[bytes, int]] = {}
         pins: dict[bytes, bytes] = {}
         for (w, c), chain in self.log.chains.items():
@@ -1379,6 +1543,41 @@ class Vault:
                     pins[c] = chain[max(chain)]
         author = ids.writer_id(signers[-1].alg, signers[-1].public)
         return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason}, signers=list(signers))
+
+    def _reset_after_erasure(self) -> None:
+        """Erasure destroyed keys and segments: forget everything read with them and read the
+        vault again; the cache of the old state is deleted (spec §16.4, "devices purge caches")."""
+        if self._cache is not None:
+            self._cache.discard()
+        cache, self._cache = self._cache, None
+        self._reset_reading()
+        self._cache = cache
+        self._cache_dirty = True
+        self._roster_fingerprint = b""
+        self._last_accepted = set()
+        self._refresh()
+        self._update_memory()
+
+    @_api
+    def compact(self, *, prune_now: bool = False) -> Any:
+        """Re-encrypt small segments into large ones (see :mod:`camillo.compaction`)."""
+        from .compaction import compact
+
+        return compact(self, prune_now=prune_now)
+
+    @_api
+    def erase(self, record_ids: Sequence[bytes], *, reauth: Unlock | None = None) -> Any:
+        """Erase records for real (crypto-erasure).  Returns the reach report."""
+        from .erasure import erase
+
+        return erase(self, list(record_ids), reauth=reauth)
+
+    @_api
+    def reissue_recovery_phrase(self, *, reauth: Unlock | None = None) -> str:
+        """A new recovery phrase replaces the old one; returned once, never stored."""
+        from .erasure import reissue_recovery
+
+        return reissue_recovery(self, reauth=reauth)
 
     # ------------------------------------------------------------------------------ closing
 

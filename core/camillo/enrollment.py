@@ -1,0 +1,446 @@
+"""Enrolling a new device by QR code, through the synced folder (spec §21).
+
+A UI-agnostic state machine on both sides (the desktop renders it; the CLI runs it step by step).
+
+* The **existing device E** makes an offer: a one-time 32-byte secret ``S``, a session id
+  ``sid = HKDF(S, "vmem/v1/enroll/sid")[:8]`` and an expiry 10 minutes ahead.  The QR text is
+  ``VMEM1:`` + base32(version ‖ flags ‖ vault_id ‖ S ‖ expiry ‖ sid), 78 bytes; the camera-less
+  fallback is ``S`` typed as 52 Crockford base32 characters plus a check character.
+* Keys ``K_x = HKDF(S, salt = vault_id, info = "vmem/v1/enroll/<x>" ‖ 0x00 ‖ sid)`` for x in
+  id, req, resp, sas.  The rendezvous files are ``enroll/<hex(K_id[:16])>.req|.resp|.ack``, so the
+  host learns nothing from their names and cannot forge or read them (AEAD under keys from ``S``).
+* The **new device N** (``join``) generates its device keys, writes the request (its public keys,
+  name and a proof of possession) and shows a 6-digit code
+  ``SAS = HKDF(S, info = "vmem/v1/enroll/sas" ‖ sid ‖ SHA-256(request)) mod 10^6``.
+* E reads the first request only, shows the same code, and after the user confirms they match,
+  writes N's device certificate (mirrored into every compartment), a slot wrapping the vault master
+  secret to N's key, and the response (slot id and hash, certificate, vault id, E's frontier).
+* N checks the slot's hash, unwraps the master secret, opens the vault, checks that its genesis
+  hashes to the vault id from the QR (the trust anchor is the QR, not the host), seeds its rollback
+  memory from E's frontier and writes an acknowledgement; E then deletes the rendezvous files.
+
+Single use, 10-minute expiry, refused when the request does not decrypt (wrong code, tampering),
+when a second request arrives, or when the user says the codes differ.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from . import encoding, ids, slots
+from .control import owner_entry, pop_message
+from .credentials import Credential, CredentialKind
+from .errors import EnrollmentError, StorageError, VaultError
+from .keys import local_key
+from .localstate import atomic_write, open_local, read_file, seal_local
+from .primitives import (
+    CryptoFailure,
+    aead_decrypt,
+    aead_encrypt,
+    hkdf,
+    labelled,
+    random_bytes,
+    sha256,
+    verify_signature,
+)
+from .records import Kind, encode_record
+
+if TYPE_CHECKING:
+    from .vault import Vault
+
+QR_PREFIX = "VMEM1:"
+OFFER_SECONDS = 600
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+CROCKFORD_CHECK = CROCKFORD + "*~$=U"
+
+
+def _key(secret: bytes, vault_id: bytes, name: str, sid: bytes) -> bytes:
+    return hkdf(secret, labelled(f"vmem/v1/enroll/{name}", sid), salt=vault_id)
+
+
+def session_id(secret: bytes) -> bytes:
+    return hkdf(secret, labelled("vmem/v1/enroll/sid"))[:8]
+
+
+def rendezvous(secret: bytes, vault_id: bytes) -> str:
+    return "enroll/" + _key(secret, vault_id, "id", session_id(secret))[:16].hex()
+
+
+def sas_code(secret: bytes, vault_id: bytes, request_plaintext: bytes) -> str:
+    sid = session_id(secret)
+    okm = hkdf(secret, labelled("vmem/v1/enroll/sas", sid, sha256(request_plaintext)), salt=vault_id)
+    return f"{int.from_bytes(okm[:8], 'big') % 1_000_000:06d}"
+
+
+def _seal(key: bytes, label: str, sid: bytes, payload: bytes) -> bytes:
+    nonce = random_bytes(24)
+    return nonce + aead_encrypt(key, nonce, labelled(label, sid), payload)
+
+
+def _open(key: bytes, label: str, sid: bytes, data: bytes) -> bytes:
+    if len(data) < 24 + 16:
+        raise CryptoFailure("too short")
+    return aead_decrypt(key, data[:24], labelled(label, sid), data[24:])
+
+
+# -- the codes ----------------------------------------------------------------------------------
+
+
+def qr_text(vault_id: bytes, secret: bytes, expiry: int) -> str:
+    raw = bytes([1, 0]) + vault_id + secret + expiry.to_bytes(4, "big") + session_id(secret)
+    return QR_PREFIX + base64.b32encode(raw).decode().rstrip("=")
+
+
+def typed_code(secret: bytes) -> str:
+    n = int.from_bytes(secret, "big")
+    chars = []
+    for _ in range(52):
+        chars.append(CROCKFORD[n & 31])
+        n >>= 5
+    body = "".join(reversed(chars))
+    check = CROCKFORD_CHECK[int.from_bytes(secret, "big") % 37]
+    text = body + check
+    return "-".join(text[i : i + 4] for i in range(0, len(text), 4))
+
+
+@dataclass(frozen=True)
+class ParsedCode:
+    secret: bytes
+    vault_id: bytes | None  # known from a QR; a typed code relies on the folder's descriptor
+    expiry: int | None
+
+
+def parse_code(text: str) -> ParsedCode:
+    """Accept the QR text (``VMEM1:...``) or the typed code (case-insensitive, any separators)."""
+    text = text.strip()
+    if text.upper().startswith(QR_PREFIX):
+        body = text[len(QR_PREFIX) :].strip().upper()
+        try:
+            raw = base64.b32decode(body + "=" * (-len(body) % 8))
+        except ValueError:
+            raise EnrollmentError("the enrollment code is damaged (not base32); scan or paste it again") from None
+        if len(raw) != 78 or raw[0] != 1:
+            raise EnrollmentError("this is not a Camillo enrollment code of a version this Camillo knows")
+        vault_id, secret, expiry, sid = raw[2:34], raw[34:66], int.from_bytes(raw[66:70], "big"), raw[70:78]
+        if session_id(secret) != sid:
+            raise EnrollmentError("the enrollment code is damaged; scan or paste it again")
+        return ParsedCode(secret, vault_id, expiry)
+    cleaned = "".join(c for c in text.upper() if c.isalnum() or c in "*~$=")
+    cleaned = cleaned.replace("O", "0").replace("I", "1").replace("L", "1")
+    if len(cleaned) != 53 or any(c not in CROCKFORD for c in cleaned[:52]):
+        raise EnrollmentError("a typed enrollment code has 53 characters (letters and digits, in groups of four)")
+    n = 0
+    for c in cleaned[:52]:
+        n = n * 32 + CROCKFORD.index(c)
+    if n >= 1 << 256:
+        raise EnrollmentError("the typed enrollment code is not valid; check it")
+    secret = n.to_bytes(32, "big")
+    if CROCKFORD_CHECK[n % 37] != cleaned[52]:
+        raise EnrollmentError("the typed enrollment code has a typo (its check character does not match)")
+    return ParsedCode(secret, None, None)
+
+
+# -- the existing device ------------------------------------------------------------------------
+
+
+class OfferState(Enum):
+    WAITING = "waiting for the new device"
+    REQUESTED = "compare the codes"
+    CONFIRMED = "confirmed; waiting for the new device to finish"
+    DONE = "done"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"
+
+
+@dataclass
+class Request:
+    xwing_public: bytes
+    sig_public: bytes
+    name: str
+    platform: str
+    pop: bytes
+    plaintext: bytes
+
+    @property
+    def writer_id(self) -> bytes:
+        return ids.writer_id(1, self.sig_public)
+
+
+class Offer:
+    """The offering side.  ``poll`` advances it; ``confirm`` after the user compared codes."""
+
+    def __init__(self, vault: Vault, *, secret: bytes | None = None, expiry: int | None = None,
+                 state: OfferState = OfferState.WAITING) -> None:
+        vault._require_owner("enrolling a device")
+        self.vault = vault
+        self.secret = secret or random_bytes(32)
+        self.expiry = expiry or int(time.time()) + OFFER_SECONDS
+        self.sid = session_id(self.secret)
+        self.base = rendezvous(self.secret, vault.vault_id)
+        self.state = state
+        self.request: Request | None = None
+        self.sas: str | None = None
+        self.messages: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"Offer({self.state.name}, expires {self.expiry})"
+
+    @property
+    def qr_text(self) -> str:
+        return qr_text(self.vault.vault_id, self.secret, self.expiry)
+
+    @property
+    def typed_code(self) -> str:
+        return typed_code(self.secret)
+
+    @property
+    def seconds_left(self) -> int:
+        return max(0, self.expiry - int(time.time()))
+
+    def _k(self, name: str) -> bytes:
+        return _key(self.secret, self.vault.vault_id, name, self.sid)
+
+    def poll(self) -> OfferState:
+        shelf = self.vault.shelf
+        if self.state in (OfferState.DONE, OfferState.CANCELLED, OfferState.REFUSED):
+            return self.state
+        if self.state == OfferState.CONFIRMED:
+            if shelf.exists(self.base + ".ack"):
+                self._cleanup()
+                self.state = OfferState.DONE
+            return self.state
+        if time.time() > self.expiry:
+            self.state = OfferState.EXPIRED
+            self._cleanup()
+            return self.state
+        others = [n for n in shelf.list() if n.startswith("enroll/") and n.endswith(".req") and n != self.base + ".req"]
+        if others:
+            note = (f"{len(others)} enrollment request(s) that do not match this offer were ignored "
+                    "(a wrong or old code?)")
+            if note not in self.messages:
+                self.messages.append(note)
+        if self.state == OfferState.WAITING and shelf.exists(self.base + ".req"):
+            try:
+                data = shelf.read(self.base + ".req")
+                plaintext = _open(self._k("req"), "vmem/v1/enroll/req", self.sid, data)
+                self.request = self._parse(plaintext)
+            except (CryptoFailure, VaultError, ValueError, KeyError, TypeError) as exc:
+                self.state = OfferState.REFUSED
+                self.messages.append(f"the enrollment request was damaged or tampered with; refused ({exc})")
+                return self.state
+            self.sas = sas_code(self.secret, self.vault.vault_id, self.request.plaintext)
+            self.state = OfferState.REQUESTED
+        return self.state
+
+    def _parse(self, plaintext: bytes) -> Request:
+        m = encoding.decode(plaintext, "enrollment request")
+        req = Request(m[0], m[1], m[2], m[3], m[5], plaintext)
+        if len(req.xwing_public) != 1216 or len(req.sig_public) != 32 or not isinstance(req.name, str):
+            raise ValueError("malformed keys")
+        if not verify_signature(1, req.sig_public, pop_message(self.vault.vault_id, req.sig_public, req.xwing_public),
+                                req.pop):
+            raise ValueError("its proof of possession does not verify")
+        return req
+
+    def confirm(self, typed_sas: str | None = None) -> None:
+        """The user saw the same code on both screens (or typed the new device's code)."""
+        if self.poll() != OfferState.REQUESTED or self.request is None:
+            raise EnrollmentError(f"nothing to confirm: the offer is {self.state.value}")
+        if typed_sas is not None and typed_sas.strip().replace(" ", "") != self.sas:
+            self.state = OfferState.REFUSED
+            self._cleanup()
+            raise EnrollmentError("the codes do not match: someone else may have used the QR code. Nothing was "
+                                  "enrolled; make a new offer")
+        vault = self.vault
+        actor = vault._require_writer()
+        req = self.request
+        cert = encode_record(
+            Kind.DEVICE_CERT, actor.writer_id,
+            body={0: owner_entry(CredentialKind.DEVICE, req.sig_public, req.xwing_public, req.name, req.platform),
+                  1: None, 2: "enrollment", 3: req.pop},
+            signers=[actor.signer],
+        )
+        sid = ids.new_random_id()
+        assert vault._vms is not None
+        slot = slots.build_slot(
+            vault_id=vault.vault_id, slot_id=sid, slot_type=slots.SlotType.DEVICE, generation=vault._generation,
+            vms=vault._vms.get(), recipient_public=req.xwing_public, recipient_id=ids.recipient_id(req.xwing_public),
+            kdf=None, label=req.name, signer=actor.signer, signer_id=actor.writer_id,
+        )
+        vault.shelf.write(slots.file_name(sid), slot)
+        vault._write_batches({c: [cert] for c in [vault.roster.control_id, *vault.roster.compartments]})
+        frontier = {c: {w: [max(chain), chain[max(chain)]] for (w, cc), chain in vault.log.chains.items()
+                        if cc == c and chain}
+                    for c in [vault.roster.control_id, *vault.roster.compartments]}
+        resp = encoding.encode({0: sid, 1: sha256(slot), 2: cert, 3: vault.vault_id, 4: frontier,
+                                5: vault._generation, 6: vault.roster.writer_name(actor.writer_id)})
+        vault.shelf.write(self.base + ".resp", _seal(self._k("resp"), "vmem/v1/enroll/resp", self.sid, resp))
+        self.state = OfferState.CONFIRMED
+        self.secret = bytes(32)  # S is not needed any more (the .ack is checked by name only)
+
+    def cancel(self) -> None:
+        self.state = OfferState.CANCELLED
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for ext in (".req", ".resp", ".ack"):
+            try:
+                self.vault.shelf.delete(self.base + ext)
+            except (StorageError, VaultError):
+                pass
+
+
+# The CLI runs an offer over several processes (offer, then confirm): its state is sealed in the
+# installation's local state under the device key and deleted when the offer ends.
+
+
+def _offer_path(vault: Vault) -> str:
+    return os.path.join(vault.local.dir, "enroll-offer.bin")
+
+
+def save_offer(offer: Offer) -> None:
+    vault = offer.vault
+    assert vault.actor is not None
+    key = local_key(vault.actor.signer.seed, "enroll-offer", vault.vault_id)
+    payload = encoding.encode({"expiry": offer.expiry, "secret": offer.secret, "state": offer.state.name})
+    atomic_write(_offer_path(vault), seal_local(key, "enroll-offer", vault.vault_id, payload))
+
+
+def load_offer(vault: Vault) -> Offer:
+    assert vault.actor is not None
+    data = read_file(_offer_path(vault))
+    if data is None:
+        raise EnrollmentError("no enrollment offer is open on this device; start one with 'camillo enroll offer'")
+    key = local_key(vault.actor.signer.seed, "enroll-offer", vault.vault_id)
+    m = encoding.decode(open_local(key, "enroll-offer", vault.vault_id, data, _offer_path(vault)), "offer")
+    return Offer(vault, secret=m["secret"], expiry=m["expiry"], state=OfferState[m["state"]])
+
+
+def drop_offer(vault: Vault) -> None:
+    try:
+        os.unlink(_offer_path(vault))
+    except FileNotFoundError:
+        pass
+
+
+# -- the new device -----------------------------------------------------------------------------
+
+
+class JoinState(Enum):
+    REQUESTED = "compare the code with the other device"
+    DONE = "done"
+
+
+class Join:
+    """The joining side: ``start`` writes the request and gives the code to compare; ``poll``
+    finishes once the other device confirmed, returning the opened vault."""
+
+    def __init__(self, path: str, code: str, *, name: str | None = None) -> None:
+        from .descriptor import decode as decode_descriptor
+        from .storage import FolderShelf
+
+        self.path = path
+        parsed = parse_code(code)
+        if parsed.expiry is not None and time.time() > parsed.expiry:
+            raise EnrollmentError("this enrollment code has expired; make a new offer on the other device")
+        shelf = FolderShelf(path)
+        try:
+            desc = decode_descriptor(shelf.read("VMEM"))
+        except FileNotFoundError:
+            raise EnrollmentError(f"{path} is not a vault folder (or it has not synced yet)") from None
+        finally:
+            shelf.close()
+        if parsed.vault_id is not None and parsed.vault_id != desc.vault_id:
+            raise EnrollmentError("this folder holds a different vault from the one the code is for")
+        self.vault_id = parsed.vault_id or desc.vault_id
+        self.secret = parsed.secret
+        self.sid = session_id(self.secret)
+        self.base = rendezvous(self.secret, self.vault_id)
+        self.name = name or socket.gethostname() or "new device"
+        self.device = Credential.generate(CredentialKind.DEVICE)
+        self.state: JoinState | None = None
+        self.sas: str | None = None
+
+    def _k(self, name: str) -> bytes:
+        return _key(self.secret, self.vault_id, name, self.sid)
+
+    def start(self) -> str:
+        from .storage import FolderShelf
+
+        d = self.device
+        plaintext = encoding.encode({
+            0: d.recipient.public, 1: d.signer.public, 2: self.name,
+            3: f"{platform.system()} {platform.release()}".strip(), 4: random_bytes(16),
+            5: d.signer.sign(pop_message(self.vault_id, d.signer.public, d.recipient.public)),
+        })
+        shelf = FolderShelf(self.path)
+        try:
+            if shelf.exists(self.base + ".req"):
+                raise EnrollmentError("this enrollment code was already used by another device; make a new offer")
+            shelf.write(self.base + ".req", _seal(self._k("req"), "vmem/v1/enroll/req", self.sid, plaintext))
+        except StorageError:
+            raise EnrollmentError("this enrollment code was already used by another device; make a new offer") from None
+        finally:
+            shelf.close()
+        self.sas = sas_code(self.secret, self.vault_id, plaintext)
+        self.state = JoinState.REQUESTED
+        return self.sas
+
+    def poll(self) -> Vault | None:
+        """None while the other device has not confirmed; then the open vault."""
+        from .storage import FolderShelf
+        from .vault import Unlock, Vault
+
+        shelf = FolderShelf(self.path)
+        try:
+            if not shelf.exists(self.base + ".resp"):
+                return None
+            try:
+                m = encoding.decode(_open(self._k("resp"), "vmem/v1/enroll/resp", self.sid,
+                                          shelf.read(self.base + ".resp")), "enrollment response")
+                slot_id, slot_hash, vault_id, frontier, generation = m[0], m[1], m[3], m[4], m[5]
+            except (CryptoFailure, VaultError, KeyError, TypeError) as exc:
+                raise EnrollmentError(f"the enrollment response was damaged or tampered with ({exc}); "
+                                      "make a new offer") from None
+            if vault_id != self.vault_id:
+                raise EnrollmentError("the other device answered for a different vault; refused")
+            try:
+                slot = shelf.read(slots.file_name(slot_id))
+            except FileNotFoundError:
+                return None  # the slot has not synced yet
+            if sha256(slot) != slot_hash:
+                raise EnrollmentError("the slot for this device was replaced in transit; refused")
+        finally:
+            shelf.close()
+        try:
+            vault = Vault.open(self.path, Unlock.with_device_credential(self.device), register=False)
+        except VaultError:
+            return None  # the certificate has not synced yet
+        if vault.roster.genesis is None or ids.vault_id(vault.roster.genesis.raw) != self.vault_id:
+            vault.lock()
+            raise EnrollmentError("the vault's genesis does not match the enrollment code; refused")
+        if self.device.writer_id not in vault.roster.principals:
+            vault.lock()
+            return None
+        vault.actor = self.device
+        vault._register_installation(self.device)
+        vault.device_state.remembered = {c: {w: (v[0], v[1]) for w, v in per.items()} for c, per in frontier.items()}
+        vault.device_state.generation = generation
+        assert vault._state_store is not None
+        vault._state_store.save(vault.device_state)
+        shelf = vault.shelf
+        shelf.write(self.base + ".ack", _seal(self._k("resp"), "vmem/v1/enroll/ack", self.sid, b"ok"))
+        self.state = JoinState.DONE
+        vault.unlocked_with = "device key"
+        return vault
+
