@@ -196,6 +196,7 @@ class Roster:
     erasures: dict[bytes, ErasureInfo] = field(default_factory=dict)
     manifests: dict[bytes, ManifestInfo] = field(default_factory=dict)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    excluded: dict[bytes, str] = field(default_factory=dict)  # batch id -> why it does not count
     unknown_control: int = 0
 
     def fingerprint(self) -> bytes:
@@ -689,5 +690,10 @@ def build_roster(
             break
         excluded_set = new_excluded
         prior = b.r.revocations
+    for v in views.values():
+        rev = b.r.revocations.get(v.header.writer_id)
+        if rev is not None and beyond_revocation(rev, v):
+            b.r.excluded[v.id] = (f"{b.r.writer_name(v.header.writer_id)} wrote it after it was revoked "
+                                  f"(seq {v.header.seq} is beyond what the revocation accepted)")
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
     return b.r, signed

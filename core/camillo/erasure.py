@@ -206,11 +206,30 @@ def _slot_for(vault: Vault, rekey: Rekey, cred: Credential, label: str) -> None:
     )))
 
 
+def finish_pending_erasures(vault: Vault) -> int:
+    """Delete old segments that a signed ERASURE_MANIFEST replaced but that are still here (an erasure
+    interrupted after its manifest was written).  Returns how many were deleted."""
+    by_id = {bytes.fromhex(n.rsplit("/", 1)[1][:64]): n for n in vault._segment_batches}
+    deleted = 0
+    for m in vault.roster.manifests.values():
+        if m.kind != Kind.ERASURE_MANIFEST or not all(a in by_id for a in m.added):
+            continue
+        for seg in m.removed:
+            name = by_id.get(seg)
+            if name is not None:
+                vault.shelf.delete(name)
+                deleted += 1
+    if deleted:
+        vault._refresh()
+    return deleted
+
+
 def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None) -> ReachReport:
     vault._require_owner("erasing")
     vault._require_writer()
     require_erasure_allowed(vault)
     cred = authenticate(vault, reauth)
+    finish_pending_erasures(vault)
     r = vault.roster
     views = []
     for rid in record_ids:
@@ -229,6 +248,10 @@ def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None
                 if vault._segment_epochs.get(name, (None,))[0] == cid and target_batches & set(bids)}
     if not affected:
         raise UsageError("the records to erase are not in any readable segment here (already erased?)")
+    already = {rid for rid, in vault.state.db.execute(
+        f"SELECT id FROM records WHERE erased = 1 AND id IN ({','.join('?' * len(record_ids))})", record_ids)}
+    if already == set(record_ids):
+        raise UsageError("these records are already erased")
     old_segments = sorted(name for name, (c, e) in vault._segment_epochs.items() if c == cid and e in affected)
     targets = set(record_ids)
 

@@ -313,7 +313,7 @@ def _check_fields(m: dict[int, Any]) -> None:
     if kind == Kind.PUT:
         required = (F.KEY, F.VALUE, F.CLASS, F.TYPE)
     elif kind == Kind.DEL:
-        required = (F.KEY, F.PRED)
+        required = (F.PRED,)  # without a key, a DEL hides the keyless records it names
     elif kind == Kind.NOTE:
         required = (F.VALUE, F.CLASS, F.TYPE)
     elif kind == Kind.CONFIRM:

@@ -389,8 +389,8 @@ class Vault:
         for name, data in files:
             shelf.write(name, data)
         shelf.write(descriptor.NAME, descriptor.Descriptor(vault_id).encode())
-        vault._unlocking = device
-        vault.unlocked_with = "new vault"
+        vault._unlocking = pw  # the user just typed it: it re-authenticates irreversible actions
+        vault.unlocked_with = "passphrase"
         vault._owner_kem = owner_kem
         vault._load_cache()
         vault._refresh()
@@ -1106,7 +1106,7 @@ class Vault:
         out += self._slot_problems()
         for kind, file, message in self.roster.problems + self._materialize_problems:
             out.append(Problem(kind, file, message))
-        for bid, why in sorted(self.log.rejected.items()):
+        for bid, why in sorted({**self.roster.excluded, **self.log.rejected}.items()):
             v = self.views.get(bid)
             out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
         for a in self.alerts:
