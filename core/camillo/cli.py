@@ -25,7 +25,6 @@ from importlib import metadata
 from typing import Any
 
 from .errors import UsageError, VaultError, WrongCredential
-from .records import Authority
 from .vault import NewRecord, Unlock, Vault
 
 
@@ -343,7 +342,8 @@ def _load_extensions() -> None:
                 raise
 
 
-_ = Authority  # the CLI's JSON accepts class names; Authority.parse is used via NewRecord
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the package module, so that subcommand modules register on the same object.
+    from camillo.cli import main as package_main
+
+    sys.exit(package_main())

@@ -44,7 +44,7 @@ def decode(data: bytes) -> Descriptor:
     if not isinstance(m, dict) or m.get(0) != "vmem":
         raise DamagedFile("the file VMEM is not a VMEM descriptor", file=NAME)
     version, vault_id, suite = m.get(1), m.get(2), m.get(3)
-    if not isinstance(version, int) or not isinstance(suite, int):
+    if type(version) is not int or type(suite) is not int:
         raise DamagedFile("the file VMEM lacks a version or suite", file=NAME)
     if version > FORMAT_VERSION:
         raise UnsupportedVersion(

@@ -80,8 +80,10 @@ def encode(obj: Any) -> bytes:
     return cbor2.dumps(obj, canonical=True)
 
 
-def _reject_tag(decoder: Any, tag: Any) -> Any:
-    raise CanonicalError(f"CBOR tag {tag.tag} is not allowed")
+def _reject_tag(*args: Any) -> Any:
+    """cbor2's hook for unknown tags (5.x passes (decoder, tag), 6.x passes (tag, immutable))."""
+    tag = next((a for a in args if isinstance(a, cbor2.CBORTag)), None)
+    raise CanonicalError(f"CBOR tag {tag.tag if tag is not None else '?'} is not allowed")
 
 
 def decode(data: bytes, what: str = "CBOR item", *, max_len: int | None = None) -> Any:
@@ -95,6 +97,9 @@ def decode(data: bytes, what: str = "CBOR item", *, max_len: int | None = None) 
     except CanonicalError as exc:
         raise CanonicalError(f"{what}: {exc.message}") from None
     except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, CanonicalError):
+            raise CanonicalError(f"{what}: {cause.message}") from None
         raise CanonicalError(f"{what}: not valid CBOR ({exc})") from None
     try:
         _check(obj, 0, what)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import encoding
 from .errors import DamagedFile, NotAVault, UnsupportedVersion
+from .names import kind_of
 
 MAGIC = b"VMEMPACK"
 END = b"VMEMEND1"
@@ -37,16 +38,15 @@ TYPE_SEGMENT = 4
 MIN_ENTRY = {TYPE_DESCRIPTOR: 8, TYPE_SLOT: 4096, TYPE_ENVELOPE: 4096, TYPE_SEGMENT: 4096}
 
 
+_TYPES = {"descriptor": TYPE_DESCRIPTOR, "slot": TYPE_SLOT, "envelope": TYPE_ENVELOPE, "segment": TYPE_SEGMENT}
+
+
 def entry_type(name: str) -> int:
-    if name == "VMEM":
-        return TYPE_DESCRIPTOR
-    if name.startswith("slots/"):
-        return TYPE_SLOT
-    if name.startswith("env/"):
-        return TYPE_ENVELOPE
-    if name.startswith("segments/"):
-        return TYPE_SEGMENT
-    raise ValueError(f"{name} does not belong in a pack")
+    """The pack entry type of a canonical vault file name; ValueError for any other name."""
+    typ = _TYPES.get(kind_of(name) or "")
+    if typ is None:
+        raise ValueError(f"{name!r} does not belong in a pack")
+    return typ
 
 
 def write_pack(entries: Iterable[tuple[str, bytes]], out, *, complete_vault: bool) -> tuple[int, bytes]:

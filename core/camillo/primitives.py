@@ -189,16 +189,27 @@ def _recipient_public(public: bytes) -> hpke.MLKEM768X25519PublicKey:
         raise CryptoFailure(f"invalid X-Wing public key: {exc}") from None
 
 
+_PROBE = x25519.X25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+
+
 def check_recipient_public(public: bytes) -> None:
-    """Raise CryptoFailure unless ``public`` is a well-formed X-Wing public key."""
+    """Raise CryptoFailure unless ``public`` is a well-formed X-Wing public key, including an
+    X25519 part that is not a low-order point (which would make every wrap to it fail)."""
     _recipient_public(public)
+    try:
+        _PROBE.exchange(x25519.X25519PublicKey.from_public_bytes(public[1184:]))
+    except ValueError:
+        raise CryptoFailure("the X25519 part of this X-Wing key is a low-order point") from None
 
 
 def hpke_wrap(public: bytes, key: bytes, info: bytes) -> bytes:
     """HPKE SealBase of a 32-byte key to an X-Wing public key; always 1168 bytes."""
     if len(key) != KEY_LEN:
         raise ValueError("VMEM wraps 32-byte keys only")
-    wrapped = _HPKE_SUITE.encrypt(key, _recipient_public(public), info=info)
+    try:
+        wrapped = _HPKE_SUITE.encrypt(key, _recipient_public(public), info=info)
+    except ValueError as exc:
+        raise CryptoFailure(f"cannot wrap to this X-Wing key ({exc})") from None
     assert len(wrapped) == WRAP_LEN
     return wrapped
 
@@ -239,9 +250,11 @@ def aead_encrypt(key: bytes, nonce: bytes, aad: bytes, plaintext: bytes) -> byte
 
 
 def aead_decrypt(key: bytes, nonce: bytes, aad: bytes, ciphertext: bytes) -> bytes:
+    if len(ciphertext) < TAG_LEN:
+        raise CryptoFailure("ciphertext is shorter than its authentication tag")
     try:
         return nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(ciphertext, aad, nonce, key)
-    except nacl.exceptions.CryptoError:
+    except (nacl.exceptions.CryptoError, ValueError):
         raise CryptoFailure("authentication tag does not verify") from None
 
 

@@ -71,13 +71,12 @@ class Authority(IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, text: str | int) -> Authority:
-        if isinstance(text, int):
+    def parse(cls, text: object) -> Authority:
+        if isinstance(text, int) and not isinstance(text, bool) and 0 <= text <= 3:
             return cls(text)
-        try:
+        if isinstance(text, str) and text.strip().upper() in cls.__members__:
             return cls[text.strip().upper()]
-        except KeyError:
-            raise UsageError(f"unknown authority class '{text}'; use user, observed, inferred or external") from None
+        raise UsageError(f"unknown authority class {text!r}; use user, observed, inferred or external")
 
 
 STANDARD_TYPES = (
@@ -238,9 +237,9 @@ class Record:
         return self.kind in Kind._value2member_map_
 
 
-def _id_list(value: Any, what: str, *, sorted_unique: bool) -> list[bytes]:
-    if not isinstance(value, list) or len(value) > MAX_ID_LIST:
-        raise CanonicalError(f"{what} must be a list of at most {MAX_ID_LIST} ids")
+def _id_list(value: Any, what: str, *, sorted_unique: bool, limit: int = MAX_ID_LIST) -> list[bytes]:
+    if not isinstance(value, list) or len(value) > limit:
+        raise CanonicalError(f"{what} must be a list of at most {limit} ids")
     for item in value:
         if not isinstance(item, bytes) or len(item) != 32:
             raise CanonicalError(f"{what} holds something that is not a 32-byte id")
@@ -251,7 +250,7 @@ def _id_list(value: Any, what: str, *, sorted_unique: bool) -> list[bytes]:
 
 def _check_fields(m: dict[int, Any]) -> None:
     """Validate the shape of every known field; unknown integer keys are allowed and kept."""
-    if m.get(F.V) != 1:
+    if type(m.get(F.V)) is not int or m.get(F.V) != 1:
         raise CanonicalError("record version must be 1")
     kind = m.get(F.KIND)
     if not isinstance(kind, int) or isinstance(kind, bool) or not 0 <= kind < 2**16:
@@ -300,7 +299,8 @@ def _check_fields(m: dict[int, Any]) -> None:
                 or len(s) != 3
                 or not isinstance(s[0], bytes)
                 or len(s[0]) != 32
-                or not isinstance(s[1], int)
+                or type(s[1]) is not int
+                or not 0 <= s[1] <= 255
                 or not isinstance(s[2], bytes)
             ):
                 raise CanonicalError("each signature is [writer_id, alg, signature]")
@@ -504,7 +504,7 @@ def _header_from_map(m: Any) -> BatchHeader:
     records = need(H.RECORDS, list, "records")
     if not 0 < len(records) <= BATCH_MAX_RECORDS:
         raise CanonicalError(f"a batch lists 1 to {BATCH_MAX_RECORDS} records")
-    _id_list(records, "records", sorted_unique=False)
+    _id_list(records, "records", sorted_unique=False, limit=BATCH_MAX_RECORDS)
     if len(set(records)) != len(records):
         raise CanonicalError("a batch lists the same record twice")
     ts = need(H.TS, int, "ts")
@@ -560,7 +560,8 @@ def batch_from_cbor(item: Any) -> Batch:
         raise CanonicalError("a batch carries 1 to 4 signatures")
     parsed_sigs = []
     for s in sigs:
-        if not isinstance(s, list) or len(s) != 2 or type(s[0]) is not int or not isinstance(s[1], bytes):
+        if (not isinstance(s, list) or len(s) != 2 or type(s[0]) is not int or not 0 <= s[0] <= 255
+                or not isinstance(s[1], bytes)):
             raise CanonicalError("a batch signature is [alg, signature]")
         parsed_sigs.append((s[0], s[1]))
     for r in records:

@@ -25,30 +25,12 @@ import re
 from collections.abc import Iterator
 from typing import Protocol
 
-from .errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError
+from .errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion
+from .names import NAME_PATTERNS, kind_of  # noqa: F401 - re-exported
 from .packs import TYPE_SEGMENT, PackReader
 from .primitives import random_bytes, sha256
 
-NAME_PATTERNS = {
-    "descriptor": re.compile(r"VMEM"),
-    "slot": re.compile(r"slots/[0-9a-f]{32}\.slot"),
-    "envelope": re.compile(r"env/[0-9a-f]{64}\.env"),
-    "segment": re.compile(r"segments/([0-9a-f]{2})/([0-9a-f]{64})\.seg"),
-    "pack": re.compile(r"packs/[0-9a-f]{64}\.pack"),
-    "enroll": re.compile(r"enroll/[0-9a-f]{32}\.(req|resp|ack)"),
-}
 DIRECTORIES = ("slots", "env", "segments", "packs", "enroll")
-
-
-def kind_of(name: str) -> str | None:
-    """The kind of a canonical name, or None for a name readers must ignore."""
-    for kind, pattern in NAME_PATTERNS.items():
-        m = pattern.fullmatch(name)
-        if m:
-            if kind == "segment" and m.group(1) != m.group(2)[:2]:
-                return None
-            return kind
-    return None
 
 
 def segment_name(data: bytes) -> str:
@@ -145,8 +127,8 @@ class FolderShelf:
         if reader is None:
             try:
                 reader = PackReader(os.path.join(self.location, pack))
-            except (DamagedFile, NotAVault, OSError):
-                return []  # not fully synced yet, or damaged: verify reports it
+            except (DamagedFile, NotAVault, UnsupportedVersion, OSError):
+                return []  # not fully synced yet, damaged or from a newer Camillo: verify reports it
             self._packs[pack] = reader
         found = []
         for e in reader.entries:

@@ -1243,18 +1243,36 @@ class Vault:
         return self._append_records(cid, raws)
 
     def _append_records(self, cid: bytes, raws: list[bytes]) -> Changes:
-        batch = self._write_batches({cid: raws})[cid]
-        return Changes(records=batch.header.records, batches=(batch.id,), timeline=True, facts=True,
+        batches = self._write_batches({cid: raws})[cid]
+        return Changes(records=tuple(r for b in batches for r in b.header.records),
+                       batches=tuple(b.id for b in batches), timeline=True, facts=True,
                        compartments=frozenset({self.roster.compartment_name(cid)}))
 
-    def _append_control(self, raws: list[bytes], compartments: Iterable[bytes]) -> dict[bytes, Batch]:
+    def _append_control(self, raws: list[bytes], compartments: Iterable[bytes]) -> dict[bytes, list[Batch]]:
         return self._write_batches({c: raws for c in compartments})
 
-    def _write_batches(self, per_compartment: dict[bytes, list[bytes]]) -> dict[bytes, Batch]:
-        """Sign, seal and durably write one batch per compartment, then read them back in."""
+    BATCH_RECORDS = 2000
+    BATCH_BYTES = 2 * 1024 * 1024
+    SEGMENT_PAYLOAD = 4 * 1024 * 1024
+
+    def _chunks(self, raws: list[bytes]) -> list[list[bytes]]:
+        """Split records into batches of at most BATCH_RECORDS records and about BATCH_BYTES."""
+        out: list[list[bytes]] = [[]]
+        size = 0
+        for raw in raws:
+            if out[-1] and (len(out[-1]) >= self.BATCH_RECORDS or size + len(raw) > self.BATCH_BYTES):
+                out.append([])
+                size = 0
+            out[-1].append(raw)
+            size += len(raw)
+        return out
+
+    def _write_batches(self, per_compartment: dict[bytes, list[bytes]]) -> dict[bytes, list[Batch]]:
+        """Sign, seal and durably write the records as batches (one for an interactive write; as
+        many as needed for a bulk import, several per segment), then read them back in."""
         actor = self._require_writer()
         assert self._state_store is not None
-        written: dict[bytes, Batch] = {}
+        written: dict[bytes, list[Batch]] = {}
         files: list[tuple[str, bytes]] = []
         with self._state_store.locked():
             on_disk = self._state_store.load()
@@ -1274,18 +1292,31 @@ class Vault:
                     )
                 if any(f.writer_id == actor.writer_id for f in self.log.forks):
                     raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
-                seq += 1
-                heads = sorted(self.log.heads.get(cid, set()))
+                deps = tuple(sorted(self.log.heads.get(cid, set()))[-64:])
                 chain_writers = {w for (w, c) in self.log.chains if c == cid}
                 frontier = {w: self.log.max_seq(w, cid) for w in chain_writers}
-                frontier[actor.writer_id] = seq - 1
-                header = BatchHeader(self.vault_id, cid, actor.writer_id, seq, prev, tuple(heads[-64:]), frontier,
-                                     tuple(ids.record_id(r) for r in raws), int(time.time()))
-                batch = make_batch(header, raws, actor.signer)
-                seg = segments.seal_segment(self.vault_id, cid, epoch_id, public, segments.encode_payload([batch]))
-                self.device_state.counters[cid] = (seq, batch.id)
-                written[cid] = batch
+                group: list[Batch] = []
+                group_size = 0
+                batches: list[Batch] = []
+                for chunk in self._chunks(raws):
+                    seq += 1
+                    frontier[actor.writer_id] = seq - 1
+                    header = BatchHeader(self.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
+                                         tuple(ids.record_id(r) for r in chunk), int(time.time()))
+                    batch = make_batch(header, chunk, actor.signer)
+                    size = sum(len(r) for r in chunk) + 512
+                    if group and group_size + size > self.SEGMENT_PAYLOAD:
+                        seg = segments.seal_segment(self.vault_id, cid, epoch_id, public, segments.encode_payload(group))
+                        files.append((segment_name(seg), seg))
+                        group, group_size = [], 0
+                    group.append(batch)
+                    group_size += size
+                    batches.append(batch)
+                    prev, deps = batch.id, (batch.id,)
+                seg = segments.seal_segment(self.vault_id, cid, epoch_id, public, segments.encode_payload(group))
                 files.append((segment_name(seg), seg))
+                self.device_state.counters[cid] = (seq, prev)
+                written[cid] = batches
             self._state_store.save(self.device_state)  # durable before any segment exists
             for name, data in files:
                 self.shelf.write(name, data)
@@ -1443,8 +1474,9 @@ class Vault:
 
     def _write_per_compartment(self, per: dict[bytes, list[bytes]], note: str) -> Changes:
         written = self._write_batches(dict(per))
-        records = tuple(r for b in written.values() for r in b.header.records)
-        return Changes(records=records, batches=tuple(b.id for b in written.values()), timeline=True, facts=True,
+        records = tuple(r for bs in written.values() for b in bs for r in b.header.records)
+        return Changes(records=records, batches=tuple(b.id for bs in written.values() for b in bs), timeline=True,
+                       facts=True,
                        compartments=frozenset(self.roster.compartment_name(c) for c in written), note=note)
 
     @_api

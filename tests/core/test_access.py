@@ -9,8 +9,18 @@ import shutil
 import time
 
 import pytest
-
-from camillo import AccessDenied, Authority, NewRecord, Unlock, Vault, WrongCredential, envelopes, ids, keys, segments
+from camillo import (
+    AccessDenied,
+    Authority,
+    NewRecord,
+    Unlock,
+    Vault,
+    WrongCredential,
+    envelopes,
+    ids,
+    keys,
+    segments,
+)
 from camillo.access import SCHEDULED_EPOCH_BATCHES
 from camillo.errors import ErasureDisabled, Revoked, UsageError
 from camillo.primitives import CryptoFailure
@@ -201,7 +211,7 @@ def test_revoked_grant_is_refused_and_its_later_batches_rejected(granted, tmp_pa
     with open_vault(path, cache=False) as v:
         texts = {r.text for r in v.timeline()}
         assert "before revocation" in texts and "written after revocation" not in texts
-        assert any(p.kind == "rejected" and "revocation" in p.message or p.kind == "rejected"
+        assert any((p.kind == "rejected" and "revocation" in p.message) or p.kind == "rejected"
                    for p in v.problems())
     # ...and with only its keys it cannot read what was written after the revocation.
     secrets, _ = keys_from_files(path, vid, [actor.recipient])

@@ -8,7 +8,6 @@ import shutil
 import time
 
 import pytest
-
 from camillo import NewRecord, Unlock, Vault
 from camillo import ids as id_mod
 from camillo import log as log_mod

@@ -9,7 +9,6 @@ import types
 
 import keyring
 import pytest
-
 from camillo import KeychainError, NewRecord, Unlock, Vault, WrongCredential, keychain
 
 from .helpers import all_files, switch_home

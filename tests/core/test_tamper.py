@@ -6,9 +6,7 @@ import os
 import shutil
 
 import pytest
-
-from camillo import DamagedFile, NewRecord, Unlock, Vault, VaultError, WrongCredential
-from camillo import ids, segments, slots
+from camillo import DamagedFile, NewRecord, Unlock, Vault, VaultError, WrongCredential, ids, segments, slots
 from camillo.credentials import Credential, CredentialKind, from_passphrase
 from camillo.errors import LimitExceeded
 from camillo.primitives import KdfParams, random_bytes

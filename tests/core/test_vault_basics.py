@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from camillo import Authority, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential
 from camillo.errors import KeychainError, NotAVault, UnsupportedVersion, UsageError
 from camillo.transport import pack_vault, unpack_vault

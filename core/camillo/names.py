@@ -1,0 +1,30 @@
+"""The names of vault files: the strict patterns readers accept (spec §4.1).
+
+Anything that does not match is not a vault file and is ignored (dot-files, temp files,
+``*.sync-conflict-*`` copies, ``*.icloud`` placeholders...).  Shared by the folder shelf and the pack
+reader, so a pack cannot smuggle in a name a folder would never hold.  Pure; any thread.
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME_PATTERNS = {
+    "descriptor": re.compile(r"VMEM"),
+    "slot": re.compile(r"slots/[0-9a-f]{32}\.slot"),
+    "envelope": re.compile(r"env/[0-9a-f]{64}\.env"),
+    "segment": re.compile(r"segments/([0-9a-f]{2})/([0-9a-f]{64})\.seg"),
+    "pack": re.compile(r"packs/[0-9a-f]{64}\.pack"),
+    "enroll": re.compile(r"enroll/[0-9a-f]{32}\.(req|resp|ack)"),
+}
+
+
+def kind_of(name: str) -> str | None:
+    """The kind of a canonical name, or None for a name readers must ignore."""
+    for kind, pattern in NAME_PATTERNS.items():
+        m = pattern.fullmatch(name)
+        if m:
+            if kind == "segment" and m.group(1) != m.group(2)[:2]:
+                return None
+            return kind
+    return None
