@@ -35,19 +35,19 @@ from .sealed import open_sealed, seal
 LOCAL_MAGIC = b"VMEMLOCL\x01"
 
 
-def _roots() -> tuple[str, str]:
-    home = os.environ.get("CAMILLO_HOME")
+def _roots(home: str | None = None) -> tuple[str, str]:
+    home = home or os.environ.get("CAMILLO_HOME")
     if home:
         return os.path.join(home, "data"), os.path.join(home, "cache")
     return platformdirs.user_data_dir("camillo", "camillo"), platformdirs.user_cache_dir("camillo", "camillo")
 
 
-def data_root() -> str:
-    return _roots()[0]
+def data_root(home: str | None = None) -> str:
+    return _roots(home)[0]
 
 
-def cache_root() -> str:
-    return _roots()[1]
+def cache_root(home: str | None = None) -> str:
+    return _roots(home)[1]
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
@@ -112,10 +112,11 @@ class Installation:
 class VaultLocal:
     """Paths and helpers for this installation's files about one vault."""
 
-    def __init__(self, vault_id: bytes) -> None:
+    def __init__(self, vault_id: bytes, home: str | None = None) -> None:
         self.vault_id = vault_id
-        self.dir = os.path.join(data_root(), "vaults", vault_id.hex())
-        self.cache_dir = os.path.join(cache_root(), "vaults", vault_id.hex())
+        self.home = home
+        self.dir = os.path.join(data_root(home), "vaults", vault_id.hex())
+        self.cache_dir = os.path.join(cache_root(home), "vaults", vault_id.hex())
 
     # -- installation identity
 

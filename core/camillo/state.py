@@ -438,7 +438,8 @@ class State:
             for ref, how in refs[rid]:
                 if how == REF_PRED:
                     if ref not in info:
-                        invalid[rid] = f"it supersedes record {ref.hex()[:12]}, which this copy does not have"
+                        invalid[rid] = (f"waiting: it supersedes record {ref.hex()[:12]}, which has not arrived "
+                                        "(still syncing, or withheld)")
                         break
                     rb, ri, rkind, rklass, rkey, rcomp, rwriter = info[ref]
                     if rcomp != comp or (key is not None and rkey != key):
@@ -453,7 +454,8 @@ class State:
                         invalid[rid] = "an append grant may only supersede its own records"
                         break
                 elif how == REF_TARGET and ref not in info:
-                    invalid[rid] = f"it confirms record {ref.hex()[:12]}, which this copy does not have"
+                    invalid[rid] = (f"waiting: it confirms record {ref.hex()[:12]}, which has not arrived "
+                                    "(still syncing, or withheld)")
         # effective classes and sources, to a fixpoint
         valid_now = {rid for rid, *_ in rows if rid not in invalid}
         while True:
@@ -504,6 +506,7 @@ class State:
             preds[rec].add(ref)
         db.execute("DELETE FROM facts")
         out = []
+        forgotten: list[bytes] = []
         for (comp, key), recs in by_key.items():
             def supersedes(s: tuple, r: tuple) -> bool:
                 if s[0] == r[0]:
@@ -518,6 +521,11 @@ class State:
             live = [r for r in recs if not any(supersedes(s, r) for s in recs)]
             dels = [r for r in live if r[3] == Kind.DEL]
             puts = [r for r in live if r[3] == Kind.PUT]
+            # Forgotten values stay in the history but leave the timeline and search: every PUT a
+            # DEL superseded, and the edits a concurrent DEL discarded.
+            all_dels = [r for r in recs if r[3] == Kind.DEL]
+            forgotten.extend(r[0] for r in recs if r[3] == Kind.PUT and (
+                any(supersedes(d, r) for d in all_dels) or (dels and r in puts)))
             discarded: list[bytes] = []
             if dels:
                 status = "deleted"
@@ -544,6 +552,7 @@ class State:
             "INSERT INTO facts(compartment, key, status, current, candidates, discarded, history) VALUES(?,?,?,?,?,?,?)",
             out,
         )
+        db.executemany("UPDATE records SET hidden = 1 WHERE id = ?", [(r,) for r in forgotten])
         return set(by_key)
 
     @staticmethod

@@ -245,10 +245,10 @@ class Vault:
 
     # ------------------------------------------------------------------------------ construction
 
-    def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes) -> None:
+    def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, home: str | None = None) -> None:
         self.shelf = shelf
         self.vault_id = vault_id
-        self.local = VaultLocal(vault_id)
+        self.local = VaultLocal(vault_id, home)
         self.read_only = not shelf.writable
         self.unlocked_with = ""  # what the user unlocked with, for status bars
         self._locked = False
@@ -265,6 +265,7 @@ class Vault:
         self._cache_dirty = False
         self._cache_problem = ""
         self._use_cache = True
+        self._progress: Callable[[int, int], None] | None = None
         self.alerts: list[Alert] = []
         self.device_state = DeviceState()
         self.decryptions = 0  # segments decrypted by this object (tests count warm opens with it)
@@ -306,6 +307,7 @@ class Vault:
         compartments: Sequence[str] = DEFAULT_COMPARTMENTS,
         device_name: str | None = None,
         kdf: tuple[int, int, int] | None = None,
+        home: str | None = None,
     ) -> tuple[Vault, str]:
         """Create a vault in an empty folder.  Returns the open vault and the recovery phrase,
         which is shown to the user once and never stored."""
@@ -382,7 +384,7 @@ class Vault:
             files.append((segment_name(seg), seg))
         # Local state first (the counters must exist before the segments do), then the vault files,
         # the descriptor last: a folder without it is an unfinished creation.
-        vault = cls(shelf, vault_id)
+        vault = cls(shelf, vault_id, home)
         vault.actor = device
         vault._vms, vault._generation = SecretBytes(vms), 1
         vault._register_installation(device, counters={c: (1, b.id) for c, b in first_batches.items()})
@@ -399,10 +401,14 @@ class Vault:
         return vault, phrase
 
     @classmethod
-    def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True) -> Vault:
+    def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
+             progress: Callable[[int, int], None] | None = None) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
-        verifies every file instead of resuming from the local cache (``camillo verify``)."""
+        verifies every file instead of resuming from the local cache (``camillo verify``).
+        ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
+        called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
+        the open before anything is written."""
         if _thread_guard is not None:
             _thread_guard()
         shelf = open_shelf(path)
@@ -413,8 +419,9 @@ class Vault:
                 raise NotAVault(
                     f"{path} is not a VMEM vault (it has no VMEM descriptor file); choose the vault's folder"
                 ) from None
-            vault = cls(shelf, desc.vault_id)
+            vault = cls(shelf, desc.vault_id, home)
             vault._use_cache = cache
+            vault._progress = progress
             if unlock.method == "grant":
                 from .access import open_with_grant
 
@@ -756,12 +763,14 @@ class Vault:
         new_keys = self._read_envelopes([n for n in names if kind_of(n) == "envelope"])
         new_batches: list[bytes] = []
         present_segments = set()
+        todo = [n for n in names if kind_of(n) == "segment"
+                and (n not in self._segment_batches or n in self._unreadable)]
         for name in names:
-            if kind_of(name) != "segment":
-                continue
-            present_segments.add(name)
-            if name in self._segment_batches and name not in self._unreadable:
-                continue
+            if kind_of(name) == "segment":
+                present_segments.add(name)
+        for done, name in enumerate(todo):
+            if self._progress is not None and done % 64 == 0:
+                self._progress(done, len(todo))
             new_batches += self._read_segment(name)
         if new_keys:
             for name in list(self._unreadable):
@@ -1128,7 +1137,10 @@ class Vault:
                 out.append(Problem("unreadable", name, f"segment {name} is sealed under epoch {eid.hex()[:12]}, "
                                    "whose key is not (yet) here"))
         for v in self.state.rejected():
-            out.append(Problem("rejected-record", "", f"record {v.id.hex()[:12]} was rejected: {v.reason}"))
+            if (v.reason or "").startswith("waiting"):
+                out.append(Problem("waiting", "", f"record {v.id.hex()[:12]} is not applied yet: {v.reason[9:]}"))
+            else:
+                out.append(Problem("rejected-record", "", f"record {v.id.hex()[:12]} was rejected: {v.reason}"))
         if full:
             from .records import verify_batch_signature
 
