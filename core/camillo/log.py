@@ -123,15 +123,16 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
                 named = views[nxt].header.prev if nxt else None
                 log.gaps.append(Gap(wid, cid, seq, named, "missing from its writer's chain"))
     claimed: dict[tuple[bytes, bytes], int] = {}
-    referenced: set[bytes] = set()
+    referenced: dict[bytes, bytes] = {}  # missing-candidate batch id -> compartment of a batch naming it
     for bid in present:
         h = views[bid].header
         for w, s in h.frontier.items():
             key = (w, h.compartment_id)
             claimed[key] = max(claimed.get(key, 0), s)
-        referenced.update(h.deps)
+        for d in h.deps:
+            referenced.setdefault(d, h.compartment_id)
         if h.prev:
-            referenced.add(h.prev)
+            referenced.setdefault(h.prev, h.compartment_id)
     known_gap = {(g.writer_id, g.compartment_id, g.seq) for g in log.gaps}
     for (w, c), s in claimed.items():
         have = log.max_seq(w, c)
@@ -139,11 +140,13 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
             if (w, c, seq) not in known_gap:
                 log.gaps.append(Gap(w, c, seq, None, "seen by another writer but not here"))
                 known_gap.add((w, c, seq))
-    for dep in referenced - present:
-        if dep in log.rejected:
+    claimed_missing = {(g.compartment_id) for g in log.gaps if g.batch_id is None}
+    for dep, cid in referenced.items():
+        if dep in present or dep in log.rejected or any(g.batch_id == dep for g in log.gaps):
             continue
-        if not any(g.batch_id == dep for g in log.gaps):
-            log.gaps.append(Gap(b"", b"", 0, dep, "named as a dependency but not here"))
+        if cid in claimed_missing:
+            continue  # the same absence is already reported from a writer's frontier claim
+        log.gaps.append(Gap(b"", cid, 0, dep, "named as a dependency by another batch but not here"))
     # DAG heads per compartment: accepted batches that no accepted batch has seen.
     seen_max: dict[bytes, dict[bytes, int]] = defaultdict(dict)
     for bid in present:
@@ -219,7 +222,7 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     for g in log.gaps:
         key = g.batch_id or (g.writer_id + g.compartment_id + g.seq.to_bytes(8, "big"))
         t = since(key)
-        kind = "syncing" if now - t < SYNC_GRACE_SECONDS else "missing"
+        kind = "syncing" if now - t < SYNC_GRACE_SECONDS or (g.batch_id in covered) else "missing"
         alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t, g.reason))
     memory = {c: dict(m) for c, m in remembered.items()}
     for (wid, cid), chain in log.chains.items():
