@@ -410,8 +410,8 @@ class _Builder:
         return True
 
     def run(self) -> None:
-        control_views = [v for v in self.views.values() if v.id not in self.excluded and any(
-            rec is not None and rec.is_control for rec in v.records)]
+        control_views = sorted((v for v in self.views.values() if v.id not in self.excluded and any(
+            rec is not None and rec.is_control for rec in v.records)), key=lambda v: v.id)
         other = [v for v in self.views.values() if v.id not in self.excluded and v not in control_views]
         changed = True
         while changed:
@@ -462,7 +462,9 @@ class _Builder:
         if not self.r.is_owner(wid):
             return False
         rev = self.prior.get(wid)
-        return rev is None or _seen_by(rev, view)
+        # Signatures made before the revocation count: in a batch the revocation had seen, or in the
+        # very batch that carries the revocation (records of one batch are written together).
+        return rev is None or _seen_by(rev, view) or any(r is not None and r.id == rev.record_id for r in view.records)
 
     def _owner_signers(self, rec: Record, view: BatchView) -> list[bytes]:
         def lookup(wid: bytes) -> bytes | None:
@@ -495,6 +497,20 @@ class _Builder:
             and verify_signature(p.sig_alg, p.sig_public, pop_message(self.r.vault_id, p.sig_public, p.recipient_public), pop)
         )
 
+    def _anchored_by_user_credential(self, rec: Record, p: Principal, view: BatchView) -> bool:
+        """A CRED_ANCHOR must also be signed by a current passphrase or recovery credential."""
+        def lookup(wid: bytes) -> bytes | None:
+            q = self.r.principals.get(wid)
+            if wid == p.writer_id or q is None or q.kind not in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY):
+                return None
+            return q.sig_public if self._valid_owner(wid, view) else None
+
+        try:
+            good, _ = verify_inner_signatures(rec, lookup)
+        except Exception:
+            return False
+        return bool(good)
+
     def _apply_controls(self, view: BatchView) -> bool:
         changed = False
         for rec in view.records:
@@ -522,10 +538,13 @@ class _Builder:
             p = _principal_from_entry(body.get(0), rec, replaces)
             if kind == Kind.DEVICE_CERT and p.kind != CredentialKind.DEVICE:
                 raise CanonicalError("a DEVICE_CERT must certify a device")
-            if kind == Kind.CRED_ANCHOR and p.kind == CredentialKind.DEVICE:
+            if kind == Kind.CRED_ANCHOR and p.kind not in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY,
+                                                          CredentialKind.RECIPIENT):
                 raise CanonicalError("a CRED_ANCHOR certifies a passphrase, recovery phrase or recipient")
             if not self._cert_ok(rec, p, view):
                 return False
+            if kind == Kind.CRED_ANCHOR and not self._anchored_by_user_credential(rec, p, view):
+                return False  # a device alone cannot mint a passphrase or recovery credential
             if p.writer_id not in self.r.principals:
                 self.r.principals[p.writer_id] = p
             return True

@@ -69,6 +69,9 @@ def reject_records(state: State, ids: Sequence[bytes], author: bytes) -> dict[by
         fact = state.fact(v.compartment_id, v.key)
         if fact is None or rid not in {c.id for c in (fact.candidates or ((fact.current,) if fact.current else ()))}:
             raise UsageError(f"record {rid.hex()[:12]} is no longer the current value of {v.key}; nothing to reject")
+        if fact.status == "conflict":
+            raise UsageError(f"record {rid.hex()[:12]} is one side of a conflict on {v.key}; resolve the conflict "
+                             "(pick the value to keep, or write a new one) instead of rejecting one side")
         delete = encode_record(Kind.DEL, author, key=v.key, pred=[rid], meta={"reject": True})
         out[v.compartment_id].append(delete)
         previous = _previous_value(state, v)

@@ -171,6 +171,12 @@ def become(vault: Vault, new: Credential) -> Credential:
         keychain.store(vault.vault_id, new.writer_id, new.recipient.seed, new.signer.seed)
     else:
         vault.actor = new
+        import os
+
+        try:
+            os.unlink(vault.local.device_key_path)  # the old key, under every generation, goes
+        except FileNotFoundError:
+            pass
         vault._save_local_device_key(new)
     vault.actor = new
     vault.local.save_installation(Installation(new.writer_id, keystore, int(time.time())))
@@ -182,10 +188,49 @@ def become(vault: Vault, new: Credential) -> Credential:
     vault._cache = Cache(vault.local.cache_path(new.writer_id), new.signer.seed, vault.vault_id)
     vault._cache_dirty = True
     vault._open_state_store()
-    vault.device_state = DeviceState(generation=vault._generation)
+    vault.device_state = DeviceState(generation=vault._generation, manifests=erasure_manifests(vault))
     assert vault._state_store is not None
     vault._state_store.save(vault.device_state)
     return old
+
+
+def erasure_manifests(vault: Vault) -> list[bytes]:
+    """The erasures a key made now has nothing to fear from (it never opened what they destroyed)."""
+    return sorted(m.record_id for m in vault.roster.manifests.values() if m.kind == Kind.ERASURE_MANIFEST)
+
+
+def rotate_if_erasure_seen(vault: Vault) -> bool:
+    """A device certified before an erasure replaces its key when it next opens the vault: its old
+    key could open the pre-erasure copies (sync history, backups) through its old slot, so it must
+    stop existing.  Returns True when it rotated."""
+    actor = vault.actor
+    if actor is None or actor.kind != CredentialKind.DEVICE:
+        return False
+    me = vault.roster.principals.get(actor.writer_id)
+    seen = set(vault.device_state.manifests)
+    unseen = [m for m in vault.roster.manifests.values() if m.kind == Kind.ERASURE_MANIFEST and m.record_id not in seen]
+    if me is None or not unseen:
+        return False
+    new = Credential.generate(CredentialKind.DEVICE)
+    records = rotation_records(vault, actor, new)
+    old_slots = []
+    assert vault._vms is not None
+    for h in vault._slot_headers()[0]:
+        if h.type == slots.SlotType.DEVICE:
+            try:
+                st = slots.read_statement(h, vault.vault_id, vault._vms.get())
+            except Exception:  # noqa: S112 - a slot we cannot read is not ours to delete
+                continue
+            if st.recipient_id == actor.recipient_id:
+                old_slots.append(h.name)
+    old = become(vault, new)
+    vault._write_slot(new, slots.SlotType.DEVICE, me.name)
+    vault._write_batches({c: list(records) for c in [vault.roster.control_id, *vault.roster.compartments]})
+    for name in old_slots:
+        vault.shelf.delete(name)
+    forget_old_key(vault, old)
+    vault._unlocking = new if vault._unlocking is old else vault._unlocking
+    return True
 
 
 def forget_old_key(vault: Vault, old: Credential) -> None:
@@ -313,6 +358,12 @@ def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None
     vault._write_batches({r.control_id: per.pop(r.control_id)})
     per[cid] = [*per[cid], erase_record, manifest]
     vault._write_batches(per)
+    assert vault._state_store is not None
+    with vault._state_store.locked():  # this device's new key never held the destroyed keys
+        ds = vault._state_store.load() or vault.device_state
+        ds.manifests = erasure_manifests(vault)
+        vault._state_store.save(ds)
+        vault.device_state = ds
     # 3. switch to the new master secret, delete old slots and envelopes, then the old segments.
     rekey.records, rekey.files = {}, []
     apply(vault, rekey)
@@ -346,7 +397,7 @@ def reissue_recovery(vault: Vault, *, reauth: Unlock | None = None) -> str:
         Kind.CRED_ANCHOR, new.writer_id,
         body={0: owner_entry(CredentialKind.RECOVERY, new.signer.public, new.recipient.public, "recovery phrase", ""),
               1: old[0].writer_id if old else None, 3: proof_of_possession(vault.vault_id, new)},
-        signers=[new.signer, actor.signer],
+        signers=[new.signer, cred.signer, actor.signer],
     )]
     signer = new if cred.kind == CredentialKind.RECOVERY else cred
     for p in old:

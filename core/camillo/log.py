@@ -181,7 +181,9 @@ class Alert:
 
 def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_missing: dict[bytes, int],
                  remembered_generation: int, log: CausalLog, covered: set[bytes], generation: int,
-                 now: int) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:
+                 now: int, remembered_epochs: dict[bytes, bytes] | None = None,
+                 known_epochs: set[tuple[bytes, bytes]] | None = None,
+                 ) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:
     """Compare what a device remembers with what the vault shows now.
 
     A remembered batch that is absent is "syncing" for :data:`SYNC_GRACE_SECONDS` after it was first
@@ -201,9 +203,9 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     for cid, per_writer in remembered.items():
         for wid, (seq, bid) in per_writer.items():
             chain = log.chains.get((wid, cid), {})
-            if chain.get(seq) == bid or (seq in chain and max(chain) > seq):
+            if chain.get(seq) == bid:
                 continue
-            if max(chain, default=0) >= seq and chain.get(seq) != bid:
+            if seq in chain:
                 alerts.append(Alert("rollback", cid, wid, seq, bid, now,
                                     f"batch {bid.hex()[:12]} (seq {seq}) that this device saw was replaced by another"))
                 continue
@@ -215,6 +217,14 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
                 alerts.append(Alert("rollback", cid, wid, seq, bid, t,
                                     f"batch {bid.hex()[:12]} (seq {seq}) that this device saw has vanished "
                                     "without a signed manifest: the storage was rolled back or withheld it"))
+    for cid, eid in (remembered_epochs or {}).items():
+        if known_epochs is None or (cid, eid) in known_epochs:
+            continue
+        t = since(eid)
+        kind = "syncing" if now - t < SYNC_GRACE_SECONDS else "rollback"
+        alerts.append(Alert(kind, cid, b"", 0, None, t,
+                            f"epoch {eid.hex()[:12]} that this device saw is no longer announced"
+                            + (" (still syncing?)" if kind == "syncing" else ": the storage was rolled back")))
     if generation < remembered_generation:
         alerts.append(Alert("rollback", b"", b"", generation, None, now,
                             f"the vault presents master-secret generation {generation}, older than generation "

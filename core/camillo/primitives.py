@@ -339,7 +339,12 @@ class KdfParams:
 
     @classmethod
     def fresh(cls, params: tuple[int, int, int] | None = None) -> KdfParams:
+        """New parameters for a passphrase slot; writers never go below 64 MiB and t = 3
+        (except with CAMILLO_INSECURE_TEST_KDF=1, for tests)."""
         m, t, p = params or writer_kdf_defaults()
+        if os.environ.get("CAMILLO_INSECURE_TEST_KDF") != "1" and (m < ARGON2_WRITER_MIN_M or t < ARGON2_WRITER_MIN_T):
+            raise UsageError(f"Argon2id parameters below m={ARGON2_WRITER_MIN_M} KiB, t={ARGON2_WRITER_MIN_T} are too weak "
+                             "for a passphrase slot")
         return cls(m, t, p, random_bytes(16))
 
 

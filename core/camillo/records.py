@@ -23,7 +23,7 @@ from enum import IntEnum
 from typing import Any
 
 from . import encoding, ids
-from .errors import CanonicalError, DamagedFile, LimitExceeded, UsageError
+from .errors import CanonicalError, DamagedFile, LimitExceeded, UnsupportedVersion, UsageError
 from .primitives import SIG_ED25519, SigningKey, labelled, random_bytes, sha256, verify_signature
 
 RECORD_MAX_BYTES = 4 * 1024 * 1024
@@ -250,6 +250,8 @@ def _id_list(value: Any, what: str, *, sorted_unique: bool, limit: int = MAX_ID_
 
 def _check_fields(m: dict[int, Any]) -> None:
     """Validate the shape of every known field; unknown integer keys are allowed and kept."""
+    if type(m.get(F.V)) is int and m.get(F.V) > 1:
+        raise UnsupportedVersion(f"a record of version {m.get(F.V)}; a newer Camillo is required to read it")
     if type(m.get(F.V)) is not int or m.get(F.V) != 1:
         raise CanonicalError("record version must be 1")
     kind = m.get(F.KIND)
@@ -469,7 +471,9 @@ class BatchHeader:
 
 
 def _header_from_map(m: Any) -> BatchHeader:
-    if not isinstance(m, dict) or m.get(H.V) != 1:
+    if isinstance(m, dict) and type(m.get(H.V)) is int and m.get(H.V) > 1:
+        raise UnsupportedVersion(f"a batch of version {m.get(H.V)}; a newer Camillo is required to read it")
+    if not isinstance(m, dict) or type(m.get(H.V)) is not int or m.get(H.V) != 1:
         raise CanonicalError("batch header must be a map with version 1")
 
     def need(key: int, typ: type, what: str) -> Any:

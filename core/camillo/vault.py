@@ -525,6 +525,10 @@ class Vault:
         if self.actor is not None:
             self._open_state_store()
         self._update_memory()
+        if self.actor is not None and not self.read_only and self._vms is not None:
+            from .erasure import rotate_if_erasure_seen
+
+            rotate_if_erasure_seen(self)
 
     def _try_slot(self, header: slots.SlotHeader, cred: Credential) -> bool:
         try:
@@ -727,7 +731,9 @@ class Vault:
         self._cache = Cache(self.local.cache_path(device.writer_id), device.signer.seed, self.vault_id)
         self._cache_dirty = True
         self._open_state_store()
-        self.device_state = DeviceState(counters=dict(counters or {}))
+        from .erasure import erasure_manifests
+
+        self.device_state = DeviceState(counters=dict(counters or {}), manifests=erasure_manifests(self))
         self._state_store.save(self.device_state)
         self.local.save_installation(Installation(device.writer_id, keystore, int(time.time())))
 
@@ -737,15 +743,27 @@ class Vault:
         assert self._unlocking is not None and self._vms is not None
         device = Credential.generate(CredentialKind.DEVICE)
         name = _hostname()
+        # An installation whose earlier key cannot be read any more (its local seal predates a
+        # master-secret roll, or the keychain lost it) replaces that key: the old writer retires.
+        inst = self.local.load_installation()
+        replaced = None
+        if (inst is not None and inst.writer_id in self.roster.principals
+                and inst.writer_id not in self.roster.revocations
+                and self._unlocking.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)):
+            replaced = inst.writer_id
         cert = encode_record(
             Kind.DEVICE_CERT, self._unlocking.writer_id,
             body={0: owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, name,
-                                 _platform()), 1: None, 2: self._unlocking.kind.label},
+                                 _platform()), 1: replaced, 2: self._unlocking.kind.label},
             signers=[self._unlocking.signer, device.signer],
         )
+        records = [cert]
+        if replaced is not None:
+            records.append(self._revoke_record(replaced, "its installation could no longer read its key; replaced",
+                                               signers=[self._unlocking.signer, device.signer]))
         self._register_installation(device)
         self._write_slot(device, slots.SlotType.DEVICE, name)
-        self._append_control([cert], self._all_compartments())
+        self._append_control(records, self._all_compartments())
 
     def _open_state_store(self) -> None:
         assert self.actor is not None
@@ -837,10 +855,26 @@ class Vault:
                 self._envelope_sources[key] = payload
                 found = True
             elif payload.kind == envelopes.EnvelopeKind.EPOCH_PUBLIC and key not in self._epoch_publics:
+                if not self._trusted_by_grant(payload):
+                    self._segment_problems[name] = Problem(
+                        "untrusted", name, f"envelope {name} gives an epoch key signed by no owner device this grant "
+                        "knows; it is not used")
+                    continue
                 self._epoch_publics[key] = payload.key
                 self._envelope_sources[key] = payload
                 found = True
         return found
+
+    def _trusted_by_grant(self, payload: envelopes.EnvelopePayload) -> bool:
+        """An append grant cannot read the roster: it trusts the owner devices listed in its grant
+        file, so nobody else (say, a reader of the compartment) can make it seal to a key of theirs."""
+        from .primitives import verify_signature
+
+        trusted = dict(self.grant.trusted) if self.grant is not None else {}
+        if not trusted:
+            return self.grant is None
+        return any(w in trusted and verify_signature(a, trusted[w], payload.message, sig)
+                   for w, a, sig in payload.signatures)
 
     def _read_segment(self, name: str) -> list[bytes]:
         try:
@@ -929,6 +963,8 @@ class Vault:
             for key in bad_epochs:
                 self._epoch_secrets.pop(key, None)
                 self._epoch_keys.pop(key, None)
+                self._envelope_sources.pop(key, None)
+            self._seen_envelopes.clear()  # another envelope may carry the genuine key: read them again
             for name, bids in list(self._segment_batches.items()):
                 if any(self.views.get(b) and (self.views[b].header.compartment_id, self.views[b].epoch_id) in bad_epochs
                        for b in bids):
@@ -979,14 +1015,22 @@ class Vault:
             return
         ds = self.device_state
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
+        known = set(self.roster.epochs) if self.roster.genesis is not None else None
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
-                                             self._generation, int(time.time()))
+                                             self._generation, int(time.time()), ds.epochs, known)
         self.alerts = alerts
         generation = max(ds.generation, self._generation)
-        if memory != ds.remembered or first != ds.first_missing or generation != ds.generation:
+        epochs = dict(ds.epochs)
+        if known is not None:
+            for cid in [self.roster.control_id, *self.roster.compartments]:
+                current = self.roster.current_epoch(cid)
+                if current is not None:
+                    epochs[cid] = current.epoch_id
+        if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
             with self._state_store.locked():
                 on_disk = self._state_store.load() or ds
                 on_disk.remembered, on_disk.first_missing, on_disk.generation = memory, first, generation
+                on_disk.epochs = epochs
                 self._state_store.save(on_disk)
                 self.device_state = on_disk
 
@@ -1010,7 +1054,7 @@ class Vault:
             return
         with self._state_store.locked():
             ds = self._state_store.load() or self.device_state
-            ds.remembered, ds.first_missing = {}, {}
+            ds.remembered, ds.first_missing, ds.epochs = {}, {}, {}
             ds.generation = self._generation
             self._state_store.save(ds)
             self.device_state = ds
@@ -1113,6 +1157,15 @@ class Vault:
         gaps, forks and rejected records."""
         out = list(self._segment_problems.values())
         out += self._slot_problems()
+        if isinstance(self.shelf, FolderShelf):
+            from .packs import PackReader
+
+            for name in self.shelf._walk():
+                if kind_of(name) == "pack":
+                    try:
+                        PackReader(os.path.join(self.shelf.location, name)).close()
+                    except VaultError as exc:
+                        out.append(Problem("damaged", name, exc.message))
         for kind, file, message in self.roster.problems + self._materialize_problems:
             out.append(Problem(kind, file, message))
         for bid, why in sorted({**self.roster.excluded, **self.log.rejected}.items()):
@@ -1547,14 +1600,20 @@ class Vault:
         return self._write_per_compartment({cid: [raw]}, "forgotten")
 
     @_api
-    def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None) -> Changes:
+    def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
+                          reauth: Unlock | None = None) -> Changes:
         """Replace the passphrase credential: one new slot and one certificate, O(1) in vault size.
-        Copies of the old slot (sync history, backups) still open with the old passphrase; the
-        spec's security section says so."""
+        Needs the current passphrase or the recovery phrase (the credential the vault was unlocked
+        with, or ``reauth``): a device key alone cannot mint a passphrase.  Copies of the old slot
+        (sync history, backups) still open with the old passphrase; the spec's security section
+        says so."""
         self._require_owner("changing the passphrase")
         actor = self._require_writer()
         if not new_passphrase:
             raise UsageError("the new passphrase is empty")
+        from .access import authenticate
+
+        cred = authenticate(self, reauth)
         old = [p for p in self.roster.principals.values()
                if p.kind == CredentialKind.PASSPHRASE and p.writer_id not in self.roster.revocations]
         new = from_passphrase(new_passphrase, KdfParams.fresh(kdf))
@@ -1563,10 +1622,11 @@ class Vault:
             body={0: owner_entry(CredentialKind.PASSPHRASE, new.signer.public, new.recipient.public, "passphrase", ""),
                   1: old[0].writer_id if old else None,
                   2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]},
-            signers=[new.signer, actor.signer],
+            signers=[new.signer, cred.signer, actor.signer],
         )]
         for p in old:
-            records.append(self._revoke_record(p.writer_id, "passphrase changed", signers=[new.signer, actor.signer]))
+            records.append(self._revoke_record(p.writer_id, "passphrase changed",
+                                               signers=[new.signer, cred.signer, actor.signer]))
         old_slots = [h.name for h in self._slot_headers()[0] if h.type == slots.SlotType.PASSPHRASE]
         self._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
         self._append_control(records, self._all_compartments())

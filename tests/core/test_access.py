@@ -429,3 +429,44 @@ def test_scheduled_epoch_after_many_batches(new_vault, monkeypatch):
     assert vault.roster.current_epoch(cid).reason == "scheduled"
     assert len(vault.timeline()) == 6 and vault.problems() == []
     assert SCHEDULED_EPOCH_BATCHES == 1000
+
+
+def test_other_devices_rotate_their_keys_after_an_erasure(new_vault, tmp_path, monkeypatch):
+    path, vault, _ = new_vault
+    marker = "ERASED-ON-ANOTHER-DEVICE"
+    target = vault.append([NewRecord(type="message", text=marker)]).records[0]
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        old_laptop = lap.actor
+    pre = str(tmp_path / "pre")
+    shutil.copytree(path, pre)
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        report = v.erase([target])
+        assert any("rotates its key" in line for line in report.lines())
+        vid = v.vault_id
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        assert lap.actor.writer_id != old_laptop.writer_id, "the laptop replaced its key on its next open"
+        assert lap.problems() == []
+        new_laptop = lap.actor
+        assert next(d for d in lap.devices() if d.writer_id == old_laptop.writer_id).revoked
+    # the old key is gone from this installation; the new one opens nothing in the old copy
+    assert not any(old_laptop.signer.seed in open(f, "rb").read() for f in all_files(tmp_path / "laptop"))
+    secrets, _ = keys_from_files(pre, vid, [new_laptop.recipient])
+    assert not any(marker.encode() in p for p in readable_plaintexts(pre, vid, secrets))
+    with Vault.open(path, Unlock.with_device_credential(new_laptop), register=False) as v:
+        assert marker not in {r.text for r in v.timeline()}
+
+
+def test_the_erasing_device_does_not_rotate_again_on_its_next_open(new_vault):
+    path, vault, _ = new_vault
+    rid = vault.append([NewRecord(type="message", text="gone")]).records[0]
+    vault.erase([rid])
+    after = vault.actor.writer_id
+    vault.lock()
+    with open_vault(path) as v:
+        assert v.actor.writer_id == after
+    with open_vault(path) as v:
+        assert v.actor.writer_id == after and v.problems() == []

@@ -115,3 +115,27 @@ def test_plaintext_and_failing_backends_are_refused(monkeypatch, tmp_path):
         assert not st.usable and "no OS keychain" in st.reason
     finally:
         keyring.set_keyring(previous)
+
+
+@pytest.mark.secretservice
+@needs_secret_service
+def test_a_device_rotates_its_keychain_key_after_an_erasure(os_keychain, tmp_path, monkeypatch):
+    path = str(tmp_path / "v")
+    vault, _ = Vault.create(path, PASSPHRASE)
+    target = vault.append([NewRecord(type="message", text="to be erased")]).records[0]
+    vid = vault.vault_id
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as lap:
+        old = lap.actor.writer_id
+    switch_home(monkeypatch, tmp_path / "home")
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        v.erase([target])
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with Vault.open(path, Unlock.device()) as lap:
+        new = lap.actor.writer_id
+        assert new != old and lap.problems() == []
+    assert keyring.get_password("vmem", f"{vid.hex()}/{old.hex()}") is None, "the old key left the keychain"
+    assert keyring.get_password("vmem", f"{vid.hex()}/{new.hex()}")
+    with Vault.open(path, Unlock.device()) as lap:
+        assert lap.actor.writer_id == new
