@@ -1,10 +1,144 @@
-"""Entry point of ``camillo-desktop`` (the Qt app lands with the desktop issue); runs on the main thread."""
+"""``camillo-desktop``: start the vault browser.
+
+``camillo-desktop [VAULT]`` opens a vault folder or ``.vmem`` file (asking how to unlock it);
+without one it shows the welcome screen (create, open, recent vaults, try the demo).
+``--demo`` builds a fresh demo vault and opens it.  ``--view NAME --screenshot OUT.png`` renders
+the main window at 1280x800 on that view once its data has loaded, saves it and exits (works under
+``QT_QPA_PLATFORM=offscreen`` and under Xvfb).
+
+Runs on the main (GUI) thread; every vault call goes to the vault worker thread.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
+import shutil
 import sys
+import tempfile
+from typing import Any
+
+APP_ID = "org.camillo.Camillo"
 
 
-def main() -> int:
-    sys.stderr.write("camillo-desktop: the desktop app is not built yet; use the camillo command line\n")
-    return 2
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="camillo-desktop", description="Camillo: your agents' memory, yours.")
+    p.add_argument("vault", nargs="?", help="a vault folder or .vmem file")
+    p.add_argument("--demo", action="store_true", help="open a freshly generated demo vault")
+    p.add_argument("--view", default=None, help="the view to show first (timeline, facts, search, ...)")
+    p.add_argument("--search", default=None, help="with --view search: the query to run")
+    p.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG once loaded, then exit")
+    p.add_argument("--theme", choices=["system", "light", "dark"], help="appearance (default: settings)")
+    p.add_argument("--size", default="1280x800", help="window size for --screenshot (default 1280x800)")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        from importlib import metadata
+
+        print(f"camillo-desktop {metadata.version('camillo')}")
+        return 0
+    if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from . import (
+        icons,
+        theme,
+        views_more,  # noqa: F401 - registers the views of the second desktop issue
+    )
+    from .mainwindow import MainWindow
+    from .settings import Setting, Settings
+    from .worker import VaultClient, install_thread_guard
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Camillo")
+    app.setOrganizationName("Camillo")
+    app.setApplicationDisplayName("Camillo")
+    app.setDesktopFileName(APP_ID)
+    app.setWindowIcon(icons.app_icon())
+    settings = Settings()
+    theme.apply(app, args.theme or settings.get(Setting.THEME))
+    install_thread_guard()
+    client = VaultClient()
+    window = MainWindow(client, settings)
+    if args.screenshot:
+        w, h = (int(x) for x in args.size.lower().split("x"))
+        window.resize(w, h)
+    state: dict[str, Any] = {"rc": 0, "demo_dir": None}
+
+    def opened(info: dict[str, Any]) -> None:
+        window.show()
+        window.vault_opened(info)
+        if args.view:
+            if args.view == "search":
+                window.search.setText(args.search or "morning OR coffee")
+                window._search()
+            else:
+                window.show_view(args.view)
+
+    def failed(exc: BaseException) -> None:
+        from .dialogs import Ask
+
+        Ask.inform(None, "Camillo", f"The vault could not be opened: {exc}")
+        state["rc"] = 4
+        app.quit()
+
+    if args.screenshot:
+        target = args.view or "timeline"
+        saved = {"done": False}
+
+        def save() -> None:
+            if saved["done"]:
+                return
+            saved["done"] = True
+            window.grab().save(args.screenshot)
+            app.quit()
+
+        window.view_ready.connect(lambda name: QTimer.singleShot(400, save) if name == target else None)
+        QTimer.singleShot(90_000, lambda: (state.update(rc=1), save()))
+
+    if args.demo:
+        from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
+        from camillo.vault import Unlock, Vault
+
+        state["demo_dir"] = tempfile.mkdtemp(prefix="camillo-demo-")
+        path = os.path.join(state["demo_dir"], "Demo vault")
+
+        def opener(ctx):
+            info = build_demo_vault(path, progress=lambda m: ctx.progress(0, 0, m))
+            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=info.homes["desktop"])
+
+        window.statusBar().showMessage("Building the demo vault\u2026")
+        client.open_vault(opener, opened, failed, context=window)
+        if not args.screenshot:
+            window.show()
+    elif args.vault:
+        from .dialogs import UnlockDialog
+
+        info = UnlockDialog.ask(client, os.path.abspath(args.vault))
+        if info is None:
+            client.shutdown()
+            return 0
+        opened(info)
+    else:
+        from .welcome import WelcomeWindow
+
+        welcome = WelcomeWindow(client, settings)
+        welcome.opened.connect(lambda info: (welcome.close(), opened(info)))
+        welcome.show()
+        state["welcome"] = welcome
+
+    rc = app.exec()
+    client.shutdown()
+    if state["demo_dir"]:
+        shutil.rmtree(state["demo_dir"], ignore_errors=True)
+    return state["rc"] or rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

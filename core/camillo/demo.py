@@ -126,7 +126,7 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
         for n, (compartment, title, turns) in enumerate(CONVERSATIONS):
             start = 50 - n * 7
             cid = f"c{n + 1}"
-            items = [NewRecord(type="conversation", conversation=cid, title=title, ts=_ts(now, start))]
+            items = [NewRecord(type="conversation", conversation=cid, title=title, ts=_ts(now, start + 0.001))]
             for i, (role, text) in enumerate(turns):
                 items.append(NewRecord(type="message", conversation=cid, role=role, text=text,
                                        ts=_ts(now, start - i * 0.02)))

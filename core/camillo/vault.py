@@ -435,6 +435,24 @@ class Vault:
             shelf.close()
             raise
 
+    @staticmethod
+    def device_unlock_available(path: str, home: str | None = None) -> bool:
+        """Does this installation hold a device key for the vault at ``path`` in the OS keychain?
+        (Blocks on the keychain: call it off the GUI thread.)"""
+        if _thread_guard is not None:
+            _thread_guard()
+        try:
+            shelf = open_shelf(path)
+            try:
+                vault_id = descriptor.decode(shelf.read(descriptor.NAME)).vault_id
+            finally:
+                shelf.close()
+            inst = VaultLocal(vault_id, home).load_installation()
+            return (inst is not None and inst.keystore == "keychain"
+                    and keychain.load(vault_id, inst.writer_id) is not None)
+        except (VaultError, FileNotFoundError, OSError):
+            return False
+
     # ------------------------------------------------------------------------------ unlocking
 
     def _slot_headers(self) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:

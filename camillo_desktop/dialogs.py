@@ -1,0 +1,294 @@
+"""Dialogs: unlock, settings, record lists, and the one message-box wrapper tests can answer.
+
+Every dialog derives from :class:`BaseDialog` (remembers its geometry by class name, Esc closes)
+and exposes a classmethod tests can drive.  Vault work runs on the worker through the client.
+GUI thread only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+import camillo
+from camillo import Unlock, Vault, VaultError
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .models import HistoryModel
+from .settings import Setting, Settings
+from .views.detail import DetailPane
+from .widgets import SecretEdit, muted_label
+
+
+class BaseDialog(QDialog):
+    """Window-modal when parented; remembers its geometry (Picard's PicardDialog)."""
+
+    def __init__(self, parent: QWidget | None = None, title: str = "") -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        if parent is not None:
+            self.setWindowModality(Qt.WindowModality.WindowModal)
+        geometry = QSettings("Camillo", "Camillo").value(f"dialogs/{type(self).__name__}")
+        if geometry:
+            self.restoreGeometry(geometry)
+
+    def done(self, result: int) -> None:
+        QSettings("Camillo", "Camillo").setValue(f"dialogs/{type(self).__name__}", self.saveGeometry())
+        super().done(result)
+
+
+class Ask:
+    """All questions to the user go through here; tests set ``next_answers``."""
+
+    next_answers: ClassVar[list[bool]] = []
+
+    @classmethod
+    def confirm(cls, parent: QWidget | None, title: str, text: str, *, yes: str = "Continue",
+                destructive: bool = False) -> bool:
+        if cls.next_answers:
+            return cls.next_answers.pop(0)
+        box = QMessageBox(parent)
+        box.setIcon(QMessageBox.Icon.Warning if destructive else QMessageBox.Icon.Question)
+        box.setWindowTitle(title)
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.setText(text)
+        ok = box.addButton(yes, QMessageBox.ButtonRole.AcceptRole)
+        box.addButton("Cancel", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel if destructive else ok)
+        box.exec()
+        return box.clickedButton() is ok
+
+    @classmethod
+    def inform(cls, parent: QWidget | None, title: str, text: str) -> None:
+        if cls.next_answers:
+            cls.next_answers.pop(0)
+            return
+        box = QMessageBox(parent)
+        box.setWindowTitle(title)
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.setText(text)
+        box.exec()
+
+
+def device_key_available(path: str) -> bool:
+    """On the worker: does this installation hold a device key for the vault at ``path``?"""
+    return Vault.device_unlock_available(path)
+
+
+class UnlockDialog(BaseDialog):
+    """Passphrase, recovery phrase, or this device's key (offered when the keychain holds one).
+    A wrong credential says so and lets the user retry; a damaged vault names the file."""
+
+    def __init__(self, client: Any, path: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent, f"Unlock {os.path.basename(path.rstrip('/')) or path}")
+        self.client = client
+        self.path = path
+        self.setMinimumWidth(480)
+        lay = QVBoxLayout(self)
+        head = QLabel(f"Unlock the vault\n{path}")
+        head.setTextFormat(Qt.TextFormat.PlainText)
+        head.setObjectName("ViewTitle")
+        lay.addWidget(head)
+        self.methods = QButtonGroup(self)
+        row = QHBoxLayout()
+        self.by_pass = QRadioButton("Passphrase")
+        self.by_phrase = QRadioButton("Recovery phrase")
+        self.by_device = QRadioButton("This device's key")
+        self.by_device.setEnabled(False)
+        self.by_device.setToolTip("Available once this computer has been registered (it keeps its key in the OS keychain)")
+        for i, b in enumerate((self.by_pass, self.by_phrase, self.by_device)):
+            self.methods.addButton(b, i)
+            row.addWidget(b)
+        self.by_pass.setChecked(True)
+        lay.addLayout(row)
+        self.secret = SecretEdit("passphrase")
+        self.secret.returnPressed.connect(self.unlock)
+        lay.addWidget(self.secret)
+        self.methods.idToggled.connect(self._method_changed)
+        self.error = QLabel("")
+        self.error.setTextFormat(Qt.TextFormat.PlainText)
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #b91c1c;")
+        lay.addWidget(self.error)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        lay.addWidget(self.progress)
+        buttons = QDialogButtonBox()
+        self.unlock_button = buttons.addButton("Unlock", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.unlock_button.setObjectName("Primary")
+        buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.unlock)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        self.info: dict[str, Any] | None = None
+        client.submit(lambda ctx: device_key_available(path), self._device_available, lambda _e: None, context=self)
+
+    def _device_available(self, available: bool) -> None:
+        self.by_device.setEnabled(bool(available))
+        if available:
+            self.by_device.setChecked(True)
+
+    def _method_changed(self, method: int, checked: bool) -> None:
+        if not checked:
+            return
+        self.secret.setVisible(method != 2)
+        self.secret.edit.setPlaceholderText(["passphrase", "the 24 words of your recovery phrase", ""][method])
+        self.secret.clear()
+        self.error.setText("")
+
+    def unlock(self) -> None:
+        method = self.methods.checkedId()
+        secret = self.secret.text()
+        if method != 2 and not secret:
+            self.error.setText("Type your " + ("passphrase." if method == 0 else "recovery phrase."))
+            return
+        unlock = [Unlock.passphrase, Unlock.recovery, lambda _s: Unlock.device()][method](secret)
+        self.unlock_button.setEnabled(False)
+        self.progress.show()
+        self.error.setText("")
+        path = self.path
+
+        def opener(ctx):
+            return Vault.open(path, unlock, progress=lambda d, t: ctx.progress(d, t, "reading the vault"))
+
+        self.client.open_vault(opener, self._opened, self._failed, context=self, on_progress=self._progress)
+
+    def _progress(self, done: int, total: int, _what: str) -> None:
+        if total:
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+
+    def _opened(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.secret.clear()
+        self.accept()
+
+    def _failed(self, exc: BaseException) -> None:
+        self.progress.hide()
+        self.progress.setRange(0, 0)
+        self.unlock_button.setEnabled(True)
+        if isinstance(exc, camillo.WrongCredential):
+            self.error.setText(f"{exc}")
+            self.secret.edit.selectAll()
+            self.secret.setFocus()
+        elif isinstance(exc, VaultError):
+            self.error.setText(f"This vault cannot be opened: {exc}")
+        else:
+            self.error.setText(f"Unexpected error: {type(exc).__name__}: {exc}")
+
+    @classmethod
+    def ask(cls, client: Any, path: str, parent: QWidget | None = None) -> dict[str, Any] | None:
+        dlg = cls(client, path, parent)
+        return dlg.info if dlg.exec() == QDialog.DialogCode.Accepted else None
+
+
+class SettingsDialog(BaseDialog):
+    def __init__(self, client: Any, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent, "Settings")
+        self.settings = settings
+        lay = QVBoxLayout(self)
+        form = QFormLayout()
+        self.auto_lock = QSpinBox()
+        self.auto_lock.setRange(0, 240)
+        self.auto_lock.setSuffix(" min")
+        self.auto_lock.setSpecialValueText("never")
+        self.auto_lock.setValue(settings.get(Setting.AUTO_LOCK_MINUTES))
+        form.addRow("Lock after inactivity", self.auto_lock)
+        self.clipboard = QSpinBox()
+        self.clipboard.setRange(5, 300)
+        self.clipboard.setSuffix(" s")
+        self.clipboard.setValue(settings.get(Setting.CLIPBOARD_SECONDS))
+        form.addRow("Clear the clipboard after", self.clipboard)
+        self.theme = QComboBox()
+        for label, value in (("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")):
+            self.theme.addItem(label, value)
+        self.theme.setCurrentIndex(max(0, self.theme.findData(settings.get(Setting.THEME))))
+        form.addRow("Appearance", self.theme)
+        self.keychain = QLabel("checking\u2026")
+        self.keychain.setWordWrap(True)
+        self.keychain.setTextFormat(Qt.TextFormat.PlainText)
+        form.addRow("Device keys", self.keychain)
+        lay.addLayout(form)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self._save)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        client.submit(lambda ctx: camillo.keychain.status(), self._keychain, lambda e: self.keychain.setText(str(e)),
+                      context=self)
+
+    def _keychain(self, st: Any) -> None:
+        if st.usable:
+            self.keychain.setText(f"Kept in the OS keychain ({st.backend}).")
+        else:
+            self.keychain.setText(f"Not in an OS keychain: {st.reason}. This computer's device key is sealed in "
+                                  "its local state under the vault's keys, so it cannot unlock the vault by itself.")
+            self.keychain.setStyleSheet("color: #c2410c;")
+
+    def _save(self) -> None:
+        self.settings.set(Setting.AUTO_LOCK_MINUTES, self.auto_lock.value())
+        self.settings.set(Setting.CLIPBOARD_SECONDS, self.clipboard.value())
+        self.settings.set(Setting.THEME, self.theme.currentData())
+        self.accept()
+
+
+class RecordsDialog(BaseDialog):
+    """A few records (the sources of a value, one record) with the detail pane."""
+
+    def __init__(self, client: Any, ids: list[bytes], title: str, parent: Any = None) -> None:
+        super().__init__(parent, title)
+        self.resize(900, 520)
+        lay = QVBoxLayout(self)
+        lay.addWidget(muted_label(title))
+        self.model = HistoryModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.verticalHeader().hide()
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.detail = DetailPane(client)
+        self.detail.source_requested.connect(self._open_source)
+        if parent is not None and hasattr(parent, "copy_text"):
+            self.detail.copy_requested.connect(parent.copy_text)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(self.detail)
+        split.setSizes([420, 460])
+        lay.addWidget(split, 1)
+        close = QPushButton("Close")
+        close.clicked.connect(self.accept)
+        lay.addWidget(close, 0, Qt.AlignmentFlag.AlignRight)
+        self.table.selectionModel().currentRowChanged.connect(
+            lambda cur, _p: self.detail.show_record(self.model.record(cur.row())))
+        self.client = client
+        client.submit(lambda ctx: ctx.vault.records(ids), self._loaded, lambda e: self.detail.heading.setText(str(e)),
+                      context=self)
+
+    def _loaded(self, views: list[Any]) -> None:
+        self.model.set_records(views)
+        if views:
+            self.table.selectRow(0)
+        else:
+            self.detail.heading.setText("These records are not readable here (another compartment, or erased).")
+
+    def _open_source(self, rid: bytes) -> None:
+        RecordsDialog(self.client, [rid], "Source record", self.parent()).show()

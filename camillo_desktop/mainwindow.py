@@ -1,0 +1,462 @@
+"""The main window: a sidebar of views, a search field, a status bar, lock and auto-lock.
+
+Layout only, plus the routing of events: the client's ``vault_changed`` goes to every view (each
+refreshes only if the Changes concern it, and only when visible), ``vault_locked`` clears them and
+shows the unlock dialog again.  Auto-lock watches keyboard and mouse activity application-wide and
+locks after the configured idle time.  GUI thread only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QProgressBar,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import icons, theme
+from .actions import SPECS, Action, shortcut_text
+from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
+from .settings import Setting, Settings
+from .views.base import View
+from .views.facts import FactsView
+from .views.search import SearchView
+from .views.timeline import TimelineView
+from .widgets import Clipboard
+
+VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView]
+
+
+def register_view(cls: type[View], position: int | None = None) -> type[View]:
+    """Views of later features register here (sidebar order = list order)."""
+    if cls not in VIEW_CLASSES:
+        VIEW_CLASSES.insert(len(VIEW_CLASSES) if position is None else position, cls)
+    return cls
+
+
+class IdleWatcher(QObject):
+    """Application-wide: any key or mouse input counts as activity."""
+
+    became_idle = Signal()
+    ACTIVITY = frozenset({QEvent.Type.KeyPress, QEvent.Type.MouseButtonPress, QEvent.Type.MouseMove, QEvent.Type.Wheel,
+                          QEvent.Type.TouchBegin})
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.timeout.connect(self.became_idle)
+        self.minutes = 0
+        self.last_activity = time.monotonic()
+
+    def arm(self, minutes: int) -> None:
+        self.minutes = minutes
+        self.reset()
+
+    def reset(self) -> None:
+        self.last_activity = time.monotonic()
+        if self.minutes > 0:
+            self.timer.start(int(self.minutes * 60_000))
+        else:
+            self.timer.stop()
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() in self.ACTIVITY and self.timer.isActive():
+            now = time.monotonic()
+            if now - self.last_activity > 0.5:  # cheap: restart the timer at most twice a second
+                self.reset()
+        return False
+
+
+class MainWindow(QMainWindow):
+    view_ready = Signal(str)  # a view's data has loaded (the screenshot mode waits for it)
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        super().__init__()
+        self.client = client
+        self.settings = settings
+        self.setWindowTitle("Camillo")
+        self.setWindowIcon(icons.app_icon())
+        self.resize(1280, 800)
+        self.info: dict[str, Any] = {}
+        self.clipboard = Clipboard(settings.get(Setting.CLIPBOARD_SECONDS))
+        self.actions_: dict[Action, QAction] = {}
+        self._build_actions()
+        self._build_menu()
+
+        central = QWidget()
+        outer = QHBoxLayout(central)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(0)
+        self.sidebar = QWidget()
+        self.sidebar.setObjectName("Sidebar")
+        self.sidebar.setFixedWidth(210)
+        side = QVBoxLayout(self.sidebar)
+        side.setContentsMargins(8, 14, 8, 10)
+        brand = QLabel("Camillo")
+        brand.setStyleSheet("font-size: 20px; font-weight: 700; padding: 0 10px 2px 10px;")
+        side.addWidget(brand)
+        self.vault_name = QLabel("")
+        self.vault_name.setObjectName("Muted")
+        self.vault_name.setTextFormat(Qt.TextFormat.PlainText)
+        self.vault_name.setStyleSheet("padding: 0 10px 10px 10px;")
+        side.addWidget(self.vault_name)
+        self.nav = QListWidget()
+        self.nav.setObjectName("SidebarList")
+        self.nav.setIconSize(QSize(18, 18))
+        self.nav.setAccessibleName("views")
+        side.addWidget(self.nav, 1)
+        self.lock_button = QToolButton()
+        self.lock_button.setDefaultAction(self.actions_[Action.LOCK])
+        self.lock_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.lock_button.setIcon(icons.icon("lock"))
+        side.addWidget(self.lock_button)
+        outer.addWidget(self.sidebar)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(0)
+        bar = QWidget()
+        bl = QHBoxLayout(bar)
+        bl.setContentsMargins(16, 10, 16, 4)
+        self.search = QLineEdit()
+        self.search.setObjectName("SearchField")
+        self.search.setPlaceholderText("Search memory \u2014 words, \"phrases\", type:message, key:user/*, is:pending \u2026  (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
+        self.search.setAccessibleName("search")
+        self.search.returnPressed.connect(self._search)
+        bl.addWidget(self.search, 1)
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(90)
+        self.busy.setMaximumHeight(6)
+        self.busy.setTextVisible(False)
+        self.busy.hide()
+        bl.addWidget(self.busy)
+        rl.addWidget(bar)
+        self.stack = QStackedWidget()
+        rl.addWidget(self.stack, 1)
+        outer.addWidget(right, 1)
+        self.setCentralWidget(central)
+
+        self.views: dict[str, View] = {}
+        for cls in VIEW_CLASSES:
+            self._add_view(cls)
+        self.search_view = SearchView(client, self)
+        self._wire_view(self.search_view)
+        self.stack.addWidget(self.search_view)
+        self.views["search"] = self.search_view
+        self.nav.currentRowChanged.connect(self._nav_changed)
+
+        sb = self.statusBar()
+        self.status_vault = QLabel("")
+        self.status_cred = QLabel("")
+        self.status_sync = QLabel("")
+        self.status_clip = QLabel("")
+        for w in (self.status_vault, self.status_cred, self.status_sync):
+            w.setTextFormat(Qt.TextFormat.PlainText)
+            sb.addWidget(w)
+            sep = QFrame()
+            sep.setFrameShape(QFrame.Shape.VLine)
+            sep.setFrameShadow(QFrame.Shadow.Sunken)
+            sb.addWidget(sep)
+        sb.addPermanentWidget(self.status_clip)
+
+        client.vault_changed.connect(self._changed)
+        client.vault_locked.connect(self._locked)
+        client.busy_changed.connect(lambda b: self.busy.setVisible(b))
+        client.job_failed.connect(self._unexpected)
+        self.idle = IdleWatcher(self)
+        QApplication.instance().installEventFilter(self.idle)
+        self.idle.became_idle.connect(self._idle_lock)
+        self._clip_timer = QTimer(self)
+        self._clip_timer.timeout.connect(self._clip_tick)
+        self._clip_deadline = 0.0
+        geometry = settings.get(Setting.WINDOW_GEOMETRY)
+        if geometry:
+            self.restoreGeometry(geometry)
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_actions(self) -> None:
+        handlers = {
+            Action.NEW_VAULT: self._new_vault, Action.OPEN_VAULT: self._open_vault, Action.LOCK: self.lock,
+            Action.FIND: self._focus_search, Action.REFRESH: self.refresh, Action.SETTINGS: self._settings,
+            Action.QUIT: self.close, Action.COPY: self._copy_selected, Action.SHORTCUTS: self._shortcuts,
+            Action.ABOUT: self._about,
+        }
+        for action, spec in SPECS.items():
+            a = QAction(spec.label, self)
+            if spec.shortcut is not None:
+                a.setShortcut(QKeySequence(spec.shortcut))
+            a.setToolTip(spec.tip)
+            a.setStatusTip(spec.tip)
+            a.triggered.connect(handlers[action])
+            self.addAction(a)
+            self.actions_[action] = a
+
+    def _build_menu(self) -> None:
+        mb = self.menuBar()
+        file_menu = mb.addMenu("&Vault")
+        for a in (Action.NEW_VAULT, Action.OPEN_VAULT, None, Action.LOCK, Action.REFRESH, None, Action.SETTINGS, None,
+                  Action.QUIT):
+            file_menu.addSeparator() if a is None else file_menu.addAction(self.actions_[a])
+        self.view_menu = mb.addMenu("V&iew")
+        edit = mb.addMenu("&Edit")
+        edit.addAction(self.actions_[Action.FIND])
+        edit.addAction(self.actions_[Action.COPY])
+        self.tools_menu = mb.addMenu("&Tools")
+        help_menu = mb.addMenu("&Help")
+        help_menu.addAction(self.actions_[Action.SHORTCUTS])
+        help_menu.addAction(self.actions_[Action.ABOUT])
+
+    def _add_view(self, cls: type[View]) -> None:
+        view = cls(self.client, self)
+        self._wire_view(view)
+        self.views[view.name] = view
+        self.stack.addWidget(view)
+        item = QListWidgetItem(icons.icon(view.icon), view.title)
+        item.setData(Qt.ItemDataRole.UserRole, view.name)
+        item.setData(Qt.ItemDataRole.AccessibleTextRole, view.title)
+        self.nav.addItem(item)
+        action = QAction(view.title, self)
+        if view.shortcut:
+            action.setShortcut(QKeySequence(view.shortcut))
+        action.triggered.connect(lambda _=False, n=view.name: self.show_view(n))
+        self.addAction(action)
+        self.view_menu.addAction(action)
+
+    def _wire_view(self, view: View) -> None:
+        view.loaded.connect(lambda n=view.name: self.view_ready.emit(n))
+        view.navigate.connect(self.show_view)
+        view.status_message.connect(lambda m: self.statusBar().showMessage(m, 8000))
+
+    # ------------------------------------------------------------------ vault lifecycle
+
+    def vault_opened(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.statusBar().clearMessage()
+        self.settings.remember_vault(info["path"])
+        self.vault_name.setText(info["name"])
+        self.setWindowTitle(f"{info['name']} \u2014 Camillo")
+        self._update_status(info)
+        timeline = self.views.get("timeline")
+        if isinstance(timeline, TimelineView):
+            timeline.set_compartments(info["compartments"])
+        for v in self.views.values():
+            v._stale = True
+        self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES))
+        for a, spec in SPECS.items():
+            self.actions_[a].setEnabled(True)
+        last = self.settings.get(Setting.LAST_VIEW)
+        self.show_view(last if last in self.views and last != "search" else "timeline")
+
+    def _update_status(self, info: dict[str, Any]) -> None:
+        self.status_vault.setText(f"Vault: {info['name']}" + (" (read-only)" if info.get("read_only") else ""))
+        who = f"agent {info['agent']}" if info.get("agent") else info.get("credential", "")
+        self.status_cred.setText(f"Unlocked with: {who}")
+        sync = info.get("sync", "up to date")
+        color = theme.SYNC_COLORS.get(sync, "#6b7280")
+        self.status_sync.setText(f"\u25cf {sync}")
+        self.status_sync.setStyleSheet(f"color: {color}; font-weight: 600;")
+        details = info.get("sync_details") or []
+        self.status_sync.setToolTip("\n".join(details[:10]) if details else "every batch this device knows of is here")
+
+    def refresh(self) -> None:
+        if not self.client.is_open:
+            return
+
+        def job(ctx):
+            from .worker import describe
+
+            changes = ctx.vault.refresh()
+            return changes, describe(ctx.vault)
+
+        def done(result) -> None:
+            changes, info = result
+            self.info = info
+            self._update_status(info)
+            if not changes.empty:
+                self.client.vault_changed.emit(changes)
+
+        self.client.submit(job, done, self.show_error, context=self, label="refreshing")
+
+    def lock(self) -> None:
+        if self.client.is_open:
+            self.client.lock()
+
+    def _idle_lock(self) -> None:
+        if self.client.is_open:
+            self.statusBar().showMessage("Locked after inactivity", 10000)
+            self.client.lock()
+
+    def _locked(self) -> None:
+        self.idle.arm(0)
+        for v in self.views.values():
+            v.clear()
+        self.status_sync.setText("\u25cf locked")
+        self.status_sync.setStyleSheet("color: #6b7280;")
+        path = self.info.get("path")
+        if path and self.isVisible() and not getattr(self, "_quitting", False):
+            QTimer.singleShot(0, lambda: self._unlock_again(path))
+
+    def _unlock_again(self, path: str) -> None:
+        info = UnlockDialog.ask(self.client, path, self)
+        if info:
+            self.vault_opened(info)
+
+    def _changed(self, changes: Any) -> None:
+        for v in self.views.values():
+            v.on_changes(changes)
+
+    # ------------------------------------------------------------------ navigation
+
+    def show_view(self, name: str, argument: Any = None) -> None:
+        view = self.views.get(name)
+        if view is None:
+            return
+        if name != "search":
+            for row in range(self.nav.count()):
+                if self.nav.item(row).data(Qt.ItemDataRole.UserRole) == name:
+                    self.nav.blockSignals(True)
+                    self.nav.setCurrentRow(row)
+                    self.nav.blockSignals(False)
+            self.settings.set(Setting.LAST_VIEW, name)
+        else:
+            self.nav.clearSelection()
+        self.stack.setCurrentWidget(view)
+        if self.client.is_open:
+            view.activate(argument)
+
+    def current_view(self) -> View:
+        return self.stack.currentWidget()
+
+    def _nav_changed(self, row: int) -> None:
+        item = self.nav.item(row)
+        if item is not None:
+            self.show_view(item.data(Qt.ItemDataRole.UserRole))
+
+    def _focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def _search(self) -> None:
+        query = self.search.text().strip()
+        if not query:
+            return
+        self.show_view("search")
+        self.search_view.search(query)
+
+    def show_record(self, rid: bytes) -> None:
+        RecordsDialog(self.client, [rid], "Record", self).show()
+
+    def show_records(self, ids: list[bytes], title: str) -> None:
+        RecordsDialog(self.client, ids, title, self).show()
+
+    # ------------------------------------------------------------------ helpers
+
+    def copy_text(self, text: str) -> None:
+        if not text:
+            return
+        self.clipboard.seconds = self.settings.get(Setting.CLIPBOARD_SECONDS)
+        self.clipboard.copy(text)
+        self._clip_deadline = time.monotonic() + self.clipboard.seconds
+        self._clip_timer.start(500)
+        self._clip_tick()
+
+    def _clip_tick(self) -> None:
+        left = int(self._clip_deadline - time.monotonic() + 0.99)
+        if left <= 0 or not self.clipboard.pending:
+            self.status_clip.setText("")
+            self._clip_timer.stop()
+        else:
+            self.status_clip.setText(f"Copied \u2014 the clipboard clears in {left} s")
+
+    def _copy_selected(self) -> None:
+        view = self.current_view()
+        detail = getattr(view, "detail", None)
+        if detail is not None and detail.record is not None:
+            self.copy_text(detail.record.text)
+
+    def show_error(self, exc: BaseException) -> None:
+        from camillo.errors import Cancelled
+
+        if isinstance(exc, Cancelled):
+            return
+        self.statusBar().showMessage(str(exc), 15000)
+
+    def _unexpected(self, exc: BaseException, tb: str) -> None:
+        Ask.inform(self, "Something went wrong",
+                   f"{type(exc).__name__}: {exc}\n\nNothing was changed by the failed step. Please report this.")
+
+    def _settings(self) -> None:
+        dlg = SettingsDialog(self.client, self.settings, self)
+        if dlg.exec():
+            self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES) if self.client.is_open else 0)
+            theme.apply(QApplication.instance(), self.settings.get(Setting.THEME))
+
+    def _new_vault(self) -> None:
+        from .create_wizard import CreateVaultWizard
+
+        if self.client.is_open and not Ask.confirm(self, "New vault", "Lock this vault and create a new one?"):
+            return
+        info = CreateVaultWizard.run(self.client, self)
+        if info:
+            self.vault_opened(info)
+
+    def _open_vault(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        path = QFileDialog.getExistingDirectory(self, "Open a vault folder")
+        if path:
+            info = UnlockDialog.ask(self.client, path, self)
+            if info:
+                self.vault_opened(info)
+
+    def _shortcuts(self) -> None:
+        ellipsis = "\u2026"
+        rows = [f"{shortcut_text(spec):<14} {spec.label.replace('&', '').rstrip(ellipsis)}" for spec in SPECS.values()
+                if spec.shortcut is not None]
+        rows += [f"{v.shortcut:<14} {v.title}" for v in self.views.values() if v.shortcut]
+        rows.append(f"{'Esc':<14} Clear the search field")
+        Ask.inform(self, "Keyboard shortcuts", "\n".join(rows))
+
+    def _about(self) -> None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("camillo")
+        except metadata.PackageNotFoundError:
+            version = "development"
+        Ask.inform(self, "About Camillo", f"Camillo {version}\nUser-owned, encrypted agent memory (VMEM v1).")
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():
+            self.search.clear()
+            return
+        super().keyPressEvent(event)
+
+    def closeEvent(self, event) -> None:
+        self._quitting = True
+        self.settings.set(Setting.WINDOW_GEOMETRY, self.saveGeometry())
+        self.clipboard.clear_if_ours()
+        super().closeEvent(event)
+
+
+

@@ -1,0 +1,1 @@
+"""The main window's views, one module each.  GUI thread only."""

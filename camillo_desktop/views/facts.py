@@ -1,0 +1,215 @@
+"""Facts by key: subject → attribute → current value, with status, history and provenance.
+
+Selecting a fact shows its supersession chain (every value it had, who wrote it, with what
+authority) and, for the current value, where it came from: "Why does the agent believe this?"
+opens the source records.  GUI thread only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from camillo import Changes, FactView
+from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..models import FactsModel, HistoryModel, Role
+from ..text import safe_text
+from ..widgets import Badge, BadgeDelegate
+from .base import View
+from .detail import MEANING
+
+STATUS_TEXT = {
+    "ok": "One current value.",
+    "conflict": "Two or more values were written without knowledge of each other. Review them in Conflicts.",
+    "deleted": "Forgotten: hidden from agents. It stays in the encrypted history until you erase it.",
+    "pending": "An inference or a non-user instruction: it does not bind until you confirm it in the Inbox.",
+}
+
+
+class FactsView(View):
+    name = "facts"
+    title = "Facts"
+    icon = "facts"
+    shortcut = "Ctrl+2"
+
+    def __init__(self, client: Any, window: Any) -> None:
+        super().__init__(client, window)
+        self.subtitle.setText("What your agents know, by key. Each value keeps its history and its provenance.")
+        self.model = FactsModel(self)
+        self.tree = QTreeView()
+        self.tree.setModel(self.model)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.tree.setItemDelegateForColumn(FactsModel.FCol.STATUS, BadgeDelegate(self.tree))
+        self.tree.setItemDelegateForColumn(FactsModel.FCol.AUTHORITY, BadgeDelegate(self.tree))
+        self.tree.header().setStretchLastSection(False)
+        self.tree.header().setSectionResizeMode(FactsModel.FCol.VALUE, QHeaderView.ResizeMode.Stretch)
+        for col, width in ((0, 170), (2, 86), (3, 88), (4, 104)):
+            self.tree.setColumnWidth(col, width)
+        self.tree.setAccessibleName("facts")
+        self.tree.selectionModel().currentChanged.connect(self._selected)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(12, 0, 0, 0)
+        self.key_label = QLabel("Select a fact")
+        self.key_label.setObjectName("ViewTitle")
+        self.key_label.setTextFormat(Qt.TextFormat.PlainText)
+        rl.addWidget(self.key_label)
+        row = QHBoxLayout()
+        self.status_badge = Badge("-")
+        self.authority_badge = Badge("-")
+        row.addWidget(self.status_badge)
+        row.addWidget(self.authority_badge)
+        row.addStretch(1)
+        rl.addLayout(row)
+        self.value_label = QLabel("")
+        self.value_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.value_label.setWordWrap(True)
+        self.value_label.setStyleSheet("font-size: 15px;")
+        self.value_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        rl.addWidget(self.value_label)
+        self.status_text = QLabel("")
+        self.status_text.setObjectName("Muted")
+        self.status_text.setWordWrap(True)
+        rl.addWidget(self.status_text)
+        self.act_row = QHBoxLayout()
+        self.why = QPushButton("Why does the agent believe this?")
+        self.why.setToolTip("Open the records this value was derived from")
+        self.why.clicked.connect(self._why)
+        self.review = QPushButton("Review the conflict")
+        self.review.clicked.connect(lambda: self.navigate.emit("conflicts", self._fact.key if self._fact else None))
+        self.inbox = QPushButton("Open in the Inbox")
+        self.inbox.clicked.connect(lambda: self.navigate.emit("inbox", self._fact.current.id
+                                                              if self._fact and self._fact.current else None))
+        for b in (self.why, self.review, self.inbox):
+            self.act_row.addWidget(b)
+        self.act_row.addStretch(1)
+        rl.addLayout(self.act_row)
+        history_title = QLabel("History (newest last; \u25b6 marks the current value)")
+        history_title.setObjectName("Muted")
+        rl.addWidget(history_title)
+        self.history = HistoryModel(self)
+        self.history_view = QTableView()
+        self.history_view.setModel(self.history)
+        self.history_view.verticalHeader().hide()
+        self.history_view.setShowGrid(False)
+        self.history_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.history_view.setItemDelegateForColumn(3, BadgeDelegate(self.history_view))
+        hh = self.history_view.horizontalHeader()
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        for col, width in ((0, 138), (1, 70), (3, 88), (4, 120)):
+            self.history_view.setColumnWidth(col, width)
+        self.history_view.setAccessibleName("fact history")
+        self.history_view.doubleClicked.connect(self._open_history)
+        rl.addWidget(self.history_view, 1)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.tree)
+        self.splitter.addWidget(right)
+        self.splitter.setSizes([640, 540])
+        self.root.addWidget(self.splitter, 1)
+        self._fact: FactView | None = None
+        self._select_key: str | None = None
+        self._show(None)
+
+    def load(self) -> None:
+        def done(facts: list[FactView]) -> None:
+            key = self._select_key or (self._fact.key if self._fact else None)
+            comp = self._fact.compartment if self._fact and not self._select_key else None
+            self._select_key = None
+            self.model.set_facts(facts)
+            self.tree.expandAll()
+            counts = {s: sum(1 for f in facts if f.status == s) for s in ("conflict", "pending")}
+            self.title_label.setText(f"Facts  ({len(facts)})")
+            if counts["conflict"] or counts["pending"]:
+                self.subtitle.setText(f"{counts['conflict']} in conflict, {counts['pending']} waiting for your "
+                                      "confirmation. Each value keeps its history and its provenance.")
+            if key:
+                self.select_fact(key, comp)
+            elif self.model.rowCount():
+                first = self.model.index(0, 0, self.model.index(0, 0))
+                if first.isValid():
+                    self.tree.setCurrentIndex(first)
+            self.loaded.emit()
+
+        self.client.submit(lambda ctx: ctx.vault.facts(), done, self.window_.show_error, context=self,
+                           label="loading facts")
+
+    def select_fact(self, key: str, compartment: str | None = None) -> None:
+        idx = self.model.find(key, compartment)
+        if idx.isValid():
+            self.tree.setCurrentIndex(idx)
+            self.tree.scrollTo(idx)
+
+    def show_argument(self, argument: Any) -> None:
+        if isinstance(argument, str):
+            if self.model.rowCount():
+                self.select_fact(argument)
+            else:
+                self._select_key = argument
+
+    def _selected(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        self._show(self.model.fact(current))
+
+    def _show(self, f: FactView | None) -> None:
+        self._fact = f
+        if f is None:
+            self.key_label.setText("Select a fact")
+            self.value_label.setText("")
+            self.status_text.setText("")
+            self.status_badge.hide()
+            self.authority_badge.hide()
+            for b in (self.why, self.review, self.inbox):
+                b.hide()
+            self.history.set_records([])
+            return
+        from .. import theme
+
+        cur = f.current
+        self.key_label.setText(safe_text(f"{f.key}  ·  {f.compartment}", 120, single_line=True))
+        self.status_badge.set(f.status, theme.STATUS_COLORS.get(f.status))
+        self.status_badge.show()
+        if cur is not None and f.status != "deleted":
+            self.authority_badge.set(cur.effective_label)
+            self.authority_badge.show()
+            self.value_label.setText(safe_text(cur.text, 2000))
+            self.status_text.setText(STATUS_TEXT.get(f.status, "") + "  " + MEANING.get(cur.effective_label, ""))
+        else:
+            self.authority_badge.hide()
+            self.value_label.setText("(forgotten)")
+            self.status_text.setText(STATUS_TEXT["deleted"])
+        self.why.setVisible(bool(cur and cur.sources))
+        self.review.setVisible(f.status == "conflict")
+        self.inbox.setVisible(f.status == "pending")
+        self.history.set_records(list(f.history), cur.id if cur else None)
+
+    def _why(self) -> None:
+        if self._fact and self._fact.current and self._fact.current.sources:
+            self.window_.show_records(list(self._fact.current.sources),
+                                      f"Why does the agent believe \u201c{self._fact.key}\u201d?")
+
+    def _open_history(self, index: QModelIndex) -> None:
+        v = self.history.data(self.history.index(index.row(), 0), Role.RECORD)
+        if v is not None:
+            self.window_.show_record(v.id)
+
+    def relevant(self, changes: Changes) -> bool:
+        return changes.facts or changes.roster
+
+    def clear(self) -> None:
+        super().clear()
+        self.model.set_facts([])
+        self._show(None)

@@ -1,0 +1,111 @@
+"""The welcome screen: create a vault, open one, reopen a recent one, or try the demo.
+
+GUI thread only; opening and creating run on the vault worker.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from . import icons
+from .dialogs import UnlockDialog
+from .settings import Settings
+from .widgets import muted_label
+
+
+class WelcomeWindow(QWidget):
+    opened = Signal(object)  # the open vault's info
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        super().__init__()
+        self.client = client
+        self.settings = settings
+        self.setWindowTitle("Welcome to Camillo")
+        self.setWindowIcon(icons.app_icon())
+        self.resize(760, 520)
+        lay = QHBoxLayout(self)
+        left = QVBoxLayout()
+        logo = QLabel()
+        logo.setPixmap(icons.app_icon().pixmap(QSize(96, 96)))
+        left.addWidget(logo)
+        title = QLabel("Camillo")
+        title.setStyleSheet("font-size: 28px; font-weight: 700;")
+        left.addWidget(title)
+        left.addWidget(muted_label("Your agents' memory, encrypted, portable, and yours. Every conversation and "
+                                   "every fact your agents learn about you, in a vault no host can read."))
+        left.addSpacing(12)
+        for text, slot, primary in (("Create a vault\u2026", self._create, True),
+                                    ("Open a vault folder\u2026", self._open_folder, False),
+                                    ("Open a .vmem file\u2026", self._open_file, False),
+                                    ("Try the demo vault", self._demo, False)):
+            b = QPushButton(text)
+            if primary:
+                b.setObjectName("Primary")
+            b.setMinimumHeight(34)
+            b.clicked.connect(slot)
+            left.addWidget(b)
+        left.addStretch(1)
+        lay.addLayout(left, 1)
+        right = QVBoxLayout()
+        right.addWidget(QLabel("Recent vaults"))
+        self.recent = QListWidget()
+        self.recent.setAccessibleName("recent vaults")
+        for path in settings.recent_vaults():
+            item = QListWidgetItem(f"{os.path.basename(path.rstrip('/')) or path}\n{path}")
+            item.setData(Qt.ItemDataRole.UserRole, path)
+            self.recent.addItem(item)
+        if not self.recent.count():
+            right.addWidget(muted_label("Vaults you open appear here."))
+        self.recent.itemActivated.connect(lambda item: self._unlock(item.data(Qt.ItemDataRole.UserRole)))
+        right.addWidget(self.recent, 1)
+        lay.addLayout(right, 1)
+
+    def _unlock(self, path: str) -> None:
+        info = UnlockDialog.ask(self.client, path, self)
+        if info:
+            self.opened.emit(info)
+
+    def _create(self) -> None:
+        from .create_wizard import CreateVaultWizard
+
+        info = CreateVaultWizard.run(self.client, self)
+        if info:
+            self.opened.emit(info)
+
+    def _open_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open a vault folder")
+        if path:
+            self._unlock(path)
+
+    def _open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a .vmem file", "", "VMEM vaults (*.vmem);;All files (*)")
+        if path:
+            self._unlock(path)
+
+    def _demo(self) -> None:
+        import tempfile
+
+        from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
+        from camillo.vault import Unlock, Vault
+
+        path = os.path.join(tempfile.mkdtemp(prefix="camillo-demo-"), "Demo vault")
+
+        def opener(ctx):
+            info = build_demo_vault(path)
+            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=info.homes["desktop"])
+
+        self.setEnabled(False)
+        self.client.open_vault(opener, self.opened.emit, lambda e: (self.setEnabled(True), None), context=self)
