@@ -363,6 +363,11 @@ class MainWindow(QMainWindow):
         self.show_view("search")
         self.search_view.search(query)
 
+    def erase_record(self, rid: bytes) -> None:
+        from .flows import erase_record
+
+        erase_record(self, rid)
+
     def show_record(self, rid: bytes) -> None:
         RecordsDialog(self.client, [rid], "Record", self).show()
 

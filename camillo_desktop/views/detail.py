@@ -46,12 +46,15 @@ def plain_label(text: str = "") -> QLabel:
 class DetailPane(QScrollArea):
     source_requested = Signal(bytes)  # the user wants to see a source record
     copy_requested = Signal(str)
+    forget_requested = Signal(bytes)
+    erase_requested = Signal(bytes)
 
     def __init__(self, client: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.client = client
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setMinimumWidth(300)
         inner = QWidget()
         self.setWidget(inner)
@@ -65,20 +68,19 @@ class DetailPane(QScrollArea):
         self.text.setObjectName("RecordText")
         self.text.setReadOnly(True)
         self.text.setMinimumHeight(90)
+        self.text.setMaximumHeight(260)
         self.text.setAccessibleName("record text")
-        lay.addWidget(self.text, 1)
+        lay.addWidget(self.text)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self.fields: dict[str, QLabel] = {}
-        badges = QHBoxLayout()
         self.claimed = Badge("-")
         self.effective = Badge("-")
-        badges.addWidget(QLabel("claimed"))
-        badges.addWidget(self.claimed)
-        badges.addWidget(QLabel("effective"))
-        badges.addWidget(self.effective)
-        badges.addStretch(1)
-        form.addRow("Authority", badges)
+        for label, badge in (("Authority", self.effective), ("As written", self.claimed)):
+            row = QHBoxLayout()
+            row.addWidget(badge)
+            row.addStretch(1)
+            form.addRow(label, row)
         self.meaning = plain_label()
         self.meaning.setObjectName("Muted")
         form.addRow("", self.meaning)
@@ -98,7 +100,20 @@ class DetailPane(QScrollArea):
         row.addWidget(self.copy_button)
         row.addStretch(1)
         lay.addLayout(row)
-        lay.addStretch(0)
+        row = QHBoxLayout()
+        self.forget_button = QPushButton("Forget")
+        self.forget_button.setToolTip("Hide it from your agents. It stays in the encrypted history (reversible by "
+                                      "writing it again); erase destroys it.")
+        self.forget_button.clicked.connect(lambda: self._record and self.forget_requested.emit(self._record.id))
+        self.erase_button = QPushButton("Erase permanently\u2026")
+        self.erase_button.setObjectName("Danger")
+        self.erase_button.setToolTip("Destroy it for real (crypto-erasure). Asks for your passphrase; cannot be undone.")
+        self.erase_button.clicked.connect(lambda: self._record and self.erase_requested.emit(self._record.id))
+        row.addWidget(self.forget_button)
+        row.addWidget(self.erase_button)
+        row.addStretch(1)
+        lay.addLayout(row)
+        lay.addStretch(1)
         self._record: RecordView | None = None
         self.show_record(None)
 
@@ -113,6 +128,9 @@ class DetailPane(QScrollArea):
             if item.widget() is not None:
                 item.widget().deleteLater()
         self.copy_button.setEnabled(v is not None and bool(v.text))
+        actionable = v is not None and v.valid and not v.erased and v.kind_name in ("PUT", "NOTE")
+        self.forget_button.setEnabled(actionable and not (v.hidden if v else False))
+        self.erase_button.setEnabled(actionable)
         if v is None:
             self.heading.setText("Select a record")
             self.text.setPlainText("")
@@ -135,10 +153,13 @@ class DetailPane(QScrollArea):
         self.fields["Written by"].setText(safe_text(f"{v.writer} ({v.writer_kind})", 120, single_line=True))
         self.fields["Compartment"].setText(v.compartment)
         self.fields["Time"].setText(fmt_time(v.ts) or "-")
-        self.fields["Signature"].setText(
-            "verified (Ed25519, by its writer's certified key)" if v.verified == "signature"
-            else "accepted on the signature of a compaction by your device")
-        self.fields["Record id"].setText(v.id.hex())
+        self.fields["Signature"].setText("verified (Ed25519)" if v.verified == "signature" else "vouched by compaction")
+        self.fields["Signature"].setToolTip(
+            "its writer's certified key signed it" if v.verified == "signature"
+            else "accepted on the signature of a compaction by one of your devices (camillo verify --full checks it)")
+        hexid = v.id.hex()
+        self.fields["Record id"].setText("\n".join(hexid[i:i + 16] for i in range(0, 64, 16)))
+        self.fields["Record id"].setToolTip(hexid)
         status = "hidden (forgotten)" if v.hidden else ("rejected: " + (v.reason or "") if not v.valid else "current")
         self.fields["Status"].setText(status)
         if v.sources:

@@ -58,12 +58,14 @@ class RecordListView(View):
         self.detail = DetailPane(client)
         self.detail.source_requested.connect(lambda rid: self.window_.show_record(rid))
         self.detail.copy_requested.connect(lambda text: self.window_.copy_text(text))
+        self.detail.forget_requested.connect(self._forget)
+        self.detail.erase_requested.connect(lambda rid: self.window_.erase_record(rid))
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.table)
         self.splitter.addWidget(self.detail)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-        self.splitter.setSizes([820, 360])
+        self.splitter.setSizes([800, 380])
         self.root.addWidget(self.splitter, 1)
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
         self.model.rows_arrived.connect(self._refresh_detail)
@@ -91,6 +93,12 @@ class RecordListView(View):
             self.select_record(target)
         if not ids:
             self.loaded.emit()
+
+    def _forget(self, rid: bytes) -> None:
+        def done(_changes) -> None:
+            self.status_message.emit("Forgotten: hidden from your agents (it stays in the encrypted history).")
+
+        self.client.mutate(lambda ctx: ctx.vault.forget(record=rid), done, self.window_.show_error, context=self)
 
     def select_record(self, rid: bytes) -> bool:
         row = self.model.row_of(rid)

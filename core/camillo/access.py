@@ -461,8 +461,8 @@ def revoke(vault: Vault, subject: Principal, *, reason: str = "", reauth: Unlock
         raise UsageError("this device cannot revoke itself; revoke it from another device or re-enrol")
     signers: list[SigningKey] = [actor.signer]
     is_user = subject.kind in USER_KINDS
-    if is_user:
-        cred = authenticate(vault, reauth)
+    if is_user or reauth is not None:
+        cred = authenticate(vault, reauth)  # a user credential's revocation always needs it
         signers = [cred.signer, actor.signer]
         owners_left = [p for p in r.principals.values() if p.kind in USER_KINDS and p.writer_id not in r.revocations
                        and p.writer_id != subject.writer_id]

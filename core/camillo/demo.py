@@ -197,7 +197,7 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
         if os.path.exists(copy):
             shutil.rmtree(copy)
         shutil.copytree(path, copy)
-        with Vault.open(copy, Unlock.passphrase(DEMO_PASSPHRASE), home=homes["laptop"]) as laptop:
+        with Vault.open(copy, Unlock.passphrase(DEMO_PASSPHRASE), home=homes["laptop"], device_name="laptop") as laptop:
             laptop.append([NewRecord(type="fact", key="user/favorite_coffee", value="espresso", ts=_ts(now, 3))])
             laptop.append([NewRecord(type="message", conversation="c7", role="user",
                                      text="Found a place near Heroísmo with a big balcony!", ts=_ts(now, 2))])

@@ -402,7 +402,7 @@ class Vault:
 
     @classmethod
     def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> Vault:
+             progress: Callable[[int, int], None] | None = None, device_name: str | None = None) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
         verifies every file instead of resuming from the local cache (``camillo verify``).
@@ -429,7 +429,7 @@ class Vault:
             else:
                 vault._unlock_user(unlock)
                 if register and shelf.writable and vault.actor is None:
-                    vault._certify_installation()
+                    vault._certify_installation(device_name)
             return vault
         except BaseException:
             shelf.close()
@@ -755,12 +755,12 @@ class Vault:
         self._state_store.save(self.device_state)
         self.local.save_installation(Installation(device.writer_id, keystore, int(time.time())))
 
-    def _certify_installation(self) -> None:
+    def _certify_installation(self, device_name: str | None = None) -> None:
         """First open of a writable vault from this installation: a new device writer, certified by
         the credential that unlocked it, with its own slot."""
         assert self._unlocking is not None and self._vms is not None
         device = Credential.generate(CredentialKind.DEVICE)
-        name = _hostname()
+        name = device_name or _hostname()
         # An installation whose earlier key cannot be read any more (its local seal predates a
         # master-secret roll, or the keychain lost it) replaces that key: the old writer retires.
         inst = self.local.load_installation()
@@ -1552,6 +1552,101 @@ class Vault:
         if g is not None and all(lv.label == "append" for lv in g.scopes.values()):
             raise AccessDenied(f"the grant of agent {g.agent} ({g.grant_id.hex()[:12]}) is append-only: it can add "
                                "records but not read any (rule: append grants never read)")
+
+    # ------------------------------------------------------------------------------ overviews
+
+    @_api
+    def record_context(self, rid: bytes) -> dict[str, Any]:
+        """The causal context of a record: its batch, writer and what that writer had seen."""
+        self._require_read()
+        v = self.state.record(rid)
+        if v is None:
+            raise UsageError(f"no record {rid.hex()[:12]}")
+        view = self.views.get(v.batch_id)
+        if view is None:
+            return {"writer": v.writer}
+        h = view.header
+        seen = {self.roster.writer_name(w): s for w, s in h.frontier.items() if s and w != h.writer_id}
+        return {"writer": v.writer, "seq": h.seq, "ts": h.ts, "seen": seen,
+                "segment": view.segment, "compartment": self.roster.compartment_name(h.compartment_id)}
+
+    @_api
+    def activity(self, limit: int = 500) -> list[dict[str, Any]]:
+        """Who wrote what, when, where, and how it was verified: one row per batch, newest first."""
+        self._require_read()
+        rows = []
+        for bid, view in self.views.items():
+            h = view.header
+            kinds: dict[str, int] = {}
+            for rid in h.records:
+                r = self.state.db.execute("SELECT kind, type FROM records WHERE id = ?", (rid,)).fetchone()
+                if r is None:
+                    continue
+                from .records import Kind as _Kind
+
+                name = r[1] or _Kind(r[0]).name.lower() if r[0] in _Kind._value2member_map_ else "record"
+                kinds[name] = kinds.get(name, 0) + 1
+            p = self.roster.principals.get(h.writer_id)
+            status = ("accepted" if bid in self.log.accepted else
+                      f"rejected: {self.log.rejected.get(bid) or self.roster.excluded.get(bid) or 'not verified'}")
+            rows.append({
+                "batch": bid, "ts": h.ts, "writer": self.roster.writer_name(h.writer_id),
+                "writer_kind": "agent" if p is not None and p.grant else (p.kind.label if p else "unknown"),
+                "compartment": self.roster.compartment_name(h.compartment_id), "seq": h.seq,
+                "records": len(h.records), "summary": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+                "verified": "compaction signature" if view.vouched else "signature", "status": status,
+            })
+        rows.sort(key=lambda r: (-r["ts"], r["batch"]))
+        return rows[:limit]
+
+    @_api
+    def health(self, *, stale_days: int = 30, many_agents: int = 3) -> dict[str, Any]:
+        """What deserves the owner's attention (the KeePassXC reports idea)."""
+        now = int(time.time())
+        facts = self.state.facts()
+        status, details = self.sync_status()
+        last: dict[bytes, int] = {}
+        for v in self.views.values():
+            last[v.header.writer_id] = max(last.get(v.header.writer_id, 0), v.header.ts)
+        grants = [g for g in self.grants() if not g["revoked"]]
+        stale_grants = [g for g in grants if (g["last_used"] or g["created"]) < now - stale_days * 86400]
+        devices = [d for d in self.devices() if not d.revoked]
+        stale_devices = [d for d in devices if not d.this_device and (d.last_seen or d.enrolled) < now - stale_days * 86400]
+        readers: dict[str, list[str]] = {}
+        for g in grants:
+            for comp, level in g["scopes"].items():
+                if level in ("read", "write"):
+                    readers.setdefault(comp, []).append(g["agent"])
+        return {
+            "conflicts": [f.key for f in facts if f.status == "conflict"],
+            "pending": [f.key for f in facts if f.status == "pending"],
+            "stale_grants": [g["agent"] for g in stale_grants],
+            "stale_devices": [d.name for d in stale_devices],
+            "crowded_compartments": {c: a for c, a in readers.items() if len(a) >= many_agents},
+            "sync": status, "sync_details": details,
+            "problems": [p.to_json() for p in self.problems() if p.kind not in ("waiting",)],
+            "erasure_enabled": self.roster.policy.erasure_enabled,
+            "devices": len(devices), "grants": len(grants), "records": self.state.count(),
+        }
+
+    @_api
+    def erasure_preview(self, rid: bytes) -> dict[str, Any]:
+        """What erasing ``rid`` will do, in numbers, before anything is done."""
+        self._require_read()
+        v = self.state.record(rid)
+        if v is None:
+            raise UsageError(f"no record {rid.hex()[:12]}")
+        segs = [n for n, bids in self._segment_batches.items() if v.batch_id in bids]
+        epochs = {self._segment_epochs[n][1] for n in segs if n in self._segment_epochs}
+        affected = [n for n, (c, e) in self._segment_epochs.items() if c == v.compartment_id and e in epochs]
+        batches = {b for n in affected for b in self._segment_batches.get(n, [])}
+        readers = [g["agent"] for g in self.grants() if not g["revoked"]
+                   and g["scopes"].get(v.compartment) in ("read", "write")]
+        return {"record": v, "compartment": v.compartment, "epochs": len(epochs), "segments": len(affected),
+                "batches": len(batches), "other_devices": [d.name for d in self.devices()
+                                                           if not d.revoked and not d.this_device],
+                "readers": readers, "allowed": self.roster.policy.erasure_enabled,
+                "policy_reason": self.roster.policy.reason}
 
     # ------------------------------------------------------------------------------ curation
 

@@ -1,0 +1,115 @@
+"""Health: what deserves the owner's attention, each item with a button to act (KeePassXC's reports).
+
+Open conflicts, pending inferences, grants unused for a long time, devices not seen for a long
+time, compartments many agents can read, missing batches and rollback alerts, the erasure policy.
+GUI thread only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from camillo import Changes
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
+
+from .. import theme
+from ..text import safe_text
+from .base import View
+
+
+class HealthView(View):
+    name = "health"
+    title = "Health"
+    icon = "health"
+    shortcut = "Ctrl+8"
+
+    def __init__(self, client: Any, window: Any) -> None:
+        super().__init__(client, window)
+        self.subtitle.setText("What needs you, and nothing else. Everything green means your memory is consistent, "
+                              "complete and only shared as you decided.")
+        self.area = QScrollArea()
+        self.area.setWidgetResizable(True)
+        self.area.setFrameShape(QFrame.Shape.NoFrame)
+        self.root.addWidget(self.area, 1)
+
+    def load(self) -> None:
+        self.client.submit(lambda ctx: ctx.vault.health(), self._show, self.window_.show_error, context=self)
+
+    def _card(self, ok: bool, title: str, text: str, action: str = "", target: str = "",
+              handler: Any = None) -> QFrame:
+        card = QFrame()
+        card.setObjectName("Card")
+        lay = QHBoxLayout(card)
+        dot = QLabel("\u25cf")
+        dot.setStyleSheet(f"color: {'#1e7d4f' if ok else '#c2410c'}; font-size: 18px;")
+        lay.addWidget(dot, 0, Qt.AlignmentFlag.AlignTop)
+        col = QVBoxLayout()
+        t = QLabel(title)
+        t.setStyleSheet("font-weight: 600; font-size: 14px;")
+        t.setTextFormat(Qt.TextFormat.PlainText)
+        col.addWidget(t)
+        body = QLabel(text)
+        body.setWordWrap(True)
+        body.setTextFormat(Qt.TextFormat.PlainText)
+        body.setObjectName("Muted")
+        col.addWidget(body)
+        lay.addLayout(col, 1)
+        if action and not ok:
+            b = QPushButton(action)
+            b.clicked.connect(handler or (lambda: self.navigate.emit(target, None)))
+            lay.addWidget(b, 0, Qt.AlignmentFlag.AlignVCenter)
+        return card
+
+    def _show(self, h: dict[str, Any]) -> None:
+        holder = QWidget()
+        lay = QVBoxLayout(holder)
+        n = len(h["conflicts"])
+        lay.addWidget(self._card(not n, f"{n} open conflict{'s' if n != 1 else ''}",
+                                 ", ".join(h["conflicts"]) or "Every fact has one current value.", "Review", "conflicts"))
+        n = len(h["pending"])
+        lay.addWidget(self._card(not n, f"{n} inference{'s' if n != 1 else ''} waiting for you",
+                                 ", ".join(h["pending"]) or "Nothing an agent inferred is waiting.", "Open the inbox",
+                                 "inbox"))
+        sync = h["sync"]
+        lay.addWidget(self._card(sync == "up to date", f"Sync: {sync}",
+                                 safe_text("; ".join(h["sync_details"][:4]), 600) or
+                                 "Every batch this device knows of is here, and nothing it saw has vanished.",
+                                 "Accept the vault as it is" if sync == "rollback alert" else "Refresh",
+                                 handler=self._accept_state if sync == "rollback alert" else self.window_.refresh))
+        problems = [p for p in h["problems"] if p["kind"] not in ("gap", "rollback")]
+        lay.addWidget(self._card(not problems, f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the files",
+                                 safe_text("; ".join(p["message"] for p in problems[:4]), 800) or
+                                 "Every file, signature and link verifies.", "See activity", "activity"))
+        n = len(h["stale_grants"])
+        lay.addWidget(self._card(not n, f"{n} grant{'s' if n != 1 else ''} unused for 30 days",
+                                 ", ".join(h["stale_grants"]) or f"All {h['grants']} active grants are in use.",
+                                 "Review grants", "grants"))
+        n = len(h["stale_devices"])
+        lay.addWidget(self._card(not n, f"{n} device{'s' if n != 1 else ''} not seen for 30 days",
+                                 ", ".join(h["stale_devices"]) or f"All {h['devices']} devices were seen recently. "
+                                 "A device you no longer use should be revoked.", "Review devices", "devices"))
+        crowded = h["crowded_compartments"]
+        lay.addWidget(self._card(not crowded, "Compartments many agents can read",
+                                 "; ".join(f"{c}: {', '.join(a)}" for c, a in crowded.items()) or
+                                 "No compartment is readable by three or more agents.", "Review grants", "grants"))
+        lay.addWidget(self._card(True, "Erasure " + ("enabled" if h["erasure_enabled"] else "disabled by policy"),
+                                 "Records can be erased for real from the timeline (\u201cErase permanently\u201d)."
+                                 if h["erasure_enabled"] else
+                                 "This vault's policy keeps records (retention); forgetting still hides them."))
+        lay.addStretch(1)
+        self.area.setWidget(holder)
+        issues = sum(1 for v in (h["conflicts"], h["pending"], h["stale_grants"], h["stale_devices"], crowded, problems)
+                     if v) + (sync != "up to date")
+        self.title_label.setText("Health" + (f"  ({issues} to look at)" if issues else "  (all good)"))
+        self.loaded.emit()
+
+    def _accept_state(self) -> None:
+        self.client.submit(lambda ctx: ctx.vault.accept_current_state(), lambda _r: self.window_.refresh(),
+                           self.window_.show_error, context=self)
+
+    def relevant(self, changes: Changes) -> bool:
+        return True
+
+
+_ = theme
