@@ -25,7 +25,7 @@ from .errors import VaultError
 from .keys import local_key
 from .localstate import atomic_write, open_local, read_file, seal_local
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 6
 
 
 class Cache:

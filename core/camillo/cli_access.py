@@ -261,3 +261,17 @@ def register_more(sub, command) -> None:
     p.add_argument("vault", metavar="DIR")
     _add_credential_options(p)
     p.set_defaults(func=cmd_recovery)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    if not args.grant:
+        raise UsageError("camillo mcp needs --grant FILE: the server acts as the agent holding that grant "
+                         "(create one with 'camillo grant')")
+    from .mcp_server import serve
+
+    return serve(args.vault, args.grant)
+
+
+@extra_commands
+def register_mcp(sub, command) -> None:
+    command("mcp", cmd_mcp, "serve the vault over MCP (stdio) to an agent, with exactly its grant's rights")

@@ -112,7 +112,7 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
     """Create the demo vault in ``path`` (an empty or new folder).  Its simulated installations
     (desktop, laptop, two agents) keep their local state in folders under ``home`` (default: a
     ``.homes`` folder beside the vault); open the result as the desktop with ``info.homes["desktop"]``."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - demo content, reproducible on purpose
     say = progress or (lambda _m: None)
     base = home or os.path.abspath(path).rstrip("/") + ".homes"
     homes = {name: os.path.join(base, name) for name in ("desktop", "laptop", "planner", "coder")}
@@ -135,7 +135,6 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
                 if item.text:
                     message_ids[item.text] = rid
         say("writing facts")
-        lisbon_msg = message_ids["I want to spend four days in Lisbon in May, mostly walking and eating."]
         vault.append([NewRecord(type="fact", key="user/home_city", value="Lisbon", sources=[], ts=_ts(now, 49))])
         vault.append([NewRecord(type="fact", key="user/home_city", value="Porto", ts=_ts(now, 8),
                                 sources=[message_ids["We finally moved to Porto last week! Now looking for a place with a balcony."]])])
@@ -214,7 +213,7 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
 def add_bulk(path: str, count: int, *, seed: int = 7, homes: dict[str, str] | None = None, now: int | None = None,
              chunk: int = 5000, progress: Callable[[int, int], None] | None = None) -> int:
     """Append ``count`` realistic messages in bulk (several writers, two compartments, two years)."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - demo content, reproducible on purpose
     now = now or int(time.time())
     homes = homes or {}
     writers = [h for h in (homes.get("desktop"), homes.get("laptop")) if h] or [None]

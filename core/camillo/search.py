@@ -160,7 +160,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
                f"{' AND '.join(where)} ORDER BY bm25(search), r.ts DESC LIMIT ?")
         rows = state.db.execute(sql, [_fts_query(q), *args, limit]).fetchall()
     else:
-        sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY r.ts DESC, r.id LIMIT ?"
+        sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY r.ts DESC, r.lamport DESC, r.idx DESC, r.id LIMIT ?"
         rows = state.db.execute(sql, [*args, limit]).fetchall()
     return state.records(r[0] for r in rows)
 

@@ -61,11 +61,14 @@ CREATE TABLE IF NOT EXISTS records(
   valid INTEGER NOT NULL DEFAULT 0,
   reason TEXT,
   hidden INTEGER NOT NULL DEFAULT 0,
-  erased INTEGER NOT NULL DEFAULT 0
+  erased INTEGER NOT NULL DEFAULT 0,
+  import_key TEXT,
+  lamport INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
 CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_time ON records(ts, id);
+CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
 CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
 CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
@@ -258,11 +261,14 @@ class State:
         refs = []
         texts = []
         h = view.header
+        # Orders records written within one second: later batches of a writer, and batches that saw
+        # others, sort after what they saw; records of one batch keep their order.
+        lamport = h.seq + sum(h.frontier.values())
         for idx, rec in enumerate(records):
             rid = h.records[idx]
             if rec is None:
                 rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, None, None, None, None, None,
-                             None, None, None, None, None, None, 0, 1))
+                             None, None, None, None, None, None, 0, 1, None, lamport))
                 continue
             value = rec.value
             conversation = role = None
@@ -275,8 +281,10 @@ class State:
             if isinstance(value, dict) and rec.type == "conversation" and isinstance(value.get("title"), str):
                 text = value["title"]
             has_refs = int(bool(rec.pred or rec.sources or rec.target))
+            import_key = rec.meta.get("import") if isinstance(rec.meta.get("import"), str) else None
             rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, rec.author, rec.kind, rec.type, rec.key,
-                         rec.authority, rec.authority, rec.ts, conversation, role, text, rec.raw, has_refs, 0))
+                         rec.authority, rec.authority, rec.ts, conversation, role, text, rec.raw, has_refs, 0,
+                         import_key, lamport))
             for p in rec.pred:
                 refs.append((rid, p, REF_PRED))
             for s in rec.sources:
@@ -287,7 +295,8 @@ class State:
                 texts.append((rid, " ".join(x for x in (text, rec.key or "", rec.type or "") if x)))
         self.db.executemany(
             "INSERT OR IGNORE INTO records(id,batch,idx,compartment,writer,author,kind,type,key,class,effective,ts,"
-            "conversation,role,text,raw,has_refs,erased) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "conversation,role,text,raw,has_refs,erased,import_key,lamport) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
         self.db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
@@ -624,7 +633,7 @@ class State:
         if conversation is not None:
             where.append("conversation = ?")
             args.append(conversation)
-        sql = f"SELECT id FROM records WHERE {' AND '.join(where)} ORDER BY ts, id"
+        sql = f"SELECT id FROM records WHERE {' AND '.join(where)} ORDER BY ts, lamport, idx, id"
         return [r[0] for r in self.db.execute(sql, args)]
 
     def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
@@ -633,7 +642,7 @@ class State:
         return self.records(ids[offset:end])
 
     def all_records(self) -> list[RecordView]:
-        rows = self.db.execute(f"SELECT {self._COLUMNS} FROM records ORDER BY ts, id").fetchall()
+        rows = self.db.execute(f"SELECT {self._COLUMNS} FROM records ORDER BY ts, lamport, idx, id").fetchall()
         return [v for v in (self._view(r) for r in rows) if v is not None]
 
     def count(self) -> int:
@@ -675,6 +684,12 @@ class State:
             args,
         ).fetchall()
         return [self._fact(r[0], r[1], r[2:]) for r in rows]
+
+    def import_keys(self, prefix: str = "") -> set[str]:
+        """The ``meta.import`` keys of every valid record (importers use them to add nothing twice)."""
+        rows = self.db.execute("SELECT import_key FROM records WHERE import_key IS NOT NULL AND import_key LIKE ? "
+                               "AND erased = 0", (prefix.replace("%", "") + "%",))
+        return {r[0] for r in rows}
 
     def dependents(self, rid: bytes) -> list[RecordView]:
         """Records that cite ``rid`` as a source (provenance, the other way round)."""

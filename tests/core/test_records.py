@@ -6,7 +6,14 @@ import unicodedata
 
 import pytest
 from camillo import encoding, ids, records
-from camillo.errors import UnsupportedVersion, CanonicalError, DamagedFile, LimitExceeded, UsageError, VaultError
+from camillo.errors import (
+    CanonicalError,
+    DamagedFile,
+    LimitExceeded,
+    UnsupportedVersion,
+    UsageError,
+    VaultError,
+)
 from camillo.primitives import SigningKey, sha256
 from camillo.records import Authority, Batch, BatchHeader, F, H, Kind
 from hypothesis import HealthCheck, given, settings

@@ -1,0 +1,127 @@
+"""Importers: bring what people already have into a vault (ChatGPT, Claude, VaultMem, Portable
+Memory, PAM), idempotently and with provenance.
+
+Every importer turns its source into :class:`ImportUnit` values (one conversation, or one batch of
+memories): the records to append, in VMEM terms (:class:`camillo.NewRecord`).  :func:`run_import`
+then writes each unit as one append (so a unit is imported whole or not at all), skipping records
+whose ``meta["import"]`` key the vault already holds: importing twice adds nothing.
+
+Provenance travels in each record's ``meta``: ``import`` (``<kind>:<original id>``, the
+idempotency key), ``source`` (the source file's name), ``original_id`` and ``original_ts``.
+Authority on import: what the user wrote is ``user``; what an assistant wrote is ``inferred``; tool
+and web content is ``external``; memories an assistant kept about the user become proposed facts,
+preferences and instructions below ``user``, so they wait in the inbox for confirmation.
+
+Hostile input (wrong shapes, huge strings, deep nesting, ZIP bombs, path-traversal names) ends in
+:class:`ImportFailed` naming the file and the problem, or in a skipped unit with its reason; never a
+traceback, and nothing half-imported.  :mod:`camillo.importers.safety` holds the shared limits.
+
+Runs on the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import VaultError
+from ..vault import NewRecord
+
+if TYPE_CHECKING:
+    from ..vault import Vault
+
+
+class ImportFailed(VaultError):
+    """The source cannot be imported at all (nothing was written)."""
+
+    exit_code = 4
+
+
+@dataclass
+class ImportUnit:
+    """Records that are imported together or not at all (a conversation, a set of memories)."""
+
+    label: str
+    records: list[NewRecord]
+    compartment: str | None = None  # None: the compartment chosen for the import
+
+
+@dataclass
+class ImportReport:
+    kind: str
+    source: str
+    units: int = 0
+    imported: int = 0
+    skipped: int = 0
+    proposals: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def lines(self) -> list[str]:
+        out = [f"Imported {self.imported} record(s) from {self.units} unit(s) of {self.source} ({self.kind}); "
+               f"{self.skipped} skipped."]
+        if self.proposals:
+            out.append(f"{self.proposals} remembered fact(s), preference(s) or instruction(s) wait in your inbox: "
+                       "they bind only once you confirm them.")
+        out += [f"  skipped: {r}" for r in self.reasons[:50]]
+        if len(self.reasons) > 50:
+            out.append(f"  ... and {len(self.reasons) - 50} more")
+        return out
+
+
+Reader = Callable[..., Iterator[ImportUnit]]
+KINDS: dict[str, str] = {
+    "chatgpt": "camillo.importers.chatgpt",
+    "claude": "camillo.importers.claude",
+    "vaultmem": "camillo.importers.vaultmem",
+    "portable-memory": "camillo.importers.portable_memory",
+    "pam": "camillo.importers.pam",
+}
+
+
+def reader_for(kind: str) -> Reader:
+    import importlib
+
+    from ..errors import UsageError
+
+    module = KINDS.get(kind)
+    if module is None:
+        raise UsageError(f"unknown import kind '{kind}'; use one of {', '.join(KINDS)}")
+    return importlib.import_module(module).read
+
+
+def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "personal",
+               passphrase: str | None = None, progress: Callable[[int, int], None] | None = None) -> ImportReport:
+    """Import ``source`` into ``vault``; returns what was imported and what was skipped, and why."""
+    import os
+
+    reader = reader_for(kind)
+    report = ImportReport(kind, os.path.basename(source.rstrip("/")) or source)
+    vault.compartment_id(compartment)  # fails early, naming the compartments, if it does not exist
+    existing = vault.state.import_keys(f"{kind}:")
+    kwargs: dict[str, Any] = {"passphrase": passphrase} if passphrase is not None else {}
+    units = list(reader(source, **kwargs))
+    for n, unit in enumerate(units):
+        report.units += 1
+        fresh = [r for r in unit.records if (r.meta or {}).get("import") not in existing]
+        already = len(unit.records) - len(fresh)
+        if already:
+            report.skipped += already
+            report.reasons.append(f"{unit.label}: {already} record(s) already imported")
+        if fresh:
+            try:
+                vault.append(fresh, compartment=unit.compartment or compartment)
+            except VaultError as exc:
+                report.skipped += len(fresh)
+                report.reasons.append(f"{unit.label}: not imported ({exc})")
+                continue
+            report.imported += len(fresh)
+            report.proposals += sum(1 for r in fresh if r.type in ("fact", "preference", "instruction")
+                                    and r.authority is not None and r.authority < 3)
+            existing |= {(r.meta or {}).get("import") for r in fresh}
+        if progress is not None:
+            progress(n + 1, len(units))
+    return report
