@@ -2,9 +2,10 @@
 
 ``camillo-desktop [VAULT]`` opens a vault folder or ``.vmem`` file (asking how to unlock it);
 without one it shows the welcome screen (create, open, recent vaults, try the demo).
-``--demo`` builds a fresh demo vault and opens it.  ``--view NAME --screenshot OUT.png`` renders
-the main window at 1280x800 on that view once its data has loaded, saves it and exits (works under
-``QT_QPA_PLATFORM=offscreen`` and under Xvfb).
+``--demo`` builds a fresh demo vault and opens it (``--demo-dir DIR`` keeps it in DIR and reuses
+it next time).  ``--view NAME --screenshot OUT.png`` renders the main window at 1280x800 on that view
+once its data has loaded, saves it and exits (works under ``QT_QPA_PLATFORM=offscreen`` and under
+Xvfb).
 
 Runs on the main (GUI) thread; every vault call goes to the vault worker thread.
 """
@@ -25,6 +26,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="camillo-desktop", description="Camillo: your agents' memory, yours.")
     p.add_argument("vault", nargs="?", help="a vault folder or .vmem file")
     p.add_argument("--demo", action="store_true", help="open a freshly generated demo vault")
+    p.add_argument("--demo-dir", metavar="DIR",
+                   help="with --demo: keep the demo vault in DIR, reusing the one built there before")
     p.add_argument("--view", default=None, help="the view to show first (timeline, facts, search, ...)")
     p.add_argument("--search", default=None, help="with --view search: the query to run")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG once loaded, then exit")
@@ -46,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from . import (
-        icons,
-        theme,
-        views_more,  # noqa: F401 - registers the views of the second desktop issue
-    )
+    from . import icons, theme
     from .mainwindow import MainWindow
     from .settings import Setting, Settings
     from .worker import VaultClient, install_thread_guard
@@ -106,12 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
         from camillo.vault import Unlock, Vault
 
-        state["demo_dir"] = tempfile.mkdtemp(prefix="camillo-demo-")
-        path = os.path.join(state["demo_dir"], "Demo vault")
+        if args.demo_dir:
+            base = os.path.abspath(args.demo_dir)
+            os.makedirs(base, exist_ok=True)
+        else:
+            base = state["demo_dir"] = tempfile.mkdtemp(prefix="camillo-demo-")
+        path = os.path.join(base, "Demo vault")
+        homes = os.path.join(base, "homes")
+        built = os.path.join(base, ".built")
 
         def opener(ctx):
-            info = build_demo_vault(path, progress=lambda m: ctx.progress(0, 0, m))
-            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=info.homes["desktop"])
+            if not os.path.exists(built):
+                shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(homes, ignore_errors=True)
+                build_demo_vault(path, home=homes, progress=lambda m: ctx.progress(0, 0, m))
+                open(built, "w").close()  # an empty marker: the build completed
+            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=os.path.join(homes, "desktop"))
 
         window.statusBar().showMessage("Building the demo vault\u2026")
         client.open_vault(opener, opened, failed, context=window)

@@ -387,9 +387,10 @@ class JoinDialog(BaseDialog):
 
     opened = Signal(object)
 
-    def __init__(self, client: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, client: Any, parent: QWidget | None = None, *, home: str | None = None) -> None:
         super().__init__(parent, "Join an existing vault")
         self.client = client
+        self.home = home  # where this installation keeps its state (None: CAMILLO_HOME or the default)
         self.setMinimumWidth(600)
         lay = QVBoxLayout(self)
         lay.addWidget(muted_label("On a device that already has the vault, open Devices \u2192 Add a device. It "
@@ -456,7 +457,7 @@ class JoinDialog(BaseDialog):
             return
 
         def job(ctx):
-            join = Join(folder, code, name=name)
+            join = Join(folder, code, name=name, home=self.home)
             return join, join.start()
 
         def started(result) -> None:

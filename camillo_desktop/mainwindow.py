@@ -33,20 +33,22 @@ from . import icons, theme
 from .actions import SPECS, Action, shortcut_text
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
 from .settings import Setting, Settings
+from .views.activity import ActivityView
 from .views.base import View
+from .views.conflicts import ConflictsView
+from .views.devices import DevicesView
+from .views.enroll import EnrollView
 from .views.facts import FactsView
+from .views.grants import GrantsView
+from .views.health import HealthView
+from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
 from .widgets import Clipboard
 
-VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView]
-
-
-def register_view(cls: type[View], position: int | None = None) -> type[View]:
-    """Views of later features register here (sidebar order = list order)."""
-    if cls not in VIEW_CLASSES:
-        VIEW_CLASSES.insert(len(VIEW_CLASSES) if position is None else position, cls)
-    return cls
+# The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
+VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView, ConflictsView, InboxView, GrantsView, DevicesView,
+                                  EnrollView, ActivityView, HealthView]
 
 
 class IdleWatcher(QObject):

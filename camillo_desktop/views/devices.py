@@ -120,9 +120,7 @@ class DevicesView(View):
         writer = d.writer_id.hex()
 
         def job(ctx, unlock):
-            report = ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
-            report.changes = Changes(roster=True)
-            return report
+            return ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
 
         protected(self.window_, f"Revoke \u201c{d.name}\u201d?", details, job,
                   lambda report: Ask.inform(self, "Device revoked", "\n".join(report.lines())),

@@ -334,7 +334,7 @@ def _load_extensions() -> None:
     """Import the modules that register further commands (kept out of the base import)."""
     import importlib
 
-    for mod in ("camillo.cli_memory", "camillo.cli_access"):
+    for mod in ("camillo.cli_memory", "camillo.cli_access", "camillo.cli_import"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:

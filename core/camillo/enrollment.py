@@ -345,11 +345,12 @@ class Join:
     """The joining side: ``start`` writes the request and gives the code to compare; ``poll``
     finishes once the other device confirmed, returning the opened vault."""
 
-    def __init__(self, path: str, code: str, *, name: str | None = None) -> None:
+    def __init__(self, path: str, code: str, *, name: str | None = None, home: str | None = None) -> None:
         from .descriptor import decode as decode_descriptor
         from .storage import FolderShelf
 
         self.path = path
+        self.home = home  # this installation's local state (default: CAMILLO_HOME / the platform's)
         parsed = parse_code(code)
         if parsed.expiry is not None and time.time() > parsed.expiry:
             raise EnrollmentError("this enrollment code has expired; make a new offer on the other device")
@@ -423,7 +424,8 @@ class Join:
         finally:
             shelf.close()
         try:
-            vault = Vault.open(self.path, Unlock.with_device_credential(self.device), register=False)
+            vault = Vault.open(self.path, Unlock.with_device_credential(self.device, enrolling=True), register=False,
+                               home=self.home)
         except VaultError:
             return None  # the certificate has not synced yet
         if vault.roster.genesis is None or ids.vault_id(vault.roster.genesis.raw) != self.vault_id:

@@ -106,6 +106,7 @@ class Unlock:
     secret: str | None = field(default=None, repr=False)
     path: str | None = None
     credential: Any = field(default=None, repr=False)  # a device credential held in memory (enrollment)
+    enrolling: bool = False  # that credential was certified just now, after every erasure so far
 
     @classmethod
     def passphrase(cls, text: str) -> Unlock:
@@ -124,9 +125,11 @@ class Unlock:
         return cls("grant", path=path)
 
     @classmethod
-    def with_device_credential(cls, credential: Any) -> Unlock:
-        """A device key already in memory (a device finishing its enrollment)."""
-        return cls("device", credential=credential)
+    def with_device_credential(cls, credential: Any, *, enrolling: bool = False) -> Unlock:
+        """A device key already in memory (a device finishing its enrollment: ``enrolling=True``
+        says its only slot was made after every erasure the vault has seen, so it has no
+        pre-erasure key to rotate away)."""
+        return cls("device", credential=credential, enrolling=enrolling)
 
 
 @dataclass
@@ -543,7 +546,7 @@ class Vault:
         if self.actor is not None:
             self._open_state_store()
         self._update_memory()
-        if self.actor is not None and not self.read_only and self._vms is not None:
+        if self.actor is not None and not self.read_only and self._vms is not None and not unlock.enrolling:
             from .erasure import rotate_if_erasure_seen
 
             rotate_if_erasure_seen(self)
@@ -1415,7 +1418,14 @@ class Vault:
         # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
         mine = {e: p for (c, e), p in self._epoch_publics.items() if c == cid}
         if not mine:
-            raise AccessDenied(f"no key to write to compartment {self.roster.compartment_name(cid)} is available here")
+            name = next((n for n, c in self.compartment_ids_of_grant.items() if c == cid),
+                        self.roster.compartment_name(cid))
+            if self.grant is not None:
+                raise AccessDenied(
+                    f"the append grant of agent {self.grant.agent} finds no key to write to compartment {name} signed "
+                    "by an owner device it trusts: those devices changed their keys since the grant was made (after an "
+                    "erasure, or when devices were replaced). Ask the vault's owner for a new grant file")
+            raise AccessDenied(f"no key to write to compartment {name} is available here")
         prevs = {self._envelope_sources[(cid, e)].prev_epoch for e in mine}
         heads = sorted(e for e in mine if e not in prevs) or sorted(mine)
         return heads[0], mine[heads[0]]

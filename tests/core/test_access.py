@@ -470,3 +470,18 @@ def test_the_erasing_device_does_not_rotate_again_on_its_next_open(new_vault):
         assert v.actor.writer_id == after
     with open_vault(path) as v:
         assert v.actor.writer_id == after and v.problems() == []
+
+
+def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp_path, monkeypatch):
+    """An append grant trusts the owner devices of its creation; once they rotated their keys (an
+    erasure), it cannot find a trusted key and says what to do, and nothing is written."""
+    path, _vid, files = granted
+    with open_vault(path) as v:
+        rid = v.append([NewRecord(type="message", text="to erase")], compartment="work").records[0]
+        v.erase([rid])
+    before = {f: open(f, "rb").read() for f in all_files(path)}
+    switch_home(monkeypatch, tmp_path / "agent-home")
+    with Vault.open(path, Unlock.grant(files["append"])) as agent:
+        with pytest.raises(AccessDenied, match="compartment work .* Ask the vault's owner for a new grant file"):
+            agent.append([NewRecord(type="message", text="from the appender")], compartment="work")
+    assert {f: open(f, "rb").read() for f in all_files(path)} == before

@@ -230,3 +230,25 @@ def test_offer_needs_the_owner(existing, tmp_path, monkeypatch):
 
     with Vault.open(path, Unlock.grant(str(tmp_path / "a.grant"))) as v, pytest.raises(AccessDenied):
         Offer(v)
+
+
+def test_a_device_enrolled_after_an_erasure_keeps_its_key(existing, tmp_path, monkeypatch):
+    """A new device's only slot postdates every erasure: it must not rotate its key on joining
+    (it used to, then registered the retired key, and could never open the vault again)."""
+    path, vault = existing
+    home = os.environ["CAMILLO_HOME"]
+    rid = vault.append([NewRecord(type="message", text="erased before the laptop joined")]).records[0]
+    vault.erase([rid])
+    offer = Offer(vault)
+    join = _join(monkeypatch, tmp_path, path, offer.typed_code)
+    join.start()
+    switch_home(monkeypatch, home)
+    offer.poll()
+    offer.confirm()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with join.poll() as new:
+        assert new.actor.writer_id == join.device.writer_id
+        assert new.problems() == []
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as again:
+        assert again.actor.writer_id == join.device.writer_id, "the enrolled key was rotated away"
+        assert not next(d for d in again.devices() if d.writer_id == join.device.writer_id).revoked

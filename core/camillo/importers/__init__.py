@@ -40,11 +40,18 @@ class ImportFailed(VaultError):
 
 @dataclass
 class ImportUnit:
-    """Records that are imported together or not at all (a conversation, a set of memories)."""
+    """Records that are imported together or not at all (a conversation, a set of memories).
+
+    ``notes`` are what the reader left out of this unit and why (regenerated branches, hidden
+    turns, tombstoned or retracted memories); ``skipped`` counts the items they cover.  A unit may
+    carry notes and no records.
+    """
 
     label: str
     records: list[NewRecord]
     compartment: str | None = None  # None: the compartment chosen for the import
+    notes: list[str] = field(default_factory=list)
+    skipped: int = 0
 
 
 @dataclass
@@ -93,6 +100,13 @@ def reader_for(kind: str) -> Reader:
     return importlib.import_module(module).read
 
 
+def _proposal(r: NewRecord) -> bool:
+    """Whether the record will wait in the inbox (the rule of ``State._compute_facts``)."""
+    if r.type not in ("fact", "preference", "instruction") or r.authority is None or r.authority >= 3:
+        return False
+    return r.type in ("preference", "instruction") or r.authority <= 1
+
+
 def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "personal",
                passphrase: str | None = None, progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import ``source`` into ``vault``; returns what was imported and what was skipped, and why."""
@@ -103,10 +117,20 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
     vault.compartment_id(compartment)  # fails early, naming the compartments, if it does not exist
     existing = vault.state.import_keys(f"{kind}:")
     kwargs: dict[str, Any] = {"passphrase": passphrase} if passphrase is not None else {}
-    units = list(reader(source, **kwargs))
+    units = list(reader(source, **kwargs))  # the whole source is read and checked before any write
     for n, unit in enumerate(units):
+        report.skipped += unit.skipped
+        report.reasons += [f"{unit.label}: {note}" for note in unit.notes]
+        if not unit.records:
+            continue
         report.units += 1
-        fresh = [r for r in unit.records if (r.meta or {}).get("import") not in existing]
+        fresh = []
+        for r in unit.records:
+            key = (r.meta or {}).get("import")
+            if key not in existing:
+                fresh.append(r)
+                if key is not None:
+                    existing.add(key)  # the same item twice in one source is imported once
         already = len(unit.records) - len(fresh)
         if already:
             report.skipped += already
@@ -115,13 +139,12 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
             try:
                 vault.append(fresh, compartment=unit.compartment or compartment)
             except VaultError as exc:
+                existing -= {(r.meta or {}).get("import") for r in fresh}
                 report.skipped += len(fresh)
                 report.reasons.append(f"{unit.label}: not imported ({exc})")
                 continue
             report.imported += len(fresh)
-            report.proposals += sum(1 for r in fresh if r.type in ("fact", "preference", "instruction")
-                                    and r.authority is not None and r.authority < 3)
-            existing |= {(r.meta or {}).get("import") for r in fresh}
+            report.proposals += sum(1 for r in fresh if _proposal(r))
         if progress is not None:
             progress(n + 1, len(units))
     return report

@@ -1,0 +1,267 @@
+"""Exporters: write what a vault holds now in open interchange formats (Portable Memory ``.mem``,
+PAM ``memory-store.json``), for people who leave or who want a plaintext copy elsewhere.
+
+What is exported is the vault's *current* memory as its owner sees it:
+
+* the timeline's notes (messages, conversations, events, decisions, summaries, attachments) as
+  :meth:`Vault.timeline` lists them, which leaves out everything hidden (forgotten messages,
+  rejected or deleted fact values) and everything erased;
+* the current value of each fact, preference and instruction whose status is ``ok``, ``pending``
+  or ``conflict`` (an unresolved conflict exports its preferred candidate, marked
+  ``"conflict": true``); deleted keys are not exported.
+
+Nothing erased is exported, not even as an id.  Hidden (forgotten) records are exported only as
+Portable Memory tombstones, which carry the target's id and kind and no content, so that a
+receiver that already holds an earlier export deletes them too; PAM has no deletion record, so a
+PAM export simply leaves them out.
+
+Both exporters are deterministic: the same vault state gives the same bytes (records sorted by
+id, canonical JSON, times taken from the records, never from the clock).  The output is
+plaintext: say so to the user, and keep it out of synced folders.
+
+Runs on the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..records import Authority, Kind
+from ..state import REF_PRED, RecordView, _jsonable
+
+if TYPE_CHECKING:
+    from ..vault import Vault
+
+KINDS: dict[str, str] = {
+    "portable-memory": "camillo.exporters.portable_memory",
+    "pam": "camillo.exporters.pam",
+}
+NOTE_TEXT_KEYS = frozenset({"text", "conversation", "role", "title"})
+
+
+def generator() -> str:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("camillo")
+    except metadata.PackageNotFoundError:
+        version = "0.0.0"
+    parts = [*version.split("+")[0].split("."), "0", "0", "0"][:3]
+    return "camillo/" + ".".join(p if p.isdigit() else "0" for p in parts)
+
+
+# ------------------------------------------------------------------------------- canonical JSON
+
+
+def _canon_numbers(obj: Any) -> Any:
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise ValueError("NaN and infinities have no JSON form")
+        if obj.is_integer() and abs(obj) < 1e16:
+            return int(obj)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _canon_numbers(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_canon_numbers(v) for v in obj]
+    return obj
+
+
+def canonical_json(obj: Any) -> str:
+    """Portable Memory's Canonical JSON (spec §1.1): sorted keys, no whitespace, raw UTF-8,
+    shortest round-trip numbers, whole floats as integers.  One line, no newline."""
+    return json.dumps(_canon_numbers(obj), ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
+
+
+def _es_number(x: float | int) -> str:
+    """ECMAScript Number::toString, as RFC 8785 requires."""
+    if isinstance(x, bool):
+        raise TypeError("a boolean is not a number")
+    if isinstance(x, int):
+        if abs(x) >= 2**53:
+            x = float(x)
+        else:
+            return str(x)
+    if not math.isfinite(x):
+        raise ValueError("NaN and infinities have no JSON form")
+    if x == 0:
+        return "0"
+    from decimal import Decimal
+
+    sign = "-" if x < 0 else ""
+    _, digs, exp = Decimal(repr(abs(x))).as_tuple()  # repr: the shortest digits that round-trip
+    digits = "".join(map(str, digs)).lstrip("0")
+    trailing = len(digits) - len(digits.rstrip("0"))
+    digits = digits.rstrip("0")
+    n = len(digits) + int(exp) + trailing  # value = 0.<digits> × 10^n
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e > 0 else "-") + str(abs(e))
+    return sign + out
+
+
+def jcs(obj: Any) -> bytes:
+    """RFC 8785 JSON Canonicalization Scheme (what PAM's ``integrity.checksum`` hashes)."""
+    out: list[str] = []
+
+    def emit(v: Any) -> None:
+        if v is None:
+            out.append("null")
+        elif v is True:
+            out.append("true")
+        elif v is False:
+            out.append("false")
+        elif isinstance(v, (int, float)):
+            out.append(_es_number(v))
+        elif isinstance(v, str):
+            out.append(json.dumps(v, ensure_ascii=False))
+        elif isinstance(v, (list, tuple)):
+            out.append("[")
+            for i, item in enumerate(v):
+                if i:
+                    out.append(",")
+                emit(item)
+            out.append("]")
+        elif isinstance(v, dict):
+            out.append("{")
+            for i, key in enumerate(sorted(v, key=lambda s: s.encode("utf-16-be"))):
+                if i:
+                    out.append(",")
+                out.append(json.dumps(key, ensure_ascii=False))
+                out.append(":")
+                emit(v[key])
+            out.append("}")
+        else:
+            raise TypeError(f"{type(v).__name__} has no JSON form")
+
+    emit(obj)
+    return "".join(out).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------- vault snapshot
+
+
+@dataclass
+class Snapshot:
+    """What an export carries, read once from the vault (sorted, so exports are deterministic)."""
+
+    vault_id: str
+    notes: list[RecordView] = field(default_factory=list)
+    facts: list[tuple[RecordView, str]] = field(default_factory=list)  # current value, fact status
+    hidden: list[tuple[RecordView, int | None]] = field(default_factory=list)  # forgotten record, when
+
+
+def snapshot(vault: Vault) -> Snapshot:
+    snap = Snapshot(vault.vault_id.hex())
+    visible = vault.timeline()
+    seen = {v.id for v in visible}
+    snap.notes = sorted((v for v in visible if v.kind == Kind.NOTE), key=lambda v: v.id)
+    for f in vault.facts():
+        if f.status in ("ok", "pending", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
+            snap.facts.append((f.current, f.status))
+    snap.facts.sort(key=lambda p: p[0].id)
+    db = vault.state.db
+    for v in vault.timeline(include_hidden=True):
+        if v.id in seen or v.kind not in (Kind.NOTE, Kind.PUT):
+            continue
+        row = db.execute("SELECT max(r.ts) FROM refs f JOIN records r ON r.id = f.record "
+                         "WHERE f.ref = ? AND f.how = ? AND r.kind = ?", (v.id, REF_PRED, int(Kind.DEL))).fetchone()
+        when = row[0] if row and row[0] is not None else None
+        if when is None and v.key is not None:
+            fv = vault.state.fact(v.compartment_id, v.key)
+            if fv is not None and fv.status == "deleted" and fv.current is not None:
+                when = fv.current.ts
+        snap.hidden.append((v, when if when is not None else v.ts))
+    snap.hidden.sort(key=lambda p: p[0].id)
+    return snap
+
+
+def vmem_info(v: RecordView, status: str | None = None) -> dict[str, Any]:
+    """The record's VMEM identity and provenance, carried in the target's extension field."""
+    info: dict[str, Any] = {
+        "id": v.id.hex(),
+        "writer": v.writer_id.hex(),
+        "writer_name": v.writer,
+        "compartment": v.compartment,
+        "class": v.class_label if v.claimed_class is not None else None,
+        "effective_class": v.effective_label if v.effective_class is not None else None,
+        "type": v.type,
+    }
+    if v.key is not None:
+        info["key"] = v.key
+    if v.role is not None:
+        info["role"] = v.role
+    if v.conversation is not None:
+        info["conversation"] = v.conversation
+    value = v.value
+    if isinstance(value, dict) and isinstance(value.get("title"), str):
+        info["title"] = value["title"]
+    if v.kind == Kind.PUT:
+        if not isinstance(value, str):
+            info["value"] = _jsonable(value)
+    elif not (isinstance(value, dict) and set(value) <= NOTE_TEXT_KEYS
+              and all(isinstance(x, str) for x in value.values())):
+        info["value"] = _jsonable(value)
+    if v.sources:
+        info["sources"] = [s.hex() for s in sorted(v.sources)]
+    if status == "conflict":
+        info["conflict"] = True
+    if status == "pending":
+        info["pending"] = True
+    return {k: x for k, x in info.items() if x is not None}
+
+
+def confidence(v: RecordView) -> float:
+    c = v.effective_class if v.effective_class is not None else v.claimed_class
+    return {Authority.USER: 1.0, Authority.OBSERVED: 0.9, Authority.INFERRED: 0.7}.get(c, 0.5)
+
+
+def record_text(v: RecordView) -> str:
+    return v.text or ""
+
+
+# ------------------------------------------------------------------------------- driver
+
+
+def prepare_out(out: str) -> str:
+    """``out`` as a new or empty folder (an export never overwrites files)."""
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise UsageError(f"{out} exists and is not a folder; choose a new folder for the export")
+        if os.listdir(out):
+            raise UsageError(f"{out} is not empty; choose a new or empty folder for the export")
+    else:
+        os.makedirs(out)
+    return out
+
+
+def write_file(root: str, rel: str, data: bytes) -> None:
+    path = os.path.join(root, *rel.split("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def run_export(vault: Vault, kind: str, out: str) -> dict[str, Any]:
+    """Export ``vault`` to the folder ``out``; returns counts of what was written."""
+    import importlib
+
+    module = KINDS.get(kind)
+    if module is None:
+        raise UsageError(f"unknown export format '{kind}'; use one of {', '.join(KINDS)}")
+    writer: Callable[[Vault, str], dict[str, Any]] = importlib.import_module(module).export
+    return writer(vault, out)

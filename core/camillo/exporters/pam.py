@@ -1,0 +1,162 @@
+"""Export a vault as PAM (Portable AI Memory 1.0): ``memory-store.json`` plus
+``conversations/<id>.json`` for the conversations.
+
+Mapping:
+
+* facts → memories of type ``fact``, preferences → ``preference``, instructions →
+  ``instruction``; other keyed types and the non-message notes (events → ``context``; decisions,
+  summaries and attachments → ``custom`` with ``custom_type`` = the VMEM type) → memories too;
+* messages and conversation records → one PAM conversation file per conversation
+  (``conversations/conv-<16 hex of the conversation id's SHA-256>.json``), listed in
+  ``conversations_index``; messages without a conversation go to ``conv-unthreaded.json``.
+
+Provenance: ``provenance.platform`` = ``camillo``; ``provenance.extraction_method`` from the
+record's effective authority (``user`` and ``observed`` → ``explicit_user_input``, ``inferred`` →
+``llm_inference``, ``external`` → ``api_export``); ``confidence`` from it too (1, 0.9, 0.7, 0.5).
+The exact VMEM identity (record id, writer, compartment, claimed and effective class, type, key,
+role, conversation, non-text value) travels in ``metadata.vmem`` (memories) and
+``raw_metadata.vmem`` (conversations, messages).  ``owner.id`` is the vault id; ``export_id`` is a
+UUID derived from the content and ``export_date`` is the newest record's time, so the same vault
+state gives the same bytes.  ``integrity.checksum`` is SHA-256 over the RFC 8785 form of the
+memories sorted by id.  PAM has no deletion record: hidden and erased records are simply absent.
+
+Runs on the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..importers.safety import digest, iso
+from ..records import Authority, Kind
+from . import confidence, generator, jcs, prepare_out, record_text, snapshot, vmem_info, write_file
+
+if TYPE_CHECKING:
+    from ..state import RecordView
+    from ..vault import Vault
+
+PLATFORM = "camillo"
+MEMORY_TYPES = {"fact": "fact", "preference": "preference", "instruction": "instruction", "event": "context"}
+CONVERSATION_TYPES = frozenset({"message", "conversation"})
+
+
+def content_hash(text: str) -> str:
+    """PAM §6 (as the reference SDK computes it): trim, lower-case, NFC, collapse white space."""
+    import re
+    import unicodedata
+
+    norm = re.sub(r"\s+", " ", unicodedata.normalize("NFC", text.strip().lower()))
+    return "sha256:" + hashlib.sha256(norm.encode("utf-8")).hexdigest()
+
+
+def extraction_method(v: RecordView) -> str:
+    c = v.effective_class if v.effective_class is not None else v.claimed_class
+    if c is not None and c >= Authority.OBSERVED:
+        return "explicit_user_input"
+    if c == Authority.INFERRED:
+        return "llm_inference"
+    return "api_export"
+
+
+def conversation_file_id(conversation: str | None) -> str:
+    return "conv-unthreaded" if conversation is None else "conv-" + digest(conversation)
+
+
+def _memory(v: RecordView, status: str | None) -> dict[str, Any]:
+    text = record_text(v) or f"({v.type})"
+    ptype = MEMORY_TYPES.get(v.type or "", "custom")
+    c = confidence(v)
+    mem: dict[str, Any] = {
+        "id": "mem-" + v.id.hex(),
+        "type": ptype,
+        "status": "active",
+        "content": text,
+        "content_hash": content_hash(text),
+        "confidence": {"initial": c, "current": c},
+        "temporal": {"created_at": iso(v.ts)},
+        "provenance": {"platform": PLATFORM, "extraction_method": extraction_method(v), "extractor": generator()},
+        "metadata": {"vmem": vmem_info(v, status)},
+    }
+    if ptype == "custom":
+        mem["custom_type"] = v.type or "note"
+    if v.conversation:
+        mem["provenance"]["conversation_ref"] = conversation_file_id(v.conversation)
+    return mem
+
+
+def _role(v: RecordView) -> str:
+    if v.role in ("user", "assistant", "system", "tool"):
+        return v.role
+    c = v.effective_class if v.effective_class is not None else v.claimed_class
+    return "user" if c == Authority.USER else "assistant" if c == Authority.INFERRED else "tool"
+
+
+def export(vault: Vault, out: str) -> dict[str, Any]:
+    snap = snapshot(vault)
+    prepare_out(out)
+    memories = [_memory(v, status) for v, status in snap.facts]
+    memories += [_memory(v, None) for v in snap.notes if v.type not in CONVERSATION_TYPES]
+    memories.sort(key=lambda m: m["id"])
+    threads: dict[str | None, dict[str, Any]] = {}
+    for v in snap.notes:
+        if v.type not in CONVERSATION_TYPES or v.kind != Kind.NOTE:
+            continue
+        t = threads.setdefault(v.conversation, {"record": None, "messages": []})
+        if v.type == "conversation" and t["record"] is None:
+            t["record"] = v
+        elif v.type == "message":
+            t["messages"].append(v)
+    index: list[dict[str, Any]] = []
+    written = 0
+    for conv in sorted(threads, key=lambda c: (c is not None, c or "")):
+        t = threads[conv]
+        rec: RecordView | None = t["record"]
+        msgs = sorted(t["messages"], key=lambda v: (v.ts or 0, v.id))
+        fid = conversation_file_id(conv)
+        times = [v.ts for v in msgs if v.ts] + ([rec.ts] if rec is not None and rec.ts else [])
+        created, updated = (min(times), max(times)) if times else (0, 0)
+        title = None
+        if rec is not None and isinstance(rec.value, dict) and isinstance(rec.value.get("title"), str):
+            title = rec.value["title"]
+        doc: dict[str, Any] = {
+            "schema": "portable-ai-memory-conversation",
+            "schema_version": "1.0",
+            "id": fid,
+            "provider": {"name": PLATFORM, "conversation_id": conv},
+            "title": title,
+            "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
+            "messages": [
+                {"id": "msg-" + v.id.hex(), "role": _role(v), "content": {"type": "text", "text": record_text(v)},
+                 "created_at": iso(v.ts), "raw_metadata": {"vmem": vmem_info(v)}}
+                for v in msgs
+            ],
+            "raw_metadata": {"vmem": vmem_info(rec)} if rec is not None else {},
+        }
+        write_file(out, f"conversations/{fid}.json",
+                   (json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+        written += 1
+        index.append({"id": fid, "platform": PLATFORM, "title": title, "message_count": len(msgs),
+                      "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
+                      "storage": {"type": "file", "ref": f"conversations/{fid}.json", "format": "json"}})
+    all_ts = [v.ts for v in snap.notes if v.ts] + [v.ts for v, _ in snap.facts if v.ts]
+    checksum = "sha256:" + hashlib.sha256(jcs(memories)).hexdigest()
+    store: dict[str, Any] = {
+        "schema": "portable-ai-memory",
+        "schema_version": "1.0",
+        "spec_uri": "https://portable-ai-memory.org/spec/v1.0",
+        "export_id": str(uuid.UUID(bytes=hashlib.sha256((snap.vault_id + checksum).encode()).digest()[:16],
+                                    version=4)),
+        "exported_by": generator(),
+        "export_date": iso(max(all_ts) if all_ts else 0),
+        "owner": {"id": snap.vault_id},
+        "memories": memories,
+        "conversations_index": index,
+        "integrity": {"canonicalization": "RFC8785", "checksum": checksum, "total_memories": len(memories)},
+        "export_type": "full",
+    }
+    write_file(out, "memory-store.json",
+               (json.dumps(store, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+    return {"format": "pam", "out": out, "memories": len(memories), "conversations": written}

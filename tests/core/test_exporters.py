@@ -1,0 +1,253 @@
+"""Exporters: Portable Memory and PAM exports are valid against the published JSON Schemas, are
+deterministic, carry provenance and authority, leave out everything forgotten, deleted, rejected
+or erased, and import back into a fresh vault with the same messages, facts and values.
+
+Authority after a round trip (documented in docs/importing.md): notes and messages keep their
+class (it travels in the ``vmem`` field); keyed records come back at most ``observed``, because an
+interchange file is unsigned plaintext: a ``user`` fact returns as an ``observed`` fact (status
+ok), a ``user`` preference or instruction returns pending in the inbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from camillo import Authority, NewRecord, Vault
+from camillo.exporters import _es_number, canonical_json, jcs, run_export
+from camillo.importers import run_import
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SCHEMAS = FIXTURES / "schemas"
+PASSPHRASE = "correct horse battery staple"
+SECRETS = ("FORGOTTEN-MESSAGE-1", "DELETED-FACT-2", "REJECTED-GUESS-3", "ERASED-DIAGNOSIS-4", "OLD-CITY-5")
+
+
+def build(vault: Vault) -> dict[str, bytes]:
+    """A vault with something of everything, and with forgotten, deleted, rejected and erased data."""
+    ids: dict[str, bytes] = {}
+    ch = vault.append([
+        NewRecord(type="conversation", title="Moving to Lisbon", conversation="c-1", ts=1700000000),
+        NewRecord(type="message", text="I am moving to Lisbon in May.", conversation="c-1", role="user", ts=1700000001),
+        NewRecord(type="message", text="Congratulations! Need a checklist?", conversation="c-1", role="assistant",
+                  ts=1700000002),
+        NewRecord(type="message", text="FORGOTTEN-MESSAGE-1 my bank PIN", conversation="c-1", role="user",
+                  ts=1700000003),
+        NewRecord(type="message", text="weather: sunny", conversation="c-1", role="tool", ts=1700000004),
+        NewRecord(type="message", text="A note without a conversation", role="user", ts=1700000005),
+    ])
+    ids["forgotten"] = ch.records[3]
+    vault.append([
+        NewRecord(type="fact", key="user/city", value="OLD-CITY-5 Porto", ts=1700000010),
+    ])
+    vault.append([
+        NewRecord(type="fact", key="user/city", value="Lisbon", ts=1700000011),
+        NewRecord(type="fact", key="user/shoe_size", value=43, ts=1700000012),
+        NewRecord(type="preference", key="user/units", value="metric", ts=1700000013),
+        NewRecord(type="instruction", key="assistant/tone", value="Be brief.", ts=1700000014),
+        NewRecord(type="fact", key="user/diet", value={"vegetarian": True, "since": 2019}, ts=1700000015),
+        NewRecord(type="event", text="Signed the lease.", ts=1700000016),
+        NewRecord(type="attachment", value={"name": "lease.txt", "media_type": "text/plain", "text": "Lease terms"},
+                  ts=1700000017),
+        NewRecord(type="fact", key="user/employer", value="Acme", authority=Authority.INFERRED, ts=1700000018),
+        NewRecord(type="fact", key="user/pet", value="DELETED-FACT-2 a cat", ts=1700000019),
+        NewRecord(type="fact", key="user/guess", value="REJECTED-GUESS-3", authority=Authority.INFERRED,
+                  ts=1700000020),
+    ])
+    erased = vault.append([NewRecord(type="message", text="ERASED-DIAGNOSIS-4", conversation="c-1", role="user",
+                                     ts=1700000030)])
+    vault.forget(record=ids["forgotten"])
+    vault.forget(key="user/pet")
+    vault.reject([vault.fact("user/guess").current.id])
+    vault.erase([erased.records[0]])
+    return ids
+
+
+def read_all(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def validator(path: Path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(path.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_canonical_json_matches_portable_memory_vectors():
+    vectors = json.loads((SCHEMAS / "portable-memory" / "canonical-json.vectors.json").read_text())["vectors"]
+    assert vectors
+    for v in vectors:
+        try:
+            out = canonical_json(v["input"])
+        except (TypeError, ValueError):
+            continue
+        if "canonical" in v:
+            assert out == v["canonical"], v["name"]
+            assert hashlib.sha256(out.encode()).hexdigest() == v["sha256"], v["name"]
+
+
+def test_jcs_matches_rfc8785_and_the_published_pam_checksum():
+    assert _es_number(1e21) == "1e+21" and _es_number(1e-7) == "1e-7" and _es_number(0.000001) == "0.000001"
+    assert _es_number(123456789012345680000.0) == "123456789012345680000" and _es_number(-0.0) == "0"
+    assert jcs({"b": [1.0, "é", None], "a": True}) == '{"a":true,"b":[1,"é",null]}'.encode()
+    store = json.loads((FIXTURES / "imports" / "pam-example" / "memory-store.json").read_text())
+    memories = sorted(store["memories"], key=lambda m: m["id"])
+    assert "sha256:" + hashlib.sha256(jcs(memories)).hexdigest() == store["integrity"]["checksum"]
+
+
+def test_portable_memory_export_is_valid_complete_and_deterministic(new_vault, tmp_path):
+    path, vault, _ = new_vault
+    ids = build(vault)
+    out = tmp_path / "export.mem"
+    summary = run_export(vault, "portable-memory", str(out))
+    assert summary["episode"] == 7 and summary["fact"] == 4
+    data = read_all(out)
+    for secret in SECRETS:
+        assert secret.encode() not in data, secret
+    # Checksums, manifest and bundle digest.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (out / "manifest.json").read_text() == canonical_json(manifest)
+    sums = (out / "CHECKSUMS").read_bytes()
+    assert manifest["bundleDigest"] == hashlib.sha256(sums).hexdigest()
+    for f in manifest["files"]:
+        raw = (out / f["path"]).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == f["sha256"] and len(raw) == f["bytes"]
+        assert f"{f['sha256']}  {f['path']}".encode() in sums
+    assert not (out / "manifest.sig").exists()
+    # Every line against the published schema of its kind; canonical JSON, sorted.
+    validator(SCHEMAS / "portable-memory" / "manifest.schema.json").validate(manifest)
+    kinds = {"items/episode.jsonl": "episode", "items/fact.jsonl": "fact", "items/preference.jsonl": "preference",
+             "items/procedure.jsonl": "procedure", "items/context.jsonl": "context",
+             "audit/tombstones.jsonl": "tombstone"}
+    lines: dict[str, list[dict]] = {}
+    for rel, kind in kinds.items():
+        text = (out / rel).read_text()
+        assert text.endswith("\n")
+        rows = text.splitlines()
+        assert rows == sorted(rows)
+        check = validator(SCHEMAS / "portable-memory" / f"{kind}.schema.json")
+        lines[kind] = []
+        for row in rows:
+            obj = json.loads(row)
+            assert canonical_json(obj) == row
+            check.validate(obj)
+            lines[kind].append(obj)
+    episodes = {e["vmem"]["id"]: e for e in lines["episode"]}
+    user_msg = next(e for e in episodes.values() if e["details"] == "I am moving to Lisbon in May.")
+    assert user_msg["vmem"]["class"] == "user" and user_msg["vmem"]["effective_class"] == "user"
+    original = next(r for r in vault.timeline() if r.text == "I am moving to Lisbon in May.")
+    assert user_msg["vmem"]["compartment"] == "personal" and user_msg["vmem"]["writer"] == original.writer_id.hex()
+    assert user_msg["vmem"]["id"] == original.id.hex() and user_msg["id"] == "ep_" + original.id.hex()
+    assert user_msg["speaker"] == "user" and user_msg["contextID"] == "ctx_personal"
+    assert user_msg["eventTime"] == "2023-11-14T22:13:21Z"
+    employer = next(f for f in lines["fact"] if f["vmem"]["key"] == "user/employer")
+    assert employer["vmem"]["class"] == "inferred" and employer["vmem"]["pending"] is True
+    assert employer["confidence"] == 0.7 and employer["subject"] == "user" and employer["predicate"] == "employer"
+    assert lines["preference"] == [{"key": "user/units", "value": "metric", "vmem": lines["preference"][0]["vmem"]}]
+    assert lines["procedure"][0]["name"] == "assistant/tone" and lines["procedure"][0]["steps"] == ["Be brief."]
+    targets = {t["targetID"] for t in lines["tombstone"]}
+    assert "ep_" + ids["forgotten"].hex() in targets
+    # The forgotten message, the deleted pet fact, the rejected guess (a superseded value is history, not deleted).
+    assert len(lines["tombstone"]) == 3
+    assert all(t["op"] == "delete" and "reason" in t for t in lines["tombstone"])
+    # Deterministic: the same state gives the same bytes.
+    again = tmp_path / "again.mem"
+    run_export(vault, "portable-memory", str(again))
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == \
+        {p.relative_to(again): p.read_bytes() for p in again.rglob("*") if p.is_file()}
+    from camillo.errors import UsageError
+
+    with pytest.raises(UsageError, match="not empty"):
+        run_export(vault, "portable-memory", str(out))
+
+
+def test_pam_export_is_valid_complete_and_deterministic(new_vault, tmp_path):
+    path, vault, _ = new_vault
+    build(vault)
+    out = tmp_path / "pam"
+    summary = run_export(vault, "pam", str(out))
+    data = read_all(out)
+    for secret in SECRETS:
+        assert secret.encode() not in data, secret
+    store = json.loads((out / "memory-store.json").read_text())
+    validator(SCHEMAS / "pam" / "portable-ai-memory.schema.json").validate(store)
+    check_conv = validator(SCHEMAS / "pam" / "portable-ai-memory-conversation.schema.json")
+    for entry in store["conversations_index"]:
+        check_conv.validate(json.loads((out / entry["storage"]["ref"]).read_text()))
+    assert summary == {"format": "pam", "out": str(out), "memories": 8, "conversations": 2}
+    assert store["integrity"]["checksum"] == "sha256:" + hashlib.sha256(
+        jcs(sorted(store["memories"], key=lambda m: m["id"]))).hexdigest()
+    assert store["owner"]["id"] == vault.vault_id.hex()
+    mems = {m["metadata"]["vmem"].get("key") or m["metadata"]["vmem"]["type"]: m for m in store["memories"]}
+    assert mems["user/city"]["provenance"]["extraction_method"] == "explicit_user_input"
+    assert mems["user/employer"]["provenance"]["extraction_method"] == "llm_inference"
+    assert mems["user/units"]["type"] == "preference" and mems["assistant/tone"]["type"] == "instruction"
+    assert mems["event"]["type"] == "context"
+    assert mems["attachment"]["type"] == "custom" and mems["attachment"]["custom_type"] == "attachment"
+    assert mems["user/diet"]["metadata"]["vmem"]["value"] == {"since": 2019, "vegetarian": True}
+    conv = json.loads((out / "conversations" / f"conv-{hashlib.sha256(b'c-1').hexdigest()[:16]}.json").read_text())
+    assert [(m["role"], m["content"]["text"]) for m in conv["messages"]] == [
+        ("user", "I am moving to Lisbon in May."), ("assistant", "Congratulations! Need a checklist?"),
+        ("tool", "weather: sunny")]
+    assert conv["title"] == "Moving to Lisbon" and conv["provider"]["conversation_id"] == "c-1"
+    again = tmp_path / "pam2"
+    run_export(vault, "pam", str(again))
+    assert read_all(out) == read_all(again)
+
+
+def _state(vault: Vault) -> tuple[set, dict, dict]:
+    messages = {(r.conversation, r.role, r.text) for r in vault.timeline() if r.type == "message"}
+    facts = {f.key: (f.current.type, f.current.value) for f in vault.facts() if f.status != "deleted"}
+    notes = {(r.type, r.text, json.dumps(r.value, sort_keys=True)) for r in vault.timeline()
+             if r.type in ("event", "attachment", "conversation")}
+    return messages, facts, notes
+
+
+@pytest.mark.parametrize("fmt", ["portable-memory", "pam"])
+def test_round_trip_brings_back_the_same_memory(new_vault, tmp_path, fmt):
+    path, vault, _ = new_vault
+    build(vault)
+    out = tmp_path / "out"
+    run_export(vault, fmt, str(out))
+    before = _state(vault)
+    classes = {r.text: r.claimed_class for r in vault.timeline() if r.type == "message"}
+    fresh, _ = Vault.create(str(tmp_path / "fresh"), PASSPHRASE)
+    with fresh:
+        report = run_import(fresh, fmt, str(out))
+        assert report.imported > 0
+        after = _state(fresh)
+        assert after == before
+        # Messages keep their class; keyed records come back at most observed.
+        for r in fresh.timeline():
+            if r.type == "message":
+                assert r.claimed_class == classes[r.text]
+        facts = {f.key: f for f in fresh.facts()}
+        assert facts["user/city"].current.claimed_class == Authority.OBSERVED and facts["user/city"].status == "ok"
+        assert facts["user/units"].status == "pending" and facts["assistant/tone"].status == "pending"
+        assert facts["user/employer"].current.claimed_class == Authority.INFERRED
+        assert facts["user/employer"].status == "pending"
+        assert fresh.fact("user/shoe_size").current.value == 43
+        assert run_import(fresh, fmt, str(out)).imported == 0
+
+
+def test_cli_export_both_formats(new_vault, tmp_path):
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text="hello", role="user", conversation="c")])
+    vault.lock()
+    env = dict(os.environ, CAMILLO_PASSPHRASE=PASSPHRASE)
+    for fmt in ("portable-memory", "pam"):
+        out = tmp_path / fmt
+        proc = subprocess.run([sys.executable, "-m", "camillo.cli", "export", fmt, path, str(out), "--json"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["format"] == fmt
+    assert (tmp_path / "portable-memory" / "manifest.json").exists()
+    assert (tmp_path / "pam" / "memory-store.json").exists()
+    proc = subprocess.run([sys.executable, "-m", "camillo.cli", "export", "pam", path, str(tmp_path / "pam")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "not empty" in proc.stderr

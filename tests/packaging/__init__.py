@@ -1,0 +1,1 @@
+"""Tests of the packaging: the freedesktop files (always) and the installed .deb (opt-in)."""
