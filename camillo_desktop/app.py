@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         window.vault_opened(info)
         if args.view:
             if args.view == "search":
-                window.search.setText(args.search or "morning OR coffee")
+                window.search.setText(args.search or "coffee")
                 window._search()
             else:
                 window.show_view(args.view)

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from . import icons, theme
 from .actions import SPECS, Action, shortcut_text
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
+from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
 from .settings import Setting, Settings
 from .views.activity import ActivityView
 from .views.base import View
@@ -216,8 +217,21 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         mb = self.menuBar()
         file_menu = mb.addMenu("&Vault")
-        for a in (Action.NEW_VAULT, Action.OPEN_VAULT, None, Action.LOCK, Action.REFRESH, None, Action.SETTINGS, None,
-                  Action.QUIT):
+        for a in (Action.NEW_VAULT, Action.OPEN_VAULT, None, Action.LOCK, Action.REFRESH, None):
+            file_menu.addSeparator() if a is None else file_menu.addAction(self.actions_[a])
+        self.import_menu = file_menu.addMenu("&Import")
+        for kind, (label, _pick, tip) in IMPORT_KINDS.items():
+            act = self.import_menu.addAction(label)
+            act.setStatusTip(tip)
+            act.triggered.connect(lambda _=False, k=kind: self.import_from(k))
+        self.export_menu = file_menu.addMenu("&Export")
+        for kind, label in EXPORT_KINDS.items():
+            act = self.export_menu.addAction(label)
+            act.triggered.connect(lambda _=False, k=kind: export_vault(self, k))
+        for m in (self.import_menu, self.export_menu):
+            m.setEnabled(False)  # until a vault is open
+        file_menu.addSeparator()
+        for a in (Action.SETTINGS, None, Action.QUIT):
             file_menu.addSeparator() if a is None else file_menu.addAction(self.actions_[a])
         self.view_menu = mb.addMenu("V&iew")
         edit = mb.addMenu("&Edit")
@@ -266,6 +280,8 @@ class MainWindow(QMainWindow):
         self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES))
         for a, spec in SPECS.items():
             self.actions_[a].setEnabled(True)
+        self.import_menu.setEnabled(not info.get("read_only") and not info.get("agent"))
+        self.export_menu.setEnabled(True)
         last = self.settings.get(Setting.LAST_VIEW)
         self.show_view(last if last in self.views and last != "search" else "timeline")
 
@@ -310,6 +326,8 @@ class MainWindow(QMainWindow):
 
     def _locked(self) -> None:
         self.idle.arm(0)
+        self.import_menu.setEnabled(False)
+        self.export_menu.setEnabled(False)
         for v in self.views.values():
             v.clear()
         self.status_sync.setText("\u25cf locked")
@@ -369,6 +387,15 @@ class MainWindow(QMainWindow):
         from .flows import erase_record
 
         erase_record(self, rid)
+
+    def import_from(self, kind: str) -> ImportDialog | None:
+        """File → Import: the dialog for one kind of export (it runs on the worker)."""
+        if not self.client.is_open or self.info.get("read_only"):
+            Ask.inform(self, "Import", "Open a vault you can write to first.")
+            return None
+        dlg = ImportDialog(self, kind)
+        dlg.open()
+        return dlg
 
     def show_record(self, rid: bytes) -> None:
         RecordsDialog(self.client, [rid], "Record", self).show()

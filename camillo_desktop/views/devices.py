@@ -71,7 +71,9 @@ class DevicesView(View):
             self.model.removeRows(0, self.model.rowCount())
             now = time.time()
             for d in devices:
-                if d.revoked:
+                if d.replaced:
+                    status = "old key, replaced"
+                elif d.revoked:
                     status = "revoked"
                 elif d.this_device:
                     status = "this device"
@@ -82,13 +84,13 @@ class DevicesView(View):
                 items = [QStandardItem(x) for x in (d.name, d.platform, fmt_time(d.enrolled),
                                                     fmt_time(d.last_seen) or "never", status)]
                 items[0].setData(d.writer_id.hex(), Qt.ItemDataRole.UserRole)
-                if d.revoked:
+                if d.revoked or d.replaced:
                     for it in items:
                         it.setForeground(self.palette().placeholderText())
                 self.model.appendRow(items)
             self.table.resizeColumnsToContents()
             self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-            self.title_label.setText(f"Devices  ({sum(1 for d in devices if not d.revoked)} active)")
+            self.title_label.setText(f"Devices  ({sum(1 for d in devices if not d.revoked and not d.replaced)} active)")
             self.keychain.setText(f"This computer keeps its device key in: {kc.backend}." if kc.usable else
                                   f"This computer has no OS keychain in use ({kc.reason}); its device key is "
                                   "sealed under the vault's keys in its local state.")
@@ -105,7 +107,7 @@ class DevicesView(View):
             Ask.inform(self, "Revoke a device", "Select the lost device in the list first.")
             return
         d = self._devices[idx.row()]
-        if d.revoked:
+        if d.revoked or d.replaced:
             return
         if d.this_device:
             Ask.inform(self, "Revoke a device", "This is the device you are using. Revoke it from another device.")

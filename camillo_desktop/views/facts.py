@@ -110,9 +110,13 @@ class FactsView(View):
         self.history_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.history_view.setItemDelegateForColumn(3, BadgeDelegate(self.history_view))
         hh = self.history_view.horizontalHeader()
+        # Every column but the value fits its contents (headers included); the value takes the rest.
+        for col in (0, 1, 4):
+            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(3, QHeaderView.ResizeMode.Fixed)
+        self.history_view.setColumnWidth(3, 92)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((0, 138), (1, 70), (3, 88), (4, 120)):
-            self.history_view.setColumnWidth(col, width)
+        hh.setMinimumSectionSize(60)
         self.history_view.setAccessibleName("fact history")
         self.history_view.doubleClicked.connect(self._open_history)
         rl.addWidget(self.history_view, 1)

@@ -1492,6 +1492,7 @@ class Vault:
         last_seen: int | None
         revoked: bool
         this_device: bool
+        replaced: bool = False  # an old key of a device that rotated its key (after an erasure, or re-certified)
 
     @_api
     def devices(self) -> list[Vault.DeviceInfo]:
@@ -1501,10 +1502,11 @@ class Vault:
             w = v.header.writer_id
             last[w] = max(last.get(w, 0), v.header.ts)
         me = self.actor.writer_id if self.actor is not None else None
+        replaced = {p.replaces for p in self.roster.principals.values() if p.replaces is not None}
         out = [Vault.DeviceInfo(p.writer_id, p.name, p.platform, p.kind.label, p.created, last.get(p.writer_id),
-                                p.writer_id in self.roster.revocations, p.writer_id == me)
+                                p.writer_id in self.roster.revocations, p.writer_id == me, p.writer_id in replaced)
                for p in self.roster.principals.values() if p.kind == CredentialKind.DEVICE]
-        return sorted(out, key=lambda d: (d.revoked, d.enrolled, d.name))
+        return sorted(out, key=lambda d: (d.replaced, d.revoked, d.enrolled, d.name))
 
     @_api
     def grants(self) -> list[dict[str, Any]]:
