@@ -238,7 +238,9 @@ class SettingsDialog(BaseDialog):
 
     def _keychain(self, st: Any) -> None:
         if st.usable:
-            self.keychain.setText(f"Kept in the OS keychain ({st.backend}).")
+            from .views.devices import keychain_name
+
+            self.keychain.setText(f"Kept in {keychain_name(st.backend)} ({st.backend}).")
         else:
             self.keychain.setText(f"Not in an OS keychain: {st.reason}. This computer's device key is sealed in "
                                   "its local state under the vault's keys, so it cannot unlock the vault by itself.")

@@ -24,6 +24,19 @@ from .base import View
 COLUMNS = ("Name", "Platform", "Enrolled", "Last seen", "Status")
 
 
+def keychain_name(backend: str) -> str:
+    """A person's name for a keyring backend class (``keyring.backends.SecretService.Keyring``)."""
+    if "SecretService" in backend or "libsecret" in backend:
+        return "the desktop's Secret Service (GNOME Keyring or KWallet)"
+    if "macOS" in backend:
+        return "the macOS Keychain"
+    if "Windows" in backend:
+        return "the Windows Credential Manager"
+    if "kwallet" in backend.lower():
+        return "KWallet"
+    return backend
+
+
 class DevicesView(View):
     name = "devices"
     title = "Devices"
@@ -89,9 +102,9 @@ class DevicesView(View):
                         it.setForeground(self.palette().placeholderText())
                 self.model.appendRow(items)
             self.table.resizeColumnsToContents()
-            self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+            self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
             self.title_label.setText(f"Devices  ({sum(1 for d in devices if not d.revoked and not d.replaced)} active)")
-            self.keychain.setText(f"This computer keeps its device key in: {kc.backend}." if kc.usable else
+            self.keychain.setText(f"This computer keeps its device key in {keychain_name(kc.backend)}." if kc.usable else
                                   f"This computer has no OS keychain in use ({kc.reason}); its device key is "
                                   "sealed under the vault's keys in its local state.")
             owner = bool(self.window_.info.get("is_owner"))

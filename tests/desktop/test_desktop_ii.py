@@ -244,7 +244,7 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
 
     # On the existing device: Devices -> Add a device shows a QR that decodes to the offer.
     devices = wait_view(qtbot, demo_window, "devices")
-    assert "SecretService" in devices.keychain.text()  # settings/devices say which keychain holds the key
+    assert "Secret Service (GNOME Keyring" in devices.keychain.text()  # settings/devices say which keychain holds the key
     enroll = wait_view(qtbot, demo_window, "enroll")
     offer = enroll.offer
     assert offer is not None and offer.qr_text.startswith("VMEM1:")
