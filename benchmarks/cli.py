@@ -1,0 +1,421 @@
+"""The benchmark command: ``python -m benchmarks --records N [--out DIR] [--runs R]`` (and
+``bash scripts/bench``, which sets up the environment first).
+
+Steps: build or reuse the corpus of that size (:mod:`benchmarks.corpus`); count what the floors
+multiply (one cold open of each fixture); time the primitives (:mod:`benchmarks.floor`); run every
+operation ``R`` times, each in a fresh child process, interleaving operations between runs so a
+burst of load on the machine spreads over all of them; the GUI; the VaultMem comparison; then write
+``bench-N.json``, ``bench-N.md`` and ``bench.png`` (every ``bench-*.json`` in the output folder:
+open time and search latency against vault size) and print the table with PASS/MISS.
+
+Runs on the main thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from . import floor as fl
+from .child import run_child
+from .corpus import Corpus, erasure_epoch_records, merge_divergence
+from .stats import machine, percentile, summary
+
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+GROUPS = ("open", "append", "bulk", "search", "merge", "pack", "compaction", "erasure", "revoke", "gui", "vaultmem")
+PROFILED = ("cold_open", "warm_open", "reopen", "search", "append", "merge", "erasure", "bulk_import")
+
+
+def default_work() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "camillo-bench")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench", description="Camillo benchmarks: figures beside their crypto floor.")
+    p.add_argument("--records", type=int, required=True, help="vault size: 10000, 100000 or 1000000 (any N >= 100)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="where bench-N.json/.md and bench.png go (default: %(default)s)")
+    p.add_argument("--runs", type=int, default=3, help="runs of every operation; figures are median, min, max")
+    p.add_argument("--work", default=default_work(), help="corpus cache (default: %(default)s)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the corpus of this size even if cached")
+    p.add_argument("--only", default="", help=f"comma-separated groups to run ({', '.join(GROUPS)})")
+    p.add_argument("--skip", default="", help="comma-separated groups to leave out")
+    p.add_argument("--vaultmem-max", type=int, default=100_000,
+                   help="cap on the records of the VaultMem comparison (it keeps everything in RAM)")
+    p.add_argument("--appends", type=int, default=200, help="interactive appends per run (p50/p99)")
+    p.add_argument("--search-rounds", type=int, default=5, help="rounds over the 20-query set per run")
+    p.add_argument("--profile", metavar="DIR", help="also write a cProfile of each main operation to DIR (one extra run)")
+    p.add_argument("--quick", action="store_true", help="fewer samples everywhere (the smoke test)")
+    return p.parse_args(argv)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.n = args.records
+        self.work = os.path.abspath(args.work)
+        self.scratch = os.path.join(self.work, str(self.n), "scratch")
+        only = {g for g in args.only.split(",") if g}
+        skip = {g for g in args.skip.split(",") if g}
+        unknown = (only | skip) - set(GROUPS)
+        if unknown:
+            raise SystemExit(f"unknown group(s): {', '.join(sorted(unknown))}; groups are {', '.join(GROUPS)}")
+        self.groups = [g for g in GROUPS if (not only or g in only) and g not in skip]
+        self.corpus = Corpus(self.work, self.n, rebuild=args.rebuild, quick=args.quick, say=self.say)
+        self.raw: dict[str, list[dict[str, Any]]] = {}
+        self.t0 = time.perf_counter()
+
+    def say(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:7.1f}s] {msg}", flush=True)
+
+    def child(self, params: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        return run_child({"work": self.work, "records": self.n, "quick": self.args.quick, **params},
+                         scratch_root=self.scratch, **kw)
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self) -> list[tuple[str, dict[str, Any]]]:
+        q = self.args.quick
+        g = set(self.groups)
+        out: list[tuple[str, dict[str, Any]]] = []
+        if "open" in g:
+            out += [(f"cold_open_{v}", {"op": "cold_open", "variant": v}) for v in ("bulk", "loose", "compacted")]
+            out += [("warm_open", {"op": "warm_open"}), ("reopen", {"op": "reopen"})]
+        if "append" in g:
+            n = 30 if q else self.args.appends
+            out += [("append_nofsync", {"op": "append", "fsync": False, "count": n}),
+                    ("append_fsync", {"op": "append", "fsync": True, "count": n})]
+        if "bulk" in g:
+            out.append(("bulk_import", {"op": "bulk_import", "count": self.bulk_count()}))
+        if "search" in g:
+            out.append(("search", {"op": "search", "rounds": 1 if q else self.args.search_rounds}))
+        if "merge" in g:
+            out.append(("merge", {"op": "merge"}))
+        if "pack" in g:
+            out += [("pack", {"op": "pack"}), ("unpack", {"op": "unpack"})]
+        if "compaction" in g:
+            out.append(("compaction", {"op": "compaction"}))
+        if "erasure" in g:
+            out.append(("erasure", {"op": "erasure"}))
+        if "revoke" in g:
+            out.append(("revoke", {"op": "revoke"}))
+        return out
+
+    def bulk_count(self) -> int:
+        return max(1000 if self.args.quick else 5000, self.n // 10)
+
+    def fixtures_needed(self) -> list[str]:
+        g = set(self.groups)
+        need = ["bulk", "loose"]  # counts and the lived-in vault
+        if "open" in g:
+            need += ["compacted", "reopen"]
+        if "merge" in g:
+            need.append("merge")
+        if "erasure" in g:
+            need.append("erasure")
+        return need
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> dict[str, Any]:
+        a = self.args
+        self.say(f"Camillo benchmarks: {self.n:,} records, {a.runs} run(s), groups {', '.join(self.groups)}")
+        started = time.time()
+        load = machine()
+        t_corpus = time.perf_counter()
+        for name in self.fixtures_needed():
+            self.corpus.get(name)
+        corpus_seconds = time.perf_counter() - t_corpus
+        self.say("counting what the floors multiply (one cold open per fixture)")
+        counts = {v: self.child({"op": "counts", "variant": v})
+                  for v in ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()))}
+        kdf = tuple(counts["loose"]["kdf"]) if counts["loose"].get("kdf") else None
+        self.say("timing the primitives")
+        floor_dir = os.path.join(self.scratch, "floor")
+        prim_samples = [fl.measure_primitives(kdf, floor_dir, quick=a.quick)]
+        plan = self.plan()
+        for run in range(a.runs):
+            for key, params in plan:
+                self.say(f"run {run + 1}/{a.runs}: {key}")
+                self.raw.setdefault(key, []).append(self.child(params))
+            prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
+        gui = None
+        if "gui" in self.groups:
+            gui = []
+            for run in range(a.runs):
+                self.say(f"run {run + 1}/{a.runs}: gui (offscreen)")
+                gui.append(self.child({"op": "gui", "rounds": 1 if a.quick else 2}, module="benchmarks.gui"))
+        comparison = None
+        if "vaultmem" in self.groups:
+            m = min(self.n, a.vaultmem_max)
+            self.say(f"VaultMem comparison on {m:,} records")
+            from .vaultmem_cmp import compare
+
+            comparison = compare(self.child_raw, count=m, runs=min(a.runs, 3), work=os.path.join(self.work, str(self.n)),
+                                 scratch_root=self.scratch, say=self.say)
+        if a.profile:
+            self.profile(a.profile)
+        prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
+        prim = {k: min(x[k] for x in prim_samples if k in x) for k in prim_samples[0]}
+        figures = self.figures(counts, prim, gui)
+        result = {
+            "schema": 1, "records": self.n, "runs": a.runs, "started": started,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "machine": load,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "corpus": {name: self.corpus.get(name).meta for name in self.fixtures_needed()},
+            "corpus_seconds": round(corpus_seconds, 1), "counts": counts, "primitives": prim,
+            "primitives_samples": prim_samples, "figures": figures, "gui": gui, "vaultmem": comparison,
+            "raw": self.raw, "elapsed_seconds": round(time.perf_counter() - self.t0, 1),
+            "notes": self.notes(),
+        }
+        return result
+
+    def child_raw(self, params: dict[str, Any], *, scratch_root: str) -> dict[str, Any]:
+        return run_child(params, scratch_root=scratch_root)
+
+    def profile(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        for key, params in self.plan():
+            if params["op"] in PROFILED and (params["op"] != "cold_open" or params["variant"] != "bulk"):
+                path = os.path.join(os.path.abspath(directory), f"{key}-{self.n}.prof")
+                self.say(f"profiling {key} -> {path}")
+                self.child({**params, "profile": path})
+
+    def notes(self) -> list[str]:
+        n = self.n
+        return [
+            "Each operation runs in a fresh Python process on a hard-linked clone of a cached fixture; only the "
+            "operation itself is timed. 'Cold' means without Camillo's local cache; the OS page cache is warm.",
+            "Append without fsync: os.fsync is replaced by a no-op inside that benchmark child process only "
+            "(benchmarks.ops._no_fsync); everything else is identical.",
+            f"Merge: two copies diverged by {merge_divergence(n):,} batches (10,000 at 1M records, scaled "
+            "linearly to this size, at least 10), half written on each side.",
+            f"Erasure: one record in an epoch of {erasure_epoch_records(n):,} records (100,000 at 1M, scaled).",
+            f"Bulk import: {self.bulk_count():,} more messages appended 5,000 at a time (as camillo.demo.add_bulk "
+            "does) into the lived-in vault, already open; lock (cache save) not included.",
+            "Floors use the fastest of the primitive timings taken at the start, after every run and at the end "
+            "(on a busy machine the fastest is the least disturbed).",
+            "Targets marked * are defined at 1M records; at other sizes the status is indicative.",
+        ]
+
+    # ------------------------------------------------------------------ figures
+
+    def figures(self, counts: dict[str, Any], p: dict[str, float], gui: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        raw = self.raw
+        loose = counts["loose"]
+        warm_floor = fl.warm_open_floor(p, loose)
+        avg_record = loose["record_bytes"] / max(1, loose["records"])
+
+        def fig(fid: str, label: str, unit: str, values: list[float], *, floor: dict[str, float] | None = None,
+                rss: list[float] | None = None, target: dict[str, Any] | None = None, note: str = "",
+                cpu: list[float] | None = None) -> None:
+            s = summary(values)
+            entry: dict[str, Any] = {"id": fid, "label": label, "unit": unit, **s, "values": values, "note": note}
+            if cpu:
+                entry["cpu_median"] = summary(cpu)["median"]
+            if floor is not None:
+                f = fl.total(floor)
+                entry["floor"] = f
+                entry["floor_components"] = floor
+                entry["ratio"] = s["median"] / f if f else None
+            if rss:
+                entry["peak_rss_mib"] = max(rss)
+            if target:
+                entry["target"] = target
+                entry["status"] = status(entry, target, self.n)
+            out.append(entry)
+
+        def meter(key: str) -> tuple[list[float], list[float]]:
+            runs = raw.get(key, [])
+            return [r["meter"]["seconds"] for r in runs], [r["meter"]["peak_rss_mib"] for r in runs]
+
+        def cpu(key: str) -> list[float]:
+            return [r["meter"]["cpu_seconds"] for r in raw.get(key, [])]
+
+        # -- append
+        for key, fsync in (("append_nofsync", False), ("append_fsync", True)):
+            if key not in raw:
+                continue
+            runs = raw[key]
+            rb = runs[0].get("record_bytes", 300)
+            floor = fl.append_floor(p, rb, fsync=fsync)
+            what = "excl. fsync" if not fsync else "incl. fsync"
+            rss = [r["meter"]["peak_rss_mib"] for r in runs]
+            fig(f"{key}_p50", f"Append one message, p50 ({what})", "s", [percentile(r["samples"], 50) for r in runs],
+                floor=floor, rss=rss, target={"kind": "lt", "value": 0.002} if not fsync else None,
+                cpu=[percentile(r["samples_cpu"], 50) for r in runs])
+            fig(f"{key}_p99", f"Append one message, p99 ({what})", "s", [percentile(r["samples"], 99) for r in runs],
+                floor=floor, rss=rss, cpu=[percentile(r["samples_cpu"], 99) for r in runs])
+        # -- bulk import
+        if "bulk_import" in raw:
+            runs = raw["bulk_import"]
+            rates = [r["records"] / r["meter"]["seconds"] for r in runs]
+            r0 = runs[0]
+            floor = fl.write_segments_floor(p, r0["new_segments"], r0["new_segment_bytes"], r0["batches"], r0["records"],
+                                            int(r0["records"] * avg_record))
+            f = fl.total(floor)
+            s = summary(rates)
+            out.append({"id": "bulk_import", "label": f"Bulk import ({r0['records']:,} messages)", "unit": "records/s",
+                        **s, "values": rates, "floor": r0["records"] / f, "floor_components": floor,
+                        "ratio": (r0["records"] / f) / s["median"], "peak_rss_mib": max(r["meter"]["peak_rss_mib"] for r in runs),
+                        "note": "ratio = floor rate / measured rate"})
+        # -- opening
+        for variant, label, target in (
+            ("bulk", "Cold open, bulk-imported vault (no cache)", None),
+            ("loose", "Cold open, loose segments (no cache)", {"kind": "ratio_le", "value": 1.5}),
+            ("compacted", "Cold open after compaction (no cache)", {"kind": "ratio_le", "value": 3.0}),
+        ):
+            key = f"cold_open_{variant}"
+            if key in raw:
+                v, rss = meter(key)
+                fig(key, label, "s", v, floor=fl.cold_open_floor(p, counts[variant]), rss=rss, target=target,
+                    cpu=cpu(key))
+        if "warm_open" in raw:
+            v, rss = meter("warm_open")
+            fig("warm_open", "Warm open to first timeline page (cache)", "s", v, floor=warm_floor, rss=rss,
+                target={"kind": "lt", "value": 1.0, "at": 1_000_000}, cpu=cpu("warm_open"))
+        if "reopen" in raw:
+            v, rss = meter("reopen")
+            meta = self.corpus.get("reopen").meta
+            floor = fl.add(warm_floor, fl.new_segments_floor(p, meta["new_segments"], meta["new_segment_bytes"],
+                                                             meta["new_batches"], int(meta["new_batches"] * avg_record),
+                                                             meta["new_batches"]))
+            fig("reopen", f"Re-open after another device added {meta['new_batches']:,} batches", "s", v, floor=floor,
+                rss=rss, cpu=cpu("reopen"))
+        # -- search
+        if "search" in raw:
+            runs = raw["search"]
+            rss = [r["meter"]["peak_rss_mib"] for r in runs]
+            fig("search_p50", "Search (full text + modifiers), p50", "s", [percentile(r["samples"], 50) for r in runs],
+                rss=rss, target={"kind": "lt", "value": 0.050, "at": 1_000_000},
+                note="no crypto: search runs on the decrypted in-memory state",
+                cpu=[percentile(r["samples_cpu"], 50) for r in runs])
+            fig("search_p99", "Search (full text + modifiers), p99", "s", [percentile(r["samples"], 99) for r in runs],
+                rss=rss, cpu=[percentile(r["samples_cpu"], 99) for r in runs])
+        # -- merge
+        if "merge" in raw:
+            runs = raw["merge"]
+            r0 = runs[0]
+            meta = self.corpus.get("merge").meta
+            copy = fl.copy_floor(p, r0["copied_files"], r0["copied_bytes"], durable_files=True)
+            b = meta["B"]
+            reading = fl.new_segments_floor(p, b["new_segments"], b["new_segment_bytes"], b["batches"],
+                                            int(b["batches"] * avg_record), b["batches"])
+            rss = [r["meter"]["peak_rss_mib"] for r in runs]
+            k = meta["divergence"]
+            fig("merge", f"Merge two copies diverged by {k:,} batches, to first page", "s",
+                [r["meter"]["seconds"] for r in runs], floor=fl.add(copy, warm_floor, reading), rss=rss, cpu=cpu("merge"))
+            fig("merge_copy", "  of which merge_into (copy the missing files)", "s", [r["copy_seconds"] for r in runs],
+                floor=copy)
+        # -- pack / unpack
+        for key, label, durable in (("pack", "Pack into one .vmem", False), ("unpack", "Unpack a .vmem", True)):
+            if key in raw:
+                v, rss = meter(key)
+                r0 = raw[key][0]
+                fig(key, f"{label} ({r0['files']:,} files, {r0['bytes'] / 1e6:.1f} MB)", "s", v,
+                    floor=fl.copy_floor(p, r0["files"], r0["bytes"], durable_files=durable), rss=rss, cpu=cpu(key))
+        # -- compaction
+        if "compaction" in raw:
+            v, rss = meter("compaction")
+            r0 = raw["compaction"][0]
+            new = r0.get("new_segments", {"files": 0, "bytes": 0})
+            floor = fl.add({"hpke_open": p["hpke_open"] * r0["small_segments"],
+                            "aead": fl._aead_open(p, r0["small_segments"], r0["small_bytes"])},
+                           fl.write_segments_floor(p, new["files"], new["bytes"], new["files"], 0, 0))
+            fig("compaction", f"Compaction ({r0['small_segments']:,} small segments)", "s", v, floor=floor, rss=rss,
+                cpu=cpu("compaction"))
+        # -- erasure
+        if "erasure" in raw:
+            v, rss = meter("erasure")
+            r0 = raw["erasure"][0]
+            old = r0.get("deleted_segments", {"files": 0, "bytes": 0})
+            new_files = sum(r0.get(k, {"files": 0})["files"] for k in ("new_segments", "new_env", "new_slots"))
+            new_bytes = sum(r0.get(k, {"bytes": 0})["bytes"] for k in ("new_segments", "new_env", "new_slots"))
+            floor = fl.add({"hpke_open": p["hpke_open"] * old["files"], "aead": fl._aead_open(p, old["files"], old["bytes"]),
+                            "xwing_keygen": 3 * p["xwing_keygen"]},
+                           fl.write_segments_floor(p, new_files, new_bytes, r0.get("new_segments", {"files": 0})["files"], 0, 0))
+            fig("erasure", f"Erase one record in an epoch of {r0['epoch_records']:,} records", "s", v, floor=floor, rss=rss,
+                cpu=cpu("erasure"))
+        # -- revoke
+        if "revoke" in raw:
+            v, rss = meter("revoke")
+            r0 = raw["revoke"][0]
+            new_files = sum(r0.get(k, {"files": 0})["files"] for k in ("new_segments", "new_env", "new_slots"))
+            new_bytes = sum(r0.get(k, {"bytes": 0})["bytes"] for k in ("new_segments", "new_env", "new_slots"))
+            epochs = r0["report"].get("new_epochs", 0) if isinstance(r0["report"], dict) else 0
+            floor = fl.add({"xwing_keygen": (epochs + 1) * p["xwing_keygen"]},
+                           fl.write_segments_floor(p, new_files, new_bytes, r0.get("new_segments", {"files": 0})["files"], 0, 0))
+            fig("revoke", "Revoke a device (lost laptop)", "s", v, floor=floor, rss=rss, cpu=cpu("revoke"))
+        # -- GUI
+        if gui:
+            ok = [g for g in gui if "open_to_rows" in g]
+            if ok:
+                fig("gui_launch", "GUI: launch to first timeline rows", "s", [g["launch_to_rows"] for g in ok])
+                fig("gui_open", "GUI: open to first timeline rows", "s", [g["open_to_rows"] for g in ok],
+                    floor=warm_floor)
+                fig("gui_open_stall", "GUI: longest GUI-thread stall while opening", "s", [g["open_stall"] for g in ok],
+                    target={"kind": "lt", "value": 0.100})
+                fig("gui_open_stall_cpu", "  the same, process CPU inside the gap (idle-machine estimate)", "s",
+                    [g["open_stall_cpu"] for g in ok], target={"kind": "lt", "value": 0.100})
+                qs = [g for g in ok if g["queries"]]
+                if qs:
+                    fig("gui_search", "GUI: search, Return to results shown (p50)", "s",
+                        [percentile([x["latency"] for x in g["queries"]], 50) for g in qs])
+                    fig("gui_search_stall", "GUI: longest GUI-thread stall while searching", "s",
+                        [max(x["stall"] for x in g["queries"]) for g in qs], target={"kind": "lt", "value": 0.100})
+                    fig("gui_search_stall_cpu", "  the same, process CPU inside the gap (idle-machine estimate)", "s",
+                        [max(x["stall_cpu"] for x in g["queries"]) for g in qs], target={"kind": "lt", "value": 0.100})
+        # -- memory
+        peaks = [e["peak_rss_mib"] for e in out if e.get("peak_rss_mib")]
+        if peaks:
+            plain = loose["record_bytes"] / 2**20
+            worst = max((e for e in out if e.get("peak_rss_mib")), key=lambda e: e["peak_rss_mib"])
+            out.append({"id": "peak_rss", "label": f"Peak RSS, worst operation ({worst['id']})", "unit": "MiB",
+                        "median": worst["peak_rss_mib"], "min": worst["peak_rss_mib"], "max": worst["peak_rss_mib"],
+                        "values": [worst["peak_rss_mib"]], "floor": plain, "floor_components": {"plaintext_mib": plain},
+                        "ratio": worst["peak_rss_mib"] / plain if plain else None,
+                        "note": "floor = plaintext record bytes of the vault",
+                        "target": {"kind": "ratio_lt", "value": 3.0, "at": 1_000_000}})
+            out[-1]["status"] = status(out[-1], out[-1]["target"], self.n)
+        return out
+
+
+def status(entry: dict[str, Any], target: dict[str, Any], records: int) -> str:
+    kind, value = target["kind"], target["value"]
+    if kind == "lt":
+        ok = entry["median"] < value
+    elif kind in ("ratio_le", "ratio_lt"):
+        r = entry.get("ratio")
+        ok = r is not None and (r <= value if kind == "ratio_le" else r < value)
+    else:
+        return "?"
+    s = "PASS" if ok else "MISS"
+    if target.get("at") and target["at"] != records:
+        s += "*"
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.records < 100:
+        raise SystemExit("--records must be at least 100")
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
+    os.environ["CAMILLO_KEYCHAIN"] = "none"
+    bench = Bench(args)
+    result = bench.run()
+    from . import report
+
+    os.makedirs(args.out, exist_ok=True)
+    paths = report.write_all(result, args.out)
+    print()
+    print(report.markdown_table(result))
+    print()
+    for p in paths:
+        print(f"wrote {p}")
+    print(f"total {result['elapsed_seconds']:.1f} s")
+    return 0

@@ -1,0 +1,178 @@
+"""The desktop app under the benchmark: ``python -m benchmarks.gui '<json params>'`` (a child).
+
+It starts the real main window (``camillo_desktop.mainwindow.MainWindow`` with its
+``VaultClient`` worker thread and the GUI-thread guard) under ``QT_QPA_PLATFORM=offscreen``,
+opens a clone of the lived-in vault with the demo passphrase (warm: the desktop's cache is there)
+the way ``camillo-desktop --demo`` does, and measures:
+
+* launch → first timeline rows: from the moment the parent started this process (interpreter
+  start, imports and Qt set-up included) to the timeline view's ``loaded`` signal, which fires
+  once the first page of rows has been decoded on the worker and is in the model;
+* open → first rows: from the open job's submission to the same signal;
+* search latency per query: from pressing Return in the search field to the search view's
+  ``loaded`` signal;
+* the longest GUI-thread stall in each phase: a 5 ms ``QTimer`` on the GUI thread records the
+  longest gap between two of its ticks (a gap of 5 ms means no stall); for the open it also
+  records when the three longest gaps started and when the open returned (``opened``), the window
+  was shown (``shown``) and the timeline was asked for (``view_requested``), relative to the open,
+  and, per gap, the GUI thread's and the process's CPU time: ``*_stall_cpu`` is the most process
+  CPU time inside one gap, the stall an otherwise idle machine would show (on a loaded machine a
+  gap can be mostly time the OS did not run the process at all).
+
+Settings go to a temporary INI file; the keychain is off (``CAMILLO_KEYCHAIN=none``).
+Runs the GUI thread (this module) and the app's vault worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from .child import MARK
+
+GUI_QUERIES = ["garden", "python script", "portuguese verbs type:message", "key:user/*", "type:message",
+               '"first approach is faster"', "birthday present Ana", "deadline compartment:work"]
+
+
+def main(argv: list[str]) -> int:
+    params = json.loads(argv[0])
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    os.environ.pop("DISPLAY", None)
+    os.environ.pop("WAYLAND_DISPLAY", None)
+    scratch = params["scratch"]
+    launched = params["launched"]
+
+    from camillo.demo import DEMO_PASSPHRASE
+    from camillo.vault import Unlock, Vault
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from camillo_desktop import theme
+    from camillo_desktop.mainwindow import MainWindow
+    from camillo_desktop.settings import Settings
+    from camillo_desktop.worker import VaultClient, install_thread_guard
+
+    from .corpus import Corpus, clone_fixture
+
+    try:  # older trees register the second desktop issue's views in a separate module
+        import camillo_desktop.views_more  # noqa: F401
+    except ImportError:
+        pass
+
+    fx = clone_fixture(Corpus(params["work"], params["records"], quick=params.get("quick", False),
+                              readonly=True, say=lambda _m: None).get("loose"),
+                       os.path.join(scratch, "loose"))
+    app = QApplication.instance() or QApplication(["camillo-bench"])
+    settings = Settings(QSettings(os.path.join(scratch, "settings.ini"), QSettings.Format.IniFormat))
+    theme.apply(app, "light")
+    install_thread_guard()
+    client = VaultClient()
+    window = MainWindow(client, settings)
+    window.resize(1280, 800)
+
+    # (tick time, gap since the previous tick, GUI-thread CPU time and process CPU time in the gap):
+    # a gap the GUI thread spent computing shows its own CPU time; one spent waiting for the GIL
+    # shows the process's (the worker's) CPU time; one where neither ran is the OS scheduler.
+    ticks: list[tuple[float, float, float, float]] = []
+    last = [time.perf_counter(), time.thread_time(), time.process_time()]
+
+    def tick() -> None:
+        now, th, pr = time.perf_counter(), time.thread_time(), time.process_time()
+        ticks.append((now, now - last[0], th - last[1], pr - last[2]))
+        last[:] = [now, th, pr]
+
+    probe = QTimer()
+    probe.setInterval(5)
+    probe.timeout.connect(tick)
+    probe.start()
+
+    def stall(t0: float, t1: float) -> float:
+        return max((g for t, g, _th, _pr in ticks if t0 < t <= t1 + 0.005), default=0.0)
+
+    def stall_cpu(t0: float, t1: float) -> float:
+        """The most process CPU time spent inside one gap: the stall a machine with idle cores
+        would see (a gap where the process did not run at all is the OS scheduler's)."""
+        return max((min(g, pr) for t, g, _th, pr in ticks if t0 < t <= t1 + 0.005), default=0.0)
+
+    def longest(t0: float, t1: float, n: int = 3) -> list[dict[str, float]]:
+        """The n longest gaps: when they started (from t0), how long, GUI-thread and process CPU."""
+        gaps = sorted((x for x in ticks if t0 < x[0] <= t1 + 0.005), key=lambda x: -x[1])[:n]
+        return [{"start": round(t - g - t0, 4), "gap": round(g, 4), "gui_cpu": round(th, 4), "process_cpu": round(pr, 4)}
+                for t, g, th, pr in gaps]
+
+    result: dict[str, Any] = {"queries": []}
+    state: dict[str, Any] = {"phase": "open", "i": 0}
+    queries = list(GUI_QUERIES) * params.get("rounds", 2)
+
+    def finish(error: str | None = None) -> None:
+        if error:
+            result["error"] = error
+        probe.stop()
+        app.quit()
+
+    def next_query() -> None:
+        if state["i"] >= len(queries):
+            finish()
+            return
+        q = queries[state["i"]]
+        state["phase"] = "search"
+        state["t0"] = time.perf_counter()
+        window.search.setText(q)
+        window._search()
+
+    def ready(name: str) -> None:
+        now = time.perf_counter()
+        if state["phase"] == "open" and name == "timeline":
+            state["phase"] = "idle"
+            result["open_to_rows"] = now - state["t_open"]
+            result["launch_to_rows"] = time.time() - launched
+            result["open_stall"] = stall(state["t_open"], now)
+            result["open_stall_cpu"] = stall_cpu(state["t_open"], now)
+            t0 = state["t_open"]
+            result["open_marks"] = {k: round(v - t0, 4) for k, v in marks.items()}
+            result["open_marks"]["rows"] = round(now - t0, 4)
+            result["open_longest_gaps"] = longest(t0, now)
+            QTimer.singleShot(300, next_query)
+        elif state["phase"] == "search" and name == "search":
+            state["phase"] = "idle"
+            result["queries"].append({"query": queries[state["i"]], "latency": now - state["t0"],
+                                      "stall": stall(state["t0"], now), "stall_cpu": stall_cpu(state["t0"], now),
+                                      "longest": longest(state["t0"], now, 1)})
+            state["i"] += 1
+            QTimer.singleShot(50, next_query)
+
+    window.view_ready.connect(ready)
+
+    def opener(_ctx) -> Vault:
+        return Vault.open(fx.vault, Unlock.passphrase(DEMO_PASSPHRASE), home=fx.homes["desktop"])
+
+    marks: dict[str, float] = {}
+
+    def opened(info: dict[str, Any]) -> None:
+        marks["opened"] = time.perf_counter()
+        window.show()
+        marks["shown"] = time.perf_counter()
+        window.vault_opened(info)
+        marks["view_requested"] = time.perf_counter()
+
+    def start() -> None:
+        state["t_open"] = time.perf_counter()
+        result["process_start_to_open"] = time.time() - launched
+        client.open_vault(opener, opened, lambda exc: finish(f"open failed: {exc}"), context=window)
+
+    QTimer.singleShot(0, start)
+    QTimer.singleShot(int(params.get("timeout", 300) * 1000), lambda: finish("timed out"))
+    app.exec()
+    client.shutdown()
+    result["max_tick_gap_overall"] = max((g for _t, g, _th, _pr in ticks), default=0.0)
+    result["ticks"] = len(ticks)
+    sys.stdout.write(MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""The benchmark suite runs end to end at a tiny size and writes well-formed results.
+
+It checks the harness, never the figures: performance is judged by ``bash scripts/bench`` on a
+quiet machine (docs/benchmarks.md), not by timed tests.  Runs the command in a subprocess, as a
+user would, with its own corpus and output folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDS = 300
+EXPECTED = {
+    "append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
+    "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
+    "merge", "merge_copy", "pack", "unpack", "compaction", "erasure", "revoke", "gui_launch", "gui_open",
+    "gui_open_stall", "gui_open_stall_cpu", "gui_search", "gui_search_stall", "gui_search_stall_cpu", "peak_rss",
+}
+WITH_FLOOR = {"append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
+              "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "merge", "merge_copy",
+              "pack", "unpack", "compaction", "erasure", "revoke", "gui_open", "peak_rss"}
+
+
+@pytest.mark.slow
+def test_benchmarks_run_at_a_tiny_size(tmp_path):
+    out, work = tmp_path / "results", tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if k not in ("CAMILLO_HOME", "DISPLAY", "WAYLAND_DISPLAY")}
+    env["QT_QPA_PLATFORM"] = "offscreen"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--records", str(RECORDS), "--runs", "1", "--quick",
+         "--out", str(out), "--work", str(work)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    result = json.loads((out / f"bench-{RECORDS}.json").read_text())
+    assert result["records"] == RECORDS and result["runs"] == 1
+    figures = {f["id"]: f for f in result["figures"]}
+    assert set(figures) >= EXPECTED, f"missing figures: {sorted(EXPECTED - set(figures))}"
+    for fid, f in figures.items():
+        assert f["median"] >= 0 and f["max"] >= f["median"] >= f["min"] >= 0, fid
+        if "stall" not in fid:  # a search can finish between two 5 ms ticks of the stall probe: no gap at all
+            assert f["min"] > 0, fid
+        if fid in WITH_FLOOR:
+            assert f["floor"] > 0 and f["ratio"] > 0, fid
+        if "target" in f:
+            assert f["status"].rstrip("*") in ("PASS", "MISS"), fid
+    for name in ("bulk", "loose", "compacted"):
+        c = result["counts"][name]
+        assert c["segments"] > 0 and c["records"] > RECORDS and c["signature_verifies"] > 0, name
+    p = result["primitives"]
+    assert all(p[k] > 0 for k in ("hpke_open", "hpke_seal", "ed25519_verify", "argon2id", "durable_write_4k"))
+    rows = result["vaultmem"]["rows"]
+    assert rows and all(r["camillo"]["median"] > 0 for r in rows if r["camillo"])
+    assert all(r["vaultmem"]["median"] > 0 for r in rows if r["vaultmem"])
+
+    md = (out / f"bench-{RECORDS}.md").read_text()
+    assert md.startswith(f"# Camillo benchmarks: {RECORDS} records")
+    assert "| Figure | Median | Min – max | CPU | Floor | × floor |" in md
+    for f in result["figures"]:
+        assert f["label"] in md, f["id"]
+    assert "## Camillo and VaultMem" in md
+
+    png = (out / "bench.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
+    from PIL import Image
+
+    with Image.open(out / "bench.png") as img:
+        assert img.width > 400 and img.height > 200
