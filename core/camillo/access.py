@@ -86,8 +86,8 @@ class Rekey:
     records: dict[bytes, list[bytes]] = field(default_factory=dict)  # compartment -> control records
     files: list[tuple[str, bytes]] = field(default_factory=list)  # new envelopes and slots
     delete: list[str] = field(default_factory=list)
-    new_secrets: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict)
-    new_vms: bytes | None = None
+    new_secrets: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict, repr=False)
+    new_vms: bytes | None = field(default=None, repr=False)
     new_generation: int | None = None
 
     def add_records(self, compartments: list[bytes], *raws: bytes) -> None:
@@ -202,12 +202,30 @@ def roll_keyring(vault: Vault, rekey: Rekey, *, exclude: set[bytes], destroyed: 
             rekey.delete.append(name)
 
 
+def write_files(vault: Vault, files: list[tuple[str, bytes]]) -> list[str]:
+    """Write an operation's new files (key files, re-encrypted segments), which go before the control
+    records that announce them.  If one cannot be written (the disk is full, the folder became
+    read-only), the ones written so far are deleted again: nothing announces them yet, so the failed
+    operation leaves the vault as it found it (as its error message says).  Returns the names written,
+    for ``_write_batches(undo=...)`` when the records announcing them cannot be written either."""
+    written: list[str] = []
+    try:
+        for name, data in files:
+            if vault.shelf.write(name, data):
+                written.append(name)
+    except VaultError:
+        vault._delete_quietly(reversed(written))
+        raise
+    return written
+
+
 def apply(vault: Vault, rekey: Rekey) -> None:
     """Write new key files, then the control records, then switch keys in memory, then delete."""
-    for name, data in rekey.files:
-        vault.shelf.write(name, data)
+    written = write_files(vault, rekey.files)
+    if rekey.new_vms is not None and rekey.new_generation is not None:
+        vault._seal_device_key_for(rekey.new_vms, rekey.new_generation)  # before the records: crash safety
     if rekey.records:
-        vault._write_batches(rekey.records)
+        vault._write_batches(rekey.records, undo=lambda: vault._delete_quietly(reversed(written)))
     if rekey.new_vms is not None:
         old = vault._vms
         vault._vms = SecretBytes(rekey.new_vms)
@@ -269,6 +287,36 @@ def write_grant_file(path: str, g: GrantFile, scope_ids: dict[str, bytes]) -> No
         os.fsync(fh.fileno())
 
 
+GRANT_NOT_AFTER_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: beyond it no calendar can show the expiry
+
+
+def _is_bytes(v: Any, n: int) -> bool:
+    return isinstance(v, bytes) and len(v) == n
+
+
+def _check_grant_map(m: dict) -> None:
+    """Every field of a grant file has its type before anything uses it (spec §16.2); ValueError
+    naming the field otherwise."""
+    checks = [
+        (2, lambda v: _is_bytes(v, 32), "vault id"),
+        (3, lambda v: _is_bytes(v, 16), "grant id"),
+        (4, lambda v: isinstance(v, str) and v.strip() != "", "agent name"),
+        (5, lambda v: isinstance(v, list) and v != [] and all(
+            isinstance(s, list) and len(s) == 3 and _is_bytes(s[0], 16) and type(s[1]) is int
+            and isinstance(s[2], str) for s in v), "scopes"),
+        (6, lambda v: _is_bytes(v, 32), "X-Wing seed"),
+        (7, lambda v: _is_bytes(v, 32), "Ed25519 seed"),
+        (8, lambda v: type(v) is int, "maximum class"),
+        (9, lambda v: v is None or (type(v) is int and 0 <= v <= GRANT_NOT_AFTER_MAX), "expiry"),
+        (10, lambda v: isinstance(v, list) and all(
+            isinstance(t, list) and len(t) == 2 and _is_bytes(t[0], 32) and _is_bytes(t[1], 32) for t in v),
+         "trusted owner devices"),
+    ]
+    for key, ok, what in checks:
+        if (key in m or key != 10) and (key not in m or not ok(m[key])):  # 10 is optional (older files)
+            raise ValueError(f"its {what} (field {key}) is missing or malformed")
+
+
 def read_grant_file(path: str) -> tuple[GrantFile, dict[str, bytes]]:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -281,8 +329,9 @@ def read_grant_file(path: str) -> tuple[GrantFile, dict[str, bytes]]:
         start = text.index(GRANT_ARMOR[0]) + len(GRANT_ARMOR[0])
         end = text.index(GRANT_ARMOR[1])
         m = encoding.decode(base64.b64decode("".join(text[start:end].split()), validate=True), "grant file")
-        if m.get(0) != "vmem-grant" or m.get(1) != 1:
+        if not isinstance(m, dict) or m.get(0) != "vmem-grant" or m.get(1) != 1:
             raise ValueError("not a version 1 grant")
+        _check_grant_map(m)
         scopes, scope_ids = {}, {}
         for cid, level, name in m[5]:
             scopes[name] = Level(level)
@@ -336,9 +385,9 @@ def create_grant(vault: Vault, agent: str, scopes: dict[str, Level], max_class: 
     g = GrantFile(vault.vault_id, grant_id, agent, dict(scopes), max_class, not_after, cred, trusted)
     write_grant_file(out_path, g, scope_ids)
     try:
-        for name, data in files:
-            vault.shelf.write(name, data)
-        vault._write_batches({c: [record] for c in [vault.roster.control_id, *scope_ids.values()]})
+        written = write_files(vault, files)
+        vault._write_batches({c: [record] for c in [vault.roster.control_id, *scope_ids.values()]},
+                             undo=lambda: vault._delete_quietly(reversed(written)))
     except BaseException:
         os.unlink(out_path)
         raise
@@ -499,6 +548,32 @@ def revoke(vault: Vault, subject: Principal, *, reason: str = "", reauth: Unlock
     )
 
 
+def finish_credential_changes(vault: Vault) -> int:
+    """Delete the current generation's slots of revoked passphrase and recovery credentials: the
+    last step of a passphrase change or recovery phrase re-issue (spec §16.7) when a crash came
+    between its control records and the deletion.  Such a slot no longer counts, but the old secret
+    still unwraps the current master secret from it.  Returns how many slots were deleted."""
+    r = vault.roster
+    if vault._vms is None or vault.actor is None or vault.actor.kind != CredentialKind.DEVICE:
+        return 0
+    dead = {p.recipient_id for p in r.principals.values()
+            if p.writer_id in r.revocations and p.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)}
+    if not dead:
+        return 0
+    deleted = 0
+    for h in vault._slot_headers()[0]:
+        if h.generation != vault._generation or h.type not in (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY):
+            continue
+        try:
+            st = slots.read_statement(h, vault.vault_id, vault._vms.get())
+        except VaultError:
+            continue
+        if st.recipient_id in dead:
+            vault.shelf.delete(h.name)
+            deleted += 1
+    return deleted
+
+
 def set_policy(vault: Vault, *, erasure: bool, reason: str = "") -> None:
     vault._require_owner("changing the vault policy")
     actor = vault._require_writer()
@@ -524,6 +599,13 @@ def scheduled_epochs(vault: Vault) -> None:
     if vault.actor is None or vault.actor.kind != CredentialKind.DEVICE or vault._owner_kem is None:
         return
     now = int(time.time())
+    # Counting batches per epoch walks every batch: do it when a minute passed or a sixteenth of the
+    # limit arrived since the last count (the policy is "about 1000 batches or 30 days", not exact).
+    last_time, last_size = getattr(vault, "_epoch_check", (0.0, -(1 << 30)))
+    step = max(1, min(64, SCHEDULED_EPOCH_BATCHES // 16))
+    if time.monotonic() - last_time < 60 and len(vault.views) - last_size < step:
+        return
+    vault._epoch_check = (time.monotonic(), len(vault.views))
     due = []
     for cid in [vault.roster.control_id, *vault.roster.compartments]:
         epoch = vault.roster.current_epoch(cid)

@@ -81,8 +81,8 @@ def _unlock(args: argparse.Namespace) -> Unlock:
     return Unlock.passphrase(_passphrase())
 
 
-def _open(args: argparse.Namespace, *, register: bool = True, cache: bool = True) -> Vault:
-    return Vault.open(args.vault, _unlock(args), register=register, cache=cache)
+def _open(args: argparse.Namespace, *, register: bool = True, cache: bool = True, read_only: bool = False) -> Vault:
+    return Vault.open(args.vault, _unlock(args), register=register, cache=cache, read_only=read_only)
 
 
 def _fmt_time(ts: int | None) -> str:
@@ -166,7 +166,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
-        vault = _open(args, register=False, cache=False)
+        vault = _open(args, register=False, cache=False, read_only=True)  # verify never writes
     except WrongCredential:
         raise
     except VaultError as exc:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .access import write_files
 from .control import ManifestInfo
 from .erasure import _batches_of_segment, reseal
 from .records import Kind, encode_record
@@ -66,6 +67,7 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
     written = 0
     compacted = 0
     records: dict[bytes, list[bytes]] = {}
+    new_files: list[tuple[str, bytes]] = []
     for cid in [r.control_id, *r.compartments]:
         epoch = r.current_epoch(cid)
         if epoch is None or (cid, epoch.epoch_id) not in vault._epoch_keys:
@@ -85,8 +87,9 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
                 batches.setdefault(b.id, b)
         ordered = sorted(batches.values(), key=lambda b: (b.header.writer_id, b.header.seq))
         replaced_by_batch = {b: name for name in small for b in vault._segment_batches[name]}
-        for name, data, bids in reseal(vault, cid, epoch.epoch_id, epoch.public, ordered):
-            vault.shelf.write(name, data)
+        resealed = reseal(vault, cid, epoch.epoch_id, epoch.public, ordered)
+        new_files += [(name, data) for name, data, _ in resealed]
+        for name, data, bids in resealed:
             written += 1
             compacted += len(bids)
             old = sorted({replaced_by_batch[b] for b in bids})
@@ -99,7 +102,8 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
             if cid != r.control_id:
                 records.setdefault(cid, []).append(rec)
     if records:
-        vault._write_batches(records)
+        written = write_files(vault, new_files)  # every new segment, or none, before the records listing them
+        vault._write_batches(records, undo=lambda: vault._delete_quietly(reversed(written)))
     deleted, pending = prune(vault, prune_now=prune_now, now=now)
     return CompactionReport(before, written, deleted, compacted, pending)
 

@@ -347,6 +347,18 @@ def _bytes(v: Any, n: int, what: str) -> bytes:
     return v
 
 
+def _uint(v: Any, what: str) -> int:
+    if type(v) is not int or v < 0:
+        raise CanonicalError(f"{what} must be an unsigned integer")
+    return v
+
+
+def _map(v: Any, what: str) -> dict:
+    if not isinstance(v, dict):
+        raise CanonicalError(f"{what} must be a map")
+    return v
+
+
 def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
     if not isinstance(v, list):
         raise CanonicalError(f"{what} must be a list")
@@ -412,7 +424,8 @@ class _Builder:
     def run(self) -> None:
         control_views = sorted((v for v in self.views.values() if v.id not in self.excluded and any(
             rec is not None and rec.is_control for rec in v.records)), key=lambda v: v.id)
-        other = [v for v in self.views.values() if v.id not in self.excluded and v not in control_views]
+        control_ids = {v.id for v in control_views}
+        other = [v for v in self.views.values() if v.id not in self.excluded and v.id not in control_ids]
         changed = True
         while changed:
             changed = False
@@ -561,6 +574,8 @@ class _Builder:
             for item in scopes_raw:
                 if not isinstance(item, list) or len(item) != 2:
                     raise CanonicalError("malformed grant scope")
+                if type(item[1]) is not int:
+                    raise CanonicalError("grant level must be an integer (1 read, 2 write, 3 append)")
                 try:
                     scopes[_bytes(item[0], 16, "compartment id")] = Level(item[1])
                 except ValueError:
@@ -568,13 +583,15 @@ class _Builder:
             sig_pk = _bytes(body.get(3), 32, "grant signing key")
             rpk = _bytes(body.get(4), XWING_PK_LEN, "grant recipient key")
             try:
+                if type(body.get(5)) is not int:
+                    raise ValueError
                 max_class = Authority(body.get(5))
             except ValueError:
                 raise CanonicalError("grant max class must be 0..3") from None
             if max_class > Authority.OBSERVED:
                 raise CanonicalError("an agent grant's maximum class is at most observed")
             not_after = body.get(6)
-            info = GrantInfo(grant_id, agent, scopes, max_class, not_after if isinstance(not_after, int) else None,
+            info = GrantInfo(grant_id, agent, scopes, max_class, not_after if type(not_after) is int else None,
                              rec.ts or 0, rec.id)
             wid = ids.writer_id(SIG_ED25519, sig_pk)
             if wid not in self.r.principals:
@@ -653,16 +670,17 @@ class _Builder:
                     self.r.problems.append(("revocation", view.segment,
                                             f"revocation {rec.id.hex()[:12]} of a user credential lacks a passphrase or recovery signature"))
                     continue
-            seen_raw = body.get(2) or {}
-            pins_raw = body.get(3) or {}
             try:
                 seen = {
-                    _bytes(c, 16, "compartment"): {_bytes(w, 32, "writer"): int(s) for w, s in vv.items()}
-                    for c, vv in seen_raw.items()
+                    _bytes(c, 16, "seen compartment"): {_bytes(w, 32, "seen writer"): _uint(s, "seen seq")
+                                                        for w, s in _map(vv, "seen entry").items()}
+                    for c, vv in _map(body.get(2, {}), "seen").items()
                 }
-                pins = {_bytes(c, 16, "compartment"): _bytes(b, 32, "batch") for c, b in pins_raw.items()}
-            except (CanonicalError, AttributeError, TypeError, ValueError):
-                self.r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed"))
+                pins = {_bytes(c, 16, "pins compartment"): _bytes(b, 32, "pinned batch")
+                        for c, b in _map(body.get(3, {}), "pins").items()}
+            except CanonicalError as exc:
+                self.r.problems.append(("damaged", view.segment,
+                                        f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
                 continue
             reason = body.get(4) if isinstance(body.get(4), str) else ""
             self.r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))

@@ -31,9 +31,10 @@ Value = None | bool | int | bytes | str | list["Value"] | dict[Any, "Value"]
 
 
 def _check(obj: Any, depth: int, path: str) -> None:
-    if depth > MAX_DEPTH:
-        raise CanonicalError(f"{path}: nested more than {MAX_DEPTH} levels")
+    # ``depth`` counts the arrays and maps around ``obj``; an array or map is itself one more level.
     t = type(obj)
+    if (t is list or t is dict) and depth >= MAX_DEPTH:
+        raise CanonicalError(f"{path}: nested more than {MAX_DEPTH} levels")
     if t is int:
         if not _INT_MIN <= obj <= _INT_MAX:
             raise CanonicalError(f"{path}: integer outside 64 bits")

@@ -32,7 +32,7 @@ import os
 import platform
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,8 @@ from .primitives import (
     CryptoFailure,
     aead_decrypt,
     aead_encrypt,
+    check_recipient_public,
+    constant_time_equal,
     hkdf,
     labelled,
     random_bytes,
@@ -114,7 +116,7 @@ def typed_code(secret: bytes) -> str:
 
 @dataclass(frozen=True)
 class ParsedCode:
-    secret: bytes
+    secret: bytes = field(repr=False)  # the one-time enrollment secret: never shown
     vault_id: bytes | None  # known from a QR; a typed code relies on the folder's descriptor
     expiry: int | None
 
@@ -244,9 +246,17 @@ class Offer:
 
     def _parse(self, plaintext: bytes) -> Request:
         m = encoding.decode(plaintext, "enrollment request")
-        req = Request(m[0], m[1], m[2], m[3], m[5], plaintext)
-        if len(req.xwing_public) != 1216 or len(req.sig_public) != 32 or not isinstance(req.name, str):
+        if not isinstance(m, dict):
+            raise ValueError("it is not a map")
+        req = Request(m.get(0), m.get(1), m.get(2), m.get(3), m.get(5), plaintext)
+        if not (isinstance(req.xwing_public, bytes) and len(req.xwing_public) == 1216
+                and isinstance(req.sig_public, bytes) and len(req.sig_public) == 32
+                and isinstance(req.name, str) and isinstance(req.platform, str) and isinstance(req.pop, bytes)):
             raise ValueError("malformed keys")
+        try:
+            check_recipient_public(req.xwing_public)  # what the slot wrap at confirmation needs (spec §3.3)
+        except CryptoFailure as exc:
+            raise EnrollmentError(f"the new device's X-Wing public key is malformed ({exc})") from None
         if not verify_signature(1, req.sig_public, pop_message(self.vault.vault_id, req.sig_public, req.xwing_public),
                                 req.pop):
             raise ValueError("its proof of possession does not verify")
@@ -256,7 +266,8 @@ class Offer:
         """The user saw the same code on both screens (or typed the new device's code)."""
         if self.poll() != OfferState.REQUESTED or self.request is None:
             raise EnrollmentError(f"nothing to confirm: the offer is {self.state.value}")
-        if typed_sas is not None and typed_sas.strip().replace(" ", "") != self.sas:
+        if typed_sas is not None and not constant_time_equal(typed_sas.strip().replace(" ", "").encode(),
+                                                             (self.sas or "").encode()):
             self.state = OfferState.REFUSED
             self._cleanup()
             raise EnrollmentError("the codes do not match: someone else may have used the QR code. Nothing was "
@@ -278,7 +289,8 @@ class Offer:
             kdf=None, label=req.name, signer=actor.signer, signer_id=actor.writer_id,
         )
         vault.shelf.write(slots.file_name(sid), slot)
-        vault._write_batches({c: [cert] for c in [vault.roster.control_id, *vault.roster.compartments]})
+        vault._write_batches({c: [cert] for c in [vault.roster.control_id, *vault.roster.compartments]},
+                             undo=lambda: vault._delete_quietly([slots.file_name(sid)]))
         frontier = {c: {w: [max(chain), chain[max(chain)]] for (w, cc), chain in vault.log.chains.items()
                         if cc == c and chain}
                     for c in [vault.roster.control_id, *vault.roster.compartments]}
@@ -334,6 +346,27 @@ def drop_offer(vault: Vault) -> None:
 
 
 # -- the new device -----------------------------------------------------------------------------
+
+
+def _check_response(m: object) -> tuple[bytes, bytes, bytes, dict, int]:
+    """The response's fields, each with its type (spec §21), or ValueError: they name a file to read
+    and seed the new device's memory, so nothing malformed may pass (a shoulder-surfer who saw the
+    QR code can write a response)."""
+    if not isinstance(m, dict):
+        raise ValueError("it is not a map")
+    slot_id, slot_hash, vault_id, frontier, generation = (m.get(k) for k in (0, 1, 3, 4, 5))
+    if not (isinstance(slot_id, bytes) and len(slot_id) == 16 and isinstance(slot_hash, bytes)
+            and len(slot_hash) == 32 and isinstance(vault_id, bytes) and len(vault_id) == 32
+            and type(generation) is int and 1 <= generation < 2**32 and isinstance(frontier, dict)):
+        raise ValueError("malformed fields")
+    for cid, per in frontier.items():
+        if not (isinstance(cid, bytes) and len(cid) == 16 and isinstance(per, dict)):
+            raise ValueError("malformed frontier")
+        for wid, v in per.items():
+            if not (isinstance(wid, bytes) and len(wid) == 32 and isinstance(v, list) and len(v) == 2
+                    and type(v[0]) is int and 1 <= v[0] < 2**63 and isinstance(v[1], bytes) and len(v[1]) == 32):
+                raise ValueError("malformed frontier entry")
+    return slot_id, slot_hash, vault_id, frontier, generation
 
 
 class JoinState(Enum):
@@ -409,8 +442,8 @@ class Join:
             try:
                 m = encoding.decode(_open(self._k("resp"), "vmem/v1/enroll/resp", self.sid,
                                           shelf.read(self.base + ".resp")), "enrollment response")
-                slot_id, slot_hash, vault_id, frontier, generation = m[0], m[1], m[3], m[4], m[5]
-            except (CryptoFailure, VaultError, KeyError, TypeError) as exc:
+                slot_id, slot_hash, vault_id, frontier, generation = _check_response(m)
+            except (CryptoFailure, VaultError, ValueError) as exc:
                 raise EnrollmentError(f"the enrollment response was damaged or tampered with ({exc}); "
                                       "make a new offer") from None
             if vault_id != self.vault_id:

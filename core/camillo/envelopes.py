@@ -23,7 +23,7 @@ Pure functions; any thread may call them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -74,7 +74,7 @@ class EnvelopePayload:
     compartment_id: bytes
     epoch_id: bytes
     recipient_id: bytes
-    key: bytes
+    key: bytes = field(repr=False)  # an epoch secret: never shown
     signatures: list[list[Any]]
     message: bytes
     file: str

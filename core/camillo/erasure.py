@@ -43,11 +43,12 @@ from .access import (
     proof_of_possession,
     require_erasure_allowed,
     roll_keyring,
+    write_files,
 )
 from .control import Level, owner_entry
 from .credentials import Credential, CredentialKind
 from .envelopes import EnvelopeKind
-from .errors import UsageError
+from .errors import UsageError, VaultError
 from .localstate import Installation
 from .records import Batch, Kind, encode_record
 from .storage import segment_name
@@ -159,10 +160,11 @@ def rotation_records(vault: Vault, old: Credential, new: Credential) -> list[byt
     return [cert, retire]
 
 
-def become(vault: Vault, new: Credential) -> Credential:
+def become(vault: Vault, new: Credential, *, seen_manifests: tuple[bytes, ...] = ()) -> Credential:
     """This installation now writes as ``new`` (stored in the keychain or sealed locally, with a
-    fresh device state and cache).  Returns the old credential, whose key is deleted by
-    :func:`forget_old_key` once the new certificate is durable."""
+    fresh device state and cache).  ``seen_manifests``: erasure manifests about to be written that
+    the new key has nothing to fear from (it never held what they destroy).  Returns the old
+    credential, whose key is deleted by :func:`forget_old_key` once the new certificate is durable."""
     old = vault.actor
     assert old is not None
     inst = vault.local.load_installation()
@@ -188,10 +190,42 @@ def become(vault: Vault, new: Credential) -> Credential:
     vault._cache = Cache(vault.local.cache_path(new.writer_id), new.signer.seed, vault.vault_id)
     vault._cache_dirty = True
     vault._open_state_store()
-    vault.device_state = DeviceState(generation=vault._generation, manifests=erasure_manifests(vault))
+    vault.device_state = DeviceState(generation=vault._generation,
+                                     manifests=sorted({*erasure_manifests(vault), *seen_manifests}))
     assert vault._state_store is not None
     vault._state_store.save(vault.device_state)
     return old
+
+
+def unbecome(vault: Vault, old: Credential, new: Credential) -> None:
+    """Undo :func:`become` when the new key's first batches could not be written at all (the disk is
+    full): this installation writes as ``old`` again, whose device state is still on disk, and the new
+    key, which nothing certifies, is forgotten.  Best effort: if this fails too, the next open
+    registers the installation anew."""
+    from .cache import Cache
+
+    try:
+        inst = vault.local.load_installation()
+        keystore = inst.keystore if inst else "local"
+        if keystore == "keychain":
+            keychain.delete(vault.vault_id, new.writer_id)
+        else:
+            import os
+
+            try:
+                os.unlink(vault.local.device_key_path)
+            except FileNotFoundError:
+                pass
+            vault._save_local_device_key(old)
+        vault.local.save_installation(Installation(old.writer_id, keystore, int(time.time())))
+    except VaultError:
+        pass
+    vault.actor = old
+    if vault._cache is not None:
+        vault._cache.discard()
+    vault._cache = Cache(vault.local.cache_path(old.writer_id), old.signer.seed, vault.vault_id)
+    vault._cache_dirty = True
+    vault._open_state_store()
 
 
 def erasure_manifests(vault: Vault) -> list[bytes]:
@@ -342,22 +376,33 @@ def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None
               3: sorted(seen)},
         signers=[cred.signer, old_actor.signer],
     )
-    # 1. new key files and the re-encrypted segments;
-    for name, data in rekey.files:
-        vault.shelf.write(name, data)
-    for name, data, _ in new_segments:
-        vault.shelf.write(name, data)
+    # 1. new key files and the re-encrypted segments (all deleted again if one cannot be written);
+    written = write_files(vault, [*rekey.files, *((name, data) for name, data, _ in new_segments)])
     # 2. this installation becomes the new device, whose first batches carry its certificate and the
     #    old key's retirement: the control compartment first, so that the erased compartment's own
     #    batch is sealed under the new epoch the control batch announces;
-    become(vault, new_dev)
+    # (the new key knows this erasure from the start: a crash before the state below is saved must
+    # not make it rotate again on the next open and retire the key that signed the new slots)
+    become(vault, new_dev, seen_manifests=(ids.record_id(manifest),))
+    assert rekey.new_vms is not None and rekey.new_generation is not None
+    vault._seal_device_key_for(rekey.new_vms, rekey.new_generation)  # before the records: crash safety
     per = {c: list(rotation) for c in [r.control_id, *r.compartments]}
     for c, raws in rekey.records.items():
         per.setdefault(c, []).extend(raws)
     per[r.control_id] = [*per[r.control_id], erase_record, manifest]
-    vault._write_batches({r.control_id: per.pop(r.control_id)})
+
+    def undo() -> None:  # the control batch could not be written at all: leave the vault as it was
+        vault._delete_quietly(reversed(written))
+        unbecome(vault, old_actor, new_dev)
+
+    vault._write_batches({r.control_id: per.pop(r.control_id)}, undo=undo)
     per[cid] = [*per[cid], erase_record, manifest]
-    vault._write_batches(per)
+    try:
+        vault._write_batches(per)
+    except VaultError as exc:  # the erasure is announced: it cannot be undone, only completed
+        raise type(exc)(f"the erasure was interrupted after its control records were written "
+                        f"({exc.message.split(';')[0]}); free some space (or make the folder writable) and erase "
+                        "again to complete it", file=exc.file) from None
     assert vault._state_store is not None
     with vault._state_store.locked():  # this device's new key never held the destroyed keys
         ds = vault._state_store.load() or vault.device_state
@@ -403,8 +448,9 @@ def reissue_recovery(vault: Vault, *, reauth: Unlock | None = None) -> str:
     for p in old:
         records.append(vault._revoke_record(p.writer_id, "recovery phrase re-issued", signers=[signer.signer, actor.signer]))
     old_slots = [h.name for h in vault._slot_headers()[0] if h.type == slots.SlotType.RECOVERY]
-    vault._write_slot(new, slots.SlotType.RECOVERY, "recovery phrase")
-    vault._write_batches({c: records for c in [vault.roster.control_id, *vault.roster.compartments]})
+    slot = vault._write_slot(new, slots.SlotType.RECOVERY, "recovery phrase")
+    vault._write_batches({c: records for c in [vault.roster.control_id, *vault.roster.compartments]},
+                         undo=lambda: vault._delete_quietly([slot]))
     for name in old_slots:
         vault.shelf.delete(name)
     return phrase

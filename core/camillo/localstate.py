@@ -21,6 +21,7 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from . import encoding
 from .errors import DamagedFile, StorageError
 from .primitives import CryptoFailure, random_bytes
 from .sealed import open_sealed, seal
+from .storage import make_dirs_durable
 
 LOCAL_MAGIC = b"VMEMLOCL\x01"
 
@@ -53,7 +55,7 @@ def cache_root(home: str | None = None) -> str:
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
     directory = os.path.dirname(path)
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_dirs_durable(directory, 0o700)
         tmp = os.path.join(directory, f".tmp-{random_bytes(8).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
@@ -70,6 +72,12 @@ def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
         finally:
             os.close(dfd)
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise StorageError(f"the disk holding this installation's local state is full; {path} was not written: "
+                               "free some space and try again") from None
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise StorageError(f"cannot write this installation's local state {path} ({exc.strerror}): make it "
+                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
         raise StorageError(f"cannot write local state {path}: {exc.strerror}") from None
 
 

@@ -50,8 +50,12 @@ class CausalLog:
     forks: list[Fork] = field(default_factory=list)
     chains: dict[tuple[bytes, bytes], dict[int, bytes]] = field(default_factory=dict)
     heads: dict[bytes, set[bytes]] = field(default_factory=dict)
+    tops: dict[tuple[bytes, bytes], int] = field(default_factory=dict)  # max seq of each chain (kept by the builders)
 
     def max_seq(self, writer_id: bytes, compartment_id: bytes) -> int:
+        top = self.tops.get((writer_id, compartment_id))
+        if top is not None:
+            return top
         chain = self.chains.get((writer_id, compartment_id))
         return max(chain) if chain else 0
 
@@ -64,6 +68,24 @@ def precedes(a: BatchView, b: BatchView) -> bool:
     if ha.writer_id == hb.writer_id:
         return ha.seq <= hb.seq
     return hb.frontier.get(ha.writer_id, 0) >= ha.seq
+
+
+GAP_RUN_DETAIL = 64  # a longer run of missing seqs is reported as one gap (spec §17.4)
+
+
+def _add_gaps(gaps: list[Gap], writer: bytes, compartment: bytes, first: int, last: int, last_id: bytes | None,
+              reason: str) -> None:
+    """Report the missing seqs ``first`` to ``last`` of one writer, the last one named by ``last_id``.
+    A run longer than :data:`GAP_RUN_DETAIL` is one gap (its first seq, the count in the reason), so
+    a hostile seq or frontier claim (any uint) costs nothing to report."""
+    if last - first + 1 <= GAP_RUN_DETAIL:
+        for seq in range(first, last + 1):
+            gaps.append(Gap(writer, compartment, seq, last_id if seq == last else None, reason))
+        return
+    end = last - 1 if last_id is not None else last
+    gaps.append(Gap(writer, compartment, first, None, f"{reason} (seq {first} to {end}: {end - first + 1} batches)"))
+    if last_id is not None:
+        gaps.append(Gap(writer, compartment, last, last_id, reason))
 
 
 def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster) -> CausalLog:
@@ -114,14 +136,12 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
 
     present = log.accepted
     for (wid, cid), chain in log.chains.items():
-        if not chain:
-            continue
-        top = max(chain)
-        for seq in range(1, top):
-            if seq not in chain:
-                nxt = chain.get(seq + 1)
-                named = views[nxt].header.prev if nxt else None
-                log.gaps.append(Gap(wid, cid, seq, named, "missing from its writer's chain"))
+        below = 0
+        for seq in sorted(chain):
+            if seq > below + 1:  # seqs below+1 .. seq-1 are missing; the last one is named by seq's prev
+                _add_gaps(log.gaps, wid, cid, below + 1, seq - 1, views[chain[seq]].header.prev,
+                          "missing from its writer's chain")
+            below = seq
     claimed: dict[tuple[bytes, bytes], int] = {}
     referenced: dict[bytes, bytes] = {}  # missing-candidate batch id -> compartment of a batch naming it
     for bid in present:
@@ -133,13 +153,10 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
             referenced.setdefault(d, h.compartment_id)
         if h.prev:
             referenced.setdefault(h.prev, h.compartment_id)
-    known_gap = {(g.writer_id, g.compartment_id, g.seq) for g in log.gaps}
     for (w, c), s in claimed.items():
-        have = log.max_seq(w, c)
-        for seq in range(have + 1, s + 1):
-            if (w, c, seq) not in known_gap:
-                log.gaps.append(Gap(w, c, seq, None, "seen by another writer but not here"))
-                known_gap.add((w, c, seq))
+        have = log.max_seq(w, c)  # chain gaps are all below it: a claim never repeats one
+        if s > have:
+            _add_gaps(log.gaps, w, c, have + 1, s, None, "seen by another writer but not here")
     claimed_missing = {(g.compartment_id) for g in log.gaps if g.batch_id is None}
     for dep, cid in referenced.items():
         if dep in present or dep in log.rejected or any(g.batch_id == dep for g in log.gaps):
@@ -159,7 +176,60 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
         h = views[bid].header
         if seen_max[h.compartment_id].get(h.writer_id, 0) < h.seq:
             log.heads.setdefault(h.compartment_id, set()).add(bid)
+    log.tops = {key: max(chain) for key, chain in log.chains.items() if chain}
     return log
+
+
+def extend_log(log: CausalLog, views: dict[bytes, BatchView], new: list[bytes], roster: Roster) -> bool:
+    """The common case in O(new): each new batch is the next link of its writer's chain, by a
+    writer the roster lets write there, seeing only batches that are here, in a compartment with
+    nothing missing.  Then :func:`build_log` would give exactly the log extended by them: extend
+    ``log`` in place and return True.  Otherwise change nothing and return False (the caller
+    rebuilds the whole log)."""
+    tops: dict[tuple[bytes, bytes], int] = {}
+    last: dict[tuple[bytes, bytes], BatchView] = {}
+    order = sorted((views[b] for b in new), key=lambda v: (v.header.writer_id, v.header.compartment_id, v.header.seq))
+    gap_compartments = {g.compartment_id for g in log.gaps} | {f.compartment_id for f in log.forks}
+    ids_new = set(new)
+    for v in order:
+        h = v.header
+        key = (h.writer_id, h.compartment_id)
+        if h.compartment_id in gap_compartments or v.id in log.accepted or v.id in log.rejected:
+            return False
+        if h.writer_id in roster.revocations or not roster.can_write(h.writer_id, h.compartment_id)[0]:
+            return False
+        top = tops.get(key, log.max_seq(*key))
+        if h.seq != top + 1:
+            return False
+        if top:
+            prev_view = last.get(key) or views.get(log.chains[key][top])
+            if prev_view is None or h.prev != prev_view.id:
+                return False
+            if any(h.frontier.get(w, 0) < s for w, s in prev_view.header.frontier.items()):
+                return False
+        elif h.prev is not None:
+            return False
+        for w, s in h.frontier.items():
+            if s > tops.get((w, h.compartment_id), log.max_seq(w, h.compartment_id)) and not (w == h.writer_id and s == h.seq - 1):
+                return False
+        for d in h.deps:
+            if d not in log.accepted and d not in ids_new:
+                return False
+        tops[key] = h.seq
+        last[key] = v
+    for v in order:
+        h = v.header
+        key = (h.writer_id, h.compartment_id)
+        log.chains.setdefault(key, {})[h.seq] = v.id
+        log.tops[key] = h.seq
+        log.accepted.add(v.id)
+        heads = log.heads.setdefault(h.compartment_id, set())
+        for hid in list(heads):
+            hh = views[hid].header
+            if h.frontier.get(hh.writer_id, 0) >= hh.seq:
+                heads.discard(hid)
+        heads.add(v.id)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +303,10 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
         key = g.batch_id or (g.writer_id + g.compartment_id + g.seq.to_bytes(8, "big"))
         t = since(key)
         kind = "syncing" if now - t < SYNC_GRACE_SECONDS or (g.batch_id in covered) else "missing"
-        alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t, g.reason))
+        what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
+        seq = f" (seq {g.seq})" if g.seq else ""
+        alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t,
+                            f"{what}{seq} has not arrived: {g.reason}"))
     memory = {c: dict(m) for c, m in remembered.items()}
     for (wid, cid), chain in log.chains.items():
         if not chain:

@@ -7,6 +7,7 @@ reader, so a pack cannot smuggle in a name a folder would never hold.  Pure; any
 
 from __future__ import annotations
 
+import functools
 import re
 
 NAME_PATTERNS = {
@@ -19,6 +20,7 @@ NAME_PATTERNS = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def kind_of(name: str) -> str | None:
     """The kind of a canonical name, or None for a name readers must ignore."""
     for kind, pattern in NAME_PATTERNS.items():

@@ -390,9 +390,10 @@ def recovery_entropy(phrase: str) -> bytes:
     count = len(words.split())
     if count not in (12, 15, 18, 21, 24):
         raise WrongCredential(f"a recovery phrase has 12 to 24 words; this one has {count}")
-    unknown = [w for w in words.split() if w not in _MNEMONIC.wordlist]
-    if unknown:
-        raise WrongCredential(f"'{unknown[0]}' is not a recovery-phrase word; check the spelling")
+    unknown = [i for i, w in enumerate(words.split(), 1) if w not in _MNEMONIC.wordlist]
+    if unknown:  # by position: a mistyped word is most of a real one, so it is never echoed
+        raise WrongCredential(f"word {unknown[0]} of the recovery phrase is not a recovery-phrase word; "
+                              "check its spelling")
     try:
         return bytes(_MNEMONIC.to_entropy(words))
     except ValueError:

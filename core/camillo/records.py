@@ -512,8 +512,10 @@ def _header_from_map(m: Any) -> BatchHeader:
     if len(set(records)) != len(records):
         raise CanonicalError("a batch lists the same record twice")
     ts = need(H.TS, int, "ts")
+    if ts < 0:
+        raise CanonicalError("batch header field ts must be an unsigned integer")
     algs = need(H.SIG_ALGS, list, "sig_algs")
-    if not algs or any(type(a) is not int for a in algs):
+    if not algs or any(type(a) is not int or a < 0 for a in algs):
         raise CanonicalError("sig_algs must list algorithm ids")
     return BatchHeader(vault, comp, writer, seq, prev, tuple(deps), frontier, tuple(records), ts, tuple(algs))
 

@@ -106,6 +106,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
     q = parse(text)
     roster = state._roster
     assert roster is not None
+    state.ensure_search()
     where = ["r.valid = 1", "r.kind IN (1, 3)"]
     args: list[object] = []
     if "hidden" not in q.filters.get("is", []):
@@ -157,7 +158,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
             raise UsageError(f"is:{value}: use is:conflict, is:pending or is:hidden")
     if q.has_text:
         sql = (f"SELECT r.id FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND "
-               f"{' AND '.join(where)} ORDER BY bm25(search), r.ts DESC LIMIT ?")
+               f"{' AND '.join(where)} ORDER BY bm25(search), r.ts DESC, r.lamport DESC, r.idx DESC, r.id LIMIT ?")
         rows = state.db.execute(sql, [_fts_query(q), *args, limit]).fetchall()
     else:
         sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY r.ts DESC, r.lamport DESC, r.idx DESC, r.id LIMIT ?"

@@ -92,6 +92,17 @@ CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NO
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
 """
 
+# Timestamps are informational (spec §8.2: any uint).  One a calendar cannot show (after the year 3000)
+# or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
+TS_SHOWN_MAX = 32_503_680_000  # 3000-01-01T00:00:00Z
+SQLITE_INT_MAX = 2**63 - 1
+
+
+def shown_ts(ts: Any) -> int | None:
+    """A record's or batch's ``ts`` as views show and order it: None when absent or out of range."""
+    return ts if type(ts) is int and 0 <= ts <= TS_SHOWN_MAX else None
+
+
 REF_PRED = 1
 REF_SOURCE = 2
 REF_TARGET = 3
@@ -248,10 +259,14 @@ class MaterializeResult:
 
 class State:
     def __init__(self, db: sqlite3.Connection | None = None) -> None:
-        self.db = db or sqlite3.connect(":memory:")
-        self.db.executescript(SCHEMA)
+        self._db = db or sqlite3.connect(":memory:")
+        self._db.executescript(SCHEMA)
         self._roster: Roster | None = None
         self._views: dict[bytes, BatchView] = {}
+        self._rows: list[tuple] = []  # staged, not yet written (see flush)
+        self._refs: list[tuple] = []
+        self._texts: list[tuple] = []
+        self._unindexed: list[tuple] = []  # (record id, text) written but not yet in the search index
 
     # ------------------------------------------------------------------------------- ingest
 
@@ -263,7 +278,7 @@ class State:
         h = view.header
         # Orders records written within one second: later batches of a writer, and batches that saw
         # others, sort after what they saw; records of one batch keep their order.
-        lamport = h.seq + sum(h.frontier.values())
+        lamport = min(h.seq + sum(h.frontier.values()), SQLITE_INT_MAX)
         for idx, rec in enumerate(records):
             rid = h.records[idx]
             if rec is None:
@@ -283,7 +298,7 @@ class State:
             has_refs = int(bool(rec.pred or rec.sources or rec.target))
             import_key = rec.meta.get("import") if isinstance(rec.meta.get("import"), str) else None
             rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, rec.author, rec.kind, rec.type, rec.key,
-                         rec.authority, rec.authority, rec.ts, conversation, role, text, rec.raw, has_refs, 0,
+                         rec.authority, rec.authority, shown_ts(rec.ts), conversation, role, text, rec.raw, has_refs, 0,
                          import_key, lamport))
             for p in rec.pred:
                 refs.append((rid, p, REF_PRED))
@@ -293,21 +308,59 @@ class State:
                 refs.append((rid, rec.target, REF_TARGET))
             if rec.kind in (Kind.PUT, Kind.NOTE):
                 texts.append((rid, " ".join(x for x in (text, rec.key or "", rec.type or "") if x)))
-        self.db.executemany(
+        # Buffered: one statement per table for many batches (an open stages thousands).
+        self._rows += rows
+        self._refs += refs
+        self._texts += texts
+        if len(self._rows) >= 20_000:
+            self.flush()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The database, with every staged row written first (so no reader sees a partial view)."""
+        if self._rows:
+            self.flush()
+        return self._db
+
+    @property
+    def cache_db(self) -> sqlite3.Connection:
+        """The database without flushing: for the cache_* tables only, which staging never touches."""
+        return self._db
+
+    def flush(self) -> None:
+        """Write the staged rows (before anything reads the tables)."""
+        if not self._rows:
+            return
+        rows, refs, texts = self._rows, self._refs, self._texts
+        self._rows, self._refs, self._texts = [], [], []
+        self._db.executemany(
             "INSERT OR IGNORE INTO records(id,batch,idx,compartment,writer,author,kind,type,key,class,effective,ts,"
             "conversation,role,text,raw,has_refs,erased,import_key,lamport) "
             "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
-        self.db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
-        if texts:
-            self.db.executemany(
-                "INSERT INTO search(rowid, body) SELECT rowid, ? FROM records WHERE id = ?",
-                [(t, rid) for rid, t in texts],
-            )
+        self._db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
+        # The full-text index is built when first needed (a search, the cache, a deletion): it is
+        # most of the cost of reading a batch, and opening a vault does not need it.
+        self._unindexed += texts
+
+    def ensure_search(self) -> None:
+        """Index the texts staged since the last call (before a full-text query or a save)."""
+        if self._rows:
+            self.flush()
+        if not self._unindexed:
+            return
+        texts, self._unindexed = self._unindexed, []
+        db = self._db
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS staged_text(id BLOB PRIMARY KEY, body TEXT) WITHOUT ROWID")
+        db.executemany("INSERT OR IGNORE INTO staged_text(id, body) VALUES(?,?)", texts)
+        db.execute("INSERT INTO search(rowid, body) SELECT r.rowid, t.body FROM staged_text t "
+                   "JOIN records r ON r.id = t.id WHERE NOT EXISTS (SELECT 1 FROM search s WHERE s.rowid = r.rowid)")
+        db.execute("DELETE FROM staged_text")
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (erasure re-encrypts them; the new copies are staged again)."""
+        self.ensure_search()
         for bid in batch_ids:
             rows = self.db.execute("SELECT rowid, id FROM records WHERE batch = ?", (bid,)).fetchall()
             for rowid, rid in rows:
@@ -329,6 +382,7 @@ class State:
         """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
         the per-record checks to the records of those batches (new ones, and those whose acceptance
         changed); None re-checks every record (the roster changed)."""
+        self.flush()
         self._roster = roster
         self._views = views
         result = MaterializeResult()
@@ -337,6 +391,18 @@ class State:
         erased_targets: set[bytes] = set()
         for e in roster.erasures.values():
             erased_targets |= e.targets
+
+        if affected is not None and self._only_plain_notes(affected):
+            # New plain notes (messages) that no record refers to: nothing but their own validity can
+            # change, so the reference, hiding and fact passes (which scale with the vault) are skipped.
+            rows = [row for bid in affected for row in db.execute(
+                "SELECT id, batch, writer, author, kind, class, key, raw FROM records WHERE batch = ?", (bid,))]
+            db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", [
+                (0, "its batch is not accepted", klass, rid) if batch not in accepted else
+                (0 if (reason := self._static_check(roster, views[batch], writer, author, kind, klass, key, raw))
+                 else 1, reason, klass, rid)
+                for rid, batch, writer, author, kind, klass, key, raw in rows])
+            return result
 
         # 1. Static validity of every record: batch accepted and authority rules that need only
         #    the record and its writer.
@@ -367,16 +433,34 @@ class State:
         # 2. References: pred inside the causal past, CONFIRM targets, sources (iterated, because
         #    a CONFIRM can raise a source and a rejection can lower one).
         self._check_references(views)
-        # 3. Hidden NOTE records (a DEL without key names them in pred).
+        # 3. Hidden keyless records (a DEL without key names them in pred).  A keyed record named
+        #    there is not hidden: such a DEL takes no part in facts, so the timeline follows the fact.
         db.execute("UPDATE records SET hidden = 0")
         db.execute(
-            "UPDATE records SET hidden = 1 WHERE id IN (SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
+            "UPDATE records SET hidden = 1 WHERE (kind IS NULL OR kind NOT IN (?, ?) OR key IS NULL) AND id IN "
+            "(SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
             "WHERE refs.how = ? AND d.kind = ? AND d.key IS NULL AND d.valid = 1)",
-            (REF_PRED, Kind.DEL),
+            (Kind.PUT, Kind.DEL, REF_PRED, Kind.DEL),
         )
         # 4. Facts.
         result.keys = self._compute_facts(views)
         return result
+
+    def _only_plain_notes(self, batches: set[bytes]) -> bool:
+        """Do these batches hold only keyless NOTEs without references, named by no other record
+        (and none erased)?"""
+        db = self.db
+        marks = ",".join("?" * len(batches))
+        present = db.execute(f"SELECT COUNT(DISTINCT batch) FROM records WHERE batch IN ({marks})",
+                             tuple(batches)).fetchone()[0] if batches else 0
+        if present != len(batches):  # a batch that went away (its records may have been facts)
+            return False
+        if not batches or db.execute(
+                f"SELECT 1 FROM records WHERE batch IN ({marks}) AND (kind IS NOT ? OR key IS NOT NULL OR has_refs = 1 "
+                "OR erased = 1) LIMIT 1", (*batches, Kind.NOTE)).fetchone():
+            return False
+        return db.execute(f"SELECT 1 FROM refs WHERE ref IN (SELECT id FROM records WHERE batch IN ({marks})) LIMIT 1",
+                          tuple(batches)).fetchone() is None
 
     def _static_check(self, roster: Roster, view: BatchView, writer: bytes, author: bytes | None, kind: int | None,
                       klass: int | None, key: str | None, raw: bytes | None) -> str | None:
@@ -451,7 +535,8 @@ class State:
                                         "(still syncing, or withheld)")
                         break
                     rb, ri, rkind, rklass, rkey, rcomp, rwriter = info[ref]
-                    if rcomp != comp or (key is not None and rkey != key):
+                    # An erased record (no bytes, so no kind) has no key any more: it is not compared.
+                    if rcomp != comp or (key is not None and rkind is not None and rkey != key):
                         invalid[rid] = f"it supersedes record {ref.hex()[:12]} of another key or compartment"
                         break
                     if not precedes_rec(ref, rid):
@@ -462,15 +547,18 @@ class State:
                     if p is not None and p.grant is not None and p.grant.scopes.get(comp) == Level.APPEND and rwriter != writer:
                         invalid[rid] = "an append grant may only supersede its own records"
                         break
-                elif how == REF_TARGET and ref not in info:
-                    invalid[rid] = (f"waiting: it confirms record {ref.hex()[:12]}, which has not arrived "
-                                    "(still syncing, or withheld)")
+                elif how == REF_TARGET and kind == Kind.CONFIRM:
+                    if ref not in info:
+                        invalid[rid] = (f"waiting: it confirms record {ref.hex()[:12]}, which has not arrived "
+                                        "(still syncing, or withheld)")
+                    elif info[ref][5] != comp:
+                        invalid[rid] = f"it confirms record {ref.hex()[:12]} of another compartment"
         # effective classes and sources, to a fixpoint
         valid_now = {rid for rid, *_ in rows if rid not in invalid}
         while True:
             effective: dict[bytes, int | None] = {}
             for rec_id, ref, how in db.execute("SELECT record, ref, how FROM refs WHERE how = ?", (REF_TARGET,)):
-                if rec_id in valid_now and ref in info:
+                if rec_id in valid_now and ref in info and info[rec_id][2] == Kind.CONFIRM:
                     effective[ref] = Authority.USER
             changed = False
             for rid, batch, idx, kind, klass, key, comp, writer in rows:
@@ -491,14 +579,13 @@ class State:
         db.executemany("UPDATE records SET effective = ? WHERE id = ?", [(e, i) for i, e in effective.items()])
 
     def _effective_of(self, rid: bytes, info: dict, effective: dict, valid_now: set) -> int:
-        if rid in effective:
-            return effective[rid]
+        # A source that is missing, invalid or classless counts as external, confirmed or not (§16.3 rule 8).
         row = self.db.execute("SELECT class, valid, has_refs FROM records WHERE id = ?", (rid,)).fetchone()
         if row is None or row[0] is None or not row[1]:
             return Authority.EXTERNAL
         if row[2] and rid not in valid_now:
             return Authority.EXTERNAL
-        return row[0]
+        return effective.get(rid, row[0])
 
     def _compute_facts(self, views: dict[bytes, BatchView]) -> set[tuple[bytes, str]]:
         db = self.db
@@ -600,7 +687,7 @@ class State:
         return RecordView(
             id=rid, kind=rec.kind, kind_name=rec.kind_name, type=rec.type, compartment_id=comp,
             compartment=roster.compartment_name(comp), writer_id=writer, writer=roster.writer_name(writer),
-            writer_kind=writer_kind, ts=rec.ts, key=rec.key, value=value, text=text,
+            writer_kind=writer_kind, ts=shown_ts(rec.ts), key=rec.key, value=value, text=text,
             conversation=conversation, role=role, claimed_class=rec.authority, effective_class=effective,
             sources=tuple(rec.sources), pred=tuple(rec.pred), target=rec.target, meta=dict(rec.meta),
             batch_id=batch, verified="compaction" if bview is not None and bview.vouched else "signature",

@@ -22,10 +22,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from .errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion
+from .errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion, VaultError
 from .names import NAME_PATTERNS, kind_of  # noqa: F401 - re-exported
 from .packs import TYPE_SEGMENT, PackReader
 from .primitives import random_bytes, sha256
@@ -70,11 +71,11 @@ class FolderShelf:
         self.location = os.path.abspath(path)
         if create:
             try:
-                os.makedirs(self.location, exist_ok=True)
+                make_dirs_durable(self.location)
                 if any(kind_of(n) for n in self._walk()):
                     raise StorageError(f"{self.location} already holds a vault; choose an empty folder")
                 for d in DIRECTORIES:
-                    os.makedirs(os.path.join(self.location, d), exist_ok=True)
+                    make_dirs_durable(os.path.join(self.location, d))
             except OSError as exc:
                 raise StorageError(f"cannot create the vault folder {self.location}: {exc.strerror}") from None
         elif not os.path.isdir(self.location):
@@ -82,6 +83,14 @@ class FolderShelf:
         self.writable = os.access(self.location, os.W_OK)
         self._packs: dict[str, PackReader] = {}
         self._packed: dict[str, str] = {}
+        # the incremental listing (see _scan)
+        self._dirs: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {}  # rel dir -> (mtime, files, subdirs)
+        self._loose: set[str] = set()
+        self._pack_files: set[str] = set()
+        self._in_packs: dict[str, list[str]] = {}  # pack name -> the segment names it holds
+        self._names: set[str] = set()
+        self._added: set[str] = set()
+        self._removed: set[str] = set()
 
     # -- listing
 
@@ -105,22 +114,110 @@ class FolderShelf:
                         if not f.startswith("."):
                             yield f"{rel}/{f}".replace(os.sep, "/")
 
+    # Listing is incremental: each directory's entries are kept with its mtime and listed again only
+    # when the mtime changed, so a refresh of a vault of 100,000 files costs a stat per directory.
+    # A directory whose mtime was within RACY_NS of the clock when it was listed is listed again
+    # next time (a file system with coarse timestamps may not show a change made in the same tick,
+    # the "racy" case git's index knows).  Packs that did not parse (still syncing) are retried.
+    RACY_NS = 2_000_000_000
+
+    def _scan(self) -> None:
+        now = time.time_ns()
+        seen_dirs: set[str] = set()
+        found_loose: list[str] = []
+        lost_loose: list[str] = []
+        stat, racy, dirs, base = os.stat, self.RACY_NS, self._dirs, self.location
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            seen_dirs.add(rel)
+            full = f"{base}/{rel}" if rel else base
+            try:
+                mtime = stat(full).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot list {full}: {exc.strerror}") from None
+            cached = dirs.get(rel)
+            if cached is not None and cached[0] == mtime and now - mtime > racy:
+                stack.extend(cached[2])
+                continue
+            fs, ds = set(), set()
+            try:
+                with os.scandir(full) as it:
+                    for e in it:
+                        if e.name.startswith("."):
+                            continue
+                        child = f"{rel}/{e.name}" if rel else e.name
+                        if e.is_dir(follow_symlinks=False):
+                            if rel or e.name in DIRECTORIES:
+                                ds.add(child)
+                        elif kind_of(child):
+                            fs.add(child)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot list {full}: {exc.strerror}") from None
+            files, subdirs = frozenset(fs), frozenset(ds)
+            old = cached[1] if cached is not None else frozenset()
+            found_loose.extend(files - old)
+            lost_loose.extend(old - files)
+            dirs[rel] = (mtime, files, subdirs)
+            stack.extend(subdirs)
+
+        for rel in [d for d in self._dirs if d not in seen_dirs]:  # a directory that went away
+            lost_loose.extend(self._dirs.pop(rel)[1])
+        for name in lost_loose:
+            self._loose.discard(name)
+            self._pack_files.discard(name)
+            if kind_of(name) == "pack":
+                for inner in self._in_packs.pop(name, []):
+                    if self._packed.get(inner) == name:
+                        del self._packed[inner]
+                        other = next((p for p, held in self._in_packs.items() if inner in held), None)
+                        if other is not None:
+                            self._packed[inner] = other
+                    if inner not in self._loose and inner not in self._packed:
+                        self._lose(inner)
+                self._packs.pop(name, None)
+            elif name not in self._packed:
+                self._lose(name)
+        for name in found_loose:
+            self._loose.add(name)
+            if kind_of(name) == "pack":
+                self._pack_files.add(name)
+            else:
+                self._gain(name)
+        for pack in [n for n in self._pack_files if n not in self._in_packs]:
+            inner = self._pack_segments(pack)
+            if inner or pack in self._packs:
+                self._in_packs[pack] = inner
+                for name in inner:
+                    self._gain(name)
+
+    def _gain(self, name: str) -> None:
+        if name not in self._names:
+            self._names.add(name)
+            self._added.add(name)
+            self._removed.discard(name)
+
+    def _lose(self, name: str) -> None:
+        if name in self._names:
+            self._names.discard(name)
+            self._removed.add(name)
+            self._added.discard(name)
+
     def list(self) -> list[str]:
-        names = []
-        packs = []
-        for name in self._walk():
-            kind = kind_of(name)
-            if kind == "pack":
-                packs.append(name)
-            elif kind:
-                names.append(name)
-        loose = set(names)
-        for pack in packs:
-            for inner in self._pack_segments(pack):
-                if inner not in loose:
-                    loose.add(inner)
-                    names.append(inner)
-        return sorted(names)
+        self._scan()
+        return sorted(self._names)
+
+    def changes(self) -> tuple[set[str], set[str], set[str]]:
+        """(every name now, names added since the last call, names gone since the last call).  The
+        first set is the shelf's own: do not change it."""
+        self._scan()
+        added, removed = self._added, self._removed
+        self._added, self._removed = set(), set()
+        return self._names, added, removed
 
     def _pack_segments(self, pack: str) -> list[str]:
         reader = self._packs.get(pack)
@@ -162,6 +259,20 @@ class FolderShelf:
 
     def write(self, name: str, data: bytes) -> bool:
         """Create ``name`` durably.  False if identical bytes were already there."""
+        tmp = self.stage(name, data)
+        if tmp is None:
+            return False
+        try:
+            self.commit(name, tmp)
+        except VaultError:
+            self.unstage(name, tmp)
+            raise
+        return True
+
+    def stage(self, name: str, data: bytes) -> str | None:
+        """The first half of :meth:`write`: the bytes, fsynced, in a dot temp file beside ``name``
+        (readers ignore it), its directory entry fsynced too.  Returns the temp file's name for
+        :meth:`commit`, or None when ``name`` already holds these bytes."""
         if not self.writable:
             raise ReadOnlyVault(f"the vault folder {self.location} is read-only; nothing was written")
         path = self._path(name)
@@ -170,14 +281,14 @@ class FolderShelf:
             try:
                 with open(path, "rb") as fh:
                     if fh.read() == data:
-                        return False
+                        return None
             except OSError:
                 pass
             raise StorageError(f"{name} already exists with different content; refusing to overwrite", file=name)
-        tmp = os.path.join(directory, f".tmp-{random_bytes(8).hex()}")
+        tmp = f".tmp-{random_bytes(8).hex()}"
         try:
-            os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            make_dirs_durable(directory)
+            fd = os.open(os.path.join(directory, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 view = memoryview(data)
                 while view:
@@ -186,19 +297,44 @@ class FolderShelf:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp, path)
             _fsync_dir(directory)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            if exc.errno == errno.ENOSPC:
-                raise StorageError(f"the disk is full; {name} was not written and the vault is unchanged", file=name) from None
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise ReadOnlyVault(f"cannot write to {self.location} ({exc.strerror}); the vault is unchanged") from None
-            raise StorageError(f"cannot write {name}: {exc.strerror}", file=name) from None
+            self.unstage(name, tmp)
+            raise self._write_error(name, exc) from None
+        return tmp
+
+    def commit(self, name: str, tmp: str) -> bool:
+        """The second half of :meth:`write`: rename the staged temp file into place and fsync the
+        directory.  False when there is nothing to do (already committed, or never staged).  On
+        failure the temp file stays, for a later commit (or :meth:`unstage`)."""
+        path = self._path(name)
+        directory = os.path.dirname(path)
+        staged = os.path.join(directory, tmp)
+        if os.path.exists(path):
+            self.unstage(name, tmp)
+            return False
+        try:
+            os.rename(staged, path)
+            _fsync_dir(directory)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._write_error(name, exc) from None
         return True
+
+    def unstage(self, name: str, tmp: str) -> None:
+        """Drop a staged temp file that will not be committed."""
+        try:
+            os.unlink(os.path.join(os.path.dirname(self._path(name)), tmp))
+        except OSError:
+            pass
+
+    def _write_error(self, name: str, exc: OSError) -> VaultError:
+        if exc.errno == errno.ENOSPC:
+            return StorageError(f"the disk is full; {name} was not written and the vault is unchanged", file=name)
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return ReadOnlyVault(f"cannot write to {self.location} ({exc.strerror}); the vault is unchanged")
+        return StorageError(f"cannot write {name}: {exc.strerror}", file=name)
 
     def delete(self, name: str) -> None:
         if not self.writable:
@@ -226,6 +362,26 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def make_dirs_durable(directory: str, mode: int = 0o777) -> None:
+    """``os.makedirs`` whose result survives a power cut: a new directory's entry lives in its
+    parent, so each directory created here is followed by an fsync of its parent (POSIX makes a
+    directory entry durable only then; a file fsynced inside a directory that is not is lost)."""
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            pass  # another process made it; its entry may not be durable yet, so fsync anyway
+        _fsync_dir(os.path.dirname(d))
+
+
 class PackShelf:
     """A ``.vmem`` file opened read-only: every entry is readable under its folder name."""
 
@@ -237,6 +393,13 @@ class PackShelf:
 
     def list(self) -> list[str]:
         return sorted(e.name for e in self._reader.entries)
+
+    def changes(self) -> tuple[set[str], set[str], set[str]]:
+        """As :meth:`FolderShelf.changes`: a .vmem file never changes once open."""
+        names = {e.name for e in self._reader.entries}
+        first = not getattr(self, "_listed", False)
+        self._listed = True
+        return names, (set(names) if first else set()), set()
 
     def exists(self, name: str) -> bool:
         return name in self._reader.by_name

@@ -50,12 +50,13 @@ from .errors import (
     WrongCredential,
 )
 from .localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
-from .log import Alert, CausalLog, build_log, check_memory
+from .log import Alert, CausalLog, build_log, check_memory, extend_log
 from .primitives import (
     CryptoFailure,
     KdfParams,
     RecipientKey,
     SecretBytes,
+    constant_time_equal,
     new_recovery_phrase,
     random_bytes,
 )
@@ -71,7 +72,7 @@ from .records import (
     encode_record,
     make_batch,
 )
-from .state import FactView, RecordView, State
+from .state import FactView, RecordView, State, shown_ts
 from .storage import FolderShelf, PackShelf, hash_matches, kind_of, open_shelf, segment_name
 
 DEFAULT_COMPARTMENTS = ("personal", "work", "health")
@@ -268,6 +269,7 @@ class Vault:
         self._cache_dirty = False
         self._cache_problem = ""
         self._use_cache = True
+        self._verifying = False  # opened read_only on purpose: compare the device memory, never save it
         self._progress: Callable[[int, int], None] | None = None
         self.alerts: list[Alert] = []
         self.device_state = DeviceState()
@@ -288,6 +290,9 @@ class Vault:
         self._segment_epochs: dict[str, tuple[bytes, bytes]] = {}  # segment -> (compartment, epoch)
         self._segment_problems: dict[str, Problem] = {}
         self._unreadable: dict[str, tuple[bytes, bytes]] = {}
+        self._incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
+        self._rescan_all = True  # the next refresh considers every file (not only what changed)
+        self._keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
         self.roster = Roster(self.vault_id)
         self.log = CausalLog()
         if getattr(self, "state", None) is not None:
@@ -405,10 +410,14 @@ class Vault:
 
     @classmethod
     def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
-             progress: Callable[[int, int], None] | None = None, device_name: str | None = None) -> Vault:
+             progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
+             read_only: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
         verifies every file instead of resuming from the local cache (``camillo verify``).
+        ``read_only=True`` writes nothing at all: no vault file (no registration, no key rotation
+        after an erasure, no finishing of an interrupted write or credential change), no cache and
+        no device memory (which is still compared, so rollback alerts are reported; ``camillo verify``).
         ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
         called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
         the open before anything is written."""
@@ -425,13 +434,16 @@ class Vault:
             vault = cls(shelf, desc.vault_id, home)
             vault._use_cache = cache
             vault._progress = progress
+            if read_only:
+                vault.read_only = vault._verifying = True
             if unlock.method == "grant":
                 from .access import open_with_grant
 
                 open_with_grant(vault, unlock.path or "")
             else:
                 vault._unlock_user(unlock)
-                if register and shelf.writable and vault.actor is None:
+                if (register and shelf.writable and not read_only and vault.actor is None
+                        and not vault._keychain_problem):
                     vault._certify_installation(device_name)
             return vault
         except BaseException:
@@ -550,6 +562,10 @@ class Vault:
             from .erasure import rotate_if_erasure_seen
 
             rotate_if_erasure_seen(self)
+        if self.actor is not None and not self.read_only and self._vms is not None:
+            from .access import finish_credential_changes
+
+            finish_credential_changes(self)
 
     def _try_slot(self, header: slots.SlotHeader, cred: Credential) -> bool:
         try:
@@ -629,8 +645,11 @@ class Vault:
         if inst.keystore == "keychain":
             try:
                 seeds = keychain.load(self.vault_id, inst.writer_id)
-            except KeychainError:
-                seeds = None
+            except KeychainError as exc:
+                # Locked or unreachable is not lost: this session reads but does not write, and the
+                # installation keeps its key (replacing it would retire a key that still exists).
+                self._keychain_problem = exc.message
+                return None
             if seeds is not None:
                 cred = Credential.from_seeds(CredentialKind.DEVICE, *seeds)
         else:
@@ -695,6 +714,7 @@ class Vault:
         """Seal the materialised state into this actor's cache (done on lock when it changed)."""
         if self._cache is None or not self._cache_dirty:
             return
+        self.state.ensure_search()  # the cache holds a complete search index
         db = self.state.db
         db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ? WHERE id = ?",
                        [(int(v.sig_ok), int(v.vouched), bid) for bid, v in self.views.items()])
@@ -723,7 +743,8 @@ class Vault:
         except (VaultError, KeyError, TypeError, AttributeError):
             return None
 
-    def _save_local_device_key(self, cred: Credential) -> None:
+    def _save_local_device_key(self, cred: Credential, vms: bytes | None = None, generation: int | None = None) -> None:
+        """Seal the device seeds under the master secret of ``generation`` (default: the current one)."""
         data = read_file(self.local.device_key_path)
         table: dict[int, bytes] = {}
         if data is not None:
@@ -731,11 +752,23 @@ class Vault:
                 table = dict(encoding.decode(data, "device-key.bin"))
             except VaultError:
                 table = {}
-        assert self._vms is not None
+        if vms is None or generation is None:
+            assert self._vms is not None
+            vms, generation = self._vms.get(), self._generation
         payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
-        table[self._generation] = seal_local(self._local_key_blob_key(self._vms.get(), self._generation),
-                                             "device-key", self.vault_id, payload)
+        table[generation] = seal_local(self._local_key_blob_key(vms, generation), "device-key", self.vault_id, payload)
         atomic_write(self.local.device_key_path, encoding.encode(table))
+
+    def _seal_device_key_for(self, vms: bytes, generation: int) -> None:
+        """Before the control records that make master-secret ``generation`` current are written:
+        an installation that keeps its device key sealed locally must be able to read it at that
+        generation, or a crash right after those records leaves it unable to find its key on the
+        next open (it would then certify a new key and retire this one, the key that signed the
+        new generation's slots, and no passphrase or recovery slot would count any more)."""
+        if self.actor is not None and self.actor.kind == CredentialKind.DEVICE:
+            inst = self.local.load_installation()
+            if inst is not None and inst.keystore == "local" and inst.writer_id == self.actor.writer_id:
+                self._save_local_device_key(self.actor, vms, generation)
 
     def _register_installation(self, device: Credential, counters: dict[bytes, tuple[int, bytes]] | None = None) -> None:
         """Store the device key (keychain, else sealed locally) and create its device state."""
@@ -783,8 +816,8 @@ class Vault:
             records.append(self._revoke_record(replaced, "its installation could no longer read its key; replaced",
                                                signers=[self._unlocking.signer, device.signer]))
         self._register_installation(device)
-        self._write_slot(device, slots.SlotType.DEVICE, name)
-        self._append_control(records, self._all_compartments())
+        slot = self._write_slot(device, slots.SlotType.DEVICE, name)
+        self._append_control(records, self._all_compartments(), undo=lambda: self._delete_quietly([slot]))
 
     def _open_state_store(self) -> None:
         assert self.actor is not None
@@ -793,33 +826,45 @@ class Vault:
         loaded = self._state_store.load()
         if loaded is not None:
             self.device_state = loaded
+            if loaded.extra.get("staged") and not self.read_only:
+                with self._state_store.locked():
+                    self.device_state = self._state_store.load() or loaded
+                    if self._commit_staged():
+                        self._refresh()  # a write a crash interrupted is finished now
 
     # ------------------------------------------------------------------------------ reading
 
     def _refresh(self) -> Changes:
-        """Read what is new in the vault folder and recompute what depends on it."""
-        names = self.shelf.list()
-        new_keys = self._read_envelopes([n for n in names if kind_of(n) == "envelope"])
+        """Read what is new in the vault folder and recompute what depends on it.  The shelf says
+        which names appeared and went away since the last call, so a refresh that finds nothing new
+        costs a stat per directory, and one that finds a batch costs that batch."""
+        names, added, removed = self.shelf.changes()
+        if self._rescan_all:  # first read, or keys were forgotten: consider every file again
+            self._rescan_all = False
+            added = set(names)
+            removed = {n for n in self._segment_batches if n not in names}
+        for name in self._incomplete - names:  # an incomplete file that went away: nothing to report
+            self._incomplete.discard(name)
+            self._segment_problems.pop(name, None)
+        retry = [n for n in self._incomplete if n in names]  # still syncing: look again
+        new_keys = self._read_envelopes(sorted({n for n in (*added, *retry) if kind_of(n) == "envelope"}))
         new_batches: list[bytes] = []
-        present_segments = set()
-        todo = [n for n in names if kind_of(n) == "segment"
-                and (n not in self._segment_batches or n in self._unreadable)]
-        for name in names:
-            if kind_of(name) == "segment":
-                present_segments.add(name)
+        todo = sorted({n for n in (*added, *retry) if kind_of(n) == "segment"
+                       and (n not in self._segment_batches or n in self._unreadable)})
         for done, name in enumerate(todo):
-            if self._progress is not None and done % 64 == 0:
+            if self._progress is not None and done % 16 == 0:
                 self._progress(done, len(todo))
             new_batches += self._read_segment(name)
         if new_keys:
             for name in list(self._unreadable):
                 new_batches += self._read_segment(name)
-        vanished = [n for n in self._segment_batches if n not in present_segments]
+        vanished = sorted(n for n in removed if n in self._segment_batches)
         for name in vanished:
             self._forget_segment(name)
         if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
             return Changes()
-        self._recompute()
+        if vanished or new_keys or not self._extend(new_batches):
+            self._recompute()
         return Changes(batches=tuple(new_batches), timeline=bool(new_batches), facts=bool(new_batches),
                        roster=bool(new_keys or vanished))
 
@@ -853,7 +898,9 @@ class Vault:
                 # still syncing, or damaged: try again next time, and say so meanwhile
                 self._segment_problems[name] = Problem(
                     "damaged", name, f"envelope {name} does not match its name (still syncing, or damaged)")
+                self._incomplete.add(name)
                 continue
+            self._incomplete.discard(name)
             self._segment_problems.pop(name, None)
             self._seen_envelopes.add(name)
             try:
@@ -908,7 +955,9 @@ class Vault:
         if hash_matches(name, data) is False:
             self._segment_problems[name] = Problem(
                 "damaged", name, f"segment {name} does not match its name (still syncing, or damaged)")
+            self._incomplete.add(name)
             return []
+        self._incomplete.discard(name)
         try:
             header = segments.read_header(data, name)
         except VaultError as exc:
@@ -953,7 +1002,7 @@ class Vault:
                                                              for r in records])
             self.views[batch.id] = view
             self.state.stage(view, records)
-            self.state.db.execute(
+            self.state.cache_db.execute(
                 "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls) VALUES(?,?,?,?,?)",
                 (batch.id, name, header.epoch_id,
                  encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
@@ -963,7 +1012,7 @@ class Vault:
             self._pending_batches.add(batch.id)
         self._segment_batches[name] = [b.id for b in batches]
         self._segment_epochs[name] = (header.compartment_id, header.epoch_id)
-        self.state.db.execute(
+        self.state.cache_db.execute(
             "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
             (name, encoding.encode([b.id for b in batches]), header.compartment_id, header.epoch_id))
         self._cache_dirty = True
@@ -977,6 +1026,36 @@ class Vault:
             return f"batch {batch.id.hex()[:12]} claims another compartment than its segment"
         return None
 
+    def _extend(self, new: list[bytes]) -> bool:
+        """New batches that change nothing but the log's chains (no control record, by writers the
+        roster knows, each the next link of its chain, seeing only what is here): verify them and
+        extend the log and the state in O(new) instead of recomputing everything.  False when the
+        general path is needed (it then gives the same result)."""
+        from .records import verify_batch_signature
+
+        if self.roster.genesis is None or not new:
+            return False
+        verified = []
+        for bid in new:
+            v = self.views.get(bid)
+            if v is None or any(r is not None for r in v.records):
+                return False
+            pk = self.roster.signer_public(v.header.writer_id)
+            if pk is None:
+                return False
+            if not (v.sig_ok or verify_batch_signature(v.batch, pk)):
+                return False
+            verified.append(v)
+        if not extend_log(self.log, self.views, list(new), self.roster):
+            return False
+        for v in verified:
+            v.signed = v.sig_ok = True
+        result = self.state.materialize(self.roster, self.log, self.views, self._pending_batches | set(new))
+        self._last_accepted |= set(new)
+        self._pending_batches = set()
+        self._materialize_problems = result.problems
+        return True
+
     def _recompute(self) -> None:
         roster, signed = build_roster(self.vault_id, self.views)
         bad_epochs = self._check_epoch_keys(roster)
@@ -986,6 +1065,7 @@ class Vault:
                 self._epoch_keys.pop(key, None)
                 self._envelope_sources.pop(key, None)
             self._seen_envelopes.clear()  # another envelope may carry the genuine key: read them again
+            self._rescan_all = True
             for name, bids in list(self._segment_batches.items()):
                 if any(self.views.get(b) and (self.views[b].header.compartment_id, self.views[b].epoch_id) in bad_epochs
                        for b in bids):
@@ -1018,7 +1098,7 @@ class Vault:
             info = roster.epochs.get(key)
             if info is None:
                 continue  # its EPOCH record has not arrived yet: segments stay unverified below
-            if keys.epoch_commit(secret.get(), self.vault_id, *key) != info.commit:
+            if not constant_time_equal(keys.epoch_commit(secret.get(), self.vault_id, *key), info.commit):
                 bad.add(key)
                 continue
             payload = self._envelope_sources.get(key)
@@ -1031,7 +1111,7 @@ class Vault:
 
     def _update_memory(self) -> None:
         """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
-        if self._state_store is None or self.read_only:
+        if self._state_store is None or (self.read_only and not self._verifying):
             self.alerts = []
             return
         ds = self.device_state
@@ -1047,6 +1127,8 @@ class Vault:
                 current = self.roster.current_epoch(cid)
                 if current is not None:
                     epochs[cid] = current.epoch_id
+        if self._verifying:
+            return
         if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
             with self._state_store.locked():
                 on_disk = self._state_store.load() or ds
@@ -1060,11 +1142,12 @@ class Vault:
         """For status bars: "up to date", "syncing", "missing batches" or "rollback alert", with details."""
         kinds = {a.kind for a in self.alerts}
         details = [a.message for a in self.alerts]
+        details += [f"{name} is incomplete (still syncing, or damaged)" for name in sorted(self._incomplete)]
         if "rollback" in kinds:
             return "rollback alert", details
         if "missing" in kinds:
             return "missing batches", details
-        if "syncing" in kinds or (self._unreadable and self._owner_kem is not None):
+        if "syncing" in kinds or self._incomplete or (self._unreadable and self._owner_kem is not None):
             return "syncing", details
         return "up to date", details
 
@@ -1247,11 +1330,19 @@ class Vault:
 
     def _require_writer(self) -> Credential:
         if self.read_only:
+            if isinstance(self.shelf, FolderShelf) and not self.shelf.writable:
+                raise ReadOnlyVault(
+                    f"the vault folder {self.shelf.location} cannot be written (a read-only mount, or no write "
+                    "permission), so the vault is open read-only and nothing was changed: make the folder writable "
+                    "and open the vault again")
             raise ReadOnlyVault(
                 f"{os.path.basename(self.shelf.location)} is open read-only"
                 + (" (a .vmem file: unpack it to change it)" if isinstance(self.shelf, PackShelf) else "")
             )
         if self.actor is None:
+            if self._keychain_problem:
+                raise KeychainError(f"{self._keychain_problem}; this installation's device key is kept there, so "
+                                    "this session can read but not write: unlock the keychain and open the vault again")
             raise ReadOnlyVault("this vault was opened without a writer; open it again to register this installation")
         return self.actor
 
@@ -1334,8 +1425,9 @@ class Vault:
                        batches=tuple(b.id for b in batches), timeline=True, facts=True,
                        compartments=frozenset({self.roster.compartment_name(cid)}))
 
-    def _append_control(self, raws: list[bytes], compartments: Iterable[bytes]) -> dict[bytes, list[Batch]]:
-        return self._write_batches({c: raws for c in compartments})
+    def _append_control(self, raws: list[bytes], compartments: Iterable[bytes], *,
+                        undo: Callable[[], None] | None = None) -> dict[bytes, list[Batch]]:
+        return self._write_batches({c: raws for c in compartments}, undo=undo)
 
     BATCH_RECORDS = 2000
     BATCH_BYTES = 2 * 1024 * 1024
@@ -1353,9 +1445,12 @@ class Vault:
             size += len(raw)
         return out
 
-    def _write_batches(self, per_compartment: dict[bytes, list[bytes]]) -> dict[bytes, list[Batch]]:
+    def _write_batches(self, per_compartment: dict[bytes, list[bytes]], *,
+                       undo: Callable[[], None] | None = None) -> dict[bytes, list[Batch]]:
         """Sign, seal and durably write the records as batches (one for an interactive write; as
-        many as needed for a bulk import, several per segment), then read them back in."""
+        many as needed for a bulk import, several per segment), then read them back in.  ``undo``
+        runs if they could not be written at all (nothing of them will ever appear): the caller
+        deletes the files it wrote for them."""
         actor = self._require_writer()
         assert self._state_store is not None
         written: dict[bytes, list[Batch]] = {}
@@ -1364,6 +1459,7 @@ class Vault:
             on_disk = self._state_store.load()
             if on_disk is not None:
                 self.device_state = on_disk
+            self._commit_staged()
             self._refresh()  # see what other processes and devices wrote before numbering
             for cid, raws in per_compartment.items():
                 epoch_id, public = self._sealing_key(cid)
@@ -1403,12 +1499,46 @@ class Vault:
                 files.append((segment_name(seg), seg))
                 self.device_state.counters[cid] = (seq, prev)
                 written[cid] = batches
-            self._state_store.save(self.device_state)  # durable before any segment exists
-            for name, data in files:
-                self.shelf.write(name, data)
-        self._refresh()
+            # The segments are staged (complete, fsynced, under dot names readers ignore) before the
+            # counter is persisted and renamed into place after it, and the counter remembers them:
+            # a crash in between is finished by the next open or write instead of leaving a
+            # number skipped for good (a gap every reader would report as missing).
+            staged: list[tuple[str, str]] = []
+            try:
+                for name, data in files:
+                    tmp = self.shelf.stage(name, data)
+                    if tmp is not None:
+                        staged.append((name, tmp))
+                self.device_state.extra["staged"] = [[n, t] for n, t in staged]
+                self._state_store.save(self.device_state)  # durable before any segment exists
+            except BaseException:
+                for name, tmp in staged:
+                    self.shelf.unstage(name, tmp)
+                if undo is not None:
+                    undo()
+                raise
+            for name, tmp in staged:
+                self.shelf.commit(name, tmp)
+        # Read back exactly what was written (the folder was scanned just before numbering; what
+        # others write meanwhile arrives with the next refresh).
+        new: list[bytes] = []
+        for name, _data in files:
+            if name not in self._segment_batches:
+                new += self._read_segment(name)
+        if new and not self._extend(new):
+            self._recompute()
         self._update_memory()
         return written
+
+    def _commit_staged(self) -> bool:
+        """Finish the last write of this actor if a crash interrupted it after its counter was
+        persisted: rename its staged segments into place.  True when one was finished."""
+        done = False
+        if isinstance(self.shelf, FolderShelf) and not self.read_only:
+            for name, tmp in self.device_state.extra.get("staged") or []:
+                if not self.shelf.exists(name):
+                    done = self.shelf.commit(name, tmp) or done
+        return done
 
     def _sealing_key(self, cid: bytes) -> tuple[bytes, bytes]:
         """(epoch id, epoch public key) new segments of ``cid`` are sealed to."""
@@ -1447,8 +1577,17 @@ class Vault:
         self._epoch_publics.clear()
         self._envelope_sources.clear()
         self._seen_envelopes.clear()
+        self._rescan_all = True
         self._refresh()
         self._update_memory()
+
+    def _delete_quietly(self, names: Iterable[str]) -> None:
+        """Delete files an operation wrote before it failed (nothing announces them)."""
+        for name in names:
+            try:
+                self.shelf.delete(name)
+            except VaultError:
+                pass
 
     def _write_slot(self, cred: Credential, stype: slots.SlotType, label: str, generation: int | None = None,
                     vms: bytes | None = None) -> str:
@@ -1500,7 +1639,7 @@ class Vault:
         last: dict[bytes, int] = {}
         for v in self.views.values():
             w = v.header.writer_id
-            last[w] = max(last.get(w, 0), v.header.ts)
+            last[w] = max(last.get(w, 0), shown_ts(v.header.ts) or 0)
         me = self.actor.writer_id if self.actor is not None else None
         replaced = {p.replaces for p in self.roster.principals.values() if p.replaces is not None}
         out = [Vault.DeviceInfo(p.writer_id, p.name, p.platform, p.kind.label, p.created, last.get(p.writer_id),
@@ -1514,7 +1653,7 @@ class Vault:
         last: dict[bytes, int] = {}
         for v in self.views.values():
             w = v.header.writer_id
-            last[w] = max(last.get(w, 0), v.header.ts)
+            last[w] = max(last.get(w, 0), shown_ts(v.header.ts) or 0)
         out = []
         for p in self.roster.grants():
             g = p.grant
@@ -1579,7 +1718,7 @@ class Vault:
             return {"writer": v.writer}
         h = view.header
         seen = {self.roster.writer_name(w): s for w, s in h.frontier.items() if s and w != h.writer_id}
-        return {"writer": v.writer, "seq": h.seq, "ts": h.ts, "seen": seen,
+        return {"writer": v.writer, "seq": h.seq, "ts": shown_ts(h.ts), "seen": seen,
                 "segment": view.segment, "compartment": self.roster.compartment_name(h.compartment_id)}
 
     @_api
@@ -1602,7 +1741,7 @@ class Vault:
             status = ("accepted" if bid in self.log.accepted else
                       f"rejected: {self.log.rejected.get(bid) or self.roster.excluded.get(bid) or 'not verified'}")
             rows.append({
-                "batch": bid, "ts": h.ts, "writer": self.roster.writer_name(h.writer_id),
+                "batch": bid, "ts": shown_ts(h.ts) or 0, "writer": self.roster.writer_name(h.writer_id),
                 "writer_kind": "agent" if p is not None and p.grant else (p.kind.label if p else "unknown"),
                 "compartment": self.roster.compartment_name(h.compartment_id), "seq": h.seq,
                 "records": len(h.records), "summary": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
@@ -1619,7 +1758,7 @@ class Vault:
         status, details = self.sync_status()
         last: dict[bytes, int] = {}
         for v in self.views.values():
-            last[v.header.writer_id] = max(last.get(v.header.writer_id, 0), v.header.ts)
+            last[v.header.writer_id] = max(last.get(v.header.writer_id, 0), shown_ts(v.header.ts) or 0)
         grants = [g for g in self.grants() if not g["revoked"]]
         stale_grants = [g for g in grants if (g["last_used"] or g["created"]) < now - stale_days * 86400]
         devices = [d for d in self.devices() if not d.revoked]
@@ -1753,8 +1892,8 @@ class Vault:
             records.append(self._revoke_record(p.writer_id, "passphrase changed",
                                                signers=[new.signer, cred.signer, actor.signer]))
         old_slots = [h.name for h in self._slot_headers()[0] if h.type == slots.SlotType.PASSPHRASE]
-        self._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
-        self._append_control(records, self._all_compartments())
+        slot = self._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
+        self._append_control(records, self._all_compartments(), undo=lambda: self._delete_quietly([slot]))
         for name in old_slots:
             self.shelf.delete(name)
         if self._unlocking is not None and self._unlocking.kind == CredentialKind.PASSPHRASE:
@@ -1827,9 +1966,14 @@ class Vault:
         self._epoch_secrets.clear()
         self._epoch_keys.clear()
         self._epoch_publics.clear()
+        self._envelope_sources.clear()  # the payloads carry the epoch secrets they delivered
         self._owner_kem = None
         self._unlocking = None
+        self._unlock_slot = None
         self.actor = None
+        self.grant = None  # an agent's grant file carries its credential's seeds
+        self._cache = None  # holds the local cache key
+        self._state_store = None  # holds the local device-state key
         self.views = {}
         try:
             self.state.db.close()

@@ -481,7 +481,7 @@ def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp
         v.erase([rid])
     before = {f: open(f, "rb").read() for f in all_files(path)}
     switch_home(monkeypatch, tmp_path / "agent-home")
-    with Vault.open(path, Unlock.grant(files["append"])) as agent:
-        with pytest.raises(AccessDenied, match="compartment work .* Ask the vault's owner for a new grant file"):
-            agent.append([NewRecord(type="message", text="from the appender")], compartment="work")
+    with Vault.open(path, Unlock.grant(files["append"])) as agent, \
+            pytest.raises(AccessDenied, match="compartment work .* Ask the vault's owner for a new grant file"):
+        agent.append([NewRecord(type="message", text="from the appender")], compartment="work")
     assert {f: open(f, "rb").read() for f in all_files(path)} == before
