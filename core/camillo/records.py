@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+import cbor2
+
 from . import encoding, ids
 from .errors import CanonicalError, DamagedFile, LimitExceeded, UnsupportedVersion, UsageError
 from .primitives import SIG_ED25519, SigningKey, labelled, random_bytes, sha256, verify_signature
@@ -342,6 +344,12 @@ def decode_record(raw: bytes, *, expected_id: bytes | None = None) -> Record:
     return Record(raw, rid, m)
 
 
+def validated_record(raw: bytes, rid: bytes) -> Record:
+    """A record this reader already checked with :func:`decode_record` (kept in its state store or
+    sealed cache): decoded again without repeating the checks."""
+    return Record(raw, rid, cbor2.loads(raw))
+
+
 def signing_message(label: str, fields: dict[int, Any], sig_key: int) -> bytes:
     """What a statement's signers sign: ``label ‖ 0x00 ‖ SHA-256(canonical map without sig_key)``."""
     unsigned = {k: v for k, v in fields.items() if k != sig_key}
@@ -577,8 +585,9 @@ def batch_from_cbor(item: Any) -> Batch:
 
 
 def batch_without_records(header_bytes: bytes, sigs: Sequence[Sequence[Any]]) -> Batch:
-    """A batch rebuilt from a cached header and signatures, its record bytes left out (None)."""
-    header = _header_from_map(encoding.decode(header_bytes, "batch header"))
+    """A batch rebuilt from a cached header and signatures, its record bytes left out (None).  The
+    header was checked strictly when its segment was read; its encoding is not checked again."""
+    header = _header_from_map(cbor2.loads(header_bytes))
     return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple((a, s) for a, s in sigs),
                  (None,) * len(header.records))
 

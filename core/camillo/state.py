@@ -36,7 +36,7 @@ from . import encoding
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .log import CausalLog, precedes
-from .records import BINDING_TYPES, Authority, F, Kind, Record, verify_inner_signatures
+from .records import BINDING_TYPES, Authority, F, Kind, Record, validated_record, verify_inner_signatures
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records(
@@ -665,7 +665,7 @@ class State:
         rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind = row
         roster = self._roster
         assert roster is not None
-        rec = self._record(raw) if raw is not None else None
+        rec = validated_record(raw, rid) if raw is not None else None
         bview = self._views.get(batch)
         p = roster.principals.get(writer)
         writer_kind = "agent" if p is not None and p.grant else (p.kind.label if p else "unknown")
@@ -699,15 +699,18 @@ class State:
         return self._view(row) if row else None
 
     def records(self, ids: Iterable[bytes]) -> list[RecordView]:
-        out = []
-        for rid in ids:
-            v = self.record(rid)
-            if v is not None:
-                out.append(v)
-        return out
+        """The views of these records, in the order given (unknown ids are left out)."""
+        wanted = list(ids)
+        rows: dict[bytes, tuple] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i:i + 500]
+            for row in self.db.execute(
+                    f"SELECT {self._COLUMNS} FROM records WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+                rows[row[0]] = row
+        return [v for v in (self._view(rows[r]) for r in wanted if r in rows) if v is not None]
 
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
-                     conversation: str | None = None) -> list[bytes]:
+                     conversation: str | None = None, limit: int | None = None, offset: int = 0) -> list[bytes]:
         """Ids of the timeline in order (time, then id): what the lazy table model pages through."""
         where = ["valid = 1", "kind IN (1, 3)"]
         args: list[Any] = []
@@ -721,12 +724,14 @@ class State:
             where.append("conversation = ?")
             args.append(conversation)
         sql = f"SELECT id FROM records WHERE {' AND '.join(where)} ORDER BY ts, lamport, idx, id"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            args += [-1 if limit is None else limit, offset]
         return [r[0] for r in self.db.execute(sql, args)]
 
     def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
-        ids = self.timeline_ids(**filters)
-        end = None if limit is None else offset + limit
-        return self.records(ids[offset:end])
+        ids = self.timeline_ids(limit=limit, offset=offset, **filters)
+        return self.records(ids)
 
     def all_records(self) -> list[RecordView]:
         rows = self.db.execute(f"SELECT {self._COLUMNS} FROM records ORDER BY ts, lamport, idx, id").fetchall()

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cbor2
+
 from . import descriptor, encoding, envelopes, ids, keychain, keys, segments, slots
 from .cache import Cache
 from .changes import Changes
@@ -71,6 +73,7 @@ from .records import (
     decode_record,
     encode_record,
     make_batch,
+    validated_record,
 )
 from .state import FactView, RecordView, State, shown_ts
 from .storage import FolderShelf, PackShelf, hash_matches, kind_of, open_shelf, segment_name
@@ -687,13 +690,15 @@ class Vault:
             for bid, segment, epoch, blob, controls, sig_ok, vouched in db.execute(
                 "SELECT id, segment, epoch, batch, controls, sig_ok, vouched FROM cache_batches"
             ):
-                header_bytes, sigs = encoding.decode(blob, "cached batch")
+                # sealed by this actor after strict checks: decoded again without repeating them
+                header_bytes, sigs = cbor2.loads(blob)
                 batch = batch_without_records(header_bytes, sigs)
-                recs = [None if raw is None else decode_record(raw) for raw in encoding.decode(controls, "cached controls")]
+                recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
+                        for raw in cbor2.loads(controls)]
                 views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
             seg_map, seg_epochs = {}, {}
             for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
-                seg_map[name] = list(encoding.decode(b, "cached segment"))
+                seg_map[name] = list(cbor2.loads(b))
                 seg_epochs[name] = (comp, epoch)
         except (VaultError, ValueError, TypeError) as exc:
             db.close()
