@@ -1,8 +1,11 @@
 """Creating a vault: a folder, a passphrase with strength feedback, then the recovery phrase shown
 once (with a warning) and confirmed by re-typing three words chosen at random.
 
-The vault is created on the worker when the user leaves the passphrase page; the phrase exists only
-in this wizard's memory and is cleared when it closes.  GUI thread only.
+The vault is created on the worker when the user leaves the passphrase page, which is a commit
+page: once the vault exists there is no going back to choose another passphrase.  The phrase exists
+only in this wizard's memory and is cleared when it closes.  Every override of a QWizard(Page)
+virtual is wrapped by :func:`~camillo_desktop.guard.qt_virtual` (an exception escaping one has
+crashed the app).  GUI thread only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from .guard import qt_virtual
 from .widgets import SecretEdit, StrengthMeter, muted_label
 
 WARNING = ("Write these 24 words down, in order, and keep them somewhere safe and offline. They are shown only "
@@ -67,6 +71,7 @@ class WherePage(QWizardPage):
         if path:
             self.folder.setText(path)
 
+    @qt_virtual(False)
     def validatePage(self) -> bool:
         path = os.path.abspath(os.path.expanduser(self.folder.text().strip()))
         if os.path.exists(path) and os.listdir(path):
@@ -101,15 +106,28 @@ class PassphrasePage(QWizardPage):
         lay.addWidget(self.progress)
         lay.addStretch(1)
         self._created = False
+        # Leaving this page creates the vault with this passphrase: Back must not lead here again,
+        # where a different passphrase would be accepted and silently ignored.
+        self.setCommitPage(True)
+        self.setButtonText(QWizard.WizardButton.CommitButton, "Create the vault")
 
     def _changed(self) -> None:
         self.meter.update_for(self.first.text())
         self.error.setText("")
         self.completeChanged.emit()
 
+    @qt_virtual(False)
     def isComplete(self) -> bool:
         return bool(self.first.text()) and self.first.text() == self.second.text()
 
+    def _buttons(self, enabled: bool) -> None:
+        for which in (QWizard.WizardButton.NextButton, QWizard.WizardButton.CommitButton,
+                      QWizard.WizardButton.BackButton):
+            button = self.wiz.button(which)
+            if button is not None:
+                button.setEnabled(enabled)
+
+    @qt_virtual(False)
     def validatePage(self) -> bool:
         if self._created:
             return True
@@ -119,9 +137,8 @@ class PassphrasePage(QWizardPage):
             self.error.setText("This passphrase is too easy to guess. Add words until the meter says fair or better.")
             return False
         self.progress.show()
-        self.wiz.button(QWizard.WizardButton.NextButton).setEnabled(False)
-        self.wiz.button(QWizard.WizardButton.BackButton).setEnabled(False)
-        self.wiz.create(self.first.text(), self._done, self._failed)
+        self._buttons(False)
+        self.wiz.create_vault(self.first.text(), self._done, self._failed)
         return False  # moves on when the vault exists
 
     def _done(self) -> None:
@@ -133,8 +150,7 @@ class PassphrasePage(QWizardPage):
 
     def _failed(self, exc: BaseException) -> None:
         self.progress.hide()
-        self.wiz.button(QWizard.WizardButton.NextButton).setEnabled(True)
-        self.wiz.button(QWizard.WizardButton.BackButton).setEnabled(True)
+        self._buttons(True)
         self.error.setText(str(exc))
 
 
@@ -155,11 +171,16 @@ class PhrasePage(QWizardPage):
         lay.addWidget(self.written)
         lay.addStretch(1)
 
-    def initializePage(self) -> None:
+    def wipe(self) -> None:
+        """Remove the words from the screen."""
         while self.grid.count():
             item = self.grid.takeAt(0)
             if item.widget():
                 item.widget().deleteLater()
+
+    @qt_virtual()
+    def initializePage(self) -> None:
+        self.wipe()
         for i, word in enumerate(self.wiz.phrase.split()):
             label = QLabel(f"{i + 1:>2}. {word}")
             label.setTextFormat(Qt.TextFormat.PlainText)
@@ -167,6 +188,7 @@ class PhrasePage(QWizardPage):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.grid.addWidget(label, i % 8, i // 8)
 
+    @qt_virtual(False)
     def isComplete(self) -> bool:
         return self.written.isChecked()
 
@@ -180,6 +202,7 @@ class CheckPage(QWizardPage):
         self.form = QFormLayout(self)
         self.edits: list[tuple[int, QLineEdit]] = []
 
+    @qt_virtual()
     def initializePage(self) -> None:
         while self.form.rowCount():
             self.form.removeRow(0)
@@ -194,9 +217,17 @@ class CheckPage(QWizardPage):
             self.edits.append((i, edit))
         self.form.addRow(muted_label("Go back if you need to see the words again."))
 
+    def wipe(self) -> None:
+        """Forget the words typed."""
+        for _i, edit in self.edits:
+            edit.clear()
+
+    @qt_virtual(False)
     def isComplete(self) -> bool:
+        # Qt asks again while the wizard closes, after the phrase has been wiped: no words, not complete.
         words = self.wiz.phrase.split()
-        return bool(self.edits) and all(e.text().strip().lower() == words[i] for i, e in self.edits)
+        return bool(self.edits) and all(i < len(words) and e.text().strip().lower() == words[i]
+                                        for i, e in self.edits)
 
 
 class CreateVaultWizard(QWizard):
@@ -213,10 +244,11 @@ class CreateVaultWizard(QWizard):
         for page in (self.where, self.passphrase, self.phrase_page, self.check):
             self.addPage(page)
         self.phrase = ""
+        self._pending_phrase = ""
         self.info: dict[str, Any] | None = None
         self.resize(640, 520)
 
-    def create(self, passphrase: str, done, failed) -> None:
+    def create_vault(self, passphrase: str, done, failed) -> None:
         path = self.where.folder.text()
         name = self.where.device.text().strip() or None
 
@@ -233,9 +265,22 @@ class CreateVaultWizard(QWizard):
 
         self.client.open_vault(opener, opened, failed, context=self)
 
+    def back(self) -> None:
+        """Qt disables the Back button after a commit page; refuse a programmatic back() too."""
+        visited = self.visitedIds()
+        if len(visited) >= 2 and self.page(visited[-2]).isCommitPage():
+            return
+        super().back()
+
+    @qt_virtual()
     def done(self, result: int) -> None:
-        self.phrase = ""
-        super().done(result)
+        try:
+            super().done(result)
+        finally:
+            self.phrase = ""
+            self._pending_phrase = ""
+            self.phrase_page.wipe()
+            self.check.wipe()
 
     @classmethod
     def run(cls, client: Any, parent: Any = None) -> dict[str, Any] | None:

@@ -33,8 +33,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .guard import qt_virtual
 from .models import HistoryModel
 from .settings import Setting, Settings
+from .text import safe_text
 from .views.detail import DetailPane
 from .widgets import SecretEdit, muted_label
 
@@ -51,9 +53,12 @@ class BaseDialog(QDialog):
         if geometry:
             self.restoreGeometry(geometry)
 
+    @qt_virtual()
     def done(self, result: int) -> None:
-        QSettings("Camillo", "Camillo").setValue(f"dialogs/{type(self).__name__}", self.saveGeometry())
-        super().done(result)
+        try:
+            QSettings("Camillo", "Camillo").setValue(f"dialogs/{type(self).__name__}", self.saveGeometry())
+        finally:
+            super().done(result)
 
 
 class Ask:
@@ -99,12 +104,12 @@ class UnlockDialog(BaseDialog):
     A wrong credential says so and lets the user retry; a damaged vault names the file."""
 
     def __init__(self, client: Any, path: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent, f"Unlock {os.path.basename(path.rstrip('/')) or path}")
+        super().__init__(parent, f"Unlock {safe_text(os.path.basename(path.rstrip('/')) or path, 80, single_line=True)}")
         self.client = client
         self.path = path
         self.setMinimumWidth(480)
         lay = QVBoxLayout(self)
-        head = QLabel(f"Unlock the vault\n{path}")
+        head = QLabel(f"Unlock the vault\n{safe_text(path, 300, single_line=True)}")
         head.setTextFormat(Qt.TextFormat.PlainText)
         head.setObjectName("ViewTitle")
         lay.addWidget(head)
@@ -187,14 +192,15 @@ class UnlockDialog(BaseDialog):
         self.progress.hide()
         self.progress.setRange(0, 0)
         self.unlock_button.setEnabled(True)
+        # Messages name files of the vault folder, whose names anyone with access to it chose.
         if isinstance(exc, camillo.WrongCredential):
-            self.error.setText(f"{exc}")
+            self.error.setText(safe_text(f"{exc}", 1000))
             self.secret.edit.selectAll()
             self.secret.setFocus()
         elif isinstance(exc, VaultError):
-            self.error.setText(f"This vault cannot be opened: {exc}")
+            self.error.setText(safe_text(f"This vault cannot be opened: {exc}", 1000))
         else:
-            self.error.setText(f"Unexpected error: {type(exc).__name__}: {exc}")
+            self.error.setText(safe_text(f"Unexpected error: {type(exc).__name__}: {exc}", 1000))
 
     @classmethod
     def ask(cls, client: Any, path: str, parent: QWidget | None = None) -> dict[str, Any] | None:
@@ -254,10 +260,14 @@ class SettingsDialog(BaseDialog):
 
 
 class RecordsDialog(BaseDialog):
-    """A few records (the sources of a value, one record) with the detail pane."""
+    """A few records (the sources of a value, one record) with the detail pane.  The main window
+    closes every one of them when the vault locks (they show decrypted records); a closed one is
+    deleted."""
 
     def __init__(self, client: Any, ids: list[bytes], title: str, parent: Any = None) -> None:
+        title = safe_text(title, 160, single_line=True)  # it may quote a key or a value an agent wrote
         super().__init__(parent, title)
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.resize(900, 520)
         lay = QVBoxLayout(self)
         lay.addWidget(muted_label(title))
@@ -282,8 +292,8 @@ class RecordsDialog(BaseDialog):
         self.table.selectionModel().currentRowChanged.connect(
             lambda cur, _p: self.detail.show_record(self.model.record(cur.row())))
         self.client = client
-        client.submit(lambda ctx: ctx.vault.records(ids), self._loaded, lambda e: self.detail.heading.setText(str(e)),
-                      context=self)
+        client.submit(lambda ctx: ctx.vault.records(ids), self._loaded,
+                      lambda e: self.detail.heading.setText(safe_text(str(e), 300, single_line=True)), context=self)
 
     def _loaded(self, views: list[Any]) -> None:
         self.model.set_records(views)
@@ -294,3 +304,8 @@ class RecordsDialog(BaseDialog):
 
     def _open_source(self, rid: bytes) -> None:
         RecordsDialog(self.client, [rid], "Source record", self.parent()).show()
+
+    def wipe(self) -> None:
+        """The vault was locked: forget the records shown."""
+        self.model.set_records([])
+        self.detail.show_record(None)

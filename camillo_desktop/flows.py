@@ -145,11 +145,12 @@ def protected(window: Any, purpose: str, details: str, job, on_done, *, confirm_
 
     def failed(exc: BaseException) -> None:
         progress.close()
+        message = safe_text(str(exc), 2000)
         if isinstance(exc, camillo.WrongCredential):
-            Ask.inform(window, "Not confirmed", f"{exc}\nNothing was changed.")
+            Ask.inform(window, "Not confirmed", f"{message}\nNothing was changed.")
             protected(window, purpose, details, job, on_done, confirm_label=confirm_label, working=working)
         else:
-            Ask.inform(window, "Not done", f"{exc}\nNothing irreversible happened unless the message says so.")
+            Ask.inform(window, "Not done", f"{message}\nNothing irreversible happened unless the message says so.")
 
     window.client.mutate(lambda ctx: job(ctx, unlock), done, failed, context=window, label=purpose)
 
@@ -169,17 +170,18 @@ def erase_record(window: Any, rid: bytes) -> None:
                        + "). You can still forget the record, which hides it from agents.")
             return
         text = safe_text(v.text, 300, single_line=True)
+        what = safe_text(f"{v.type or v.kind_name.lower()} in {info['compartment']}", 200, single_line=True)
+        others = safe_text(", ".join(info["other_devices"]), 400, single_line=True)
+        readers = safe_text(", ".join(info["readers"]), 400, single_line=True)
         details = (
-            f"\u201c{text}\u201d ({v.type or v.kind_name.lower()} in {info['compartment']}) will be destroyed.\n\n"
+            f"\u201c{text}\u201d ({what}) will be destroyed.\n\n"
             f"The {info['batches']} batch(es) that shared its keys are re-encrypted under new keys, the old keys "
             f"and the {info['segments']} segment file(s) holding it are deleted, the vault master secret rolls and "
             "this device gets a new key.\n\n"
             "What it will not reach: copies of the vault made before now (your sync service's version history, "
             "backups) stay readable with your current passphrase and recovery phrase until you change them"
-            + (f", with your other devices ({', '.join(info['other_devices'])}) until they next open the vault"
-               if info["other_devices"] else "")
-            + (f", and by agents that could read this compartment ({', '.join(info['readers'])})"
-               if info["readers"] else "")
+            + (f", with your other devices ({others}) until they next open the vault" if info["other_devices"] else "")
+            + (f", and by agents that could read this compartment ({readers})" if info["readers"] else "")
             + ". Anything already read cannot be recalled."
         )
 
@@ -202,7 +204,7 @@ class ReachReportDialog(BaseDialog):
         title = QLabel("The record was erased")
         title.setObjectName("ViewTitle")
         lay.addWidget(title)
-        body = QLabel("\n".join(report.lines()))
+        body = QLabel(safe_text("\n".join(report.lines()), 8000))
         body.setWordWrap(True)
         body.setTextFormat(Qt.TextFormat.PlainText)
         body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -302,10 +304,12 @@ class GrantDialog(BaseDialog):
             combo = QComboBox()
             for level in ("none", "read", "write", "append"):
                 combo.addItem(level, level)
-            combo.setAccessibleName(f"access to {name}")
+            combo.setAccessibleName(f"access to {safe_text(name, 60, single_line=True)}")
             combo.currentIndexChanged.connect(lambda _i, c=combo: self.explain.setText(LEVEL_TEXT[c.currentData()]))
             self.levels[name] = combo
-            grid.addWidget(QLabel(name), i, 0)
+            label = QLabel(safe_text(name, 60, single_line=True))
+            label.setTextFormat(Qt.TextFormat.PlainText)
+            grid.addWidget(label, i, 0)
             grid.addWidget(combo, i, 1)
         lay.addLayout(grid)
         lay.addWidget(self.explain)
@@ -425,6 +429,7 @@ class JoinDialog(BaseDialog):
         lay.addWidget(self.sas)
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
         lay.addWidget(self.status)
         buttons = QDialogButtonBox()
         self.start = buttons.addButton("Join", QDialogButtonBox.ButtonRole.AcceptRole)
@@ -468,7 +473,7 @@ class JoinDialog(BaseDialog):
             self.start.setEnabled(False)
             self.timer.start(1000)
 
-        self.client.submit(job, started, lambda e: self.status.setText(str(e)), context=self)
+        self.client.submit(job, started, lambda e: self.status.setText(safe_text(str(e), 1000)), context=self)
 
     def _poll(self) -> None:
         join = self._join
@@ -482,7 +487,7 @@ class JoinDialog(BaseDialog):
         def waiting(exc: BaseException) -> None:
             if str(exc) != "not yet":
                 self.timer.stop()
-                self.status.setText(str(exc))
+                self.status.setText(safe_text(str(exc), 1000))
 
         def done(info) -> None:
             self.timer.stop()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from .dialogs import Ask, BaseDialog
+from .text import safe_text
 from .widgets import SecretEdit, muted_label
 
 # kind -> (menu label, what to choose, explanation)
@@ -71,7 +72,7 @@ class ImportDialog(BaseDialog):
         form.addRow("From", row)
         self.compartment = QComboBox()
         for name in window.info.get("compartments", []) or ["personal"]:
-            self.compartment.addItem(name)
+            self.compartment.addItem(safe_text(name, 60, single_line=True), name)
         form.addRow("Into compartment", self.compartment)
         self.passphrase = SecretEdit("the VaultMem vault's passphrase")
         self.passphrase_row = QWidget()
@@ -123,7 +124,7 @@ class ImportDialog(BaseDialog):
             self.result.setText("Type the VaultMem vault's passphrase.")
             return
         self.passphrase.clear()
-        kind, compartment = self.kind, self.compartment.currentText()
+        kind, compartment = self.kind, self.compartment.currentData()
         self.start.setEnabled(False)
         self.bar.setRange(0, 0)
         self.bar.show()
@@ -141,14 +142,16 @@ class ImportDialog(BaseDialog):
             self.report = report
             self.bar.hide()
             self.start.setEnabled(True)
-            self.result.setText("\n".join(report.lines()))
+            # The report quotes titles and names from the export: shown escaped.
+            self.result.setText(safe_text("\n".join(report.lines()), 20_000))
             self.inbox.setVisible(report.proposals > 0)
 
         def failed(exc: BaseException) -> None:
             self.error = exc
             self.bar.hide()
             self.start.setEnabled(True)
-            self.result.setText(f"Not imported: {exc}\nNothing was written for the part that failed.")
+            self.result.setText(safe_text(f"Not imported: {exc}", 2000)
+                                + "\nNothing was written for the part that failed.")
 
         self.window_.client.mutate(job, done, failed, context=self, on_progress=progress,
                                    label=f"importing {IMPORT_KINDS[kind][0].rstrip(chr(0x2026))}")
@@ -178,4 +181,5 @@ def export_vault(window: Any, kind: str, out: str | None = None) -> None:
 
 def _summary(kind: str, out: str, summary: dict[str, Any]) -> str:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.items()) if isinstance(v, int))
-    return f"Wrote the {EXPORT_KINDS[kind].rstrip(chr(0x2026))} export to {out}" + (f" ({counts})." if counts else ".")
+    return (f"Wrote the {EXPORT_KINDS[kind].rstrip(chr(0x2026))} export to {safe_text(out, 300, single_line=True)}"
+            + (f" ({safe_text(counts, 300, single_line=True)})." if counts else "."))

@@ -1,9 +1,13 @@
 """The main window: a sidebar of views, a search field, a status bar, lock and auto-lock.
 
 Layout only, plus the routing of events: the client's ``vault_changed`` goes to every view (each
-refreshes only if the Changes concern it, and only when visible), ``vault_locked`` clears them and
-shows the unlock dialog again.  Auto-lock watches keyboard and mouse activity application-wide and
-locks after the configured idle time.  GUI thread only.
+refreshes only if the Changes concern it, and only when visible), ``vault_locked`` clears them,
+closes the record windows, clears the search field and the clipboard (if it still holds what the
+app copied), shows the locked page (with "Unlock…") and asks to unlock again.  While locked, the
+Lock action, the sidebar and the view shortcuts lead to the unlock dialog.  Locking is idempotent:
+a double press or auto-lock at the same moment locks once and asks once.  Auto-lock watches
+keyboard and mouse activity application-wide and locks after the configured idle time.  GUI thread
+only.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMainWindow,
     QProgressBar,
+    QPushButton,
     QStackedWidget,
     QToolButton,
     QVBoxLayout,
@@ -32,8 +37,11 @@ from PySide6.QtWidgets import (
 from . import icons, theme
 from .actions import SPECS, Action, shortcut_text
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
+from .flows import ReauthDialog
+from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
 from .settings import Setting, Settings
+from .text import safe_text
 from .views.activity import ActivityView
 from .views.base import View
 from .views.conflicts import ConflictsView
@@ -45,7 +53,7 @@ from .views.health import HealthView
 from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
-from .widgets import Clipboard
+from .widgets import Clipboard, muted_label
 
 # The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
 VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView, ConflictsView, InboxView, GrantsView, DevicesView,
@@ -78,6 +86,7 @@ class IdleWatcher(QObject):
         else:
             self.timer.stop()
 
+    @qt_virtual(False)
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if event.type() in self.ACTIVITY and self.timer.isActive():
             now = time.monotonic()
@@ -97,7 +106,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(icons.app_icon())
         self.resize(1280, 800)
         self.info: dict[str, Any] = {}
-        self.clipboard = Clipboard(settings.get(Setting.CLIPBOARD_SECONDS))
+        self.clipboard = Clipboard(settings.get(Setting.CLIPBOARD_SECONDS), self)
         self.actions_: dict[Action, QAction] = {}
         self._build_actions()
         self._build_menu()
@@ -155,6 +164,10 @@ class MainWindow(QMainWindow):
         rl.addWidget(bar)
         self.stack = QStackedWidget()
         rl.addWidget(self.stack, 1)
+        self.locked_page = self._build_locked_page()
+        self.stack.addWidget(self.locked_page)
+        self._locked_path: str | None = None  # the vault this window shows, while it is locked
+        self._unlocking = False  # the unlock dialog is open (or about to open)
         outer.addWidget(right, 1)
         self.setCentralWidget(central)
 
@@ -183,7 +196,7 @@ class MainWindow(QMainWindow):
 
         client.vault_changed.connect(self._changed)
         client.vault_locked.connect(self._locked)
-        client.busy_changed.connect(lambda b: self.busy.setVisible(b))
+        client.busy_changed.connect(self._busy_changed)
         client.job_failed.connect(self._unexpected)
         self.idle = IdleWatcher(self)
         QApplication.instance().installEventFilter(self.idle)
@@ -242,6 +255,33 @@ class MainWindow(QMainWindow):
         help_menu.addAction(self.actions_[Action.SHORTCUTS])
         help_menu.addAction(self.actions_[Action.ABOUT])
 
+    def _build_locked_page(self) -> QWidget:
+        page = QWidget()
+        page.setObjectName("LockedPage")
+        lay = QVBoxLayout(page)
+        lay.setContentsMargins(48, 48, 48, 48)
+        lay.addStretch(1)
+        title = QLabel("This vault is locked")
+        title.setObjectName("ViewTitle")
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        lay.addWidget(title)
+        self.locked_text = muted_label("")
+        self.locked_text.setTextFormat(Qt.TextFormat.PlainText)
+        self.locked_text.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        lay.addWidget(self.locked_text)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.unlock_button = QPushButton("Unlock…")
+        self.unlock_button.setObjectName("Primary")
+        self.unlock_button.setMinimumHeight(34)
+        self.unlock_button.setAccessibleName("unlock the vault")
+        self.unlock_button.clicked.connect(self.unlock)
+        row.addWidget(self.unlock_button)
+        row.addStretch(1)
+        lay.addLayout(row)
+        lay.addStretch(2)
+        return page
+
     def _add_view(self, cls: type[View]) -> None:
         view = cls(self.client, self)
         self._wire_view(view)
@@ -267,10 +307,13 @@ class MainWindow(QMainWindow):
 
     def vault_opened(self, info: dict[str, Any]) -> None:
         self.info = info
+        self._locked_path = None
         self.statusBar().clearMessage()
         self.settings.remember_vault(info["path"])
-        self.vault_name.setText(info["name"])
-        self.setWindowTitle(f"{info['name']} \u2014 Camillo")
+        self.vault_name.setText(safe_text(info["name"], 80, single_line=True))
+        self.setWindowTitle(f"{safe_text(info['name'], 80, single_line=True)} \u2014 Camillo")
+        self._show_lock_action(locked=False)
+        self.search.setEnabled(True)
         self._update_status(info)
         timeline = self.views.get("timeline")
         if isinstance(timeline, TimelineView):
@@ -286,15 +329,17 @@ class MainWindow(QMainWindow):
         self.show_view(last if last in self.views and last != "search" else "timeline")
 
     def _update_status(self, info: dict[str, Any]) -> None:
-        self.status_vault.setText(f"Vault: {info['name']}" + (" (read-only)" if info.get("read_only") else ""))
+        name = safe_text(info["name"], 80, single_line=True)
+        self.status_vault.setText(f"Vault: {name}" + (" (read-only)" if info.get("read_only") else ""))
         who = f"agent {info['agent']}" if info.get("agent") else info.get("credential", "")
-        self.status_cred.setText(f"Unlocked with: {who}")
+        self.status_cred.setText(f"Unlocked with: {safe_text(who, 80, single_line=True)}")
         sync = info.get("sync", "up to date")
         color = theme.SYNC_COLORS.get(sync, "#6b7280")
         self.status_sync.setText(f"\u25cf {sync}")
         self.status_sync.setStyleSheet(f"color: {color}; font-weight: 600;")
         details = info.get("sync_details") or []
-        self.status_sync.setToolTip("\n".join(details[:10]) if details else "every batch this device knows of is here")
+        self.status_sync.setToolTip(safe_text("\n".join(details[:10]), 2000) if details
+                                    else "every batch this device knows of is here")
 
     def refresh(self) -> None:
         if not self.client.is_open:
@@ -315,12 +360,23 @@ class MainWindow(QMainWindow):
 
         self.client.submit(job, done, self.show_error, context=self, label="refreshing")
 
+    @property
+    def locked(self) -> bool:
+        """A vault was open in this window and is locked now (or locking)."""
+        return self._locked_path is not None or self.client.locking
+
     def lock(self) -> None:
+        """The Lock action: lock the open vault (once, however often it is pressed); while locked,
+        the same action unlocks."""
+        if self.client.locking:
+            return
         if self.client.is_open:
             self.client.lock()
+        elif self._locked_path is not None:
+            self.unlock()
 
     def _idle_lock(self) -> None:
-        if self.client.is_open:
+        if self.client.is_open and not self.client.locking:
             self.statusBar().showMessage("Locked after inactivity", 10000)
             self.client.lock()
 
@@ -328,16 +384,68 @@ class MainWindow(QMainWindow):
         self.idle.arm(0)
         self.import_menu.setEnabled(False)
         self.export_menu.setEnabled(False)
+        self._close_record_windows()
         for v in self.views.values():
             v.clear()
+        self.search.clear()
+        self.search.setEnabled(False)
+        self.clipboard.clear_if_ours()  # only if it still holds what the app copied
+        self._clip_timer.stop()
+        self.status_clip.setText("")
         self.status_sync.setText("\u25cf locked")
         self.status_sync.setStyleSheet("color: #6b7280;")
+        self.status_sync.setToolTip("")
         path = self.info.get("path")
-        if path and self.isVisible() and not getattr(self, "_quitting", False):
-            QTimer.singleShot(0, lambda: self._unlock_again(path))
+        if not path:
+            return
+        self._locked_path = path
+        name = safe_text(self.info.get("name") or path, 80, single_line=True)
+        self.locked_text.setText(f"{name}: its keys have left this computer's memory. Unlock it to see your "
+                                 "memory again.")
+        self._clear_nav()
+        self.stack.setCurrentWidget(self.locked_page)
+        self._show_lock_action(locked=True)
+        if self.isVisible() and not getattr(self, "_quitting", False):
+            self._schedule_unlock()
 
-    def _unlock_again(self, path: str) -> None:
-        info = UnlockDialog.ask(self.client, path, self)
+    def _show_lock_action(self, *, locked: bool) -> None:
+        lock = self.actions_[Action.LOCK]
+        lock.setText("&Unlock\u2026" if locked else SPECS[Action.LOCK].label)
+        lock.setToolTip("Unlock the vault again" if locked else SPECS[Action.LOCK].tip)
+        lock.setStatusTip(lock.toolTip())
+        lock.setEnabled(True)
+        for action, spec in SPECS.items():
+            if spec.needs_vault and action is not Action.LOCK:
+                self.actions_[action].setEnabled(not locked)
+
+    def _close_record_windows(self) -> None:
+        """Windows that show decrypted records close when the vault locks."""
+        for dlg in self.findChildren(RecordsDialog):
+            dlg.wipe()
+            dlg.close()
+        for dlg in self.findChildren(ReauthDialog):  # its question may quote a record; the vault is gone
+            dlg.reject()
+
+    def _schedule_unlock(self) -> None:
+        if not self._unlocking:
+            self._unlocking = True
+            QTimer.singleShot(0, self._unlock_now)
+
+    def _unlock_now(self) -> None:
+        self._unlocking = False
+        self.unlock()
+
+    def unlock(self) -> None:
+        """Ask for the credential of the locked vault (once: a second request while the dialog is
+        open does nothing)."""
+        path = self._locked_path
+        if path is None or self.client.is_open or self.client.locking or self._unlocking:
+            return
+        self._unlocking = True
+        try:
+            info = UnlockDialog.ask(self.client, path, self)
+        finally:
+            self._unlocking = False
         if info:
             self.vault_opened(info)
 
@@ -351,6 +459,14 @@ class MainWindow(QMainWindow):
         view = self.views.get(name)
         if view is None:
             return
+        if self.locked:  # nothing to show: the sidebar and the shortcuts lead to the unlock dialog
+            if name != "search":
+                self.settings.set(Setting.LAST_VIEW, name)  # shown once unlocked
+            self._clear_nav()  # so that clicking the same entry again asks again
+            self.stack.setCurrentWidget(self.locked_page)
+            if not self.client.locking:
+                self._schedule_unlock()
+            return
         if name != "search":
             for row in range(self.nav.count()):
                 if self.nav.item(row).data(Qt.ItemDataRole.UserRole) == name:
@@ -363,6 +479,12 @@ class MainWindow(QMainWindow):
         self.stack.setCurrentWidget(view)
         if self.client.is_open:
             view.activate(argument)
+
+    def _clear_nav(self) -> None:
+        self.nav.blockSignals(True)
+        self.nav.setCurrentRow(-1)
+        self.nav.clearSelection()
+        self.nav.blockSignals(False)
 
     def current_view(self) -> View:
         return self.stack.currentWidget()
@@ -378,10 +500,9 @@ class MainWindow(QMainWindow):
 
     def _search(self) -> None:
         query = self.search.text().strip()
-        if not query:
+        if not query or not self.client.is_open:
             return
-        self.show_view("search")
-        self.search_view.search(query)
+        self.show_view("search", query)  # the view runs this query (not the one it had) and then reports ready
 
     def erase_record(self, rid: bytes) -> None:
         from .flows import erase_record
@@ -404,6 +525,22 @@ class MainWindow(QMainWindow):
         RecordsDialog(self.client, ids, title, self).show()
 
     # ------------------------------------------------------------------ helpers
+
+    def _busy_changed(self, busy: bool) -> None:
+        self.busy.setVisible(busy)
+        if not busy:
+            self.busy.setRange(0, 0)  # indeterminate until a job reports how far it is
+
+    def show_progress(self, done: int, total: int, what: str = "") -> None:
+        """A job's progress: determinate once it knows its total (opening: segments read)."""
+        if total > 0:
+            self.busy.setRange(0, total)
+            self.busy.setValue(min(done, total))
+        else:
+            self.busy.setRange(0, 0)
+        self.busy.setVisible(True)
+        if what:
+            self.statusBar().showMessage(f"{what}\u2026 {done:,} of {total:,}" if total > 0 else f"{what}\u2026")
 
     def copy_text(self, text: str) -> None:
         if not text:
@@ -433,7 +570,7 @@ class MainWindow(QMainWindow):
 
         if isinstance(exc, Cancelled):
             return
-        self.statusBar().showMessage(str(exc), 15000)
+        self.statusBar().showMessage(safe_text(str(exc), 400, single_line=True), 15000)
 
     def _unexpected(self, exc: BaseException, tb: str) -> None:
         Ask.inform(self, "Something went wrong",
@@ -480,12 +617,14 @@ class MainWindow(QMainWindow):
             version = "development"
         Ask.inform(self, "About Camillo", f"Camillo {version}\nUser-owned, encrypted agent memory (VMEM v1).")
 
+    @qt_virtual()
     def keyPressEvent(self, event) -> None:
         if event.key() == Qt.Key.Key_Escape and self.search.hasFocus():
             self.search.clear()
             return
         super().keyPressEvent(event)
 
+    @qt_virtual()
     def closeEvent(self, event) -> None:
         self._quitting = True
         self.settings.set(Setting.WINDOW_GEOMETRY, self.saveGeometry())

@@ -29,7 +29,8 @@ from PySide6.QtCore import (
 )
 
 from . import theme
-from .text import safe_text
+from .guard import qt_virtual
+from .text import safe_text, safe_tooltip
 from .widgets import BADGE_COLOR_ROLE, BADGE_ROLE
 
 PAGE = 200
@@ -47,11 +48,12 @@ def fmt_time(ts: int | None) -> str:
 
 
 def record_summary(v: RecordView, limit: int = 240) -> str:
+    text = v.text[: limit + 1] if v.text else v.text  # never copy more of a huge text than is shown
     if v.key:
-        return safe_text(f"{v.key} = {v.text}", limit, single_line=True)
+        return safe_text(f"{v.key} = {text}", limit, single_line=True)
     if v.role:
-        return safe_text(f"{v.role}: {v.text}", limit, single_line=True)
-    return safe_text(v.text or f"({v.type or v.kind_name.lower()})", limit, single_line=True)
+        return safe_text(f"{v.role}: {text}", limit, single_line=True)
+    return safe_text(text or f"({v.type or v.kind_name.lower()})", limit, single_line=True)
 
 
 class Col(IntEnum):
@@ -78,6 +80,7 @@ class RecordTableModel(QAbstractTableModel):
         self._cache: dict[int, RecordView] = {}
         self._pending: set[int] = set()
         self._generation = 0
+        self._fetching = False
 
     # -- content
 
@@ -139,30 +142,44 @@ class RecordTableModel(QAbstractTableModel):
 
     # -- Qt model
 
+    @qt_virtual(0)
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else self._visible
 
+    @qt_virtual(0)
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(Col)
 
+    @qt_virtual(False)
     def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
-        return not parent.isValid() and self._visible < len(self._ids)
+        return not parent.isValid() and not self._fetching and self._visible < len(self._ids)
 
+    @qt_virtual()
     def fetchMore(self, parent: Index = QModelIndex()) -> None:  # noqa: B008
-        if parent.isValid():
+        # Not re-entrant: a listener of rowsAboutToBeInserted/rowsInserted (Qt's model tester, some
+        # views) may call fetchMore again while these rows are being inserted; that call does
+        # nothing, so the rows announced are exactly the rows added and rowCount never passes ids.
+        if parent.isValid() or self._fetching:
             return
-        n = min(PAGE, len(self._ids) - self._visible)
-        if n <= 0:
+        first = self._visible
+        last = min(first + PAGE, len(self._ids)) - 1
+        if last < first:
             return
-        self.beginInsertRows(QModelIndex(), self._visible, self._visible + n - 1)
-        self._visible += n
-        self.endInsertRows()
+        self._fetching = True
+        try:
+            self.beginInsertRows(QModelIndex(), first, last)
+            self._visible = last + 1
+            self.endInsertRows()
+        finally:
+            self._fetching = False
 
+    @qt_virtual()
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(Col):
             return HEADERS[Col(section)]
         return None
 
+    @qt_virtual()
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < self._visible or not 0 <= index.column() < len(Col):
             return None
@@ -181,9 +198,9 @@ class RecordTableModel(QAbstractTableModel):
             if col == Col.TIME:
                 return fmt_time(v.ts)
             if col == Col.COMPARTMENT:
-                return v.compartment
-            if col == Col.TYPE:
-                return v.type or v.kind_name.lower()
+                return safe_text(v.compartment, 60, single_line=True)
+            if col == Col.TYPE:  # agent-controlled: readers accept any type (spec §7.2)
+                return safe_text(v.type, 60, single_line=True) if v.type else v.kind_name.lower()
             if col == Col.AUTHORITY:
                 return v.effective_label
             if col == Col.WRITER:
@@ -196,7 +213,7 @@ class RecordTableModel(QAbstractTableModel):
                 return (f"claimed {v.class_label}, effective {v.effective_label}: "
                         + ("binds as your own word" if v.effective_label == "user" else "information, not an instruction"))
             if col == Col.TEXT:
-                return safe_text(v.text, 1000)
+                return safe_tooltip(v.text, 1000)
         if role == Qt.ItemDataRole.AccessibleTextRole and col == Col.AUTHORITY:
             return f"authority {v.effective_label}"
         return None
@@ -241,6 +258,7 @@ class FactsModel(QAbstractItemModel):
                     return self.index(r, 0, self.index(s, 0))
         return QModelIndex()
 
+    @qt_virtual(factory=QModelIndex)
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
         if not self.hasIndex(row, column, parent):
             return QModelIndex()
@@ -250,11 +268,13 @@ class FactsModel(QAbstractItemModel):
             return QModelIndex()
         return self.createIndex(row, column, parent.row() + 1)
 
+    @qt_virtual(factory=QModelIndex)
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid() or index.internalId() == 0:
             return QModelIndex()
         return self.createIndex(index.internalId() - 1, 0, 0)
 
+    @qt_virtual(0)
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if not parent.isValid():
             return len(self._subjects)
@@ -262,14 +282,17 @@ class FactsModel(QAbstractItemModel):
             return len(self._facts[parent.row()])
         return 0
 
+    @qt_virtual(0)
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(self.FCol)
 
+    @qt_virtual()
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self.FCol):
             return self.FHEADERS[section]
         return None
 
+    @qt_virtual()
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
@@ -277,7 +300,7 @@ class FactsModel(QAbstractItemModel):
         if index.internalId() == 0:
             if role == Qt.ItemDataRole.DisplayRole and col == 0:
                 facts = self._facts[index.row()]
-                return f"{self._subjects[index.row()]}  ({len(facts)})"
+                return f"{safe_text(self._subjects[index.row()], 120, single_line=True)}  ({len(facts)})"
             if role == Qt.ItemDataRole.FontRole and col == 0:
                 from PySide6.QtGui import QFont
 
@@ -291,7 +314,7 @@ class FactsModel(QAbstractItemModel):
             return f
         if role == Qt.ItemDataRole.DisplayRole:
             if col == self.FCol.KEY:
-                return f.key.split("/", 1)[1] if "/" in f.key else f.key
+                return safe_text(f.key.split("/", 1)[1] if "/" in f.key else f.key, 200, single_line=True)
             if col == self.FCol.VALUE:
                 if f.status == "deleted" or cur is None:
                     return "(forgotten)"
@@ -301,7 +324,7 @@ class FactsModel(QAbstractItemModel):
             if col == self.FCol.AUTHORITY:
                 return cur.effective_label if cur is not None and f.status != "deleted" else ""
             if col == self.FCol.COMPARTMENT:
-                return f.compartment
+                return safe_text(f.compartment, 60, single_line=True)
         if role == BADGE_ROLE:
             if col == self.FCol.AUTHORITY and cur is not None and f.status != "deleted":
                 return cur.effective_label
@@ -335,17 +358,21 @@ class HistoryModel(QAbstractTableModel):
     def record(self, row: int) -> RecordView | None:
         return self._rows[row] if 0 <= row < len(self._rows) else None
 
+    @qt_virtual(0)
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._rows)
 
+    @qt_virtual(0)
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.HEADERS)
 
+    @qt_virtual()
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self.HEADERS):
             return self.HEADERS[section]
         return None
 
+    @qt_virtual()
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None

@@ -1,6 +1,8 @@
 """The welcome screen: create a vault, open one, reopen a recent one, or try the demo.
 
-GUI thread only; opening and creating run on the vault worker.
+"Try the demo vault" builds the demo in a temporary folder, reported by ``temp_dir_created`` so that
+the app removes it on quit, and shows the build's and the open's progress.  GUI thread only; opening
+and creating run on the vault worker.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QProgressBar,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -23,11 +26,13 @@ from PySide6.QtWidgets import (
 from . import icons
 from .dialogs import UnlockDialog
 from .settings import Settings
+from .text import safe_text
 from .widgets import muted_label
 
 
 class WelcomeWindow(QWidget):
     opened = Signal(object)  # the open vault's info
+    temp_dir_created = Signal(str)  # a temporary folder to remove on quit (the demo vault's)
 
     def __init__(self, client: Any, settings: Settings) -> None:
         super().__init__()
@@ -57,6 +62,12 @@ class WelcomeWindow(QWidget):
             b.setMinimumHeight(34)
             b.clicked.connect(slot)
             left.addWidget(b)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.hide()
+        left.addWidget(self.progress)
+        self.progress_text = muted_label("")
+        left.addWidget(self.progress_text)
         left.addStretch(1)
         lay.addLayout(left, 1)
         right = QVBoxLayout()
@@ -64,7 +75,8 @@ class WelcomeWindow(QWidget):
         self.recent = QListWidget()
         self.recent.setAccessibleName("recent vaults")
         for path in settings.recent_vaults():
-            item = QListWidgetItem(f"{os.path.basename(path.rstrip('/')) or path}\n{path}")
+            name = os.path.basename(path.rstrip("/")) or path
+            item = QListWidgetItem(safe_text(f"{name}\n{path}", 600))
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.recent.addItem(item)
         if not self.recent.count():
@@ -101,11 +113,30 @@ class WelcomeWindow(QWidget):
         from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
         from camillo.vault import Unlock, Vault
 
-        path = os.path.join(tempfile.mkdtemp(prefix="camillo-demo-"), "Demo vault")
+        base = tempfile.mkdtemp(prefix="camillo-demo-")
+        self.temp_dir_created.emit(base)
+        path = os.path.join(base, "Demo vault")
 
         def opener(ctx):
-            info = build_demo_vault(path)
-            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=info.homes["desktop"])
+            info = build_demo_vault(path, progress=lambda m: ctx.progress(0, 0, m))
+            return Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=info.homes["desktop"],
+                              progress=lambda d, t: ctx.progress(d, t, "Reading the vault"))
+
+        def failed(exc: BaseException) -> None:
+            self.setEnabled(True)
+            self.progress.hide()
+            self.progress_text.setText(safe_text(f"The demo could not be built: {exc}", 600))
 
         self.setEnabled(False)
-        self.client.open_vault(opener, self.opened.emit, lambda e: (self.setEnabled(True), None), context=self)
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.progress_text.setText("Building the demo vault\u2026")
+        self.client.open_vault(opener, self.opened.emit, failed, context=self, on_progress=self._progress)
+
+    def _progress(self, done: int, total: int, what: str) -> None:
+        if total > 0:
+            self.progress.setRange(0, total)
+            self.progress.setValue(min(done, total))
+        else:
+            self.progress.setRange(0, 0)
+        self.progress_text.setText(safe_text(what, 200, single_line=True))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QModelIndex, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QObject, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .guard import qt_virtual
 
 BADGE_ROLE = Qt.ItemDataRole.UserRole + 50  # text of a badge to paint instead of the display text
 BADGE_COLOR_ROLE = Qt.ItemDataRole.UserRole + 51
@@ -50,6 +51,7 @@ def paint_badge(painter: QPainter, rect: QRect, text: str, background: str, fore
 class BadgeDelegate(QStyledItemDelegate):
     """Paints the cell's BADGE_ROLE text as a coloured pill (authority classes, statuses)."""
 
+    @qt_virtual()
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         text = index.data(BADGE_ROLE)
         if not text:
@@ -64,6 +66,7 @@ class BadgeDelegate(QStyledItemDelegate):
         color = index.data(BADGE_COLOR_ROLE) or theme.AUTHORITY_COLORS.get(text, theme.AUTHORITY_COLORS["-"])[0]
         paint_badge(painter, option.rect, text, color)
 
+    @qt_virtual(factory=QSize)
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         size = super().sizeHint(option, index)
         return QSize(max(size.width(), 92), max(size.height(), 24))
@@ -111,6 +114,7 @@ class QRCodeWidget(QWidget):
     def text(self) -> str:
         return self._text
 
+    @qt_virtual()
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
@@ -212,12 +216,17 @@ class StrengthMeter(QWidget):
 
 class Clipboard:
     """Copies text and clears it again after a countdown, but only if it still holds what we
-    copied (so we never erase something the user copied since)."""
+    copied (so we never erase something the user copied since).
 
-    def __init__(self, seconds: int = 15) -> None:
+    Give it a ``parent`` (the main window): its timer is then owned by Qt and destroyed on the GUI
+    thread.  A parentless timer dies with this Python object, which the cyclic garbage collector may
+    free on the vault worker's thread: Qt cannot stop a running timer from there, and its next tick
+    reaches a deleted object (a crash)."""
+
+    def __init__(self, seconds: int = 15, parent: QObject | None = None) -> None:
         self.seconds = seconds
         self._copied: str | None = None
-        self._timer = QTimer()
+        self._timer = QTimer(parent)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.clear_if_ours)
 
@@ -231,6 +240,7 @@ class Clipboard:
         return self._timer.isActive()
 
     def clear_if_ours(self) -> None:
+        self._timer.stop()
         cb = QGuiApplication.clipboard()
         if self._copied is not None and cb.text() == self._copied:
             cb.clear()
@@ -239,6 +249,7 @@ class Clipboard:
 
 def muted_label(text: str) -> QLabel:
     label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)  # never rich text, whatever it contains
     label.setObjectName("Muted")
     label.setWordWrap(True)
     return label

@@ -8,8 +8,11 @@ dropped, as KeePassXC's AsyncTask does).  Long jobs report progress through the 
 cancelled: :meth:`JobContext.check` raises :class:`camillo.errors.Cancelled` once the GUI asked.
 
 Locking runs on the worker too: it drops the vault's keys there (``Vault.lock`` wipes them) and
-then reports ``vault_locked``.  The thread guard installed by :func:`install_thread_guard` makes
-any facade call from the GUI thread fail loudly (the desktop's one threading rule).
+then reports ``vault_locked``.  :meth:`VaultClient.lock` is idempotent: from the call until
+``vault_locked`` the client is ``locking``, and a second call (a double press, auto-lock at the same
+moment) only adds its callback.  :meth:`VaultClient.shutdown` is idempotent too.  The thread guard
+installed by :func:`install_thread_guard` makes any facade call from the GUI thread fail loudly (the
+desktop's one threading rule).
 
 Threads: :class:`VaultClient` on the GUI thread only; :class:`VaultWorker` and job functions on the
 worker thread only.
@@ -85,9 +88,11 @@ class JobContext:
 
     def set_vault(self, vault: camillo.Vault | None) -> None:
         old = self._worker.vault
-        if old is not None and old is not vault and not old.locked:
-            old.lock()
-        self._worker.vault = vault
+        try:
+            if old is not None and old is not vault and not old.locked:
+                old.lock()
+        finally:
+            self._worker.vault = vault  # dropped even if wiping its keys failed
 
     def check(self) -> None:
         if self._job.cancelled.is_set():
@@ -143,7 +148,14 @@ class VaultClient(QObject):
         self._jobs: dict[int, Job] = {}
         self.is_open = False
         self.info: dict[str, Any] = {}
+        self._lock_callbacks: list[Callable[[], None]] | None = None  # not None while locking
+        self._shut_down = False
         self._thread.start()
+
+    @property
+    def locking(self) -> bool:
+        """A lock was asked for and has not finished yet."""
+        return self._lock_callbacks is not None
 
     @property
     def thread(self) -> QThread:
@@ -223,7 +235,13 @@ class VaultClient(QObject):
         return self.submit(job, done, on_error, context=context, on_progress=on_progress, label="opening the vault")
 
     def lock(self, on_done: Callable[[], None] | None = None) -> None:
-        """Cancel what is queued, wipe the keys on the worker, then report ``vault_locked``."""
+        """Cancel what is queued, wipe the keys on the worker, then report ``vault_locked`` (once,
+        however many times this is called before the lock finished)."""
+        if self._lock_callbacks is not None:  # already locking: one lock job, one vault_locked
+            if on_done is not None:
+                self._lock_callbacks.append(on_done)
+            return
+        self._lock_callbacks = [on_done] if on_done is not None else []
         for job in list(self._jobs.values()):
             job.cancel()
 
@@ -231,15 +249,21 @@ class VaultClient(QObject):
             ctx.set_vault(None)
 
         def done(_: Any) -> None:
+            callbacks, self._lock_callbacks = self._lock_callbacks or [], None
             self.is_open = False
             self.vault_locked.emit()
-            if on_done is not None:
-                on_done()
+            for callback in callbacks:
+                callback()
 
+        # Cancelled (shut down before it ran) or failed: either way the worker no longer holds the vault.
         self.submit(job, done, lambda _e: done(None), label="locking")
 
     def shutdown(self) -> None:
-        """Lock, stop the thread and wait for it (on quit)."""
+        """Lock, stop the thread and wait for it (on quit).  A second call returns at once."""
+        if self._shut_down or not self._thread.isRunning():
+            self._shut_down = True
+            return
+        self._shut_down = True
         for job in list(self._jobs.values()):
             job.cancel()
         done = threading.Event()

@@ -60,3 +60,7 @@ class ActivityView(View):
 
     def relevant(self, changes: Changes) -> bool:
         return True
+
+    def clear(self) -> None:
+        super().clear()
+        self.model.removeRows(0, self.model.rowCount())

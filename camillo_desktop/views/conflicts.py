@@ -67,7 +67,8 @@ class CandidateCard(QFrame):
             lay.addWidget(row)
         if c.sources:
             why = QPushButton(f"Its sources ({len(c.sources)})")
-            why.clicked.connect(lambda: view.window_.show_records(list(c.sources), f"Sources of \u201c{c.text}\u201d"))
+            why.clicked.connect(lambda: view.window_.show_records(
+                list(c.sources), f"Sources of \u201c{safe_text(c.text, 80, single_line=True)}\u201d"))
             lay.addWidget(why)
         keep = QPushButton("Keep this value")
         keep.setObjectName("Primary")
@@ -138,7 +139,8 @@ class ConflictsView(View):
             self.list.clear()
             chosen = None
             for key, f in self._facts.items():
-                item = QListWidgetItem(f"{f.key}\n{f.compartment} \u00b7 {len(f.candidates)} values")
+                item = QListWidgetItem(f"{safe_text(f.key, 200, single_line=True)}\n"
+                                       f"{safe_text(f.compartment, 80, single_line=True)} \u00b7 {len(f.candidates)} values")
                 item.setData(Qt.ItemDataRole.UserRole, key)
                 self.list.addItem(item)
                 if f.key == current:
@@ -166,7 +168,7 @@ class ConflictsView(View):
             self.key_label.setText("")
             self.cards_area.setWidget(QWidget())
             return
-        self.key_label.setText(f"{f.key}  \u00b7  {f.compartment}")
+        self.key_label.setText(safe_text(f"{f.key}  \u00b7  {f.compartment}", 200, single_line=True))
 
         def job(ctx):
             return [ctx.vault.record_context(c.id) for c in f.candidates]
@@ -201,7 +203,7 @@ class ConflictsView(View):
 
         def done(result) -> None:
             changes, after = result
-            self.result.setText(f"Resolved: {key} is now \u201c{safe_text(after.current.text, 120)}\u201d "
+            self.result.setText(f"Resolved: {safe_text(key, 200, single_line=True)} is now \u201c{safe_text(after.current.text, 120)}\u201d "
                                 f"({after.current.effective_label} authority). One new record names all "
                                 f"{len(fact.candidates)} candidates, so every copy of the vault agrees once it syncs.")
             self.new_value.clear()
@@ -211,3 +213,13 @@ class ConflictsView(View):
 
     def relevant(self, changes: Changes) -> bool:
         return changes.facts
+
+    def clear(self) -> None:
+        super().clear()
+        self._facts = {}
+        self._fact = None
+        self.list.clear()
+        self.key_label.setText("")
+        self.cards_area.setWidget(QWidget())
+        self.result.setText("")
+        self.new_value.clear()

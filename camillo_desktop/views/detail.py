@@ -2,7 +2,9 @@
 
 Type, key, value or text (plain text, never rich), authority (claimed and effective, with what
 that means), who wrote it (device or agent), compartment, time, its sources ("why does the agent
-believe this?" opens them), and how it was verified.  GUI thread only.
+believe this?" opens them), and how it was verified.  Every field a writer chose is shown through
+``safe_text``; a very long text shows its first :data:`TEXT_PREFIX` characters at once and the rest
+on "Show all", so selecting a 1 MB message does not stall the GUI thread.  GUI thread only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from PySide6.QtWidgets import (
 from ..models import fmt_time
 from ..text import safe_text
 from ..widgets import Badge
+
+# The detail pane shows at most this much of a record's text at first: escaping and laying out a
+# 1 MB message takes a quarter of a second or more on the GUI thread (a single long line is laid out
+# whole).  "Show all" shows the rest when the user asks for it.
+TEXT_PREFIX = 100_000
 
 MEANING = {
     "user": "binds: your own word (written by you, or confirmed by you)",
@@ -71,6 +78,18 @@ class DetailPane(QScrollArea):
         self.text.setMaximumHeight(260)
         self.text.setAccessibleName("record text")
         lay.addWidget(self.text)
+        self.more_row = QWidget()
+        more = QHBoxLayout(self.more_row)
+        more.setContentsMargins(0, 0, 0, 0)
+        self.more_label = QLabel("")
+        self.more_label.setObjectName("Muted")
+        self.more_button = QPushButton("Show all")
+        self.more_button.setToolTip("Show the whole text (a very long text takes a moment to lay out)")
+        self.more_button.clicked.connect(self.show_all_text)
+        more.addWidget(self.more_label, 1)
+        more.addWidget(self.more_button)
+        self.more_row.hide()
+        lay.addWidget(self.more_row)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         self.fields: dict[str, QLabel] = {}
@@ -121,6 +140,16 @@ class DetailPane(QScrollArea):
     def record(self) -> RecordView | None:
         return self._record
 
+    @property
+    def truncated(self) -> bool:
+        """Only the first TEXT_PREFIX characters of the record's text are shown."""
+        return not self.more_row.isHidden()
+
+    def show_all_text(self) -> None:
+        if self._record is not None and self._record.text:
+            self.text.setPlainText(safe_text(self._record.text))
+        self.more_row.hide()
+
     def show_record(self, v: RecordView | None) -> None:
         self._record = v
         while self.sources_box.count():
@@ -131,6 +160,7 @@ class DetailPane(QScrollArea):
         actionable = v is not None and v.valid and not v.erased and v.kind_name in ("PUT", "NOTE")
         self.forget_button.setEnabled(actionable and not (v.hidden if v else False))
         self.erase_button.setEnabled(actionable)
+        self.more_row.hide()
         if v is None:
             self.heading.setText("Select a record")
             self.text.setPlainText("")
@@ -144,14 +174,21 @@ class DetailPane(QScrollArea):
         kind = {"PUT": "value", "DEL": "forgotten", "NOTE": v.type or "note"}.get(v.kind_name, v.kind_name.lower())
         self.heading.setText(safe_text(f"{(v.type or kind).capitalize()}"
                                        + (f" in {v.conversation}" if v.conversation else ""), 80, single_line=True))
-        self.text.setPlainText(safe_text(v.text) if v.text else ("(erased)" if v.erased else ""))
+        if v.text and len(v.text) > TEXT_PREFIX:
+            self.text.setPlainText(safe_text(v.text[:TEXT_PREFIX]))
+            self.more_label.setText(f"Showing the first {TEXT_PREFIX:,} of {len(v.text):,} characters.")
+            self.more_row.show()
+        else:
+            self.text.setPlainText(safe_text(v.text) if v.text else ("(erased)" if v.erased else ""))
         self.claimed.set(v.class_label)
         self.effective.set(v.effective_label)
         self.meaning.setText(MEANING.get(v.effective_label, ""))
-        self.fields["Type"].setText(f"{v.type or '-'} ({v.kind_name})")
-        self.fields["Key"].setText(v.key or "-")
+        # Everything a writer chose is shown through safe_text: a record's type is any text an
+        # agent wrote (readers accept any type, spec §7.2), so are its key, compartment and writer.
+        self.fields["Type"].setText(safe_text(f"{v.type or '-'} ({v.kind_name})", 140, single_line=True))
+        self.fields["Key"].setText(safe_text(v.key, 600, single_line=True) if v.key else "-")
         self.fields["Written by"].setText(safe_text(f"{v.writer} ({v.writer_kind})", 120, single_line=True))
-        self.fields["Compartment"].setText(v.compartment)
+        self.fields["Compartment"].setText(safe_text(v.compartment, 120, single_line=True))
         self.fields["Time"].setText(fmt_time(v.ts) or "-")
         self.fields["Signature"].setText("verified (Ed25519)" if v.verified == "signature" else "vouched by compaction")
         self.fields["Signature"].setToolTip(
@@ -161,7 +198,7 @@ class DetailPane(QScrollArea):
         self.fields["Record id"].setText("\n".join(hexid[i:i + 16] for i in range(0, 64, 16)))
         self.fields["Record id"].setToolTip(hexid)
         status = "hidden (forgotten)" if v.hidden else ("rejected: " + (v.reason or "") if not v.valid else "current")
-        self.fields["Status"].setText(status)
+        self.fields["Status"].setText(safe_text(status, 400))
         if v.sources:
             self.sources_title.show()
             for sid in v.sources:

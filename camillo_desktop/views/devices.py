@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QPushButto
 from ..dialogs import Ask
 from ..flows import protected
 from ..models import fmt_time
+from ..text import safe_text
 from .base import View
 
 COLUMNS = ("Name", "Platform", "Enrolled", "Last seen", "Status")
@@ -94,8 +95,9 @@ class DevicesView(View):
                     status = "not seen for 30 days"
                 else:
                     status = "active"
-                items = [QStandardItem(x) for x in (d.name, d.platform, fmt_time(d.enrolled),
-                                                    fmt_time(d.last_seen) or "never", status)]
+                # A device's name and platform are what its certificate says: shown escaped.
+                items = [QStandardItem(safe_text(x, 120, single_line=True))
+                         for x in (d.name, d.platform, fmt_time(d.enrolled), fmt_time(d.last_seen) or "never", status)]
                 items[0].setData(d.writer_id.hex(), Qt.ItemDataRole.UserRole)
                 if d.revoked or d.replaced:
                     for it in items:
@@ -125,7 +127,8 @@ class DevicesView(View):
         if d.this_device:
             Ask.inform(self, "Revoke a device", "This is the device you are using. Revoke it from another device.")
             return
-        details = (f"What happens to \u201c{d.name}\u201d:\n"
+        name = safe_text(d.name, 80, single_line=True)
+        details = (f"What happens to \u201c{name}\u201d:\n"
                    "\u2022 new keys are made for every compartment and the vault master secret rolls: the laptop's "
                    "keys cannot read anything written from now on;\n"
                    "\u2022 its last accepted writes are pinned: anything it writes afterwards is rejected by every "
@@ -137,9 +140,14 @@ class DevicesView(View):
         def job(ctx, unlock):
             return ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
 
-        protected(self.window_, f"Revoke \u201c{d.name}\u201d?", details, job,
-                  lambda report: Ask.inform(self, "Device revoked", "\n".join(report.lines())),
+        protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
+                  lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")
 
     def relevant(self, changes: Changes) -> bool:
         return changes.roster
+
+    def clear(self) -> None:
+        super().clear()
+        self._devices = []
+        self.model.removeRows(0, self.model.rowCount())

@@ -93,7 +93,7 @@ class EnrollView(View):
         self.client.submit(job, done, self._failed, context=self)
 
     def _failed(self, exc: BaseException) -> None:
-        self.state.setText(str(exc))
+        self.state.setText(safe_text(str(exc), 600))
         self.loaded.emit()
 
     def _tick(self) -> None:
@@ -118,7 +118,7 @@ class EnrollView(View):
                                "exactly this code. If it does not, someone else may have seen your QR code.")
         else:
             self.sas.setText("")
-            messages = " ".join(o.messages) if o else ""
+            messages = safe_text(" ".join(o.messages), 600) if o else ""
             self.state.setText({
                 None: "Preparing a one-time code\u2026",
                 OfferState.WAITING: "Waiting for the new device\u2026",

@@ -203,7 +203,7 @@ class FactsView(View):
     def _why(self) -> None:
         if self._fact and self._fact.current and self._fact.current.sources:
             self.window_.show_records(list(self._fact.current.sources),
-                                      f"Why does the agent believe \u201c{self._fact.key}\u201d?")
+                                      f"Why does the agent believe \u201c{safe_text(self._fact.key, 120, single_line=True)}\u201d?")
 
     def _open_history(self, index: QModelIndex) -> None:
         v = self.history.data(self.history.index(index.row(), 0), Role.RECORD)

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QPushButton, QTabl
 from ..dialogs import Ask
 from ..flows import GrantDialog, protected
 from ..models import fmt_time
+from ..text import safe_text
 from .base import View
 
 COLUMNS = ("Agent", "Access", "Highest authority", "Expires", "Last used", "Status")
@@ -65,7 +66,8 @@ class GrantsView(View):
                 status = "revoked" if g["revoked"] else ("expired" if expired else "active")
                 row = [g["agent"], access, g["max_class"], fmt_time(g["expires"]) or "never",
                        fmt_time(g["last_used"]) or "never", status]
-                items = [QStandardItem(str(x)) for x in row]
+                # Agent and compartment names are text their creators chose: shown escaped.
+                items = [QStandardItem(safe_text(str(x), 200, single_line=True)) for x in row]
                 items[0].setData(g["grant_id"], Qt.ItemDataRole.UserRole)
                 if g["revoked"]:
                     for it in items:
@@ -103,19 +105,25 @@ class GrantsView(View):
         g = self._selected()
         if g is None or g["revoked"]:
             return
-        access = ", ".join(f"{c} ({lv})" for c, lv in g["scopes"].items())
-        details = (f"{g['agent']} loses its access to {access}: new keys are made that it does not have, so it "
+        access = safe_text(", ".join(f"{c} ({lv})" for c, lv in g["scopes"].items()), 400, single_line=True)
+        agent = safe_text(g["agent"], 80, single_line=True)
+        details = (f"{agent} loses its access to {access}: new keys are made that it does not have, so it "
                    "cannot read anything written from now on, and anything it writes after this is rejected by "
                    "every copy of your vault.\n\nIt keeps whatever it has already read: revocation cannot recall "
                    "copies an agent made.")
         gid = g["grant_id"]
-        protected(self.window_, f"Revoke the grant of {g['agent']}?", details,
+        protected(self.window_, f"Revoke the grant of {agent}?", details,
                   lambda ctx, unlock: _revoke_job(ctx, gid, unlock),
-                  lambda report: Ask.inform(self, "Revoked", "\n".join(report.lines())),
+                  lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke", working="Revoking: making new keys\u2026")
 
     def relevant(self, changes: Changes) -> bool:
         return changes.roster
+
+    def clear(self) -> None:
+        super().clear()
+        self._grants = []
+        self.model.removeRows(0, self.model.rowCount())
 
 
 def _revoke_job(ctx: Any, grant_id: str, unlock: Any) -> Any:

@@ -38,6 +38,7 @@ class HealthView(View):
 
     def _card(self, ok: bool, title: str, text: str, action: str = "", target: str = "",
               handler: Any = None) -> QFrame:
+        title, text = safe_text(title, 200, single_line=True), safe_text(text, 1200)  # names writers chose
         card = QFrame()
         card.setObjectName("Card")
         lay = QHBoxLayout(card)
@@ -110,6 +111,10 @@ class HealthView(View):
 
     def relevant(self, changes: Changes) -> bool:
         return True
+
+    def clear(self) -> None:
+        super().clear()
+        self.area.setWidget(QWidget())
 
 
 _ = theme

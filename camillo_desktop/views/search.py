@@ -1,7 +1,10 @@
 """Search results: the query from the toolbar's search field (Ctrl+F), with field modifiers.
 
 Runs :meth:`camillo.Vault.search` on the worker and shows the matching records in the same table
-and detail pane as the timeline.  GUI thread only.
+and detail pane as the timeline.  The main window shows this view with the query as its argument,
+so the view runs that query (never a stale or empty one first) and reports ``loaded`` only once its
+results (or its error) are shown; a result that arrives after a newer query was asked is dropped.
+GUI thread only.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 from camillo import Changes
 from PySide6.QtWidgets import QLabel
 
+from ..text import safe_text
 from .timeline import RecordListView
 
 HELP = ("Words and \"phrases\", with modifiers: type:message  key:user/home*  agent:planner  compartment:work  "
@@ -31,6 +35,12 @@ class SearchView(RecordListView):
         self.header.addWidget(self.count)
         self.subtitle.setText(HELP)
 
+    def activate(self, argument: Any = None) -> None:
+        if isinstance(argument, str):  # a query from the search field
+            self.search(argument)
+        else:
+            super().activate(argument)
+
     def search(self, query: str) -> None:
         self.query = query
         self._stale = False
@@ -40,20 +50,37 @@ class SearchView(RecordListView):
         query = self.query
         if not query.strip():
             self.count.setText("Type in the search field above (Ctrl+F).")
-            self._set_ids([])
-            return
+            self.model.set_records([])
+            self.detail.show_record(None)
+            return  # nothing was loaded: no ``loaded``
 
         def done(views) -> None:
-            self.count.setText(f"{len(views)} result{'s' if len(views) != 1 else ''} for \u201c{query}\u201d")
+            if query != self.query:
+                return  # a newer search is running
+            shown = safe_text(query, 120, single_line=True)
+            self.count.setText(f"{len(views)} result{'s' if len(views) != 1 else ''} for \u201c{shown}\u201d")
             self.model.set_records(views)
             self.loaded.emit()
 
-        self.client.submit(lambda ctx: ctx.vault.search(query), done, self._failed, context=self, label="searching")
+        def failed(exc: BaseException) -> None:
+            if query == self.query:
+                self._failed(exc)
+
+        self.client.submit(lambda ctx: ctx.vault.search(query), done, failed, context=self, label="searching")
 
     def _failed(self, exc: BaseException) -> None:
-        self.count.setText(str(exc))
+        from camillo.errors import Cancelled
+
+        if isinstance(exc, Cancelled):
+            return
+        self.count.setText(safe_text(str(exc), 400, single_line=True))
         self.model.set_records([])
         self.loaded.emit()
+
+    def clear(self) -> None:
+        super().clear()
+        self.query = ""
+        self.count.setText("")
 
     def relevant(self, changes: Changes) -> bool:
         return changes.timeline or changes.facts

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..models import Col, RecordTableModel, Role
+from ..text import safe_text
 from ..widgets import BadgeDelegate
 from .base import View
 from .detail import DetailPane
@@ -151,7 +152,7 @@ class TimelineView(RecordListView):
         self.compartment.clear()
         self.compartment.addItem("All compartments", None)
         for n in names:
-            self.compartment.addItem(n, n)
+            self.compartment.addItem(safe_text(n, 60, single_line=True), n)
         idx = self.compartment.findData(current)
         self.compartment.setCurrentIndex(max(0, idx))
         self.compartment.blockSignals(False)

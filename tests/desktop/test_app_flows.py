@@ -9,6 +9,7 @@ import time
 
 import camillo
 import pytest
+import shiboken6
 from camillo import NewRecord, Unlock
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
@@ -104,12 +105,16 @@ def test_create_a_vault_with_the_wizard_and_land_on_the_timeline(qtbot, client, 
 
     qtbot.keyClicks(wiz.passphrase.first.edit, PASSPHRASE)
     qtbot.keyClicks(wiz.passphrase.second.edit, PASSPHRASE[:-1])
-    assert not nxt.isEnabled()  # the two fields differ
+    commit = wiz.button(QWizard.WizardButton.CommitButton)
+    assert not commit.isEnabled()  # the two fields differ
     qtbot.keyClicks(wiz.passphrase.second.edit, PASSPHRASE[-1])
-    assert nxt.isEnabled()
+    assert commit.isEnabled()
     assert "strong" in wiz.passphrase.meter.label.text()
-    qtbot.mouseClick(nxt, Qt.MouseButton.LeftButton)
+    # The commit button is shown instead of Next: there is no way back after it.
+    assert commit.isVisible() and not nxt.isVisible() and commit.text() == "Create the vault"
+    qtbot.mouseClick(commit, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: wiz.currentPage() is wiz.phrase_page, timeout=30_000)
+    assert not wiz.button(QWizard.WizardButton.BackButton).isEnabled()
     assert os.path.exists(os.path.join(folder, "VMEM"))
     assert wiz.passphrase.first.text() == "" and wiz.passphrase.second.text() == ""  # not kept in the fields
 
@@ -225,10 +230,6 @@ client.shutdown()
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Cancel (or closing the window) on the wizard's check page crashes the "
-                   "app with a segmentation fault: CreateVaultWizard.done clears self.phrase before QWizard.done, "
-                   "which calls CheckPage.isComplete, which indexes the now empty word list (IndexError inside a "
-                   "Qt virtual, fatal in PySide6)")
 def test_cancelling_the_wizard_on_the_check_page_does_not_crash(tmp_path):
     import subprocess
     import sys
@@ -240,9 +241,6 @@ def test_cancelling_the_wizard_on_the_check_page_does_not_crash(tmp_path):
     assert "cancelled" in proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: after the vault is created the wizard lets the user go Back to the "
-                   "passphrase page, where any new matching passphrase is accepted and silently ignored (the vault "
-                   "keeps the first one); PassphrasePage should be a commit page")
 def test_wizard_cannot_go_back_to_the_passphrase_once_the_vault_exists(qtbot, client, tmp_path):
     from camillo_desktop.create_wizard import CreateVaultWizard
 
@@ -257,6 +255,9 @@ def test_wizard_cannot_go_back_to_the_passphrase_once_the_vault_exists(qtbot, cl
     nxt.click()
     qtbot.waitUntil(lambda: wiz.currentPage() is wiz.phrase_page, timeout=30_000)
     back = wiz.button(QWizard.WizardButton.BackButton)
+    assert not (back.isVisible() and back.isEnabled())  # the passphrase page is a commit page
+    wiz.back()  # not even programmatically
+    assert wiz.currentPage() is wiz.phrase_page
     if back.isVisible() and back.isEnabled():
         back.click()
         other = "a completely different passphrase of many words"
@@ -483,10 +484,6 @@ def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, cli
     assert view.model.data(view.model.index(row, Col.WRITER), DISPLAY) == "agent planner"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a record's type is agent-controlled and is shown unescaped: the core "
-                   "checks type names only when encoding (records.check_type_name), not when decoding, so a modified "
-                   "agent can store bidi overrides and control characters in it; RecordTableModel.data (Col.TYPE) "
-                   "and DetailPane.show_record ('Type' field) display v.type without safe_text")
 def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault, make_window, monkeypatch):
     import camillo.records
 
@@ -512,6 +509,7 @@ def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault
 
 def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_vault, make_window):
     from camillo_desktop.models import Col
+    from camillo_desktop.views.detail import TEXT_PREFIX
 
     big = ("All work and no play makes Jack a dull boy. " * 24_000)[:1_000_000] + "\nTHE END"
     (rid,) = append_as(qtbot, client, demo_vault, "desktop",
@@ -527,16 +525,24 @@ def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_v
         view.table.viewport().repaint()
         qtbot.wait(20)
     stalls.stop()
-    assert view.detail.text.toPlainText().endswith("THE END")
+    # The pane shows the first TEXT_PREFIX characters at once, and the rest when asked.
+    shown = view.detail.text.toPlainText()
+    assert len(shown) == TEXT_PREFIX and big.startswith(shown)
+    assert view.detail.truncated and view.detail.more_button.isVisibleTo(view.detail)
+    assert f"first {TEXT_PREFIX:,} of {len(big):,} characters" in view.detail.more_label.text()
     cell = view.model.data(view.model.index(view.model.row_of(rid), Col.TEXT), DISPLAY)
     assert len(cell) <= 240
     print(f"\n1 MB message: largest GUI stall {stalls.worst * 1000:.0f} ms")
     assert stalls.worst < 2.0, f"the GUI froze for {stalls.worst:.2f} s"
+    qtbot.mouseClick(view.detail.more_button, Qt.MouseButton.LeftButton)
+    assert view.detail.text.toPlainText().endswith("THE END")
+    assert not view.detail.truncated
+    view.detail.copy_button.click()
+    assert QGuiApplication.clipboard().text() == big  # Copy always copies the whole text
+    view.table.selectRow(0)  # another record: no leftover "Show all"
+    assert not view.detail.truncated or len(view.detail.record.text) > TEXT_PREFIX
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: safe_text() escapes the whole text before truncating to the list limit, "
-                   "so every paint of a table cell (and its tooltip) walks a 1 MB message character by character "
-                   "(~0.15 s per repaint here): record_summary/safe_text should cut before escaping")
 def test_a_table_cell_of_a_huge_message_does_not_scan_all_of_it(monkeypatch):
     import unicodedata
 
@@ -643,9 +649,6 @@ def search(qtbot, window, query: str):
     return view
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the first search emits view_ready('search') before its results: "
-                   "MainWindow._search calls show_view('search'), whose activate() loads the stale view with an "
-                   "empty query (showing 'Type in the search field above' and emitting loaded), then runs the query")
 def test_the_first_search_reports_ready_only_with_its_results(qtbot, demo_window):
     view = demo_window.views["search"]
     seen: list[str] = []
@@ -866,9 +869,6 @@ def test_unexpected_job_errors_are_reported_to_the_user(qtbot, client, demo_wind
     informed.messages.clear()  # expected here
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pressing Lock twice before the first lock finished runs two lock jobs, "
-                   "emits vault_locked twice and opens two unlock dialogs: VaultClient.lock/MainWindow.lock check "
-                   "is_open, which only turns false when the lock job has run")
 def test_locking_twice_quickly_asks_to_unlock_once(qtbot, client, demo_window, unlock_prompts):
     from camillo_desktop.actions import Action
 
@@ -882,21 +882,24 @@ def test_locking_twice_quickly_asks_to_unlock_once(qtbot, client, demo_window, u
     assert len(unlock_prompts.asked) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: locking leaves open RecordsDialog windows (\"Why does the agent believe "
-                   "this?\", source records) showing decrypted records: MainWindow._locked clears the views only")
 def test_lock_closes_or_clears_record_windows(qtbot, client, demo_window):
     from camillo_desktop.dialogs import RecordsDialog
 
     view = show_facts(qtbot, demo_window)
     view.select_fact("user/home_city")
     view.why.click()
-    (dlg,) = top_level(RecordsDialog)
-    qtbot.addWidget(dlg)
+    (dlg,) = top_level(RecordsDialog)  # a child of the window: closed with it if the test fails
     qtbot.waitUntil(lambda: dlg.model.rowCount() == 1, timeout=10_000)
+    dlg.detail.source_requested.emit(dlg.model.record(0).id)  # a source window opened from it
+    qtbot.waitUntil(lambda: len(top_level(RecordsDialog)) == 2, timeout=10_000)
+    dialogs = top_level(RecordsDialog)
     with qtbot.waitSignal(client.vault_locked, timeout=10_000):
         demo_window.lock()
+    assert all(not shiboken6.isValid(d) or not d.isVisible() for d in dialogs)
+    assert all(not shiboken6.isValid(d) or (d.model.rowCount() == 0 and d.detail.record is None) for d in dialogs)
     qtbot.wait(50)
-    assert not dlg.isVisible() or (dlg.model.rowCount() == 0 and dlg.detail.record is None)
+    assert not top_level(RecordsDialog)
+    assert not any(shiboken6.isValid(d) for d in dialogs)  # closed ones are deleted
 
 
 def test_lock_clears_search_results(qtbot, client, demo_window):

@@ -117,9 +117,6 @@ def test_record_table_model_with_paging(qtbot, qtmodeltester, client, big_vault)
     qtmodeltester.check(other, force_py=True)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: RecordTableModel.fetchMore is not re-entrant: a listener that calls "
-                   "fetchMore from rowsAboutToBeInserted/rowsInserted (Qt's QAbstractItemModelTester does) makes "
-                   "rowCount() exceed the number of ids")
 def test_fetch_more_with_the_model_tester_attached_never_shows_more_rows_than_ids(qtbot, qtmodeltester, client,
                                                                                big_vault):
     from camillo_desktop.models import RecordTableModel, Role
