@@ -87,6 +87,7 @@ class EnrollView(View):
             self.qr.setToolTip(offer.qr_text)
             self.code.setText(offer.typed_code)
             self.timer.start(1000)
+            self._show_countdown(offer)
             self._show_state()
             self.loaded.emit()
 
@@ -100,8 +101,12 @@ class EnrollView(View):
         offer = self.offer
         if offer is None:
             return
-        self.countdown.setText(f"This code expires in {offer.seconds_left // 60}:{offer.seconds_left % 60:02d}.")
+        self._show_countdown(offer)
         self.client.submit(lambda ctx: offer.poll(), lambda _s: self._show_state(), self._failed, context=self)
+
+    def _show_countdown(self, offer: Offer) -> None:
+        left = max(0, offer.seconds_left)
+        self.countdown.setText(f"This code expires in {left // 60}:{left % 60:02d}.")
 
     def _show_state(self) -> None:
         o = self.offer
