@@ -165,7 +165,8 @@ def roll_keyring(vault: Vault, rekey: Rekey, *, exclude: set[bytes], destroyed: 
     generation = max(vault._generation, max((h.generation for h in vault._slot_headers()[0]), default=0)) + 1
     owner = keys.owner_kem(new_vms, vault.vault_id, generation)
     rekey.new_vms, rekey.new_generation = new_vms, generation
-    secrets = {k: s.get() for k, s in vault._epoch_secrets.items() if k not in destroyed}
+    erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
+    secrets = {k: s.get() for k, s in vault._epoch_secrets.items() if k not in destroyed and k not in erased}
     secrets.update(rekey.new_secrets)
     grants = _active_grants(vault, exclude)
     for (cid, eid), secret in sorted(secrets.items()):
@@ -237,6 +238,70 @@ def apply(vault: Vault, rekey: Rekey) -> None:
     for name in rekey.delete:
         vault.shelf.delete(name)
     vault._reread_keys()
+
+
+def slots_of(vault: Vault, recipient_id: bytes) -> list[str]:
+    """The current generation's slots that wrap the master secret to ``recipient_id``."""
+    assert vault._vms is not None
+    out = []
+    for h in vault._slot_headers()[0]:
+        if h.generation != vault._generation:
+            continue
+        try:
+            if slots.read_statement(h, vault.vault_id, vault._vms.get()).recipient_id == recipient_id:
+                out.append(h.name)
+        except VaultError:
+            continue
+    return out
+
+
+def reissue_slots(vault: Vault, retiring: bytes, signer: Credential) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """The slots that stop counting when owner key ``retiring`` is retired without a keyring roll
+    (re-certification, §12.4; key rotation after an erasure, §16.4): current-generation slots of
+    active user credentials whose statement no active owner other than ``retiring`` signed (it
+    created the vault, rolled the keyring last, enrolled a device, changed the passphrase).  Returns
+    their copies signed by ``signer`` (same credential, master secret and generation; written before
+    the records that retire the key) and the originals (deleted after those records)."""
+    from .primitives import verify_signature
+
+    r = vault.roster
+    assert vault._vms is not None
+    by_recipient = {p.recipient_id: p for p in r.principals.values()
+                    if p.kind in USER_KINDS and p.writer_id != retiring and p.writer_id not in r.revocations}
+    files: list[tuple[str, bytes]] = []
+    originals: list[str] = []
+    done: set[bytes] = set()
+    for h in sorted(vault._slot_headers()[0], key=lambda h: h.name):
+        if h.generation != vault._generation:
+            continue
+        try:
+            st = slots.read_statement(h, vault.vault_id, vault._vms.get())
+        except VaultError:
+            continue
+        p = by_recipient.get(st.recipient_id)
+        if p is None or SLOT_TYPE[p.kind] != h.type:
+            continue
+        counts_without = by_retiring = False
+        for wid, alg, sig in st.signatures:
+            q = r.principals.get(wid)
+            if q is None or not q.is_owner or wid in r.revocations or not verify_signature(alg, q.sig_public,
+                                                                                             st.message, sig):
+                continue
+            by_retiring = by_retiring or wid == retiring
+            counts_without = counts_without or wid != retiring
+        if counts_without or not by_retiring:
+            continue
+        originals.append(h.name)
+        if p.recipient_id in done:
+            continue
+        done.add(p.recipient_id)
+        sid = ids.new_random_id()
+        files.append((slots.file_name(sid), slots.build_slot(
+            vault_id=vault.vault_id, slot_id=sid, slot_type=h.type, generation=h.generation, vms=vault._vms.get(),
+            recipient_public=p.recipient_public, recipient_id=p.recipient_id, kdf=h.kdf, label=st.label,
+            signer=signer.signer, signer_id=signer.writer_id,
+        )))
+    return files, originals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,26 +614,27 @@ def revoke(vault: Vault, subject: Principal, *, reason: str = "", reauth: Unlock
 
 
 def finish_credential_changes(vault: Vault) -> int:
-    """Delete the current generation's slots of revoked passphrase and recovery credentials: the
-    last step of a passphrase change or recovery phrase re-issue (spec §16.7) when a crash came
-    between its control records and the deletion.  Such a slot no longer counts, but the old secret
-    still unwraps the current master secret from it.  Returns how many slots were deleted."""
+    """Delete the current generation's dead slots: those of revoked user credentials (the last step
+    of a passphrase change or recovery phrase re-issue, spec §16.7, or of a device key's retirement,
+    §12.4 and §16.4, when a crash came between the control records and the deletion: such a slot no
+    longer counts, but the old secret still unwraps the current master secret from it), and those
+    whose every signer is revoked (originals that a retirement re-issued, which can never count
+    again).  Returns how many slots were deleted."""
     r = vault.roster
     if vault._vms is None or vault.actor is None or vault.actor.kind != CredentialKind.DEVICE:
         return 0
-    dead = {p.recipient_id for p in r.principals.values()
-            if p.writer_id in r.revocations and p.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)}
-    if not dead:
+    dead = {p.recipient_id for p in r.principals.values() if p.writer_id in r.revocations and p.kind in USER_KINDS}
+    if not r.revocations:
         return 0
     deleted = 0
     for h in vault._slot_headers()[0]:
-        if h.generation != vault._generation or h.type not in (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY):
+        if h.generation != vault._generation:
             continue
         try:
             st = slots.read_statement(h, vault.vault_id, vault._vms.get())
         except VaultError:
             continue
-        if st.recipient_id in dead:
+        if st.recipient_id in dead or all(sig[0] in r.revocations for sig in st.signatures):
             vault.shelf.delete(h.name)
             deleted += 1
     return deleted

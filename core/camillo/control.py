@@ -653,6 +653,10 @@ class _Builder:
         """Apply REVOKE records in record-id order; a revocation signed by a key that an earlier
         one revoked counts only if its carrier batch was already seen by that earlier one."""
         for rec, view, signers in sorted(self.pending_revokes, key=lambda t: t[0].id):
+            # Who signed is judged now that the fixpoint is complete: when the record was first met,
+            # an owner that signed it (a new passphrase whose CRED_ANCHOR sorts later) may not have
+            # been known yet, and the result must not depend on batch order.
+            signers = self._owner_signers(rec, view) or signers
             body = rec.body
             subject = body[0]
             subject_p = self.r.principals.get(subject)

@@ -9,8 +9,10 @@ A UI-agnostic state machine on both sides (the desktop renders it; the CLI runs 
 * Keys ``K_x = HKDF(S, salt = vault_id, info = "vmem/v1/enroll/<x>" ‖ 0x00 ‖ sid)`` for x in
   id, req, resp, sas.  The rendezvous files are ``enroll/<hex(K_id[:16])>.req|.resp|.ack``, so the
   host learns nothing from their names and cannot forge or read them (AEAD under keys from ``S``).
-* The **new device N** (``join``) generates its device keys, writes the request (its public keys,
-  name and a proof of possession) and shows a 6-digit code
+* The **new device N** (``join``) generates its device keys and keeps them as this installation's
+  device before anything else (keychain, else only the installation record until the master secret
+  arrives: a process killed after E certified the key must not leave a device nobody holds), writes
+  the request (its public keys, name and a proof of possession) and shows a 6-digit code
   ``SAS = HKDF(S, info = "vmem/v1/enroll/sas" ‖ sid ‖ SHA-256(request)) mod 10^6``.
 * E reads the first request only, shows the same code, and after the user confirms they match,
   writes N's device certificate (mirrored into every compartment), a slot wrapping the vault master
@@ -36,10 +38,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from . import encoding, ids, slots
+from . import encoding, ids, keychain, slots
 from .control import owner_entry, pop_message
 from .credentials import Credential, CredentialKind
-from .errors import EnrollmentError, StorageError, VaultError
+from .errors import EnrollmentError, KeychainError, StorageError, VaultError
 from .keys import local_key
 from .localstate import atomic_write, open_local, read_file, seal_local
 from .primitives import (
@@ -421,6 +423,7 @@ class Join:
         try:
             if shelf.exists(self.base + ".req"):
                 raise EnrollmentError("this enrollment code was already used by another device; make a new offer")
+            self._keep_key()
             shelf.write(self.base + ".req", _seal(self._k("req"), "vmem/v1/enroll/req", self.sid, plaintext))
         except StorageError:
             raise EnrollmentError("this enrollment code was already used by another device; make a new offer") from None
@@ -429,6 +432,27 @@ class Join:
         self.sas = sas_code(self.secret, self.vault_id, plaintext)
         self.state = JoinState.REQUESTED
         return self.sas
+
+    def _keep_key(self) -> None:
+        """Before the request exists: this installation becomes the new device (spec §21.2, step 1).
+        With a usable keychain the key is stored there now, so a process killed after the other
+        device certified it still holds it (the next open finds it, and the device key opens its
+        slot).  Without one the seeds can only be sealed under the master secret, which comes with
+        the response; the installation names the key already, so if the process dies first, the next
+        open with the passphrase or recovery phrase retires the key nobody holds (re-certification,
+        §12.4) instead of leaving it an active device."""
+        from .localstate import Installation, VaultLocal
+
+        st = keychain.status()
+        if st.usable:
+            keychain.store(self.vault_id, self.device.writer_id, self.device.recipient.seed, self.device.signer.seed)
+            keystore = "keychain"
+        elif os.environ.get("CAMILLO_KEYCHAIN") == "os":
+            raise KeychainError(st.reason)
+        else:
+            keystore = "local"
+        VaultLocal(self.vault_id, self.home).save_installation(
+            Installation(self.device.writer_id, keystore, int(time.time())))
 
     def poll(self) -> Vault | None:
         """None while the other device has not confirmed; then the open vault."""

@@ -19,7 +19,9 @@ backups) can still be opened with a credential that could open them then and sti
 the passphrase and recovery phrase until they are changed, other devices until they next open the
 vault and rotate their keys, and agent grants that could read the compartment.
 
-Every step checks what is already done, so running ``erase`` again after a crash completes it.
+Every step checks what is already done, so running ``erase`` again after a crash completes it; the new
+files of a run a crash stopped before its records (noted first in the local state) are deleted by
+the next open, since nothing announces them.
 
 Confined to the thread that owns the vault.
 """
@@ -41,6 +43,7 @@ from .access import (
     grant_envelopes,
     new_epoch,
     proof_of_possession,
+    reissue_slots,
     require_erasure_allowed,
     roll_keyring,
     write_files,
@@ -181,7 +184,7 @@ def become(vault: Vault, new: Credential, *, seen_manifests: tuple[bytes, ...] =
             pass
         vault._save_local_device_key(new)
     vault.actor = new
-    vault.local.save_installation(Installation(new.writer_id, keystore, int(time.time())))
+    vault.local.save_installation(Installation(new.writer_id, keystore, int(time.time()), old.writer_id))
     from .cache import Cache
     from .devicestate import DeviceState
 
@@ -257,10 +260,29 @@ def rotate_if_erasure_seen(vault: Vault) -> bool:
                 continue
             if st.recipient_id == actor.recipient_id:
                 old_slots.append(h.name)
-    old = become(vault, new)
-    vault._write_slot(new, slots.SlotType.DEVICE, me.name)
-    vault._write_batches({c: list(records) for c in [vault.roster.control_id, *vault.roster.compartments]})
-    for name in old_slots:
+    # The slots that count only through the old key's signature (it rolled the keyring last, enrolled
+    # a device, changed the passphrase) are re-issued under the new key before the old one retires.
+    again, originals = reissue_slots(vault, actor.writer_id, new)
+    sid = ids.new_random_id()
+    files = [(slots.file_name(sid), slots.build_slot(
+        vault_id=vault.vault_id, slot_id=sid, slot_type=slots.SlotType.DEVICE, generation=vault._generation,
+        vms=vault._vms.get(), recipient_public=new.recipient.public, recipient_id=new.recipient_id, kdf=None,
+        label=me.name, signer=new.signer, signer_id=new.writer_id)), *again]
+    with vault._unannounced_files(ids.record_id(records[0]), [n for n, _ in files]):
+        old = become(vault, new)
+        try:
+            written = write_files(vault, files)
+        except VaultError:
+            unbecome(vault, old, new)
+            raise
+
+        def undo() -> None:  # nothing announces the new key: this installation keeps the old one
+            vault._delete_quietly(reversed(written))
+            unbecome(vault, old, new)
+
+        vault._write_batches({c: list(records) for c in [vault.roster.control_id, *vault.roster.compartments]},
+                             undo=undo)
+    for name in [*old_slots, *originals]:
         vault.shelf.delete(name)
     forget_old_key(vault, old)
     vault._unlocking = new if vault._unlocking is old else vault._unlocking
@@ -308,6 +330,7 @@ def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None
     vault._require_writer()
     require_erasure_allowed(vault)
     cred = authenticate(vault, reauth)
+    vault._finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(vault)
     r = vault.roster
     views = []
@@ -376,26 +399,31 @@ def erase(vault: Vault, record_ids: list[bytes], *, reauth: Unlock | None = None
               3: sorted(seen)},
         signers=[cred.signer, old_actor.signer],
     )
-    # 1. new key files and the re-encrypted segments (all deleted again if one cannot be written);
-    written = write_files(vault, [*rekey.files, *((name, data) for name, data, _ in new_segments)])
-    # 2. this installation becomes the new device, whose first batches carry its certificate and the
-    #    old key's retirement: the control compartment first, so that the erased compartment's own
-    #    batch is sealed under the new epoch the control batch announces;
-    # (the new key knows this erasure from the start: a crash before the state below is saved must
-    # not make it rotate again on the next open and retire the key that signed the new slots)
-    become(vault, new_dev, seen_manifests=(ids.record_id(manifest),))
-    assert rekey.new_vms is not None and rekey.new_generation is not None
-    vault._seal_device_key_for(rekey.new_vms, rekey.new_generation)  # before the records: crash safety
-    per = {c: list(rotation) for c in [r.control_id, *r.compartments]}
-    for c, raws in rekey.records.items():
-        per.setdefault(c, []).extend(raws)
-    per[r.control_id] = [*per[r.control_id], erase_record, manifest]
+    # 1. new key files and the re-encrypted segments (all deleted again if one cannot be written),
+    #    their names noted first in the local state: if a crash comes before the control batch that
+    #    announces them, the next open deletes them (the new epoch's key would otherwise be lost
+    #    with them, leaving them unreadable for good);
+    new_files = [*rekey.files, *((name, data) for name, data, _ in new_segments)]
+    with vault._unannounced_files(ids.record_id(manifest), [n for n, _ in new_files]):
+        written = write_files(vault, new_files)
+        # 2. this installation becomes the new device, whose first batches carry its certificate and
+        #    the old key's retirement: the control compartment first, so that the erased compartment's
+        #    own batch is sealed under the new epoch the control batch announces;
+        # (the new key knows this erasure from the start: a crash before the state below is saved must
+        # not make it rotate again on the next open and retire the key that signed the new slots)
+        become(vault, new_dev, seen_manifests=(ids.record_id(manifest),))
+        assert rekey.new_vms is not None and rekey.new_generation is not None
+        vault._seal_device_key_for(rekey.new_vms, rekey.new_generation)  # before the records: crash safety
+        per = {c: list(rotation) for c in [r.control_id, *r.compartments]}
+        for c, raws in rekey.records.items():
+            per.setdefault(c, []).extend(raws)
+        per[r.control_id] = [*per[r.control_id], erase_record, manifest]
 
-    def undo() -> None:  # the control batch could not be written at all: leave the vault as it was
-        vault._delete_quietly(reversed(written))
-        unbecome(vault, old_actor, new_dev)
+        def undo() -> None:  # the control batch could not be written at all: leave the vault as it was
+            vault._delete_quietly(reversed(written))
+            unbecome(vault, old_actor, new_dev)
 
-    vault._write_batches({r.control_id: per.pop(r.control_id)}, undo=undo)
+        vault._write_batches({r.control_id: per.pop(r.control_id)}, undo=undo)
     per[cid] = [*per[cid], erase_record, manifest]
     try:
         vault._write_batches(per)

@@ -8,6 +8,9 @@ platformdirs.  Per vault, under ``vaults/<vault_id hex>/``:
   its slot).  No secrets, no vault content.
 * ``device-key.bin``: only when no OS keychain can be used: the device seeds, sealed under a key
   derived from the vault master secret of each generation the device has seen.
+* ``pending.cbor`` (with ``operation.lock``): while an operation writes vault files ahead of the
+  record that announces them (an erasure, a re-certification, a key rotation), their names and that
+  record's id, so that files a crash left unannounced are deleted on the next open.
 * ``actors/<writer_id hex>/state.bin``: the durable device state (own ``seq`` counters, the
   frontier and epochs it remembers, rollback evidence), sealed under the actor's own seed.
 * ``actors/<writer_id hex>/cache.bin`` (cache directory): the disposable materialised state.
@@ -21,8 +24,11 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,14 +113,20 @@ def read_file(path: str) -> bytes | None:
 
 @dataclass
 class Installation:
-    """Who this installation is in one vault."""
+    """Who this installation is in one vault.  ``replaces``: the key this one retires, until the
+    new key's certificate is in the vault (a re-certification or key rotation that a crash
+    interrupted is retried with the same old key, so no key nobody holds stays active)."""
 
     writer_id: bytes
     keystore: str  # "keychain" or "local"
     created: int
+    replaces: bytes | None = None
 
     def to_map(self) -> dict[str, Any]:
-        return {"created": self.created, "keystore": self.keystore, "writer": self.writer_id}
+        m = {"created": self.created, "keystore": self.keystore, "writer": self.writer_id}
+        if self.replaces is not None:
+            m["replaces"] = self.replaces
+        return m
 
 
 class VaultLocal:
@@ -138,7 +150,10 @@ class VaultLocal:
             return None
         try:
             m = encoding.decode(data, "installation.cbor")
-            return Installation(m["writer"], m["keystore"], m["created"])
+            replaces = m.get("replaces")
+            if replaces is not None and not isinstance(replaces, bytes):
+                raise TypeError("replaces")
+            return Installation(m["writer"], m["keystore"], m["created"], replaces)
         except Exception:
             raise DamagedFile(
                 f"{self.installation_path} is damaged; move it away and open the vault with your passphrase",
@@ -154,6 +169,60 @@ class VaultLocal:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    # -- the files of an operation not yet announced (spec §12.4, §16.4)
+
+    @property
+    def pending_path(self) -> str:
+        return os.path.join(self.dir, "pending.cbor")
+
+    @contextlib.contextmanager
+    def operation_lock(self, *, wait: bool = True) -> Iterator[bool]:
+        """Exclusive across processes of this installation while an operation writes files ahead of
+        the record that announces them; yields False (without waiting) when ``wait`` is False and
+        another process holds it.  The lock goes with the process, so a crashed one holds nothing."""
+        path = os.path.join(self.dir, "operation.lock")
+        try:
+            make_dirs_durable(self.dir, 0o700)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot write this installation's local state {path} ({exc.strerror}): make it "
+                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def load_pending(self) -> tuple[bytes, list[str]] | None:
+        """(id of the record that announces them, vault file names) of an unfinished operation."""
+        data = read_file(self.pending_path)
+        if data is None:
+            return None
+        try:
+            m = encoding.decode(data, "pending.cbor")
+            announce, files = m["announce"], m["files"]
+            if not isinstance(announce, bytes) or not all(isinstance(f, str) for f in files):
+                raise TypeError("pending.cbor")
+            return announce, list(files)
+        except Exception:
+            return None  # damaged: nothing to finish (the files, if any, stay unannounced)
+
+    def save_pending(self, announce: bytes, files: list[str]) -> None:
+        atomic_write(self.pending_path, encoding.encode({"announce": announce, "files": list(files)}))
+
+    def clear_pending(self) -> None:
+        try:
+            os.unlink(self.pending_path)
+        except FileNotFoundError:
+            pass
 
     # -- device seeds when no keychain is usable
 

@@ -211,6 +211,12 @@ class FolderShelf:
         self._scan()
         return sorted(self._names)
 
+    def files_in(self, directory: str) -> frozenset[str]:
+        """The vault files directly in one top-level directory (``"slots"``), as of a fresh scan."""
+        self._scan()
+        entry = self._dirs.get(directory)
+        return entry[1] if entry is not None else frozenset()
+
     def changes(self) -> tuple[set[str], set[str], set[str]]:
         """(every name now, names added since the last call, names gone since the last call).  The
         first set is the shelf's own: do not change it."""

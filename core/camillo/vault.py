@@ -21,12 +21,13 @@ guard with :func:`set_thread_guard` that raises when a facade method runs on the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,6 +296,8 @@ class Vault:
         self._unreadable: dict[str, tuple[bytes, bytes]] = {}
         self._incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
         self._rescan_all = True  # the next refresh considers every file (not only what changed)
+        self._refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
+        self._known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
         self._keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
         self.roster = Roster(self.vault_id)
         self.log = CausalLog()
@@ -561,6 +564,8 @@ class Vault:
         if self.actor is not None:
             self._open_state_store()
         self._update_memory()
+        if not self.read_only and self._vms is not None:
+            self._finish_unannounced()
         if self.actor is not None and not self.read_only and self._vms is not None and not unlock.enrolling:
             from .erasure import rotate_if_erasure_seen
 
@@ -775,8 +780,10 @@ class Vault:
             if inst is not None and inst.keystore == "local" and inst.writer_id == self.actor.writer_id:
                 self._save_local_device_key(self.actor, vms, generation)
 
-    def _register_installation(self, device: Credential, counters: dict[bytes, tuple[int, bytes]] | None = None) -> None:
-        """Store the device key (keychain, else sealed locally) and create its device state."""
+    def _register_installation(self, device: Credential, counters: dict[bytes, tuple[int, bytes]] | None = None,
+                               replaces: bytes | None = None) -> None:
+        """Store the device key (keychain, else sealed locally) and create its device state.
+        ``replaces``: the key it retires once its certificate is written (see Installation)."""
         st = keychain.status()
         if st.usable:
             keychain.store(self.vault_id, device.writer_id, device.recipient.seed, device.signer.seed)
@@ -794,7 +801,7 @@ class Vault:
 
         self.device_state = DeviceState(counters=dict(counters or {}), manifests=erasure_manifests(self))
         self._state_store.save(self.device_state)
-        self.local.save_installation(Installation(device.writer_id, keystore, int(time.time())))
+        self.local.save_installation(Installation(device.writer_id, keystore, int(time.time()), replaces))
 
     def _certify_installation(self, device_name: str | None = None) -> None:
         """First open of a writable vault from this installation: a new device writer, certified by
@@ -804,12 +811,14 @@ class Vault:
         name = device_name or _hostname()
         # An installation whose earlier key cannot be read any more (its local seal predates a
         # master-secret roll, or the keychain lost it) replaces that key: the old writer retires.
+        # So does one whose earlier replacement or key rotation a crash interrupted before its
+        # certificate was written (the installation names the uncertified key and what it replaces).
         inst = self.local.load_installation()
         replaced = None
-        if (inst is not None and inst.writer_id in self.roster.principals
-                and inst.writer_id not in self.roster.revocations
-                and self._unlocking.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)):
-            replaced = inst.writer_id
+        if inst is not None and self._unlocking.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY):
+            replaced = next((w for w in (inst.writer_id, inst.replaces) if w is not None
+                             and self.roster.active_owner(w)
+                             and self.roster.principals[w].kind == CredentialKind.DEVICE), None)
         cert = encode_record(
             Kind.DEVICE_CERT, self._unlocking.writer_id,
             body={0: owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, name,
@@ -817,12 +826,70 @@ class Vault:
             signers=[self._unlocking.signer, device.signer],
         )
         records = [cert]
+        sid = ids.new_random_id()
+        files = [(slots.file_name(sid), slots.build_slot(
+            vault_id=self.vault_id, slot_id=sid, slot_type=slots.SlotType.DEVICE, generation=self._generation,
+            vms=self._vms.get(), recipient_public=device.recipient.public, recipient_id=device.recipient_id,
+            kdf=None, label=name, signer=device.signer, signer_id=device.writer_id))]
+        dead: list[str] = []
         if replaced is not None:
             records.append(self._revoke_record(replaced, "its installation could no longer read its key; replaced",
                                                signers=[self._unlocking.signer, device.signer]))
-        self._register_installation(device)
-        slot = self._write_slot(device, slots.SlotType.DEVICE, name)
-        self._append_control(records, self._all_compartments(), undo=lambda: self._delete_quietly([slot]))
+            # The slots that count only through the retired key's signature (it created the vault,
+            # or rolled the keyring last) are re-issued under the new key first (spec §12.4).
+            from .access import reissue_slots, slots_of
+
+            again, dead = reissue_slots(self, replaced, device)
+            files += again
+            dead += slots_of(self, self.roster.principals[replaced].recipient_id)
+        with self._unannounced_files(ids.record_id(cert), [n for n, _ in files]):
+            self._register_installation(device, replaces=replaced)
+            from .access import write_files
+
+            written = write_files(self, files)
+            self._append_control(records, self._all_compartments(),
+                                 undo=lambda: self._delete_quietly(reversed(written)))
+        self._delete_quietly(dead)
+
+    # ------------------------------------------------------------------------------ unannounced files
+
+    @contextlib.contextmanager
+    def _unannounced_files(self, announce: bytes, names: list[str]) -> Iterator[None]:
+        """Around an operation that writes vault files before the record ``announce`` that refers
+        to them: their names are noted durably in the local state first, so that if a crash comes
+        before that record is written the next open deletes them (nothing refers to them) instead of
+        leaving them for good (spec §12.4, §16.4).  One such operation at a time per installation."""
+        with self.local.operation_lock():
+            self._resolve_unannounced()
+            self.local.save_pending(announce, names)
+            yield
+            self.local.clear_pending()
+
+    def _finish_unannounced(self) -> None:
+        """On a writable open: the files of an operation of this installation that a crash
+        interrupted before its announcing record are deleted (unless that operation still runs)."""
+        if not isinstance(self.shelf, FolderShelf) or self.local.load_pending() is None:
+            return
+        with self.local.operation_lock(wait=False) as mine:
+            if mine:
+                self._resolve_unannounced()
+
+    def _resolve_unannounced(self) -> None:
+        pending = self.local.load_pending()
+        if pending is None:
+            return
+        announce, names = pending
+        if not any(announce in v.header.records for v in self.views.values()):
+            doomed = [n for n in names if self.shelf.exists(n)]
+            try:
+                for name in doomed:
+                    self.shelf.delete(name)
+            except VaultError:
+                return  # kept for the next writable open
+            finally:
+                if doomed:
+                    self._refresh()
+        self.local.clear_pending()
 
     def _open_state_store(self) -> None:
         assert self.actor is not None
@@ -856,10 +923,14 @@ class Vault:
         new_batches: list[bytes] = []
         todo = sorted({n for n in (*added, *retry) if kind_of(n) == "segment"
                        and (n not in self._segment_batches or n in self._unreadable)})
+        last_report = 0.0
         for done, name in enumerate(todo):
-            if self._progress is not None and done % 16 == 0:
-                self._progress(done, len(todo))
+            if self._progress is not None and (now := time.monotonic()) - last_report >= 0.05:
+                last_report = now
+                self._progress(done, len(todo))  # about 20 reports a second, whatever the segment sizes
             new_batches += self._read_segment(name)
+        if self._progress is not None and todo:
+            self._progress(len(todo), len(todo))
         if new_keys:
             for name in list(self._unreadable):
                 new_batches += self._read_segment(name)
@@ -1079,6 +1150,7 @@ class Vault:
                         "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.views)
         self.roster = roster
+        self._forget_erased_epochs()
         self.log = build_log(self.views, signed, roster)
         fingerprint = roster.fingerprint()
         if fingerprint != self._roster_fingerprint:
@@ -1090,6 +1162,68 @@ class Vault:
         self._last_accepted = set(self.log.accepted)
         self._pending_batches = set()
         self._materialize_problems = result.problems
+
+    def _catch_up_generation(self) -> bool:
+        """Another device rolled the master secret (an erasure, a revocation) while this session was
+        open: it left this device a slot of the new generation.  Take the new master secret from it
+        and read the vault again, exactly as an open would; if no current owner signed that slot (a
+        planted one), go back to the old secret and ignore it.  True when the session moved on."""
+        actor = self.actor
+        if actor is None or actor.kind != CredentialKind.DEVICE or self._vms is None or self.read_only:
+            return False
+        slot_files = self.shelf.files_in("slots") if isinstance(self.shelf, FolderShelf) else frozenset()
+        if slot_files == self._known_slot_files:
+            return False  # no slot appeared or went away since the last look (a stat per directory)
+        self._known_slot_files = slot_files
+        newer = sorted((h for h in self._slot_headers()[0] if h.type == slots.SlotType.DEVICE
+                        and h.generation > self._generation and h.name not in self._refused_slots),
+                       key=lambda h: (-h.generation, h.name))
+        for h in newer:
+            try:
+                vms = slots.unwrap_vms(h, self.vault_id, actor.recipient)
+            except CryptoFailure:
+                continue
+            old = (SecretBytes(self._vms.get()), self._generation)
+            try:
+                st = slots.read_statement(h, self.vault_id, vms)
+            except VaultError:
+                self._refused_slots.add(h.name)
+                continue
+            if any(w == actor.writer_id for w, *_ in st.signatures):
+                continue  # written by this device: its own operation in flight, or one a crash interrupted
+            self._adopt_master_secret(vms, h.generation)
+            vouched = st.recipient_id == actor.recipient_id and self._statement_signed(st.signatures, st.message)
+            if vouched and actor.writer_id in self.roster.principals and actor.writer_id not in self.roster.revocations:
+                self._after_generation_roll()
+                self._update_memory()
+                return True
+            self._refused_slots.add(h.name)
+            self._adopt_master_secret(old[0].get(), old[1])
+        return False
+
+    def _adopt_master_secret(self, vms: bytes, generation: int) -> None:
+        """Read everything again under this master secret (keys below it are re-derived)."""
+        if self._vms is not None:
+            self._vms.wipe()
+        self._vms, self._generation = SecretBytes(vms), generation
+        self._owner_kem = keys.owner_kem(vms, self.vault_id, generation)
+        refused = self._refused_slots
+        self._reset_reading()
+        self._refused_slots = refused
+        self._refresh()
+
+    def _forget_erased_epochs(self) -> None:
+        """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
+        another device erased) drops them too, so nothing it writes later (a keyring roll) can
+        wrap them again."""
+        for e in self.roster.erasures.values():
+            for epoch_id in e.epochs:
+                key = (e.compartment_id, epoch_id)
+                secret = self._epoch_secrets.pop(key, None)
+                if secret is not None:
+                    secret.wipe()
+                self._epoch_keys.pop(key, None)
+                self._envelope_sources.pop(key, None)
 
     def _check_epoch_keys(self, roster: Roster) -> set[tuple[bytes, bytes]]:
         """Every epoch secret we used must match its signed EPOCH record, and the envelope that
@@ -1174,6 +1308,8 @@ class Vault:
     @_api
     def refresh(self) -> Changes:
         """Pick up files other devices and agents wrote since the last look."""
+        if self._catch_up_generation():
+            return Changes(timeline=True, facts=True, roster=True)
         changes = self._refresh()
         self._update_memory()
         return changes
@@ -1416,6 +1552,7 @@ class Vault:
         """Append records as one batch; returns once the batch is durable on disk."""
         if not items:
             raise UsageError("nothing to add")
+        self._catch_up_generation()  # another device rolled the keys: write under the new ones
         actor = self._require_writer()
         cid = self.compartment_id(compartment)
         raws = [self._encode_new(item, cid, actor.writer_id) for item in items]

@@ -485,3 +485,61 @@ def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp
             pytest.raises(AccessDenied, match="compartment work .* Ask the vault's owner for a new grant file"):
         agent.append([NewRecord(type="message", text="from the appender")], compartment="work")
     assert {f: open(f, "rb").read() for f in all_files(path)} == before
+
+
+def test_a_session_open_during_another_devices_erasure_never_brings_its_keys_back(new_vault, tmp_path, monkeypatch):
+    """A laptop whose session was open while the desktop erased a record still holds the erased
+    epoch's secret in memory; when that stale session later rolls the keyring (it revokes a grant),
+    it must not wrap the destroyed secret into the new envelopes."""
+    path, vault, _ = new_vault
+    marker = "ERASED-WHILE-THE-LAPTOP-WAS-OPEN"
+    target = vault.append([NewRecord(type="message", text=marker)]).records[0]
+    vault.create_grant("reader", {"work": "read"}, str(tmp_path / "reader.grant"))
+    cid = vault.compartment_id("personal")
+    erased_epoch = vault.roster.current_epoch(cid).epoch_id
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    lap = open_vault(path)  # stays open across the erasure
+    assert (cid, erased_epoch) in lap._epoch_secrets
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.erase([target])
+        v.append([NewRecord(type="message", text="written after the erasure")])
+    switch_home(monkeypatch, tmp_path / "laptop")
+    lap.refresh()
+    assert (cid, erased_epoch) not in lap._epoch_secrets, "the stale session still holds the erased epoch's key"
+    # the session moved to the new master secret and reads what was written under the new keys
+    texts = {r.text for r in lap.timeline()}
+    assert "written after the erasure" in texts and marker not in texts
+    assert lap.problems() == []
+    lap.revoke("reader")  # rolls the keyring from the session
+    lap.lock()
+    switch_home(monkeypatch, tmp_path / "third")
+    with open_vault(path) as fresh:
+        assert (cid, erased_epoch) not in fresh._epoch_secrets
+        assert marker not in {r.text for r in fresh.timeline()}
+        assert fresh.problems() == []
+
+
+def test_a_planted_newer_slot_does_not_move_an_open_session(new_vault, tmp_path, monkeypatch):
+    """A host plants a slot of a newer generation for this device (its public key is no secret),
+    wrapping a master secret of its own: the open session does not adopt it and keeps working."""
+    from camillo import ids as ids_mod
+    from camillo import slots as slot_mod
+    from camillo.primitives import SigningKey, random_bytes
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text="before the plant")])
+    actor, generation = vault.actor, vault._generation
+    evil = SigningKey.from_seed(random_bytes(32))
+    sid = ids_mod.new_random_id()
+    planted = slot_mod.build_slot(
+        vault_id=vault.vault_id, slot_id=sid, slot_type=slot_mod.SlotType.DEVICE, generation=generation + 1,
+        vms=random_bytes(32), recipient_public=actor.recipient.public, recipient_id=actor.recipient_id, kdf=None,
+        label="planted", signer=evil, signer_id=ids_mod.writer_id(1, evil.public))
+    with open(os.path.join(path, slot_mod.file_name(sid)), "wb") as fh:
+        fh.write(planted)
+    vault.refresh()
+    assert vault._generation == generation
+    vault.append([NewRecord(type="message", text="after the plant")])
+    assert {"before the plant", "after the plant"} <= {r.text for r in vault.timeline()}

@@ -252,3 +252,48 @@ def test_a_device_enrolled_after_an_erasure_keeps_its_key(existing, tmp_path, mo
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as again:
         assert again.actor.writer_id == join.device.writer_id, "the enrolled key was rotated away"
         assert not next(d for d in again.devices() if d.writer_id == join.device.writer_id).revoked
+
+
+def _confirmed_join(existing, tmp_path, monkeypatch):
+    """A join the offering device confirmed, whose new device then died before finishing (its
+    ``poll`` is never called): the certificate and the slot are in the vault."""
+    path, vault = existing
+    home = os.environ["CAMILLO_HOME"]
+    offer = Offer(vault)
+    join = _join(monkeypatch, tmp_path, path, offer.qr_text)
+    sas = join.start()
+    switch_home(monkeypatch, home)
+    offer.poll()
+    offer.confirm(typed_sas=sas)
+    vault.refresh()
+    assert join.device.writer_id in vault.roster.principals
+    switch_home(monkeypatch, tmp_path / "laptop")
+    return path, vault, join
+
+
+def test_a_joining_device_names_its_key_before_it_sends_the_request(existing, tmp_path, monkeypatch):
+    """Spec §21.2 step 1: the installation is the new device from the request on, so that a process
+    killed after the other device certified its key leaves no device nobody holds."""
+    path, vault = existing
+    offer = Offer(vault)
+    join = _join(monkeypatch, tmp_path, path, offer.qr_text)
+    join.start()
+    from camillo.localstate import VaultLocal
+
+    inst = VaultLocal(vault.vault_id).load_installation()
+    assert inst is not None and inst.writer_id == join.device.writer_id and inst.keystore == "local"
+
+
+def test_a_device_killed_while_joining_is_retired_on_its_next_open(existing, tmp_path, monkeypatch):
+    """Without a keychain the new key can be sealed only under the master secret, which comes with
+    the response: the process died with it.  The next open with the passphrase certifies a new key
+    and retires the enrolled one (re-certification, spec §12.4): no active device nobody holds."""
+    path, vault, join = _confirmed_join(existing, tmp_path, monkeypatch)
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), device_name="laptop") as v:
+        assert v.actor is not None and v.actor.writer_id != join.device.writer_id
+        assert join.device.writer_id in v.roster.revocations
+        v.append([NewRecord(type="message", text="written by the laptop after all")])
+        assert v.problems() == []
+    vault.refresh()
+    active = [d.name for d in vault.devices() if not d.revoked]
+    assert sorted(active) == ["laptop", "test laptop"]

@@ -139,3 +139,33 @@ def test_a_device_rotates_its_keychain_key_after_an_erasure(os_keychain, tmp_pat
     assert keyring.get_password("vmem", f"{vid.hex()}/{new.hex()}")
     with Vault.open(path, Unlock.device()) as lap:
         assert lap.actor.writer_id == new
+
+
+@pytest.mark.secretservice
+@needs_secret_service
+def test_a_device_killed_while_joining_keeps_its_keychain_key(os_keychain, tmp_path, monkeypatch):
+    """The joining device stores its key in the keychain before it sends the request (spec §21.2):
+    killed after the other device certified it, before finishing, it still holds the key, and its
+    device slot opens the vault with it."""
+    from camillo.enrollment import Join, Offer, OfferState
+
+    path = str(tmp_path / "v")
+    vault, _ = Vault.create(path, PASSPHRASE, device_name="desktop")
+    home = os.environ["CAMILLO_HOME"]
+    offer = Offer(vault)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    join = Join(path, offer.qr_text, name="laptop")
+    sas = join.start()
+    assert keychain.load(vault.vault_id, join.device.writer_id) is not None, "the key is stored before the request"
+    switch_home(monkeypatch, home)
+    assert offer.poll() == OfferState.REQUESTED
+    offer.confirm(typed_sas=sas)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    del join  # the new device's process dies here, before it finishes
+    with Vault.open(path, Unlock.device()) as v:
+        assert v.unlocked_with == "device key"
+        v.append([NewRecord(type="message", text="written by the laptop")])
+    switch_home(monkeypatch, home)
+    vault.refresh()
+    assert [d.name for d in vault.devices() if not d.revoked] == ["desktop", "laptop"]
+    vault.lock()

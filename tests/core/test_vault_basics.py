@@ -235,7 +235,12 @@ def test_locked_vault_refuses_calls_and_drops_keys(new_vault):
 
 
 def test_keychain_required_but_missing_is_a_clear_error(tmp_path, monkeypatch):
+    import keyring.core
+
     monkeypatch.setenv("CAMILLO_KEYCHAIN", "os")
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    # keyring chooses its backend once per process; forget an earlier test's choice so the
+    # environment above is what this test sees (it is restored afterwards)
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)
     with pytest.raises(KeychainError, match="keychain"):
         Vault.create(str(tmp_path / "v"), PASSPHRASE)

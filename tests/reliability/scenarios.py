@@ -13,10 +13,12 @@
 A check raises :class:`CheckFailed` naming what is wrong.  Right after a crash a fresh reader may
 report only what the format says an unfinished operation leaves: for an interrupted merge, what a
 partial sync shows (gaps, records waiting for what they name); for an interrupted erasure, old
-segments under destroyed epochs still waiting to be deleted (unreadable).  Every other problem
-(damaged, fork, rollback, signature, rejected, untrusted) is a failure; after recovery nothing at
-all may be reported, every active device must be held by some installation, an erased text must be
-unreachable with every credential, and a replaced passphrase must unwrap no slot.
+segments under destroyed epochs still waiting to be deleted (unreadable); for an interrupted
+re-certification, slots of the current generation that its new key signed before its certificate
+was written, or that the retired key signed and that it re-issued, until they are deleted (untrusted).
+Every other problem (damaged, fork, rollback, signature, rejected, untrusted) is a failure; after
+recovery nothing at all may be reported, every active device must be held by some installation, an
+erased text must be unreachable with every credential, and a replaced passphrase must unwrap no slot.
 
 Parent side: the pytest main thread.  Worker side: the worker process's main thread.
 """
@@ -561,6 +563,49 @@ def check_passwd(world: World, acks: list[dict], ctx: dict) -> list[str]:
     return seen
 
 
+# -- re-certification: the installation lost its device key (a deleted device-key.bin, a keychain
+#    that lost the entry) and opens with the passphrase; the lost key created the vault, so it
+#    signed every slot of the current generation
+
+
+def build_recertify(world: World) -> None:
+    import glob
+
+    build_base(world)
+    with open_as(world, "beta", device_name="beta") as v:  # another device, whose slot beta signed itself
+        rid = v.append([message("written by beta")]).records[0]
+    world.save_params(records=setup_records(world) | {rid.hex(): "written by beta"})
+    with open_as(world, "alpha") as v:
+        world.save_params(lost=v.actor.writer_id.hex())
+    for f in glob.glob(os.path.join(world.home("alpha"), "**", "device-key.bin"), recursive=True):
+        os.unlink(f)
+
+
+def work_recertify(world: World, io: Any) -> None:
+    io.arm()
+    with open_as(world, "alpha") as v:
+        io.ack({"writer": v.actor.writer_id.hex()})
+
+
+def check_recertify(world: World, acks: list[dict], ctx: dict) -> list[str]:
+    # Right after the crash: slots the new key signed before its certificate was written, or the
+    # originals it re-issued, signed by the retired key, until they are deleted (never used).
+    seen = verify(world, expect=setup_records(world), tolerate={"untrusted"})
+    if not _opens(world, PASSPHRASE):
+        raise CheckFailed("the passphrase no longer opens the vault")
+    if acks and not _revoked(world, world.params()["lost"]):
+        raise CheckFailed("the open was acknowledged but the lost key is not retired")
+    after = recover_and_write(world)
+    with open_as(world, "beta") as v:  # the other device still opens with its own key and writes
+        rid = v.append([message("beta again")]).records[0]
+    verify(world, expect=setup_records(world) | after | {rid.hex(): "beta again"}, stage="after recovery")
+    if not _opens(world, PASSPHRASE):
+        raise CheckFailed("after recovery the passphrase no longer opens the vault")
+    if not _revoked(world, world.params()["lost"]):
+        raise CheckFailed("after recovery the lost key is still an active device")
+    return seen
+
+
 # -- enrollment: the offering device confirms (killed), or the new device finishes joining (killed)
 
 
@@ -673,6 +718,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("revoke-device", build_revoke_device, work_revoke_device, check_revoke_device),
     Scenario("revoke-grant", build_revoke_grant, work_revoke_grant, check_revoke_grant),
     Scenario("passwd", build_base, work_passwd, check_passwd),
+    Scenario("recertify", build_recertify, work_recertify, check_recertify),
     Scenario("enroll-confirm", build_base, work_enroll_confirm, check_enroll_confirm, prepare_enroll_confirm),
     Scenario("enroll-join", build_base, work_enroll_join, check_enroll_join, prepare_enroll_join,
              on_line_enroll_join),

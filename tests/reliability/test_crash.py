@@ -1,7 +1,8 @@
 """Crash safety: a writer process is killed (SIGKILL, with or without an emulated power cut) during
-append, merge, compaction, erasure, device and grant revocation, passphrase change and both sides
-of an enrollment; afterwards a fresh reader must verify the vault, find every acknowledged record,
-and the crashed device must recover and write again (see :mod:`tests.reliability.scenarios`).
+append, merge, compaction, erasure, device and grant revocation, passphrase change, the
+re-certification of an installation that lost its device key, and both sides of an enrollment;
+afterwards a fresh reader must verify the vault, find every acknowledged record, and the crashed
+device must recover and write again (see :mod:`tests.reliability.scenarios`).
 
 Two kinds of tests:
 
@@ -9,7 +10,8 @@ Two kinds of tests:
   power cut, or a random delay), ``CAMILLO_RELIABILITY_SCALE`` times the CI count;
 * deterministic kills at named product calls: one regression test per crash bug found and fixed,
   a proof that the harness catches a lost acknowledged write (a sabotaged product), and strict
-  xfails for the bugs still open (the campaigns count those as known, not as failures).
+  xfails for the bugs still open, if any (the campaigns count those as known, not as failures;
+  see ``KNOWN_BUGS`` in :mod:`tests.reliability.harness`).
 
 pytest main thread only (workers are processes).
 """
@@ -22,7 +24,7 @@ import zlib
 import pytest
 
 from tests.reliability import scenarios
-from tests.reliability.harness import KNOWN_BUGS, Campaign, Kill, KnownBug, KnownBugHit, Tally, scaled, seed
+from tests.reliability.harness import Campaign, Kill, KnownBug, KnownBugHit, Tally, scaled, seed
 
 # Kills per operation in the CI run (scaled by CAMILLO_RELIABILITY_SCALE).
 KILLS = {
@@ -33,6 +35,7 @@ KILLS = {
     "revoke-device": 10,
     "revoke-grant": 8,
     "passwd": 12,
+    "recertify": 10,
     "enroll-confirm": 8,
     "enroll-join": 8,
 }
@@ -124,19 +127,23 @@ def test_a_passphrase_change_killed_before_deleting_the_old_slot(reliability_bas
     run_one("passwd", Kill(call="camillo.storage:FolderShelf.delete", nth=1), reliability_base)
 
 
-# ---------------------------------------------------------------------------------------------- open bugs
-
-
-@pytest.mark.xfail(strict=True, raises=KnownBugHit, reason=KNOWN_BUGS[0].name + ": the interrupted run's re-encrypted segments "
-                   "are sealed under an epoch whose EPOCH record was never written and whose envelope the re-run "
-                   "deletes; they stay 'unreadable' for good (verify exits 1, sync status stays 'syncing')")
+@pytest.mark.regression
 def test_erasure_interrupted_before_its_records_leaves_nothing_unreadable(reliability_base):
-    run_one("erase", Kill(call="camillo.vault:Vault._write_batches", nth=1), reliability_base, bug=KNOWN_BUGS[0])
+    """Killed after the erasure's new files (re-encrypted segments, slots and envelopes of the next
+    generation) and before its control records: the segments were sealed under an epoch whose EPOCH
+    record was never written and whose only envelope the re-run deleted, so they stayed
+    'unreadable' for good (verify exited 1, sync status stayed 'syncing').  Now their names are noted
+    in the local state first and the next open deletes them; the interrupted run's new key, which
+    nothing certified, is replaced and the old one retired (no orphan device)."""
+    run_one("erase", Kill(call="camillo.vault:Vault._write_batches", nth=1), reliability_base)
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBugHit, reason=KNOWN_BUGS[1].name + ": the offering device certified the new key, which "
-                   "lived only in the killed process; the roster keeps an active device nobody can use (it never "
-                   "acknowledges a compaction, so old segments are never pruned)")
-def test_device_killed_while_joining_leaves_no_orphan_device(reliability_base):
-    run_one("enroll-join", Kill(call="camillo.vault:Vault._register_installation", nth=1), reliability_base,
-            bug=KNOWN_BUGS[1])
+@pytest.mark.regression
+@pytest.mark.parametrize("cut", ["none", "all"])
+def test_device_killed_while_joining_leaves_no_orphan_device(cut, reliability_base):
+    """Killed after the offering device certified the new key, before the new device stored it: the
+    key lived only in the killed process and the roster kept an active device nobody could use (it
+    never acknowledges a compaction, so old segments were never pruned).  Now the new device names
+    its key in its local state (and stores it in the keychain when it has one) before it sends the
+    request; without a keychain the next open with the passphrase retires it (re-certification)."""
+    run_one("enroll-join", Kill(call="camillo.vault:Vault._register_installation", nth=1, cut=cut), reliability_base)

@@ -34,7 +34,7 @@ from camillo import NewRecord, Unlock, Vault
 from camillo.errors import ReadOnlyVault, StorageError, VaultError, WrongCredential
 
 from tests.reliability.conftest import count
-from tests.reliability.harness import KnownBugHit, scale
+from tests.reliability.harness import scale
 from tests.reliability.scenarios import PASSPHRASE
 
 SUITE = "resource faults (cases)"
@@ -452,19 +452,18 @@ def test_a_locked_keychain(tmp_path):
     count(SUITE, "keychain locked")
 
 
-# ---------------------------------------------------------------------------------------------- open bug
+# ---------------------------------------------------------------------------------------------- fixed bug
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBugHit, reason=(
-    "re-certification retires the installation's lost key with a plain REVOKE; when that key signed the "
-    "current generation's slots (it created the vault, or rolled the keyring last), those slots stop counting "
-    "(spec §10.3) and neither the passphrase nor the recovery phrase opens the vault from any installation "
-    "any more; fix: re-issue those slots under the new device key before the REVOKE (spec §12.4)"))
+@pytest.mark.regression
 def test_a_lost_device_key_keeps_the_passphrase_working(tmp_path):
     """The installation that created the vault loses its locally sealed device key (a deleted or
     damaged device-key.bin; the same happens when the OS keychain loses the entry) and opens with the
     passphrase: it certifies a new key and retires the old one.  Every installation must still be
-    able to open the vault with the passphrase and the recovery phrase."""
+    able to open the vault with the passphrase and the recovery phrase.  Re-certification used to
+    retire the lost key with a plain REVOKE although that key had signed every slot of the current
+    generation (it created the vault), so none of them counted any more (spec §10.3); now those slots
+    are re-issued under the new key before the REVOKE and the originals deleted after it (§12.4)."""
     path = str(tmp_path / "v")
     vault, phrase = Vault.create(path, PASSPHRASE, device_name="first", home=str(tmp_path / "h1"))
     vault.lock()
@@ -473,11 +472,15 @@ def test_a_lost_device_key_keeps_the_passphrase_working(tmp_path):
             os.unlink(os.path.join(tmp_path, "h1", f))
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h1")) as v:
         assert [d.name for d in v.devices() if d.revoked] == ["first"]
+        v.append([NewRecord(type="message", role="user", text="written by the new key")])
     for how, unlock in (("passphrase", Unlock.passphrase(PASSPHRASE)), ("recovery phrase", Unlock.recovery(phrase))):
         try:
-            Vault.open(path, unlock, home=str(tmp_path / "h2"), register=False).lock()
+            with Vault.open(path, unlock, home=str(tmp_path / "h2"), register=False, cache=False) as v:
+                assert [(p.kind, p.file) for p in v.problems(full=True)] == []
+                assert "written by the new key" in {r.text for r in v.timeline()}
         except WrongCredential as exc:
-            if "is not signed by an owner of this vault" in str(exc):
-                raise KnownBugHit(f"the {how} no longer opens the vault: {exc}") from None
-            raise
+            raise AssertionError(f"the {how} no longer opens the vault: {exc}") from None
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h1")) as v:  # it keeps its new key
+        assert v.actor is not None and v.actor.writer_id == v.local.load_installation().writer_id
+        assert [d.name for d in v.devices() if d.revoked] == ["first"]
     count(SUITE, "lost device key: re-certification")
