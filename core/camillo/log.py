@@ -311,7 +311,7 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     for (wid, cid), chain in log.chains.items():
         if not chain:
             continue
-        top = max(chain)
+        top = log.tops.get((wid, cid)) or max(chain)
         old = memory.setdefault(cid, {}).get(wid)
         if old is None or top >= old[0]:
             memory[cid][wid] = (top, chain[top])

@@ -84,7 +84,9 @@ class FolderShelf:
         self._packs: dict[str, PackReader] = {}
         self._packed: dict[str, str] = {}
         # the incremental listing (see _scan)
-        self._dirs: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {}  # rel dir -> (mtime, files, subdirs)
+        # rel dir -> (mtime, files, subdirs, racy: listed within a clock tick of its mtime)
+        self._dirs: dict[str, tuple[int, frozenset[str], frozenset[str], bool]] = {}
+        self._fine_clock = False  # some directory showed a sub-second mtime
         self._loose: set[str] = set()
         self._pack_files: set[str] = set()
         self._in_packs: dict[str, list[str]] = {}  # pack name -> the segment names it holds
@@ -116,17 +118,20 @@ class FolderShelf:
 
     # Listing is incremental: each directory's entries are kept with its mtime and listed again only
     # when the mtime changed, so a refresh of a vault of 100,000 files costs a stat per directory.
-    # A directory whose mtime was within RACY_NS of the clock when it was listed is listed again
-    # next time (a file system with coarse timestamps may not show a change made in the same tick,
-    # the "racy" case git's index knows).  Packs that did not parse (still syncing) are retried.
+    # A directory whose mtime was within the clock's granularity of the moment it was listed is
+    # listed again next time: a change made in the same tick would not move its mtime (the "racy"
+    # entries of git's index).  The granularity is taken as RACY_NS (2 s: FAT, network shares)
+    # until some directory shows a sub-second mtime, then FINE_RACY_NS (the kernel's coarse clock
+    # ticks every few milliseconds).  Packs that did not parse (still syncing) are retried.
     RACY_NS = 2_000_000_000
+    FINE_RACY_NS = 50_000_000
 
     def _scan(self) -> None:
         now = time.time_ns()
         seen_dirs: set[str] = set()
         found_loose: list[str] = []
         lost_loose: list[str] = []
-        stat, racy, dirs, base = os.stat, self.RACY_NS, self._dirs, self.location
+        stat, dirs, base = os.stat, self._dirs, self.location
         stack = [""]
         while stack:
             rel = stack.pop()
@@ -138,8 +143,10 @@ class FolderShelf:
                 continue
             except OSError as exc:
                 raise StorageError(f"cannot list {full}: {exc.strerror}") from None
+            if not self._fine_clock and mtime % 1_000_000_000:
+                self._fine_clock = True
             cached = dirs.get(rel)
-            if cached is not None and cached[0] == mtime and now - mtime > racy:
+            if cached is not None and cached[0] == mtime and not cached[3]:
                 stack.extend(cached[2])
                 continue
             fs, ds = set(), set()
@@ -162,7 +169,8 @@ class FolderShelf:
             old = cached[1] if cached is not None else frozenset()
             found_loose.extend(files - old)
             lost_loose.extend(old - files)
-            dirs[rel] = (mtime, files, subdirs)
+            racy = now - mtime < (self.FINE_RACY_NS if self._fine_clock else self.RACY_NS)
+            dirs[rel] = (mtime, files, subdirs, racy)
             stack.extend(subdirs)
 
         for rel in [d for d in self._dirs if d not in seen_dirs]:  # a directory that went away
@@ -212,7 +220,15 @@ class FolderShelf:
         return sorted(self._names)
 
     def files_in(self, directory: str) -> frozenset[str]:
-        """The vault files directly in one top-level directory (``"slots"``), as of a fresh scan."""
+        """The vault files directly in one top-level directory (``"slots"``), current: a stat of
+        that directory when it did not change, a scan of the folder when it did."""
+        entry = self._dirs.get(directory)
+        if entry is not None and not entry[3]:
+            try:
+                if os.stat(os.path.join(self.location, directory)).st_mtime_ns == entry[0]:
+                    return entry[1]
+            except OSError:
+                pass
         self._scan()
         entry = self._dirs.get(directory)
         return entry[1] if entry is not None else frozenset()

@@ -1640,6 +1640,8 @@ class Vault:
                 seg = segments.seal_segment(self.vault_id, cid, epoch_id, public, segments.encode_payload(group))
                 files.append((segment_name(seg), seg))
                 self.device_state.counters[cid] = (seq, prev)
+                # remembered with the counter (one save): the rollback memory of this writer's own chain
+                self.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
                 written[cid] = batches
             # The segments are staged (complete, fsynced, under dot names readers ignore) before the
             # counter is persisted and renamed into place after it, and the counter remembers them:
@@ -1656,6 +1658,10 @@ class Vault:
             except BaseException:
                 for name, tmp in staged:
                     self.shelf.unstage(name, tmp)
+                try:  # forget the counters and memory advanced above: nothing was written
+                    self.device_state = self._state_store.load() or DeviceState()
+                except VaultError:
+                    pass
                 if undo is not None:
                     undo()
                 raise

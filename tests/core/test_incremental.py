@@ -176,19 +176,29 @@ def test_listing_sees_what_others_add_and_remove(tmp_path):
 
 
 def test_a_change_within_the_same_clock_tick_is_not_missed(tmp_path, monkeypatch):
-    """A directory listed within RACY_NS of its mtime is listed again next time, so a file system
-    with coarse timestamps (a change in the same tick leaves the mtime unchanged) loses nothing."""
+    """A directory listed within a clock tick of its mtime is listed again next time, so a change
+    made in that same tick (which leaves the mtime as it was) is not missed; a directory listed
+    long after its last change is not listed again while its mtime stays."""
     path = str(tmp_path / "v")
     Vault.create(path, PASSPHRASE)[0].lock()
-    shelf = FolderShelf(path)
-    shelf.changes()
     env_dir = os.path.join(path, "env")
-    before = os.stat(env_dir).st_mtime_ns
+    shelf = FolderShelf(path)
+    tick = time.time_ns()
+    os.utime(env_dir, ns=(tick, tick))  # the directory changed just now
+    shelf.changes()
     name = "0" * 64 + ".env"
     open(os.path.join(env_dir, name), "wb").close()
-    os.utime(env_dir, ns=(before, before))  # as if the clock had not ticked
-    assert time.time_ns() - before < FolderShelf.RACY_NS
+    os.utime(env_dir, ns=(tick, tick))  # ... and again within the same tick: the mtime did not move
     assert f"env/{name}" in shelf.changes()[1]
+    # long after its last change, an unchanged directory is trusted and not listed again
+    old = tick - 10 * 1_000_000_000
+    os.utime(env_dir, ns=(old, old))
+    shelf.changes()
+    listed: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: listed.append(p) or real_scandir(p))
+    shelf.changes()
+    assert env_dir not in listed, listed
 
 
 def test_a_cache_from_a_fuller_copy_is_corrected(new_vault, tmp_path):
