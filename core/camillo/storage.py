@@ -222,16 +222,25 @@ class FolderShelf:
     def files_in(self, directory: str) -> frozenset[str]:
         """The vault files directly in one top-level directory (``"slots"``), current: a stat of
         that directory when it did not change, a scan of the folder when it did."""
-        entry = self._dirs.get(directory)
-        if entry is not None and not entry[3]:
-            try:
-                if os.stat(os.path.join(self.location, directory)).st_mtime_ns == entry[0]:
-                    return entry[1]
-            except OSError:
-                pass
+        if self.unchanged(directory):
+            return self._dirs[directory][1]
         self._scan()
         entry = self._dirs.get(directory)
         return entry[1] if entry is not None else frozenset()
+
+    def unchanged(self, *directories: str) -> bool:
+        """True when each of these top-level directories (``"env"``, ``"slots"``) is exactly as the
+        last scan listed it: one stat each, no listing."""
+        for directory in directories:
+            entry = self._dirs.get(directory)
+            if entry is None or entry[3]:
+                return False
+            try:
+                if os.stat(os.path.join(self.location, directory)).st_mtime_ns != entry[0]:
+                    return False
+            except OSError:
+                return False
+        return True
 
     def changes(self) -> tuple[set[str], set[str], set[str]]:
         """(every name now, names added since the last call, names gone since the last call).  The

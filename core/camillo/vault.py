@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import platform
 import socket
@@ -296,6 +297,7 @@ class Vault:
         self._unreadable: dict[str, tuple[bytes, bytes]] = {}
         self._incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
         self._rescan_all = True  # the next refresh considers every file (not only what changed)
+        self._scanned_at = -math.inf  # time.monotonic() of the last folder scan (see _write_batches)
         self._refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         self._known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
         self._keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
@@ -910,6 +912,7 @@ class Vault:
         """Read what is new in the vault folder and recompute what depends on it.  The shelf says
         which names appeared and went away since the last call, so a refresh that finds nothing new
         costs a stat per directory, and one that finds a batch costs that batch."""
+        self._scanned_at = time.monotonic()
         names, added, removed = self.shelf.changes()
         if self._rescan_all:  # first read, or keys were forgotten: consider every file again
             self._rescan_all = False
@@ -1562,7 +1565,7 @@ class Vault:
         return self._append_records(cid, raws)
 
     def _append_records(self, cid: bytes, raws: list[bytes]) -> Changes:
-        batches = self._write_batches({cid: raws})[cid]
+        batches = self._write_batches({cid: raws}, quick=True)[cid]
         return Changes(records=tuple(r for b in batches for r in b.header.records),
                        batches=tuple(b.id for b in batches), timeline=True, facts=True,
                        compartments=frozenset({self.roster.compartment_name(cid)}))
@@ -1572,6 +1575,13 @@ class Vault:
         return self._write_batches({c: raws for c in compartments}, undo=undo)
 
     BATCH_RECORDS = 2000
+    # A plain append numbers its batches after a scan of the folder, unless the last scan is
+    # younger than this, no other process of this installation wrote since, and no envelope or
+    # slot arrived (a new epoch, a revocation, a rotation): then ``deps`` and ``frontier`` name
+    # what was seen up to this long ago, which the format allows (they are what the writer had
+    # seen).  A scan costs a stat per segment directory (up to 256), which back-to-back appends
+    # would otherwise each pay.
+    WRITE_SCAN_AGE = 0.5
     BATCH_BYTES = 2 * 1024 * 1024
     SEGMENT_PAYLOAD = 4 * 1024 * 1024
 
@@ -1588,21 +1598,27 @@ class Vault:
         return out
 
     def _write_batches(self, per_compartment: dict[bytes, list[bytes]], *,
-                       undo: Callable[[], None] | None = None) -> dict[bytes, list[Batch]]:
+                       undo: Callable[[], None] | None = None, quick: bool = False) -> dict[bytes, list[Batch]]:
         """Sign, seal and durably write the records as batches (one for an interactive write; as
         many as needed for a bulk import, several per segment), then read them back in.  ``undo``
         runs if they could not be written at all (nothing of them will ever appear): the caller
-        deletes the files it wrote for them."""
+        deletes the files it wrote for them.  ``quick`` (plain appends only; never a write that
+        follows files this process just wrote, like a compaction's or an erasure's) lets a recent
+        scan stand in for a new one (WRITE_SCAN_AGE)."""
         actor = self._require_writer()
         assert self._state_store is not None
         written: dict[bytes, list[Batch]] = {}
         files: list[tuple[str, bytes]] = []
         with self._state_store.locked():
             on_disk = self._state_store.load()
+            others_wrote = on_disk is not None and on_disk.counters != self.device_state.counters
             if on_disk is not None:
                 self.device_state = on_disk
-            self._commit_staged()
-            self._refresh()  # see what other processes and devices wrote before numbering
+            finished = self._commit_staged()
+            own_tips_read = all(self.device_state.counters.get(cid, (0, None))[1] in (None, *self.views)
+                                for cid in per_compartment)
+            if finished or others_wrote or not quick or not own_tips_read or not self._recently_scanned():
+                self._refresh()  # see what other processes and devices wrote before numbering
             for cid, raws in per_compartment.items():
                 epoch_id, public = self._sealing_key(cid)
                 seq, prev = self.device_state.counters.get(cid, (0, None))
@@ -1619,6 +1635,13 @@ class Vault:
                 deps = tuple(sorted(self.log.heads.get(cid, set()))[-64:])
                 chain_writers = {w for (w, c) in self.log.chains if c == cid}
                 frontier = {w: self.log.max_seq(w, cid) for w in chain_writers}
+                # never behind the previous batch's (written by another process of this installation
+                # that may have seen more): readers reject a frontier that goes backwards
+                prev_view = self.views.get(prev) if prev is not None else None
+                if prev_view is not None:
+                    for w, s in prev_view.batch.header.frontier.items():
+                        if frontier.get(w, 0) < s:
+                            frontier[w] = s
                 group: list[Batch] = []
                 group_size = 0
                 batches: list[Batch] = []
@@ -1677,6 +1700,11 @@ class Vault:
             self._recompute()
         self._update_memory()
         return written
+
+    def _recently_scanned(self) -> bool:
+        """The folder was scanned less than WRITE_SCAN_AGE ago and no envelope or slot arrived since."""
+        return (time.monotonic() - self._scanned_at < self.WRITE_SCAN_AGE and isinstance(self.shelf, FolderShelf)
+                and self.shelf.unchanged("env", "slots"))
 
     def _commit_staged(self) -> bool:
         """Finish the last write of this actor if a crash interrupted it after its counter was

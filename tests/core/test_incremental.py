@@ -214,3 +214,54 @@ def test_a_cache_from_a_fuller_copy_is_corrected(new_vault, tmp_path):
     with Vault.open(copy, Unlock.passphrase(PASSPHRASE)) as v:
         assert v.fact("user/city").current.value == "Lisbon"
         assert fingerprint(v) == from_scratch(copy)
+
+
+def test_back_to_back_appends_skip_the_scan_until_something_may_have_changed(new_vault, tmp_path, monkeypatch):
+    """Appends within WRITE_SCAN_AGE of the last scan number their batches without scanning the
+    folder again; an envelope or slot arriving, another process of this installation writing, or
+    the scan growing old makes the next append scan first."""
+    path, vault, _ = new_vault
+    monkeypatch.setattr(Vault, "WRITE_SCAN_AGE", 3600.0)
+    scans = []
+    real_scan = FolderShelf._scan
+    monkeypatch.setattr(FolderShelf, "_scan", lambda self: scans.append(1) or real_scan(self))
+
+    def note(text):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=text)])
+
+    past = time.time_ns() - 5_000_000_000
+    for d in ("env", "slots"):  # created a moment ago: make them settled, not within a clock tick
+        os.utime(os.path.join(path, d), ns=(past, past))
+    note("first")  # scans (the folder changed when the vault was created)
+    scans.clear()
+    for i in range(5):
+        note(f"quick {i}")
+    assert scans == [], "an append right after a scan scanned again"
+
+    # another process of this installation writes: its counter on disk moved, so the next append
+    # scans first and reads that batch before numbering its own (no gap in this writer's chain)
+    other = Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    other.append([NewRecord(type="message", conversation="c", role="user", text="from the other process")])
+    other.lock()
+    note("after the other process")
+    assert scans, "another process's write was not looked for"
+    assert not [p for p in vault.problems() if p.kind in ("missing", "fork")], vault.problems()
+    texts = [r.text for r in vault.timeline()]
+    assert "from the other process" in texts
+
+    # a file arriving in env/ (a new epoch, a revocation) makes the next append scan
+    scans.clear()
+    note("settled")
+    assert scans == []
+    env_dir = os.path.join(path, "env")
+    open(os.path.join(env_dir, "0" * 64 + ".env"), "wb").close()
+    os.utime(env_dir, ns=(past + 1000, past + 1000))  # moved, and settled
+    note("after an envelope arrived")
+    assert scans, "an append did not look at a new envelope first"
+
+    # and an old scan is renewed
+    monkeypatch.setattr(Vault, "WRITE_SCAN_AGE", 0.0)
+    scans.clear()
+    note("later")
+    assert scans
+    assert fingerprint(vault) == from_scratch(path)
