@@ -41,8 +41,16 @@ class Cache:
             return None
         try:
             raw = open_local(self._key, "cache", self.vault_id, data, self.path)
+            del data
+            # A deserialised database lives in SQLite's memdb, which refuses to grow past 1 GiB
+            # ("database or disk is full", reached by a million records): copy it into an ordinary
+            # in-memory database, which grows as memory allows.
+            loaded = sqlite3.connect(":memory:")
+            loaded.deserialize(raw)
+            del raw
             db = sqlite3.connect(":memory:")
-            db.deserialize(raw)
+            loaded.backup(db)
+            loaded.close()
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
             if (
                 encoding.decode(meta.get("format", b"\x00")) != CACHE_FORMAT

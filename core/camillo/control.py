@@ -210,6 +210,13 @@ class Roster:
         parts += sorted(cid + name.encode() for cid, name in self.compartments.items())
         return sha256(b"".join(parts))
 
+    def global_fingerprint(self) -> bytes:
+        """The part of :meth:`fingerprint` that every record's validity depends on (the genesis and
+        the erasures); the principals are compared one by one (see ``Vault._recompute``)."""
+        from .primitives import sha256
+
+        return sha256(b"".join([self.genesis.id if self.genesis else b"", *sorted(self.erasures)]))
+
     # -- lookups
 
     def compartment_name(self, cid: bytes) -> str:

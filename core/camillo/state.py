@@ -378,10 +378,13 @@ class State:
         return decode_record(raw)
 
     def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView],
-                    affected: set[bytes] | None = None) -> MaterializeResult:
+                    affected: set[bytes] | None = None, writers: set[bytes] | frozenset[bytes] = frozenset(),
+                    ) -> MaterializeResult:
         """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
         the per-record checks to the records of those batches (new ones, and those whose acceptance
-        changed); None re-checks every record (the roster changed)."""
+        changed) and of ``writers`` (principals the roster added, replaced or revoked; CONFIRMs are
+        then checked again too, since they depend on who the owners are); None re-checks every
+        record (the genesis or the erasures changed)."""
         self.flush()
         self._roster = roster
         self._views = views
@@ -392,7 +395,7 @@ class State:
         for e in roster.erasures.values():
             erased_targets |= e.targets
 
-        if affected is not None and self._only_plain_notes(affected):
+        if affected is not None and not writers and self._only_plain_notes(affected):
             # New plain notes (messages) that no record refers to: nothing but their own validity can
             # change, so the reference, hiding and fact passes (which scale with the vault) are skipped.
             rows = [row for bid in affected for row in db.execute(
@@ -415,6 +418,10 @@ class State:
             # records whose effective class a CONFIRM raised start again from their claimed class
             rows += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
                                "WHERE has_refs = 1 OR effective IS NOT class").fetchall()
+            if writers:
+                marks = ",".join("?" * len(writers))
+                rows += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
+                                   f"WHERE writer IN ({marks}) OR kind = ?", (*writers, Kind.CONFIRM)).fetchall()
         for rid, batch, writer, author, kind, klass, key, raw, erased in rows:
             if batch not in accepted:
                 updates.append((0, "its batch is not accepted", klass, rid))

@@ -160,6 +160,10 @@ class NewRecord:
     meta: dict[str, Any] | None = None
     ts: int | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.authority, str):  # "inferred", as in the CLI's JSON (UsageError if unknown)
+            self.authority = Authority.parse(self.authority)
+
     def default_authority(self) -> Authority:
         if self.authority is not None:
             return self.authority
@@ -308,6 +312,9 @@ class Vault:
         self.state = State()
         self._materialize_problems: list[tuple[str, str, str]] = []
         self._roster_fingerprint = b""
+        # (global fingerprint, principals) of the last recompute in this session: a roster change
+        # that only adds, replaces or revokes principals re-checks only their records
+        self._roster_snapshot: tuple[bytes, dict[bytes, Any]] | None = None
         self._last_accepted: set[bytes] = set()
         self._pending_batches: set[bytes] = set()
 
@@ -1156,11 +1163,18 @@ class Vault:
         self._forget_erased_epochs()
         self.log = build_log(self.views, signed, roster)
         fingerprint = roster.fingerprint()
+        global_fp = roster.global_fingerprint()
+        writers: set[bytes] = set()
+        affected: set[bytes] | None = self._pending_batches | (self.log.accepted ^ self._last_accepted)
         if fingerprint != self._roster_fingerprint:
-            affected = None
-        else:
-            affected = self._pending_batches | (self.log.accepted ^ self._last_accepted)
-        result = self.state.materialize(roster, self.log, self.views, affected)
+            old = self._roster_snapshot
+            if old is None or old[0] != global_fp:
+                affected = None  # everything is checked again
+            else:  # principals added, replaced or revoked (acceptance changes are in ``affected``)
+                writers = {w for w in old[1].keys() | roster.principals.keys()
+                           if old[1].get(w) != roster.principals.get(w)}
+        result = self.state.materialize(roster, self.log, self.views, affected, writers=writers)
+        self._roster_snapshot = (global_fp, dict(roster.principals))
         self._roster_fingerprint = fingerprint
         self._last_accepted = set(self.log.accepted)
         self._pending_batches = set()
@@ -2098,6 +2112,7 @@ class Vault:
         self._cache = cache
         self._cache_dirty = True
         self._roster_fingerprint = b""
+        self._roster_snapshot = None
         self._last_accepted = set()
         self._refresh()
         self._update_memory()

@@ -265,3 +265,38 @@ def test_back_to_back_appends_skip_the_scan_until_something_may_have_changed(new
     note("later")
     assert scans
     assert fingerprint(vault) == from_scratch(path)
+
+
+def test_a_roster_change_rechecks_only_the_principals_it_touched(new_vault, tmp_path, monkeypatch):
+    """Changing the passphrase, creating and revoking a grant add, replace or revoke principals:
+    only their records (and CONFIRMs) are checked again, not the whole vault, and the result is
+    what a full recomputation gives (records of a revoked agent included)."""
+    path, vault, _ = new_vault
+    grant = str(tmp_path / "agent.grant")
+    vault.create_grant("planner", {"personal": "write"}, grant, max_class="inferred")
+    agent = Vault.open(path, Unlock.grant(grant), home=str(tmp_path / "agent"))
+    agent.append([NewRecord(type="preference", key="user/tea", value="green", authority="inferred")])
+    agent.append([NewRecord(type="message", conversation="c", role="assistant", text="agent says hello")])
+    agent.lock()
+    for i in range(20):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i}")])
+    vault.refresh()
+    full_checks = []
+    real = vault.state.materialize
+
+    def counting(roster, log, views, affected=None, **kw):
+        full_checks.append(affected is None)
+        return real(roster, log, views, affected, **kw)
+
+    monkeypatch.setattr(vault.state, "materialize", counting)
+    vault.change_passphrase("a different passphrase entirely")
+    assert fingerprint(vault) == from_scratch_with(path, "a different passphrase entirely")
+    grant_id = next(g["grant_id"] for g in vault.grants() if g["agent"] == "planner")
+    vault.revoke(grant_id)
+    assert fingerprint(vault) == from_scratch_with(path, "a different passphrase entirely")
+    assert full_checks and not any(full_checks), full_checks
+
+
+def from_scratch_with(path: str, passphrase: str) -> dict:
+    with Vault.open(path, Unlock.passphrase(passphrase), cache=False, register=False) as fresh:
+        return fingerprint(fresh)
