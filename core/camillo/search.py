@@ -20,7 +20,8 @@ modifiers, combined with AND:
 Semantic search is optional, behind the :class:`Embedder` protocol (``embed``, ``dimension``,
 ``model_id``).  Vectors are derived and disposable: they are kept in the state database, which is
 only ever written to disk inside the encrypted cache, keyed by the embedder's model id, and are
-recomputed when missing.  Ranking blends cosine similarity with recency, and for ``summary`` records
+recomputed when missing.  With numpy installed (the ``semantic`` extra) the scores are one matrix
+product, without it a loop per record.  Ranking blends cosine similarity with recency, and for ``summary`` records
 with VaultMem's significance ``σ = (1 − e^(−κ·freq))·e^(−λ·days)``.
 
 Confined to the thread that owns the vault.
@@ -254,12 +255,34 @@ def significance(freq: int, days: float, kappa: float = 0.3, lam: float = 0.01) 
     return (1 - math.exp(-kappa * freq)) * math.exp(-lam * days)
 
 
+def _scores_numpy(np, rows, query, now: float, dimension: int):
+    """Cosine plus recency for every row, as one matrix product (float32 vectors, float64 sums)."""
+    blobs, _rids, stamps, _summaries = zip(*rows)
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), dimension)
+    ts = np.asarray(stamps, dtype=np.float64)
+    days = np.maximum(0.0, (now - np.where(ts != 0, ts, now)) / 86400)
+    return matrix.astype(np.float64) @ np.asarray(query, dtype=np.float64) + 0.05 * np.exp(-days / 365)
+
+
+def _scores_python(rows, query, now: float, dimension: int) -> list[float]:
+    """The same without numpy, a loop per record (about 10 µs each at 256 dimensions)."""
+    out = []
+    fmt = f"<{dimension}f"
+    for blob, _rid, ts, _summary in rows:
+        cos = sum(a * b for a, b in zip(query, struct.unpack(fmt, blob)))
+        days = max(0.0, (now - (ts or now)) / 86400)
+        out.append(cos + 0.05 * math.exp(-days / 365))
+    return out
+
+
 def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int = 20,
                     now: float | None = None) -> list[tuple[float, RecordView]]:
     """Rank visible records by cosine similarity to ``text`` (blended with recency, and for
     ``summary`` records with significance).  Missing vectors are computed and kept."""
-    import numpy as np  # here, not at import: only semantic search needs it
-
+    try:
+        import numpy as np  # optional (the "semantic" extra); here, not at import: only this needs it
+    except ImportError:
+        np = None
     db = state.db
     db.executescript(_VECTORS)
     missing = db.execute(
@@ -274,33 +297,30 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
         db.executemany("INSERT OR REPLACE INTO vectors(model, record, vec) VALUES(?,?,?)",
                        [(embedder.model_id, rowid, struct.pack(f"<{embedder.dimension}f", *v))
                         for (rowid, _, _), v in zip(chunk, vecs)])
-    qv = np.asarray(embedder.embed([text])[0], dtype=np.float64)
+    query = embedder.embed([text])[0]
     now = time.time() if now is None else now
     rows = db.execute(
         "SELECT v.vec, r.id, coalesce(r.ts, 0), r.type = 'summary' FROM vectors v JOIN records r ON r.rowid = v.record "
         "WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0 AND length(v.vec) = ?",
         (embedder.model_id, 4 * embedder.dimension),
     ).fetchall()
-    if not rows:
+    if not rows or limit <= 0:
         return []
-    blobs, rids, stamps, summaries = zip(*rows)
-    # one matrix product instead of a Python loop per record (float32 vectors, float64 sums)
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), embedder.dimension)
-    ts = np.asarray(stamps, dtype=np.float64)
-    ts = np.where(ts != 0, ts, now)
-    days = np.maximum(0.0, (now - ts) / 86400)
-    scores = matrix.astype(np.float64) @ qv + 0.05 * np.exp(-days / 365)
-    for i in np.flatnonzero(np.asarray(summaries, dtype=bool)):
-        view = state.record(rids[i])
+    scores = (_scores_numpy(np, rows, query, now, embedder.dimension) if np is not None
+              else _scores_python(rows, query, now, embedder.dimension))
+    for i in [i for i, row in enumerate(rows) if row[3]]:
+        _, rid, ts, _ = rows[i]
+        view = state.record(rid)
         freq = view.meta.get("frequency", 1) if view is not None else 1
-        scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, float(days[i]))
-    # the best ``limit`` (ties broken by id, so the order is the same everywhere)
-    k = min(limit, len(rows))
-    if k <= 0:
-        return []
-    kth = np.partition(-scores, k - 1)[k - 1]
-    candidates = np.flatnonzero(-scores <= kth)
-    scored = sorted(((float(scores[i]), rids[i]) for i in candidates), key=lambda x: (-x[0], x[1]))
+        days = max(0.0, (now - (ts or now)) / 86400)
+        scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
+    # the best ``limit``, ties broken by id so the order is the same everywhere
+    if np is not None and len(rows) > limit:
+        kth = np.partition(-np.asarray(scores), limit - 1)[limit - 1]
+        candidates = [i for i in np.flatnonzero(-np.asarray(scores) <= kth)]
+    else:
+        candidates = range(len(rows))
+    scored = sorted(((float(scores[i]), rows[i][1]) for i in candidates), key=lambda x: (-x[0], x[1]))
     top = scored[:limit]
     views = {v.id: v for v in state.records(rid for _, rid in top)}
     return [(s, views[rid]) for s, rid in top if rid in views]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 import time
 
 from camillo import NewRecord, Unlock, Vault
@@ -86,3 +87,16 @@ def test_an_empty_vault_and_a_zero_limit_give_nothing(new_vault):
     assert vault.semantic_search("anything", HashingEmbedder(64)) == []
     add(vault, "something")
     assert vault.semantic_search("something", HashingEmbedder(64), limit=0) == []
+
+
+def test_without_numpy_the_same_results_come_back(new_vault, monkeypatch):
+    _, vault, _ = new_vault
+    for i in range(40):
+        add(vault, f"note {i} about {'the garden' if i % 3 else 'the train'} and {'tea' if i % 2 else 'coffee'}",
+            ts=int(time.time()) - i * 86400)
+    emb = HashingEmbedder(64)
+    with_numpy = vault.semantic_search("garden tea", emb, limit=7)
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy now raises ImportError
+    without = vault.semantic_search("garden tea", emb, limit=7)
+    assert [v.id for _, v in without] == [v.id for _, v in with_numpy]
+    assert all(math.isclose(a, b, abs_tol=1e-9) for (a, _), (b, _) in zip(without, with_numpy))
