@@ -68,13 +68,20 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
     compacted = 0
     records: dict[bytes, list[bytes]] = {}
     new_files: list[tuple[str, bytes]] = []
+    # An earlier compaction (by this device or another) whose old segments still wait for their
+    # prune: neither those nor its new segments are compacted again, which would give their
+    # batches a third copy.  Once pruned, its new segments are ordinary segments again.
+    present = {_segment_id(n) for n in vault._segment_batches}
+    replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and m.removed & present
+                for sid in m.removed | m.added}
     for cid in [r.control_id, *r.compartments]:
         epoch = r.current_epoch(cid)
         if epoch is None or (cid, epoch.epoch_id) not in vault._epoch_keys:
             continue
         small = sorted(
             name for name, (c, _e) in vault._segment_epochs.items()
-            if c == cid and name not in vault._unreadable and vault.shelf.exists(name)
+            if c == cid and name not in vault._unreadable and _segment_id(name) not in replaced
+            and vault.shelf.exists(name)
             and len(vault._segment_batches.get(name, [])) > 0 and _size(vault, name) <= SMALL
             and all(b in vault.log.accepted for b in vault._segment_batches[name])
         )
@@ -102,8 +109,8 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
             if cid != r.control_id:
                 records.setdefault(cid, []).append(rec)
     if records:
-        written = write_files(vault, new_files)  # every new segment, or none, before the records listing them
-        vault._write_batches(records, undo=lambda: vault._delete_quietly(reversed(written)))
+        files = write_files(vault, new_files)  # every new segment, or none, before the records listing them
+        vault._write_batches(records, undo=lambda: vault._delete_quietly(reversed(files)))
     deleted, pending = prune(vault, prune_now=prune_now, now=now)
     return CompactionReport(before, written, deleted, compacted, pending)
 
@@ -118,20 +125,31 @@ def _size(vault: Vault, name: str) -> int:
 
 
 def _acknowledged(vault: Vault, m: ManifestInfo) -> bool:
-    """Every other active device has written a control batch that saw the batch carrying ``m``."""
+    """Every other active device has written a batch that saw a batch carrying ``m``: a control
+    batch that saw the control compartment's carrier, or a batch of the compacted compartment
+    that saw the carrier there (the COMPACTION record is written in both, so ordinary appends
+    acknowledge a compaction of a data compartment).  Frontiers are per compartment, so each
+    carrier is compared with batches of its own compartment."""
     r = vault.roster
-    carrier = None
+    carriers = {}  # compartment -> the batch carrying m there
     for v in vault.views.values():
-        if v.header.compartment_id == r.control_id and any(rec is not None and rec.id == m.record_id for rec in v.records):
-            carrier = v
-            break
-    if carrier is None:
+        c = v.header.compartment_id
+        if c in (r.control_id, m.compartment_id) and c not in carriers and v.id in vault.log.accepted \
+                and any(rec is not None and rec.id == m.record_id for rec in v.records):
+            carriers[c] = v
+    if not carriers:
         return False
-    others = [p for p in r.devices() if p.writer_id not in r.revocations and p.writer_id != carrier.header.writer_id]
+    writer = next(iter(carriers.values())).header.writer_id
+    others = [p for p in r.devices() if p.writer_id not in r.revocations and p.writer_id != writer]
     for p in others:
-        chain = vault.log.chains.get((p.writer_id, r.control_id), {})
-        if not any(vault.views[b].header.frontier.get(carrier.header.writer_id, 0) >= carrier.header.seq
+        seen = False
+        for c, carrier in carriers.items():
+            chain = vault.log.chains.get((p.writer_id, c), {})
+            if any(vault.views[b].header.frontier.get(carrier.header.writer_id, 0) >= carrier.header.seq
                    for b in chain.values()):
+                seen = True
+                break
+        if not seen:
             return False
     return True
 

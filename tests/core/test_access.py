@@ -403,19 +403,48 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
     with open_vault(path) as v:
         for i in range(10):
             v.append([NewRecord(type="message", text=f"m{i}")])
+        personal = v.compartment_id("personal")
+        compacted = {n for n, (c, _e) in v._segment_epochs.items() if c == personal}
         report = v.compact(prune_now=True)
         assert report.segments_deleted == 0 and report.pending > 0  # the laptop has not seen it yet
     switch_home(monkeypatch, tmp_path / "laptop")
-    with open_vault(path) as v:
+    with open_vault(path) as v:  # an ordinary append in the compacted compartment acknowledges it
         v.append([NewRecord(type="message", text="laptop saw the compaction")], compartment="personal")
-        v._write_batches({v.roster.control_id: [encode_record(Kind.NOTE, v.actor.writer_id, value={"text": "ack"},
-                                                               authority=3, type="event")]})
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         report = v.compact()
         assert report.segments_deleted > 0
+        assert not compacted & set(v._segment_epochs), "the personal segments compacted first are still there"
         texts = {r.text for r in v.timeline()}
         assert {f"m{i}" for i in range(10)} | {"laptop", "laptop saw the compaction"} <= texts
+        assert v.problems() == []
+
+
+def test_compacting_again_before_the_prune_copies_nothing_twice(new_vault, tmp_path, monkeypatch):
+    """A second compaction (by either device) while the first one's old segments wait for their
+    prune leaves them alone: every batch stays in exactly one live segment plus its old copy."""
+    path, vault, _ = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as v:
+        v.append([NewRecord(type="message", text="laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        for i in range(10):
+            v.append([NewRecord(type="message", text=f"m{i}")])
+        first = v.compact(prune_now=True)
+        assert first.segments_written > 0 and first.pending > 0
+        again = v.compact(prune_now=True)
+        assert again.segments_written == 0 and again.batches == 0, again
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as v:
+        other = v.compact(prune_now=True)  # the laptop has seen the first compaction
+        assert other.segments_written == 0, other
+        copies: dict[bytes, int] = {}
+        for name, bids in v._segment_batches.items():
+            for b in bids:
+                copies[b] = copies.get(b, 0) + 1
+        assert max(copies.values()) <= 2  # the old segment and the compacted one, never a third
 
 
 def test_scheduled_epoch_after_many_batches(new_vault, monkeypatch):
