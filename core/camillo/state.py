@@ -442,7 +442,7 @@ class State:
         self._check_references(views)
         # 3. Hidden keyless records (a DEL without key names them in pred).  A keyed record named
         #    there is not hidden: such a DEL takes no part in facts, so the timeline follows the fact.
-        db.execute("UPDATE records SET hidden = 0")
+        db.execute("UPDATE records SET hidden = 0 WHERE hidden = 1")  # writes only the rows that were hidden
         db.execute(
             "UPDATE records SET hidden = 1 WHERE (kind IS NULL OR kind NOT IN (?, ?) OR key IS NULL) AND id IN "
             "(SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
