@@ -45,12 +45,22 @@ class CompactionReport:
     batches: int
     pending: int  # old segments kept until other devices acknowledge (or the grace period ends)
 
+    alone: bool = False  # no other active device: old segments wait for the grace period
+
     def lines(self) -> list[str]:
-        out = [f"Compacted {self.batches} batches from {self.segments_before} small segments into "
-               f"{self.segments_written} large ones; deleted {self.segments_deleted} old segments."]
-        if self.pending:
-            out.append(f"{self.pending} old segments are kept until your other devices have seen the compaction "
-                       "(or the 7-day grace period ends); run compact again later to delete them.")
+        def n(count: int, word: str, plural: str = "") -> str:
+            return f"{count} {word if count == 1 else plural or word + 's'}"
+
+        out = [f"Compacted {n(self.batches, 'batch', 'batches')} from "
+               f"{n(self.segments_before, 'small segment')} into {n(self.segments_written, 'large segment')}; "
+               f"deleted {n(self.segments_deleted, 'old segment')}."]
+        if self.pending and self.alone:
+            out.append(f"{n(self.pending, 'old segment')} kept for the 7-day grace period, in case another copy of "
+                       "this folder is still syncing; run compact again later, or with --prune-now if no other "
+                       "copy exists, to delete them.")
+        elif self.pending:
+            out.append(f"{n(self.pending, 'old segment')} kept until your other devices have seen the compaction "
+                       "(any of their writes to the compacted compartments); run compact again later to delete them.")
         return out
 
 
@@ -112,7 +122,8 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
         files = write_files(vault, new_files)  # every new segment, or none, before the records listing them
         vault._write_batches(records, undo=lambda: vault._delete_quietly(reversed(files)))
     deleted, pending = prune(vault, prune_now=prune_now, now=now)
-    return CompactionReport(before, written, deleted, compacted, pending)
+    alone = not any(p.writer_id not in r.revocations and p.writer_id != actor.writer_id for p in vault.roster.devices())
+    return CompactionReport(before, written, deleted, compacted, pending, alone)
 
 
 def _size(vault: Vault, name: str) -> int:

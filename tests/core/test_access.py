@@ -572,3 +572,16 @@ def test_a_planted_newer_slot_does_not_move_an_open_session(new_vault, tmp_path,
     assert vault._generation == generation
     vault.append([NewRecord(type="message", text="after the plant")])
     assert {"before the plant", "after the plant"} <= {r.text for r in vault.timeline()}
+
+
+def test_the_compaction_report_says_what_it_did_and_why_old_segments_wait():
+    from camillo.compaction import CompactionReport
+
+    alone = CompactionReport(5, 1, 0, 1, 5, alone=True).lines()
+    assert alone[0] == "Compacted 1 batch from 5 small segments into 1 large segment; deleted 0 old segments."
+    assert "7-day grace period" in alone[1] and "--prune-now" in alone[1]
+    shared = CompactionReport(40, 2, 3, 38, 37).lines()
+    assert shared[0].startswith("Compacted 38 batches from 40 small segments into 2 large segments; deleted 3")
+    assert "other devices" in shared[1] and "grace" not in shared[1]
+    assert CompactionReport(0, 0, 0, 0, 0).lines() == [
+        "Compacted 0 batches from 0 small segments into 0 large segments; deleted 0 old segments."]
