@@ -945,8 +945,8 @@ class Vault:
             for name in list(self._unreadable):
                 new_batches += self._read_segment(name)
         vanished = sorted(n for n in removed if n in self._segment_batches)
-        for name in vanished:
-            self._forget_segment(name)
+        if vanished:
+            self._forget_segments(vanished)
         if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
             return Changes()
         if vanished or new_keys or not self._extend(new_batches):
@@ -954,16 +954,23 @@ class Vault:
         return Changes(batches=tuple(new_batches), timeline=bool(new_batches), facts=bool(new_batches),
                        roster=bool(new_keys or vanished))
 
-    def _forget_segment(self, name: str) -> None:
-        bids = self._segment_batches.pop(name, [])
-        self._segment_epochs.pop(name, None)
-        self._unreadable.pop(name, None)
-        still = {b for other in self._segment_batches.values() for b in other}
-        gone = [b for b in bids if b not in still]
+    def _forget_segments(self, names: Sequence[str]) -> None:
+        """Segments that went away (a prune deletes thousands at once): their batches are forgotten
+        unless another segment still holds them, in one pass over what remains."""
+        dropped: list[bytes] = []
+        for name in names:
+            dropped += self._segment_batches.pop(name, [])
+            self._segment_epochs.pop(name, None)
+            self._unreadable.pop(name, None)
+        if not dropped:
+            still: set[bytes] = set()
+        else:
+            still = {b for other in self._segment_batches.values() for b in other}
+        gone = list(dict.fromkeys(b for b in dropped if b not in still))
         for b in gone:
             self.views.pop(b, None)
         self.state.forget_batches(gone)
-        self.state.db.execute("DELETE FROM cache_segments WHERE name = ?", (name,))
+        self.state.db.executemany("DELETE FROM cache_segments WHERE name = ?", [(n,) for n in names])
         self.state.db.executemany("DELETE FROM cache_batches WHERE id = ?", [(b,) for b in gone])
         self._cache_dirty = True
 
@@ -1152,12 +1159,13 @@ class Vault:
                 self._envelope_sources.pop(key, None)
             self._seen_envelopes.clear()  # another envelope may carry the genuine key: read them again
             self._rescan_all = True
-            for name, bids in list(self._segment_batches.items()):
-                if any(self.views.get(b) and (self.views[b].header.compartment_id, self.views[b].epoch_id) in bad_epochs
-                       for b in bids):
-                    self._forget_segment(name)
-                    self._segment_problems[name] = Problem(
-                        "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
+            bad = [name for name, bids in self._segment_batches.items()
+                   if any(self.views.get(b) and (self.views[b].header.compartment_id, self.views[b].epoch_id)
+                          in bad_epochs for b in bids)]
+            self._forget_segments(bad)
+            for name in bad:
+                self._segment_problems[name] = Problem(
+                    "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.views)
         self.roster = roster
         self._forget_erased_epochs()

@@ -300,3 +300,19 @@ def test_a_roster_change_rechecks_only_the_principals_it_touched(new_vault, tmp_
 def from_scratch_with(path: str, passphrase: str) -> dict:
     with Vault.open(path, Unlock.passphrase(passphrase), cache=False, register=False) as fresh:
         return fingerprint(fresh)
+
+
+def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkeypatch):
+    """A prune deletes thousands of segments at once: the next refresh forgets them together (one
+    pass over what remains, not one per segment, which was quadratic at 100k segments) and the
+    state is the one a full read gives."""
+    path, vault, _ = new_vault
+    for i in range(30):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i}")])
+    calls: list[int] = []
+    real = Vault._forget_segments
+    monkeypatch.setattr(Vault, "_forget_segments", lambda self, names: calls.append(len(names)) or real(self, names))
+    report = vault.compact(prune_now=True)
+    assert report.segments_deleted >= 30
+    assert calls == [report.segments_deleted], calls
+    assert fingerprint(vault) == from_scratch(path)
