@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .access import write_files
-from .control import ManifestInfo
+from .control import BatchView, ManifestInfo
 from .erasure import _batches_of_segment, reseal
 from .records import Kind, encode_record
 
@@ -135,19 +135,26 @@ def _size(vault: Vault, name: str) -> int:
         return SMALL + 1
 
 
-def _acknowledged(vault: Vault, m: ManifestInfo) -> bool:
+def _carriers(vault: Vault, record_ids: set[bytes]) -> dict[bytes, dict[bytes, BatchView]]:
+    """For each of these control records, the accepted batch carrying it in each compartment (one
+    pass over the batches, however many manifests there are)."""
+    out: dict[bytes, dict[bytes, BatchView]] = {}
+    accepted = vault.log.accepted
+    for v in vault.views.values():
+        for rec in v.records:
+            if rec is not None and rec.id in record_ids and v.id in accepted:
+                out.setdefault(rec.id, {}).setdefault(v.header.compartment_id, v)
+    return out
+
+
+def _acknowledged(vault: Vault, m: ManifestInfo, carriers_by_record: dict[bytes, dict[bytes, BatchView]]) -> bool:
     """Every other active device has written a batch that saw a batch carrying ``m``: a control
     batch that saw the control compartment's carrier, or a batch of the compacted compartment
     that saw the carrier there (the COMPACTION record is written in both, so ordinary appends
     acknowledge a compaction of a data compartment).  Frontiers are per compartment, so each
     carrier is compared with batches of its own compartment."""
     r = vault.roster
-    carriers = {}  # compartment -> the batch carrying m there
-    for v in vault.views.values():
-        c = v.header.compartment_id
-        if c in (r.control_id, m.compartment_id) and c not in carriers and v.id in vault.log.accepted \
-                and any(rec is not None and rec.id == m.record_id for rec in v.records):
-            carriers[c] = v
+    carriers = carriers_by_record.get(m.record_id, {})  # compartment -> the batch carrying m there
     if not carriers:
         return False
     writer = next(iter(carriers.values())).header.writer_id
@@ -155,9 +162,12 @@ def _acknowledged(vault: Vault, m: ManifestInfo) -> bool:
     for p in others:
         seen = False
         for c, carrier in carriers.items():
-            chain = vault.log.chains.get((p.writer_id, c), {})
-            if any(vault.views[b].header.frontier.get(carrier.header.writer_id, 0) >= carrier.header.seq
-                   for b in chain.values()):
+            chain = vault.log.chains.get((p.writer_id, c))
+            if not chain:
+                continue
+            # frontiers never go backwards along a chain (readers reject that), so its top says it all
+            top = vault.views[chain[vault.log.tops.get((p.writer_id, c)) or max(chain)]]
+            if top.header.frontier.get(carrier.header.writer_id, 0) >= carrier.header.seq:
                 seen = True
                 break
         if not seen:
@@ -173,6 +183,8 @@ def prune(vault: Vault, *, prune_now: bool = False, now: float | None = None) ->
                        and p.writer_id != vault.actor.writer_id for p in r.devices())
     deleted = pending = 0
     by_id = {_segment_id(n): n for n in vault._segment_batches}
+    carriers = _carriers(vault, {m.record_id for m in r.manifests.values() if m.kind == Kind.COMPACTION}) \
+        if others_exist else {}
     for m in r.manifests.values():
         if m.kind != Kind.COMPACTION:
             continue
@@ -183,7 +195,7 @@ def prune(vault: Vault, *, prune_now: bool = False, now: float | None = None) ->
         if not old:
             continue
         if others_exist:
-            safe = _acknowledged(vault, m)  # D9 (a): every other device has seen it
+            safe = _acknowledged(vault, m, carriers)  # D9 (a): every other device has seen it
         else:
             safe = prune_now or now - m.ts >= GRACE_SECONDS  # D9 (b): one device, after a grace period
         if not safe:
