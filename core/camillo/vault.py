@@ -1637,8 +1637,8 @@ class Vault:
             if on_disk is not None:
                 self.device_state = on_disk
             finished = self._commit_staged()
-            own_tips_read = all(self.device_state.counters.get(cid, (0, None))[1] in (None, *self.views)
-                                for cid in per_compartment)
+            tips = [self.device_state.counters.get(cid, (0, None))[1] for cid in per_compartment]
+            own_tips_read = all(tip is None or tip in self.views for tip in tips)
             if finished or others_wrote or not quick or not own_tips_read or not self._recently_scanned():
                 self._refresh()  # see what other processes and devices wrote before numbering
             for cid, raws in per_compartment.items():
