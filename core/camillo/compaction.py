@@ -122,7 +122,8 @@ def compact(vault: Vault, *, prune_now: bool = False, now: float | None = None) 
         files = write_files(vault, new_files)  # every new segment, or none, before the records listing them
         vault._write_batches(records, undo=lambda: vault._delete_quietly(reversed(files)))
     deleted, pending = prune(vault, prune_now=prune_now, now=now)
-    alone = not any(p.writer_id not in r.revocations and p.writer_id != actor.writer_id for p in vault.roster.devices())
+    now_r = vault.roster
+    alone = not any(p.writer_id not in now_r.revocations and p.writer_id != actor.writer_id for p in now_r.devices())
     return CompactionReport(before, written, deleted, compacted, pending, alone)
 
 
