@@ -14,7 +14,9 @@ long-lived Python objects (its state, on the worker thread, but in the same heap
 collections walk every tracked object while holding the GIL, so each one stalls the GUI thread for
 as long as it takes (100 ms and more with 100k records).  Once a vault is open its objects live as
 long as it does, so the app moves them out of the collector's way with ``gc.freeze()``: later full
-collections scan only what was allocated since.  Locking unfreezes them (the vault's objects are
+collections scan only what was allocated since.  While a vault opens, collections are disabled (the
+heap grows by millions of objects at 1M records, and each full collection would walk it) and the
+worker freezes the new objects as soon as the open succeeds.  Locking unfreezes them (the vault's objects are
 dropped; any cycles among them must be collectable) and collects once, while nothing is shown.
 The young-generation threshold is raised from 700 to 5,000 allocations, so decoding a page of
 records does not run dozens of small collections.
@@ -64,13 +66,19 @@ def install_gc_policy(client: Any) -> None:
     first, *rest = gc.get_threshold()
     gc.set_threshold(max(first, GC_THRESHOLD0), *rest)
 
+    state = {"open": False}
+
     def opened(_info: Any) -> None:
-        if gc.get_freeze_count():  # another vault replaced the one frozen: let its cycles go first
+        # The worker froze the vault's objects as it finished opening (VaultClient.open_vault).
+        if state["open"]:  # another vault replaced the one frozen: let its cycles go first
             gc.unfreeze()
             gc.collect()
-        QTimer.singleShot(0, gc.freeze)  # after the first view was built
+            gc.freeze()
+        state["open"] = True
+        QTimer.singleShot(0, gc.freeze)  # and the first view's, once it is built
 
     def locked() -> None:
+        state["open"] = False
         gc.unfreeze()
         QTimer.singleShot(0, gc.collect)
 

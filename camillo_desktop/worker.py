@@ -21,6 +21,7 @@ worker thread only.
 from __future__ import annotations
 
 import itertools
+import gc
 import threading
 import traceback
 from collections.abc import Callable
@@ -222,9 +223,24 @@ class VaultClient(QObject):
         """Run ``opener`` on the worker; the vault it returns becomes the worker's vault."""
 
         def job(ctx: JobContext) -> dict[str, Any]:
-            vault = opener(ctx)
-            ctx.set_vault(vault)
-            return describe(vault)
+            # Opening allocates the vault's objects by the million (at 1M records).  Each full
+            # collection meanwhile would walk the growing heap holding the GIL, stalling the GUI
+            # thread for a second and more: collections wait until the open is over, and the new
+            # objects, which live as long as the vault, are then frozen out of their way.
+            enabled = gc.isenabled()
+            gc.disable()
+            opened = False
+            try:
+                vault = opener(ctx)
+                ctx.set_vault(vault)
+                info = describe(vault)
+                opened = True
+                return info
+            finally:
+                if opened:
+                    gc.freeze()
+                if enabled:
+                    gc.enable()
 
         def done(info: dict[str, Any]) -> None:
             self.is_open = True

@@ -15,6 +15,7 @@ import sys
 import time
 import unicodedata
 
+import camillo
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -435,6 +436,39 @@ def test_the_heap_is_frozen_while_a_vault_is_open(qtbot, client, open_demo, unlo
         gc.unfreeze()
         gc.set_threshold(*threshold)
         QApplication.processEvents()
+
+
+def test_no_collection_runs_while_a_vault_opens_and_its_objects_are_frozen_after(qtbot, client, demo_vault):
+    """A full collection during an open at 1M records walked millions of objects holding the GIL
+    (a 1.5 s GUI stall): the open job runs with collection disabled and freezes what it built.  A
+    failed open freezes nothing and leaves collection as it was."""
+    from camillo import Vault
+
+    gc.unfreeze()
+    seen: dict = {}
+
+    def opener(ctx):
+        seen["enabled during open"] = gc.isenabled()
+        return Vault.open(demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
+
+    def failing(ctx):
+        seen["enabled during failed open"] = gc.isenabled()
+        raise camillo.WrongCredential("wrong passphrase")
+
+    try:
+        assert gc.isenabled()
+        box: dict = {}
+        client.open_vault(failing, lambda info: box.setdefault("ok", info), lambda e: box.setdefault("err", e))
+        qtbot.waitUntil(lambda: bool(box), timeout=30_000)
+        assert "err" in box and gc.isenabled() and gc.get_freeze_count() == 0
+        box.clear()
+        client.open_vault(opener, lambda info: box.setdefault("ok", info), lambda e: box.setdefault("err", e))
+        qtbot.waitUntil(lambda: bool(box), timeout=30_000)
+        assert "ok" in box, box
+        assert seen == {"enabled during open": False, "enabled during failed open": False}
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_the_clipboard_timer_belongs_to_the_window(make_window):
