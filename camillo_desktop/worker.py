@@ -20,8 +20,8 @@ worker thread only.
 
 from __future__ import annotations
 
-import itertools
 import gc
+import itertools
 import threading
 import traceback
 from collections.abc import Callable
