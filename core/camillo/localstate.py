@@ -28,7 +28,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,20 +58,27 @@ def cache_root(home: str | None = None) -> str:
     return _roots(home)[1]
 
 
-def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+def atomic_write(path: str, data: bytes | Iterable[bytes], mode: int = 0o600) -> None:
+    """Replace ``path`` durably with ``data`` (bytes, or pieces written one after the other)."""
     directory = os.path.dirname(path)
     try:
         make_dirs_durable(directory, 0o700)
         tmp = os.path.join(directory, f".tmp-{random_bytes(8).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            try:
+                for piece in ((data,) if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                    view = memoryview(piece)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:  # the disk filled up, or producing the pieces failed: leave nothing behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         dfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dfd)

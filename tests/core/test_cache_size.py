@@ -22,3 +22,48 @@ def test_a_state_loaded_from_the_cache_grows_past_one_gibibyte(new_vault):
             db.execute("INSERT INTO main.ballast VALUES(zeroblob(100000000))")
         assert db.execute("SELECT sum(length(x)) FROM main.ballast").fetchone()[0] == 1_200_000_000
         db.execute("DROP TABLE main.ballast")
+
+
+def _chunks(path: str) -> tuple[bytes, list[bytes]]:
+    from camillo import cache
+
+    data = open(path, "rb").read()
+    head, rest, parts = data[:cache._HEAD], data[cache._HEAD:], []
+    while rest:
+        n = int.from_bytes(rest[:4], "big")
+        parts.append(rest[: 4 + n])
+        rest = rest[4 + n:]
+    return head, parts
+
+
+def test_the_cache_is_sealed_in_chunks_that_cannot_be_moved_dropped_or_repeated(new_vault, monkeypatch):
+    """Each 1 MiB chunk is opened on its own (no single AEAD call over a gigabyte holding the
+    interpreter lock); a chunk moved, dropped, repeated, or bytes added, and the cache is discarded:
+    the vault opens from its files instead."""
+    from camillo import NewRecord, cache
+
+    monkeypatch.setattr(cache, "CHUNK", 4096)  # a small vault, several chunks
+    path, vault, _ = new_vault
+    for i in range(40):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"note {i} " * 40)])
+    cache_path = vault._cache.path
+    vault.lock()
+    head, parts = _chunks(cache_path)
+    assert len(parts) >= 4
+    good = open(cache_path, "rb").read()
+
+    def opens_warm(data: bytes) -> bool:
+        with open(cache_path, "wb") as fh:
+            fh.write(data)
+        with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+            assert len(v.timeline()) == 40
+            return v.decryptions == 0
+
+    assert opens_warm(good)
+    swapped = parts[:]
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    for bad in (head + b"".join(swapped), head + b"".join(parts[:-1]), head + b"".join(parts + [parts[-1]]),
+                head + b"".join(parts[:1] + parts[:1] + parts[2:]), good + b"\x00", good[:-10],
+                good[:len(cache.MAGIC)] + (len(parts) + 1).to_bytes(4, "big") + good[len(cache.MAGIC) + 4:]):
+        assert not opens_warm(bad)
+        assert opens_warm(open(cache_path, "rb").read())  # the rebuilt cache is good again

@@ -40,7 +40,7 @@ from camillo.credentials import Credential, CredentialKind
 from camillo.devicestate import DeviceState, DeviceStateStore
 from camillo.errors import VaultError
 from camillo.keys import local_key
-from camillo.localstate import VaultLocal, open_local, seal_local
+from camillo.localstate import VaultLocal, seal_local
 from camillo.primitives import (
     ARGON2_TEST,
     CryptoFailure,
@@ -513,8 +513,8 @@ class LocalFiles:
         return db
 
     def run_cache_db(self, raw_db: bytes) -> Any:
-        key = local_key(Fixed.LOCAL_SECRET, "cache", Fixed.VAULT)
-        return self.run_cache(seal_local(key, "cache", Fixed.VAULT, raw_db))
+        cache = Cache(self.cache_path, Fixed.LOCAL_SECRET, Fixed.VAULT)
+        return self.run_cache(b"".join(cache.sealed_chunks(raw_db)))
 
 
 def real_cache_db() -> bytes:
@@ -634,10 +634,8 @@ class World:
 
             self.qr = qr_text(self.vault_id, self.secret, int(time.time()) + 10**6)
             self.cache_path = vault.local.cache_path(self.actor.writer_id)
-            self.cache_key = local_key(self.actor.signer.seed, "cache", self.vault_id)
-            raw = open_local(self.cache_key, "cache", self.vault_id, open(self.cache_path, "rb").read(),
-                             self.cache_path)
-            self.cache_db = bytes(raw)
+            self.cache = Cache(self.cache_path, self.actor.signer.seed, self.vault_id)
+            self.cache_db = bytes(self.cache._read_image())
             self.slot_names = {}
             for h in vault._slot_headers()[0]:
                 self.slot_names.setdefault(h.type, h.name)
@@ -732,7 +730,7 @@ class World:
 
     def run_cache_db(self, raw_db: bytes) -> Any:
         with open(self.cache_path, "wb") as fh:
-            fh.write(seal_local(self.cache_key, "cache", self.vault_id, raw_db))
+            fh.write(b"".join(self.cache.sealed_chunks(raw_db)))
         with self._env():
             from camillo import Unlock, Vault
 
