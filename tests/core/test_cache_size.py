@@ -62,8 +62,8 @@ def test_the_cache_is_sealed_in_chunks_that_cannot_be_moved_dropped_or_repeated(
     assert opens_warm(good)
     swapped = parts[:]
     swapped[1], swapped[2] = swapped[2], swapped[1]
-    for bad in (head + b"".join(swapped), head + b"".join(parts[:-1]), head + b"".join(parts + [parts[-1]]),
-                head + b"".join(parts[:1] + parts[:1] + parts[2:]), good + b"\x00", good[:-10],
+    for bad in (head + b"".join(swapped), head + b"".join(parts[:-1]), head + b"".join([*parts, parts[-1]]),
+                head + b"".join([*parts[:1], *parts[:1], *parts[2:]]), good + b"\x00", good[:-10],
                 good[:len(cache.MAGIC)] + (len(parts) + 1).to_bytes(4, "big") + good[len(cache.MAGIC) + 4:]):
         assert not opens_warm(bad)
         assert opens_warm(open(cache_path, "rb").read())  # the rebuilt cache is good again
