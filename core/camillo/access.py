@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -673,12 +674,12 @@ def scheduled_epochs(vault: Vault) -> None:
         return
     vault._epoch_check = (time.monotonic(), len(vault.views))
     due = []
+    counts = Counter(v.epoch_id for v in vault.views.values())  # one pass for every compartment
     for cid in [vault.roster.control_id, *vault.roster.compartments]:
         epoch = vault.roster.current_epoch(cid)
         if epoch is None:
             continue
-        count = sum(1 for v in vault.views.values() if v.epoch_id == epoch.epoch_id)
-        if now - epoch.ts >= SCHEDULED_EPOCH_SECONDS or count >= SCHEDULED_EPOCH_BATCHES:
+        if now - epoch.ts >= SCHEDULED_EPOCH_SECONDS or counts[epoch.epoch_id] >= SCHEDULED_EPOCH_BATCHES:
             due.append(cid)
     if not due:
         return
