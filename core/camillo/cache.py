@@ -21,9 +21,11 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 from . import encoding
 from .errors import VaultError
@@ -53,8 +55,10 @@ class Cache:
             # ("database or disk is full", reached by a million records): copy it into an ordinary
             # in-memory database, which grows as memory allows.
             loaded = sqlite3.connect(":memory:")
-            loaded.deserialize(image)
-            del image
+            try:
+                loaded.deserialize(image)
+            finally:
+                image.close()
             db = sqlite3.connect(":memory:")
             loaded.backup(db)
             loaded.close()
@@ -68,12 +72,14 @@ class Cache:
                 self.discard()
                 return None
             return db
-        except (VaultError, sqlite3.DatabaseError, ValueError, TypeError, MemoryError):
+        except (VaultError, sqlite3.DatabaseError, ValueError, TypeError, MemoryError, OSError):
             self.discard()
             return None
 
-    def _read_image(self) -> bytearray | None:
-        """Read and open the chunks one at a time into one buffer (never the whole file at once)."""
+    def _read_image(self) -> mmap.mmap | None:
+        """Read and open the chunks one at a time into one buffer (never the whole file at once).
+        The buffer is anonymous memory from the kernel: a bytearray of a gigabyte is zero-filled
+        first, half a second holding the interpreter lock."""
         try:
             fh = open(self.path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
@@ -88,25 +94,32 @@ class Cache:
             count = int.from_bytes(head[len(MAGIC):len(MAGIC) + 4], "big")
             length = int.from_bytes(head[len(MAGIC) + 4:], "big")
             # checked against the file's size before anything is allocated for them
-            if not 1 <= count <= size // 32 or not (count - 1) * CHUNK < length + (length == 0) <= count * CHUNK:
+            if not 1 <= count <= size // 32 or not (count - 1) * CHUNK < length <= min(count * CHUNK, size):
                 raise ValueError("the cache's chunk count and length disagree with each other or the file")
-            image = bytearray(length)
-            offset = 0
-            for i in range(count):
-                n = int.from_bytes(fh.read(4), "big")
-                if not 0 < n <= _SEALED_MAX:
-                    raise ValueError(f"cache chunk {i} has an impossible length")
-                sealed = fh.read(n)
-                if len(sealed) != n:
-                    raise ValueError("the cache is truncated")
-                chunk = open_local(self._key, f"cache/{i}/{count}/{length}", self.vault_id, sealed, self.path)
-                if len(chunk) != min(CHUNK, length - offset):
-                    raise ValueError(f"cache chunk {i} has the wrong size")
-                image[offset:offset + len(chunk)] = chunk
-                offset += len(chunk)
-            if fh.read(1):
-                raise ValueError("the cache has bytes after its last chunk")
+            image = mmap.mmap(-1, length)
+            try:
+                self._fill(fh, image, count, length)
+            except BaseException:
+                image.close()
+                raise
         return image
+
+    def _fill(self, fh: Any, image: mmap.mmap, count: int, length: int) -> None:
+        offset = 0
+        for i in range(count):
+            n = int.from_bytes(fh.read(4), "big")
+            if not 0 < n <= _SEALED_MAX:
+                raise ValueError(f"cache chunk {i} has an impossible length")
+            sealed = fh.read(n)
+            if len(sealed) != n:
+                raise ValueError("the cache is truncated")
+            chunk = open_local(self._key, f"cache/{i}/{count}/{length}", self.vault_id, sealed, self.path)
+            if len(chunk) != min(CHUNK, length - offset):
+                raise ValueError(f"cache chunk {i} has the wrong size")
+            image[offset:offset + len(chunk)] = chunk
+            offset += len(chunk)
+        if fh.read(1):
+            raise ValueError("the cache has bytes after its last chunk")
 
     def sealed_chunks(self, image: bytes | memoryview) -> Iterator[bytes]:
         """The cache file for a serialised database, piece by piece (:meth:`save` streams them)."""

@@ -67,3 +67,14 @@ def test_the_cache_is_sealed_in_chunks_that_cannot_be_moved_dropped_or_repeated(
                 good[:len(cache.MAGIC)] + (len(parts) + 1).to_bytes(4, "big") + good[len(cache.MAGIC) + 4:]):
         assert not opens_warm(bad)
         assert opens_warm(open(cache_path, "rb").read())  # the rebuilt cache is good again
+
+
+def test_a_cache_claiming_more_than_its_file_holds_is_discarded_before_any_allocation(tmp_path):
+    from camillo import cache
+
+    path = str(tmp_path / "cache.bin")
+    for count, length in ((1, 1 << 40), (1 << 20, 1 << 40), (0, 10), (2, 10)):
+        with open(path, "wb") as fh:
+            fh.write(cache.MAGIC + count.to_bytes(4, "big") + length.to_bytes(8, "big") + bytes(64))
+        assert cache.Cache(path, b"\x01" * 32, b"\x02" * 16).load(1) is None
+        assert not (tmp_path / "cache.bin").exists()  # discarded
