@@ -115,12 +115,15 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
     for value in q.filters.get("type", []):
         where.append("r.type = ?")
         args.append(value)
+    # Keys, pending inferences and conflicts are few next to the messages: each of those modifiers
+    # picks its candidates from the keyed records (a partial index) or the facts table first, so the
+    # time-ordered scan that finds the first page does not walk a million messages to find them.
     for value in q.filters.get("key", []):
         if value.endswith("*"):
-            where.append("r.key LIKE ? ESCAPE '\\'")
+            where.append("r.rowid IN (SELECT rowid FROM records WHERE key IS NOT NULL AND key LIKE ? ESCAPE '\\')")
             args.append(value[:-1].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
         else:
-            where.append("r.key = ?")
+            where.append("r.rowid IN (SELECT rowid FROM records WHERE key IS NOT NULL AND key = ?)")
             args.append(value)
     for value in q.filters.get("conversation", []):
         where.append("r.conversation = ?")
@@ -150,11 +153,10 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
         args.append(_day(value, "after") + 86400)
     for value in q.filters.get("is", []):
         if value == "conflict":
-            where.append("EXISTS (SELECT 1 FROM facts f WHERE f.compartment = r.compartment AND f.key = r.key "
-                         "AND f.status = 'conflict' AND instr(f.candidates, r.id) > 0)")
+            where.append("r.rowid IN (SELECT k.rowid FROM facts f JOIN records k ON k.compartment = f.compartment "
+                         "AND k.key = f.key WHERE f.status = 'conflict' AND instr(f.candidates, k.id) > 0)")
         elif value == "pending":
-            where.append("EXISTS (SELECT 1 FROM facts f WHERE f.compartment = r.compartment AND f.key = r.key "
-                         "AND f.status = 'pending' AND f.current = r.id)")
+            where.append("r.id IN (SELECT f.current FROM facts f WHERE f.status = 'pending')")
         elif value != "hidden":
             raise UsageError(f"is:{value}: use is:conflict, is:pending or is:hidden")
     if q.has_text:
