@@ -16,10 +16,10 @@ as long as it takes (100 ms and more with 100k records).  Once a vault is open i
 long as it does, so the app moves them out of the collector's way with ``gc.freeze()``: later full
 collections scan only what was allocated since.  While a vault opens, collections are disabled (the
 heap grows by millions of objects at 1M records, and each full collection would walk it) and the
-worker freezes the new objects as soon as the open succeeds.  Locking unfreezes them (the vault's objects are
-dropped; any cycles among them must be collectable) and collects once, while nothing is shown.
-The young-generation threshold is raised from 700 to 5,000 allocations, so decoding a page of
-records does not run dozens of small collections.
+worker freezes the new objects as soon as the open succeeds.  Locking unfreezes them (the vault's
+objects are dropped; any cycles among them must be collectable) and collects once, while nothing is
+shown.  The young-generation threshold is raised from 700 to 5,000 allocations, so decoding a page
+of records does not run dozens of small collections.
 
 Runs on the main (GUI) thread; every vault call goes to the vault worker thread.
 """

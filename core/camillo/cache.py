@@ -6,9 +6,9 @@ the actor's own seed and the vault id, in chunks of 1 MiB: ``magic ‖ u32 chunk
 length ‖ (u32 length ‖ sealed chunk)*``, where chunk *i* of *n* is sealed under the purpose
 ``cache/i/n/length``, so no chunk can be moved, dropped, repeated or taken from another cache.  At a
 million records the image is over a gigabyte, and one AEAD call over it held the interpreter lock
-for seconds (the GUI thread froze); a chunk holds it for about a millisecond.  Besides records and facts the database holds what the
-reader pipeline needs to resume: each batch's header, signatures and control records, and which
-segment files were already processed.
+for seconds (the GUI thread froze); a chunk holds it for about a millisecond.  Besides records and
+facts the database holds what the reader pipeline needs to resume: each batch's header, signatures
+and control records, and which segment files were already processed.
 
 It is disposable: deleting it loses nothing.  A cache that does not open (another vault, another
 actor, tampering, an older cache format) or that belongs to an older master-secret generation

@@ -21,8 +21,8 @@ Semantic search is optional, behind the :class:`Embedder` protocol (``embed``, `
 ``model_id``).  Vectors are derived and disposable: they are kept in the state database, which is
 only ever written to disk inside the encrypted cache, keyed by the embedder's model id, and are
 recomputed when missing.  With numpy installed (the ``semantic`` extra) the scores are one matrix
-product, without it a loop per record.  Ranking blends cosine similarity with recency, and for ``summary`` records
-with VaultMem's significance ``σ = (1 − e^(−κ·freq))·e^(−λ·days)``.
+product, without it a loop per record.  Ranking blends cosine similarity with recency, and for
+``summary`` records with VaultMem's significance ``σ = (1 − e^(−κ·freq))·e^(−λ·days)``.
 
 Confined to the thread that owns the vault.
 """
