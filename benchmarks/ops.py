@@ -103,28 +103,26 @@ def cold_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     return out
 
 
-@op("warm_open")
-def warm_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
-    """Open with this installation's cache, then the first page (100 rows) of the timeline."""
-    fx = _clone(params, params.get("variant", "loose"), scratch)
+def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str) -> dict[str, Any]:
+    fx = _clone(params, fixture, scratch)
     with Meter() as m:
         v = _open(fx)
         rows = v.timeline(limit=100)
     out = {"meter": m.to_json(), "rows": len(rows), "decryptions": v.decryptions}
     v.lock()
     return out
+
+
+@op("warm_open")
+def warm_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """Open with this installation's cache, then the first page (100 rows) of the timeline."""
+    return _open_to_first_page(params, scratch, params.get("variant", "loose"))
 
 
 @op("reopen")
 def reopen(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """Warm open + first page after another device (the laptop) wrote 1,000 batches."""
-    fx = _clone(params, "reopen", scratch)
-    with Meter() as m:
-        v = _open(fx)
-        rows = v.timeline(limit=100)
-    out = {"meter": m.to_json(), "rows": len(rows), "decryptions": v.decryptions}
-    v.lock()
-    return out
+    return _open_to_first_page(params, scratch, "reopen")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,18 +21,16 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QGridLayout,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
-    QPushButton,
     QVBoxLayout,
     QWizard,
     QWizardPage,
 )
 
 from .guard import qt_virtual
-from .widgets import SecretEdit, StrengthMeter, muted_label
+from .widgets import SecretEdit, StrengthMeter, muted_label, path_field
 
 WARNING = ("Write these 24 words down, in order, and keep them somewhere safe and offline. They are shown only "
            "now. Anyone who has them can open your vault; if you lose them and your passphrase and your devices, "
@@ -46,14 +44,8 @@ class WherePage(QWizardPage):
         self.setSubTitle("Choose an empty folder. A folder your sync service already carries (Dropbox, iCloud Drive, "
                          "Syncthing, a NAS) keeps it on all your devices; the service only ever sees ciphertext.")
         lay = QFormLayout(self)
-        row = QHBoxLayout()
-        self.folder = QLineEdit()
-        self.folder.setPlaceholderText(os.path.expanduser("~/Memory"))
-        self.folder.setAccessibleName("vault folder")
-        browse = QPushButton("Choose\u2026")
-        browse.clicked.connect(self._browse)
-        row.addWidget(self.folder, 1)
-        row.addWidget(browse)
+        self.folder, row = path_field(self._browse, placeholder=os.path.expanduser("~/Memory"),
+                                      accessible="vault folder")
         lay.addRow("Folder", row)
         self.device = QLineEdit()
         import socket

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from .dialogs import Ask, BaseDialog
 from .text import safe_text
-from .widgets import SecretEdit, muted_label
+from .widgets import SecretEdit, muted_label, path_field
 
 LEVEL_TEXT = {
     "none": "No access.",
@@ -330,13 +330,7 @@ class GrantDialog(BaseDialog):
         row.addWidget(self.expires)
         row.addStretch(1)
         form2.addRow("", row)
-        file_row = QHBoxLayout()
-        self.file = QLineEdit()
-        self.file.setPlaceholderText("where to save the grant file")
-        browse = QPushButton("Choose\u2026")
-        browse.clicked.connect(self._browse)
-        file_row.addWidget(self.file, 1)
-        file_row.addWidget(browse)
+        self.file, file_row = path_field(self._browse, placeholder="where to save the grant file")
         form2.addRow("Grant file", file_row)
         lay.addLayout(form2)
         lay.addWidget(muted_label("The grant file is the agent's credential: give it to the agent only, and keep it "
@@ -401,13 +395,8 @@ class JoinDialog(BaseDialog):
                                   "shows a QR code and a typed code. Your sync service must already carry the "
                                   "vault's folder to this computer."))
         form = QFormLayout()
-        row = QHBoxLayout()
-        self.folder = QLineEdit()
-        browse = QPushButton("Choose\u2026")
-        browse.clicked.connect(lambda: self.folder.setText(QFileDialog.getExistingDirectory(self, "The vault folder")
-                                                           or self.folder.text()))
-        row.addWidget(self.folder, 1)
-        row.addWidget(browse)
+        self.folder, row = path_field(lambda: self.folder.setText(
+            QFileDialog.getExistingDirectory(self, "The vault folder") or self.folder.text()))
         form.addRow("Vault folder", row)
         code_row = QHBoxLayout()
         self.code = QLineEdit()

@@ -20,16 +20,14 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QProgressBar,
-    QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
 from .dialogs import Ask, BaseDialog
 from .text import safe_text
-from .widgets import SecretEdit, muted_label
+from .widgets import SecretEdit, muted_label, path_field
 
 # kind -> (menu label, what to choose, explanation)
 IMPORT_KINDS: dict[str, tuple[str, str, str]] = {
@@ -62,13 +60,7 @@ class ImportDialog(BaseDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(muted_label(explain + " Importing the same export again adds nothing."))
         form = QFormLayout()
-        row = QHBoxLayout()
-        self.source = QLineEdit()
-        self.source.setAccessibleName("source")
-        browse = QPushButton("Choose\u2026")
-        browse.clicked.connect(self._browse)
-        row.addWidget(self.source, 1)
-        row.addWidget(browse)
+        self.source, row = path_field(self._browse, accessible="source")
         form.addRow("From", row)
         self.compartment = QComboBox()
         for name in window.info.get("compartments", []) or ["personal"]:

@@ -6,6 +6,7 @@ GUI thread only.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPainter
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QProgressBar,
+    QPushButton,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
@@ -245,6 +247,21 @@ class Clipboard:
         if self._copied is not None and cb.text() == self._copied:
             cb.clear()
         self._copied = None
+
+
+def path_field(on_browse: Any, *, placeholder: str = "", accessible: str = "") -> tuple[QLineEdit, QHBoxLayout]:
+    """A path typed in, or chosen with a "Choose…" button that calls ``on_browse``: (edit, row)."""
+    edit = QLineEdit()
+    if placeholder:
+        edit.setPlaceholderText(placeholder)
+    if accessible:
+        edit.setAccessibleName(accessible)
+    browse = QPushButton("Choose\u2026")
+    browse.clicked.connect(on_browse)
+    row = QHBoxLayout()
+    row.addWidget(edit, 1)
+    row.addWidget(browse)
+    return edit, row
 
 
 def muted_label(text: str) -> QLabel:

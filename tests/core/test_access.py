@@ -393,7 +393,8 @@ def test_compaction_reduces_files_and_keeps_everything(new_vault):
         assert v.problems() == [] and v.problems(full=True) == []
 
 
-def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
+def _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch) -> str:
+    """Two devices: the laptop writes one message, then the home device (left current) ten."""
     path, vault, _ = new_vault
     vault.lock()
     switch_home(monkeypatch, tmp_path / "laptop")
@@ -403,6 +404,12 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
     with open_vault(path) as v:
         for i in range(10):
             v.append([NewRecord(type="message", text=f"m{i}")])
+    return path
+
+
+def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
+    path = _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch)
+    with open_vault(path) as v:
         personal = v.compartment_id("personal")
         compacted = {n for n, (c, _e) in v._segment_epochs.items() if c == personal}
         report = v.compact(prune_now=True)
@@ -423,15 +430,8 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
 def test_compacting_again_before_the_prune_copies_nothing_twice(new_vault, tmp_path, monkeypatch):
     """A second compaction (by either device) while the first one's old segments wait for their
     prune leaves them alone: every batch stays in exactly one live segment plus its old copy."""
-    path, vault, _ = new_vault
-    vault.lock()
-    switch_home(monkeypatch, tmp_path / "laptop")
+    path = _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch)
     with open_vault(path) as v:
-        v.append([NewRecord(type="message", text="laptop")])
-    switch_home(monkeypatch, tmp_path / "home")
-    with open_vault(path) as v:
-        for i in range(10):
-            v.append([NewRecord(type="message", text=f"m{i}")])
         first = v.compact(prune_now=True)
         assert first.segments_written > 0 and first.pending > 0
         again = v.compact(prune_now=True)
