@@ -962,10 +962,7 @@ class Vault:
             dropped += self._segment_batches.pop(name, [])
             self._segment_epochs.pop(name, None)
             self._unreadable.pop(name, None)
-        if not dropped:
-            still: set[bytes] = set()
-        else:
-            still = {b for other in self._segment_batches.values() for b in other}
+        still = {b for other in self._segment_batches.values() for b in other} if dropped else set()
         gone = list(dict.fromkeys(b for b in dropped if b not in still))
         for b in gone:
             self.views.pop(b, None)
@@ -1598,11 +1595,11 @@ class Vault:
 
     BATCH_RECORDS = 2000
     # A plain append numbers its batches after a scan of the folder, unless the last scan is
-    # younger than this, no other process of this installation wrote since, and no envelope or
-    # slot arrived (a new epoch, a revocation, a rotation): then ``deps`` and ``frontier`` name
-    # what was seen up to this long ago, which the format allows (they are what the writer had
-    # seen).  A scan costs a stat per segment directory (up to 256), which back-to-back appends
-    # would otherwise each pay.
+    # younger than this, this installation's last batch is read (no other process of it wrote
+    # since), and no envelope or slot arrived (a new epoch, a revocation, a rotation): then
+    # ``deps`` and ``frontier`` name what was seen up to this long ago, which the format allows
+    # (they are what the writer had seen).  A scan costs a stat per segment directory (up to
+    # 256), which back-to-back appends would otherwise each pay.
     WRITE_SCAN_AGE = 0.5
     BATCH_BYTES = 2 * 1024 * 1024
     SEGMENT_PAYLOAD = 4 * 1024 * 1024
@@ -1633,13 +1630,13 @@ class Vault:
         files: list[tuple[str, bytes]] = []
         with self._state_store.locked():
             on_disk = self._state_store.load()
-            others_wrote = on_disk is not None and on_disk.counters != self.device_state.counters
             if on_disk is not None:
                 self.device_state = on_disk
             finished = self._commit_staged()
+            # this installation's last batch in each compartment not read yet: another process wrote it
             tips = [self.device_state.counters.get(cid, (0, None))[1] for cid in per_compartment]
             own_tips_read = all(tip is None or tip in self.views for tip in tips)
-            if finished or others_wrote or not quick or not own_tips_read or not self._recently_scanned():
+            if finished or not quick or not own_tips_read or not self._recently_scanned():
                 self._refresh()  # see what other processes and devices wrote before numbering
             for cid, raws in per_compartment.items():
                 epoch_id, public = self._sealing_key(cid)
