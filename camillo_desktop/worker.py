@@ -179,8 +179,7 @@ class VaultClient(QObject):
 
         def done(result: Any) -> None:
             changes = result if isinstance(result, camillo.Changes) else getattr(result, "changes", None)
-            self.vault_changed.emit(changes if changes is not None else camillo.Changes(roster=True, timeline=True,
-                                                                                      facts=True))
+            self.vault_changed.emit(changes if changes is not None else camillo.Changes(reloaded=True))
             if on_success is not None:
                 on_success(result)
 

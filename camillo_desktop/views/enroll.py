@@ -144,7 +144,7 @@ class EnrollView(View):
 
         def job(ctx):
             offer.confirm()
-            return Changes(roster=True)
+            return Changes(devices=True, credentials=True)
 
         self.client.mutate(job, lambda _c: self._show_state(), self._failed, context=self)
 

@@ -94,7 +94,7 @@ class GrantsView(View):
 
         def job(ctx):
             ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"], expires=r["expires"])
-            return Changes(roster=True)
+            return Changes(grants=True)
 
         self.client.mutate(job, lambda _c: Ask.inform(self, "Grant created",
                                                       f"Saved {r['path']}. Give this file to {r['agent']}; it is its "

@@ -1,7 +1,19 @@
 """The ``Changes`` value every mutation returns, so views refresh only what changed.
 
 Like Anki's ``OpChanges``: the desktop routes one of these to each view after an operation and a
-view reloads only when a field it shows is set.  Any thread may create or read one.
+view reloads only when something it shows is named.  A ``Changes`` names exactly what moved:
+
+* ``records`` and ``batches``: records written (or newly arrived from other devices) and the
+  batches that carry them; ``compartments`` names where they went;
+* ``keys``: the facts (compartment name, key) whose value, status or history moved;
+* ``devices``, ``grants``, ``credentials`` and ``policy``: the roster changed in that respect
+  (a device enrolled, revoked, renamed or rotated its key; a grant created or revoked; a passphrase,
+  recovery phrase or device key file replaced; the erasure policy set);
+* ``files_written`` and ``files_removed``: vault files (segments, key files) written or deleted;
+* ``reloaded``: everything was read again under new keys (another device rolled the master
+  secret, or an erasure re-encrypted what this session had read): every view reloads.
+
+Any thread may create or read one.
 """
 
 from __future__ import annotations
@@ -15,27 +27,47 @@ class Changes:
     batches: tuple[bytes, ...] = ()
     keys: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # (compartment name, key)
     compartments: frozenset[str] = field(default_factory=frozenset)
-    timeline: bool = False
-    facts: bool = False
-    roster: bool = False  # devices, grants, epochs, policy
-    credentials: bool = False  # slots (passphrase, recovery, devices)
+    devices: bool = False
+    grants: bool = False
+    credentials: bool = False
+    policy: bool = False
+    files_written: int = 0
     files_removed: int = 0
+    reloaded: bool = False
     note: str = ""
 
     def __or__(self, other: Changes) -> Changes:
         return Changes(
-            self.records + other.records,
-            self.batches + other.batches,
-            self.keys | other.keys,
-            self.compartments | other.compartments,
-            self.timeline or other.timeline,
-            self.facts or other.facts,
-            self.roster or other.roster,
-            self.credentials or other.credentials,
-            self.files_removed + other.files_removed,
-            "; ".join(n for n in (self.note, other.note) if n),
+            records=self.records + tuple(r for r in other.records if r not in set(self.records)),
+            batches=self.batches + tuple(b for b in other.batches if b not in set(self.batches)),
+            keys=self.keys | other.keys,
+            compartments=self.compartments | other.compartments,
+            devices=self.devices or other.devices,
+            grants=self.grants or other.grants,
+            credentials=self.credentials or other.credentials,
+            policy=self.policy or other.policy,
+            files_written=self.files_written + other.files_written,
+            files_removed=self.files_removed + other.files_removed,
+            reloaded=self.reloaded or other.reloaded,
+            note="; ".join(n for n in (self.note, other.note) if n),
         )
 
     @property
+    def timeline(self) -> bool:
+        """Records came or went: the timeline, search results and conversations may differ."""
+        return bool(self.records) or self.reloaded
+
+    @property
+    def facts(self) -> bool:
+        """A fact's value or status moved: facts, conflicts and the inbox may differ."""
+        return bool(self.keys) or self.reloaded
+
+    @property
+    def roster(self) -> bool:
+        """Who holds keys changed: devices, grants, credentials or the policy."""
+        return self.devices or self.grants or self.credentials or self.policy or self.reloaded
+
+    @property
     def empty(self) -> bool:
-        return not (self.records or self.batches or self.roster or self.credentials or self.files_removed)
+        return not (self.records or self.batches or self.keys or self.roster or self.files_written
+                    or self.files_removed)

@@ -607,6 +607,8 @@ class State:
         preds: dict[bytes, set[bytes]] = defaultdict(set)
         for rec, ref in db.execute("SELECT record, ref FROM refs WHERE how = ?", (REF_PRED,)):
             preds[rec].add(ref)
+        before = {(r[0], r[1]): r[2:] for r in db.execute(
+            "SELECT compartment, key, status, current, candidates, discarded, history FROM facts")}
         db.execute("DELETE FROM facts")
         out = []
         forgotten: list[bytes] = []
@@ -656,7 +658,9 @@ class State:
             out,
         )
         db.executemany("UPDATE records SET hidden = 1 WHERE id = ?", [(r,) for r in forgotten])
-        return set(by_key)
+        after = {(r[0], r[1]): r[2:] for r in out}
+        # the facts whose value, status or history moved (or that appeared or went away)
+        return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
     @staticmethod
     def _order_key(r: tuple, views: dict[bytes, BatchView]) -> tuple:

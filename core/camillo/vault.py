@@ -317,6 +317,7 @@ class Vault:
         self._roster_snapshot: tuple[bytes, dict[bytes, Any]] | None = None
         self._last_accepted: set[bytes] = set()
         self._pending_batches: set[bytes] = set()
+        self._moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
 
     def __repr__(self) -> str:
         return f"Vault({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -951,8 +952,12 @@ class Vault:
             return Changes()
         if vanished or new_keys or not self._extend(new_batches):
             self._recompute()
-        return Changes(batches=tuple(new_batches), timeline=bool(new_batches), facts=bool(new_batches),
-                       roster=bool(new_keys or vanished))
+        return Changes(records=tuple(r for b in new_batches if b in self.views for r in self.views[b].header.records),
+                       batches=tuple(new_batches), keys=self._take_moved_keys(), reloaded=bool(new_keys or vanished))
+
+    def _take_moved_keys(self) -> frozenset[tuple[str, str]]:
+        moved, self._moved_keys = self._moved_keys, set()
+        return frozenset((self.roster.compartment_name(c), k) for c, k in moved)
 
     def _forget_segments(self, names: Sequence[str]) -> None:
         """Segments that went away (a prune deletes thousands at once): their batches are forgotten
@@ -1144,6 +1149,7 @@ class Vault:
         self._last_accepted |= set(new)
         self._pending_batches = set()
         self._materialize_problems = result.problems
+        self._moved_keys |= result.keys
         return True
 
     def _recompute(self) -> None:
@@ -1184,6 +1190,7 @@ class Vault:
         self._last_accepted = set(self.log.accepted)
         self._pending_batches = set()
         self._materialize_problems = result.problems
+        self._moved_keys |= result.keys
 
     def _catch_up_generation(self) -> bool:
         """Another device rolled the master secret (an erasure, a revocation) while this session was
@@ -1331,7 +1338,7 @@ class Vault:
     def refresh(self) -> Changes:
         """Pick up files other devices and agents wrote since the last look."""
         if self._catch_up_generation():
-            return Changes(timeline=True, facts=True, roster=True)
+            return Changes(reloaded=True)
         changes = self._refresh()
         self._update_memory()
         return changes
@@ -1586,7 +1593,7 @@ class Vault:
     def _append_records(self, cid: bytes, raws: list[bytes]) -> Changes:
         batches = self._write_batches({cid: raws}, quick=True)[cid]
         return Changes(records=tuple(r for b in batches for r in b.header.records),
-                       batches=tuple(b.id for b in batches), timeline=True, facts=True,
+                       batches=tuple(b.id for b in batches), keys=self._take_moved_keys(),
                        compartments=frozenset({self.roster.compartment_name(cid)}))
 
     def _append_control(self, raws: list[bytes], compartments: Iterable[bytes], *,
@@ -1886,7 +1893,7 @@ class Vault:
         from .access import set_policy
 
         set_policy(self, erasure=erasure, reason=reason)
-        return Changes(roster=True, note="policy changed")
+        return Changes(policy=True, note="policy changed")
 
     @property
     def policy(self) -> Any:
@@ -1999,8 +2006,8 @@ class Vault:
     def _write_per_compartment(self, per: dict[bytes, list[bytes]], note: str) -> Changes:
         written = self._write_batches(dict(per))
         records = tuple(r for bs in written.values() for b in bs for r in b.header.records)
-        return Changes(records=records, batches=tuple(b.id for bs in written.values() for b in bs), timeline=True,
-                       facts=True,
+        return Changes(records=records, batches=tuple(b.id for bs in written.values() for b in bs),
+                       keys=self._take_moved_keys(),
                        compartments=frozenset(self.roster.compartment_name(c) for c in written), note=note)
 
     @_api
@@ -2093,7 +2100,7 @@ class Vault:
             self.shelf.delete(name)
         if self._unlocking is not None and self._unlocking.kind == CredentialKind.PASSPHRASE:
             self._unlocking = new
-        return Changes(roster=True, credentials=True, note="passphrase changed")
+        return Changes(credentials=True, note="passphrase changed")
 
     def _revoke_record(self, subject: bytes, reason: str, *, signers: Sequence) -> bytes:
         """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
