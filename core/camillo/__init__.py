@@ -1,18 +1,22 @@
 """Camillo: the reference implementation of VMEM, an open format for user-owned agent memory.
 
-The public API is the vault facade and the value types it returns::
+The public API is the vault facade and the value types it takes and returns::
 
     from camillo import Vault, Unlock, NewRecord
     vault, recovery_phrase = Vault.create("~/Memory", "a long passphrase")
     vault.append([NewRecord(type="fact", key="user/home_city", value="Lisbon")])
 
-This package never imports Qt or the desktop app (an import-linter contract checks it).
+The faces (the command line, the MCP server, the importers, the exporters and the desktop app) use
+only what this package exports.  This package never imports Qt or the desktop app (an
+import-linter contract checks it).
 """
 
 from .changes import Changes
 from .errors import (
     AccessDenied,
+    Cancelled,
     DamagedFile,
+    EnrollmentError,
     KeychainError,
     NotAVault,
     ReadOnlyVault,
@@ -21,28 +25,66 @@ from .errors import (
     VaultError,
     WrongCredential,
 )
+from .ops.enrollment import Offer, OfferState
 from .records import Authority
 from .state import FactView, RecordView
-from .vault import DEFAULT_COMPARTMENTS, NewRecord, Problem, Unlock, Vault, set_thread_guard
+from .values import (
+    DEFAULT_COMPARTMENTS,
+    ActivityRow,
+    CompactionReport,
+    DeviceInfo,
+    ErasurePreview,
+    GrantCreated,
+    GrantInfo,
+    HealthReport,
+    NewRecord,
+    Problem,
+    ReachReport,
+    RecordContext,
+    RecoveryPhrase,
+    RevocationReport,
+    SyncStatus,
+    Unlock,
+    VaultStats,
+)
+from .vault import Joining, Vault, set_thread_guard
 
 __all__ = [
     "DEFAULT_COMPARTMENTS",
     "AccessDenied",
+    "ActivityRow",
     "Authority",
+    "Cancelled",
     "Changes",
+    "CompactionReport",
     "DamagedFile",
+    "DeviceInfo",
+    "EnrollmentError",
+    "ErasurePreview",
     "FactView",
+    "GrantCreated",
+    "GrantInfo",
+    "HealthReport",
+    "Joining",
     "KeychainError",
     "NewRecord",
     "NotAVault",
+    "Offer",
+    "OfferState",
     "Problem",
+    "ReachReport",
     "ReadOnlyVault",
+    "RecordContext",
     "RecordView",
+    "RecoveryPhrase",
+    "RevocationReport",
+    "SyncStatus",
     "Unlock",
     "UnsupportedVersion",
     "UsageError",
     "Vault",
     "VaultError",
+    "VaultStats",
     "WrongCredential",
     "set_thread_guard",
 ]

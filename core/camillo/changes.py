@@ -4,12 +4,14 @@ Like Anki's ``OpChanges``: the desktop routes one of these to each view after an
 view reloads only when something it shows is named.  A ``Changes`` names exactly what moved:
 
 * ``records`` and ``batches``: records written (or newly arrived from other devices) and the
-  batches that carry them; ``compartments`` names where they went;
+  batches that carry them; ``compartments`` names where they went; ``written`` is the part of
+  ``records`` this operation wrote itself, in order (an append's new record ids);
 * ``keys``: the facts (compartment name, key) whose value, status or history moved;
 * ``devices``, ``grants``, ``credentials`` and ``policy``: the roster changed in that respect
   (a device enrolled, revoked, renamed or rotated its key; a grant created or revoked; a passphrase,
   recovery phrase or device key file replaced; the erasure policy set);
-* ``files_written`` and ``files_removed``: vault files (segments, key files) written or deleted;
+* ``files_written`` and ``files_removed``: key files and re-encrypted segments written or deleted
+  (not counting the segments that carry the batches above);
 * ``reloaded``: everything was read again under new keys (another device rolled the master
   secret, or an erasure re-encrypted what this session had read): every view reloads.
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 class Changes:
     records: tuple[bytes, ...] = ()
     batches: tuple[bytes, ...] = ()
+    written: tuple[bytes, ...] = ()
     keys: frozenset[tuple[str, str]] = field(default_factory=frozenset)  # (compartment name, key)
     compartments: frozenset[str] = field(default_factory=frozenset)
     devices: bool = False
@@ -40,6 +43,7 @@ class Changes:
         return Changes(
             records=self.records + tuple(r for r in other.records if r not in set(self.records)),
             batches=self.batches + tuple(b for b in other.batches if b not in set(self.batches)),
+            written=self.written + other.written,
             keys=self.keys | other.keys,
             compartments=self.compartments | other.compartments,
             devices=self.devices or other.devices,

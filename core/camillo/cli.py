@@ -136,7 +136,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         raise UsageError("no records on standard input; give one JSON object per line")
     with _open(args) as vault:
         changes = vault.append(items, compartment=args.compartment)
-        for rid in changes.records:
+        for rid in changes.written:
             _json({"id": rid.hex()})
     return 0
 
@@ -179,28 +179,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with vault:
         problems = [p.to_json() for p in vault.problems(full=args.full)]
         if args.json:
-            _json({"ok": not problems, "problems": problems, "batches": len(vault.log.accepted),
-                   "records": vault.state.count()})
+            stats = vault.stats()
+            _json({"ok": not problems, "problems": problems, "batches": stats.batches, "records": stats.records})
         else:
             for p in problems:
                 _out(f"{p['kind']}: {p['message']}" + (f" [{p['file']}]" if p["file"] else ""))
             if not problems:
-                _out(f"ok: {len(vault.log.accepted)} batches, {vault.state.count()} records verified")
+                stats = vault.stats()
+                _out(f"ok: {stats.batches} batches, {stats.records} records verified")
     return 1 if problems else 0
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from .transport import pack_vault
-
-    size, digest = pack_vault(args.vault, args.out)
+    size, digest = Vault.pack(args.vault, args.out)
     _out(f"wrote {args.out} ({size} bytes, sha256 {digest.hex()})")
     return 0
 
 
 def cmd_unpack(args: argparse.Namespace) -> int:
-    from .transport import unpack_vault
-
-    count = unpack_vault(args.file, args.dir)
+    count = Vault.unpack(args.file, args.dir)
     _out(f"unpacked {count} files into {args.dir}")
     return 0
 
@@ -215,9 +212,7 @@ def cmd_passwd(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .hostview import host_view
-
-    view = host_view(args.vault)
+    view = Vault.host_view(args.vault)
     if args.json:
         _json(view)
         return 0

@@ -10,6 +10,7 @@ import calendar
 import sys
 import time
 
+from . import OfferState, Vault
 from .cli import _fmt_time, _json, _open, _out, extra_commands
 from .errors import UsageError
 
@@ -30,10 +31,11 @@ def cmd_grant(args: argparse.Namespace) -> int:
     with _open(args) as vault:
         g = vault.create_grant(args.agent, {c: args.level for c in compartments}, args.out,
                                max_class=args.max_class, expires=_date(args.expires) if args.expires else None)
-        _json({"grant_id": g.grant_id.hex(), "agent": g.agent, "file": args.out,
-               "scopes": {n: lv.label for n, lv in g.scopes.items()}, "max_class": g.max_class.label})
+        info = g.grant
+        _json({"grant_id": info.grant_id.hex(), "agent": info.agent, "file": args.out,
+               "scopes": dict(info.scopes), "max_class": info.max_class})
     sys.stderr.write(f"Wrote {args.out}: give it to the agent and keep it secret; "
-                     f"revoke with 'camillo revoke {args.vault} {g.grant_id.hex()[:12]}'.\n")
+                     f"revoke with 'camillo revoke {args.vault} {g.grant.grant_id.hex()[:12]}'.\n")
     return 0
 
 
@@ -41,13 +43,13 @@ def cmd_grants(args: argparse.Namespace) -> int:
     with _open(args) as vault:
         for g in vault.grants():
             if args.json:
-                _json(g)
+                _json(g.to_json())
                 continue
-            scopes = ", ".join(f"{c} ({lv})" for c, lv in g["scopes"].items())
-            state = "revoked" if g["revoked"] else "active"
-            expires = _fmt_time(g["expires"]) if g["expires"] else "never"
-            used = _fmt_time(g["last_used"]) if g["last_used"] else "never"
-            _out(f"{g['grant_id'][:12]}  {g['agent']:<18} {state:<8} {scopes:<36} max {g['max_class']:<9} "
+            scopes = ", ".join(f"{c} ({lv})" for c, lv in g.scopes.items())
+            state = "revoked" if g.revoked else "active"
+            expires = _fmt_time(g.expires) if g.expires else "never"
+            used = _fmt_time(g.last_used) if g.last_used else "never"
+            _out(f"{g.grant_id.hex()[:12]}  {g.agent:<18} {state:<8} {scopes:<36} max {g.max_class:<9} "
                  f"expires {expires}  last used {used}")
     return 0
 
@@ -80,7 +82,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
             vault.set_policy(erasure=args.erasure == "enabled", reason=args.reason or "")
         pol = vault.policy
         _json({"erasure": "enabled" if pol.erasure_enabled else "disabled", "reason": pol.reason,
-               "set_by": vault.roster.writer_name(pol.signer) if pol.signer else None, "since": pol.ts})
+               "set_by": vault.writer_name(pol.signer) if pol.signer else None, "since": pol.ts})
     return 0
 
 
@@ -120,11 +122,9 @@ def _print_qr(text: str) -> None:
 
 
 def cmd_enroll_offer(args: argparse.Namespace) -> int:
-    from .enrollment import Offer, save_offer
-
     with _open(args) as vault:
-        offer = Offer(vault)
-        save_offer(offer)
+        offer = vault.offer_device()
+        vault.keep_offer(offer)
         if not args.no_qr:
             _print_qr(offer.qr_text)
         _out(offer.qr_text)
@@ -136,9 +136,7 @@ def cmd_enroll_offer(args: argparse.Namespace) -> int:
 
 
 def cmd_enroll_join(args: argparse.Namespace) -> int:
-    from .enrollment import Join
-
-    join = Join(args.vault, args.code, name=args.name)
+    join = Vault.join(args.vault, args.code, name=args.name)
     sas = join.start()
     _out(f"code to compare: {sas}")
     sys.stdout.flush()
@@ -148,7 +146,7 @@ def cmd_enroll_join(args: argparse.Namespace) -> int:
         vault = join.poll()
         if vault is not None:
             with vault:
-                _out(f"enrolled as {join.name} ({vault.actor.writer_id.hex()[:12]}); "
+                _out(f"enrolled as {join.name} ({(vault.writer_id or b'').hex()[:12]}); "
                      f"this device now unlocks with its own key (--device)")
             return 0
         time.sleep(0.5)
@@ -156,10 +154,8 @@ def cmd_enroll_join(args: argparse.Namespace) -> int:
 
 
 def cmd_enroll_confirm(args: argparse.Namespace) -> int:
-    from .enrollment import OfferState, drop_offer, load_offer, save_offer
-
     with _open(args) as vault:
-        offer = load_offer(vault)
+        offer = vault.resume_offer()
         deadline = time.time() + args.wait
         while offer.poll() == OfferState.WAITING and time.time() < deadline:
             time.sleep(0.5)
@@ -169,7 +165,7 @@ def cmd_enroll_confirm(args: argparse.Namespace) -> int:
             sys.stderr.write(m + "\n")
         if state != OfferState.REQUESTED:
             if state in (OfferState.EXPIRED, OfferState.REFUSED, OfferState.CANCELLED):
-                drop_offer(vault)
+                vault.drop_offer()
             raise UsageError(f"cannot confirm: the enrollment offer is {state.value}")
         assert offer.request is not None
         typed = args.code
@@ -180,16 +176,16 @@ def cmd_enroll_confirm(args: argparse.Namespace) -> int:
             answer = input("Does the new device show the same code? [y/N] ").strip().lower()
             if answer not in ("y", "yes"):
                 offer.cancel()
-                drop_offer(vault)
+                vault.drop_offer()
                 raise UsageError("not confirmed; nothing was enrolled")
             typed = offer.sas
         try:
             offer.confirm(typed_sas=typed)
         finally:
             if offer.state != OfferState.CONFIRMED:
-                drop_offer(vault)
-        save_offer(offer)
-        drop_offer(vault)
+                vault.drop_offer()
+        vault.keep_offer(offer)
+        vault.drop_offer()
         _out(f"confirmed: {offer.request.name} is enrolled")
     return 0
 
@@ -218,7 +214,7 @@ def cmd_recovery(args: argparse.Namespace) -> int:
     if args.action != "reissue":
         raise UsageError("usage: camillo recovery reissue DIR")
     with _open(args) as vault:
-        phrase = vault.reissue_recovery_phrase()
+        phrase = vault.reissue_recovery_phrase().phrase
     sys.stderr.write("Your new recovery phrase is below: write it down. The old one no longer opens this vault\n"
                      "(copies made before now still open with it until they expire).\n\n")
     _out(phrase)

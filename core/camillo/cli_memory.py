@@ -98,7 +98,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             except json.JSONDecodeError:
                 value = args.value  # a bare word is taken as text
             changes = vault.resolve(args.key, compartment=args.compartment, value=value, value_given=True)
-        for rid in changes.records:
+        for rid in changes.written:
             _json({"id": rid.hex()})
     return 0
 
@@ -118,7 +118,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 def cmd_confirm(args: argparse.Namespace) -> int:
     with _open(args) as vault:
         changes = vault.confirm([_resolve_id(vault, r) for r in args.record])
-        for rid in changes.records:
+        for rid in changes.written:
             _json({"id": rid.hex()})
     return 0
 
@@ -126,7 +126,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 def cmd_reject(args: argparse.Namespace) -> int:
     with _open(args) as vault:
         changes = vault.reject([_resolve_id(vault, r) for r in args.record])
-        for rid in changes.records:
+        for rid in changes.written:
             _json({"id": rid.hex()})
     return 0
 
@@ -139,7 +139,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
             changes = vault.forget(key=args.key, compartment=args.compartment)
         else:
             changes = vault.forget(record=_resolve_id(vault, args.record))
-        for rid in changes.records:
+        for rid in changes.written:
             _json({"id": rid.hex()})
     sys.stderr.write("Hidden. It remains in the encrypted history; use 'camillo erase' to destroy it.\n")
     return 0

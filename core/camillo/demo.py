@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .records import Authority
-from .transport import merge_into
 from .vault import NewRecord, Unlock, Vault
 
 DEMO_PASSPHRASE = "camillo demo passphrase"  # noqa: S105 - public on purpose: this vault is a demo
@@ -202,7 +201,7 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
                                      text="Found a place near Heroísmo with a big balcony!", ts=_ts(now, 2))])
         with Vault.open(path, Unlock.passphrase(DEMO_PASSPHRASE), home=homes["desktop"]) as desktop:
             desktop.append([NewRecord(type="fact", key="user/favorite_coffee", value="galão", ts=_ts(now, 3))])
-        merge_into(path, copy)
+        Vault.merge(path, copy)
         shutil.rmtree(copy)
     if records:
         say(f"adding {records} records")

@@ -122,15 +122,15 @@ class VaultService:
             if vault is None:
                 raise ToolError("the vault is not open")
             vault.refresh()
-            g = vault.grant
-            rev = vault.roster.revocations.get(g.writer_id) if g is not None else None
-            if rev is not None:
-                when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rev.ts)) if rev.ts else "an unknown date"
+            g = vault.agent_grant
+            if g is not None and g.revoked:
+                ts = g.revoked_at
+                when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "an unknown date"
                 raise Revoked(f"the grant of agent {g.agent} ({g.grant_id.hex()[:12]}) was revoked on {when}; "
                               "it can no longer read or write this vault")
-            if g is not None and g.not_after is not None and time.time() > g.not_after:
+            if g is not None and g.expires is not None and time.time() > g.expires:
                 raise Revoked(f"the grant of agent {g.agent} expired on "
-                              f"{time.strftime('%Y-%m-%d', time.gmtime(g.not_after))}")
+                              f"{time.strftime('%Y-%m-%d', time.gmtime(g.expires))}")
             return fn(vault)
 
         loop = asyncio.get_running_loop()
@@ -144,11 +144,11 @@ class VaultService:
 
 def _compartment(vault: Vault, name: str | None, *, write: bool) -> str:
     """The compartment a call addresses: as given, or the grant's only one (or its first writable)."""
-    g = vault.grant
+    g = vault.agent_grant
     if name:
         return name
     scopes = g.scopes if g is not None else {}
-    usable = [n for n, lv in sorted(scopes.items()) if (lv.label != "read" if write else lv.label != "append")]
+    usable = [n for n, lv in sorted(scopes.items()) if (lv != "read" if write else lv != "append")]
     if not usable:
         raise AccessDenied(f"the grant of agent {g.agent if g else '?'} gives no compartment it may "
                            f"{'write to' if write else 'read'}")
@@ -164,10 +164,11 @@ def build_server(service: VaultService) -> MCPServer:
         the maximum authority it may claim, and its expiry."""
 
         def fn(v: Vault) -> dict[str, Any]:
-            g = v.grant
-            return {"agent": g.agent, "grant_id": g.grant_id.hex(),
-                    "scopes": {n: lv.label for n, lv in g.scopes.items()}, "max_class": g.max_class.label,
-                    "expires": g.not_after, "vault": v.vault_id.hex()}
+            g = v.agent_grant
+            if g is None:
+                raise ToolError("this server was not opened with a grant")
+            return {"agent": g.agent, "grant_id": g.grant_id.hex(), "scopes": dict(g.scopes),
+                    "max_class": g.max_class, "expires": g.expires, "vault": v.vault_id.hex()}
 
         return await service.call(fn)
 
@@ -236,7 +237,7 @@ def build_server(service: VaultService) -> MCPServer:
         def fn(v: Vault) -> dict[str, Any]:
             name = _compartment(v, compartment, write=True)
             changes = v.append(items, compartment=name)
-            return {"compartment": name, "ids": [r.hex() for r in changes.records]}
+            return {"compartment": name, "ids": [r.hex() for r in changes.written]}
 
         return await service.call(fn)
 
@@ -255,14 +256,14 @@ def build_server(service: VaultService) -> MCPServer:
 
         def fn(v: Vault) -> dict[str, Any]:
             name = _compartment(v, compartment, write=True)
-            g = v.grant
+            g = v.agent_grant
             k = key
-            if g is not None and g.scopes.get(name) is not None and g.scopes[name].label == "append":
+            if g is not None and g.scopes.get(name) == "append":
                 prefix = f"append/{g.grant_id.hex()}/"
                 k = key if key.startswith(prefix) else prefix + key.replace("/", "_")
             changes = v.append([NewRecord(type=kind, key=k, value=value, authority=Authority.parse(authority),
                                           sources=src)], compartment=name)
-            return {"id": changes.records[0].hex(), "key": k, "compartment": name, "status": "pending",
+            return {"id": changes.written[0].hex(), "key": k, "compartment": name, "status": "pending",
                     "note": "waits in the user's inbox until confirmed"}
 
         return await service.call(fn)
@@ -272,7 +273,7 @@ def build_server(service: VaultService) -> MCPServer:
         """This agent's proposals that still wait for the user's confirmation."""
 
         def fn(v: Vault) -> list[dict[str, Any]]:
-            me = v.actor.writer_id if v.actor is not None else None
+            me = v.writer_id
             return [record_json(r) for r in v.inbox() if r.writer_id == me]
 
         return await service.call(fn)

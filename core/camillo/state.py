@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -750,6 +750,51 @@ class State:
 
     def count(self) -> int:
         return self.db.execute("SELECT count(*) FROM records WHERE valid = 1").fetchone()[0]
+
+    def record_location(self, rid: bytes) -> tuple[bytes, bytes] | None:
+        """(batch id, compartment id) of a record, valid or not."""
+        row = self.db.execute("SELECT batch, compartment FROM records WHERE id = ?", (rid,)).fetchone()
+        return (row[0], row[1]) if row is not None else None
+
+    def erased(self, record_ids: Sequence[bytes]) -> set[bytes]:
+        """Which of these records an erasure removed."""
+        if not record_ids:
+            return set()
+        marks = ",".join("?" * len(record_ids))
+        return {rid for rid, in self.db.execute(f"SELECT id FROM records WHERE erased = 1 AND id IN ({marks})",
+                                                tuple(record_ids))}
+
+    def keys_of(self, record_ids: Iterable[bytes]) -> set[str]:
+        """The fact keys these records write (none for messages)."""
+        out = set()
+        for rid in record_ids:
+            row = self.db.execute("SELECT key FROM records WHERE id = ?", (rid,)).fetchone()
+            if row is not None and row[0] is not None:
+                out.add(row[0])
+        return out
+
+    def ids_with_prefix(self, hex_prefix: str) -> list[bytes]:
+        """Record ids starting with these hex digits (upper or lower case)."""
+        return [r[0] for r in self.db.execute("SELECT id FROM records WHERE hex(id) LIKE ?",
+                                              (hex_prefix.upper() + "%",))]
+
+    def kinds_of(self, record_ids: Iterable[bytes]) -> dict[str, int]:
+        """How many of these records there are of each kind of content (message, fact, epoch ...)."""
+        kinds: dict[str, int] = {}
+        for rid in record_ids:
+            r = self.db.execute("SELECT kind, type FROM records WHERE id = ?", (rid,)).fetchone()
+            if r is None:
+                continue
+            name = r[1] or Kind(r[0]).name.lower() if r[0] in Kind._value2member_map_ else "record"
+            kinds[name] = kinds.get(name, 0) + 1
+        return kinds
+
+    def forgotten_at(self, rid: bytes) -> int | None:
+        """When a record was forgotten: the time of the newest valid-or-not DEL naming it, or of the
+        DEL that deleted its fact."""
+        row = self.db.execute("SELECT max(r.ts) FROM refs f JOIN records r ON r.id = f.record "
+                              "WHERE f.ref = ? AND f.how = ? AND r.kind = ?", (rid, REF_PRED, int(Kind.DEL))).fetchone()
+        return row[0] if row and row[0] is not None else None
 
     def fact(self, compartment_id: bytes, key: str) -> FactView | None:
         row = self.db.execute(

@@ -96,6 +96,10 @@ class FolderShelf:
 
     # -- listing
 
+    def walk(self) -> Iterator[str]:
+        """Every file of the vault folder, packs included (not only what a scan lists)."""
+        return self._walk()
+
     def _walk(self) -> Iterator[str]:
         base = self.location
         try:
@@ -273,7 +277,14 @@ class FolderShelf:
         return os.path.join(self.location, *name.split("/"))
 
     def exists(self, name: str) -> bool:
-        return os.path.exists(self._path(name)) or name in self._packed
+        return os.path.exists(self._path(name))
+
+    def size(self, name: str) -> int | None:
+        """The file's size in bytes, or None if it is not here."""
+        try:
+            return os.path.getsize(self._path(name))
+        except OSError:
+            return None or name in self._packed
 
     def read(self, name: str) -> bytes:
         path = self._path(name)
@@ -434,6 +445,10 @@ class PackShelf:
 
     def exists(self, name: str) -> bool:
         return name in self._reader.by_name
+
+    def size(self, name: str) -> int | None:
+        """Sizes of a packed file are not needed (a pack is never compacted): None."""
+        return None
 
     def read(self, name: str) -> bytes:
         try:

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         for v in vault.timeline():
             who = f"{v.role}: " if v.role else (f"{v.key} = " if v.key else "")
             print(f"  [{v.compartment:<8}] [{v.effective_label:<8}] {v.type:<12} {who}{v.text}")
-        print(f"\nVerified: {len(vault.log.accepted)} signed batches, problems: {len(vault.problems())}")
+        print(f"\nVerified: {vault.stats().batches} signed batches, problems: {len(vault.problems())}")
     view = host_view(path)
     print(f"\nWhat a host sees: {len(view['files'])} files, for example:")
     for f in view["files"][:4]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..records import Authority, Kind
-from ..state import REF_PRED, RecordView, _jsonable
+from ..state import RecordView, _jsonable
 
 if TYPE_CHECKING:
     from ..vault import Vault
@@ -168,23 +168,12 @@ class Snapshot:
 def snapshot(vault: Vault) -> Snapshot:
     snap = Snapshot(vault.vault_id.hex())
     visible = vault.timeline()
-    seen = {v.id for v in visible}
     snap.notes = sorted((v for v in visible if v.kind == Kind.NOTE), key=lambda v: v.id)
     for f in vault.facts():
         if f.status in ("ok", "pending", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
             snap.facts.append((f.current, f.status))
     snap.facts.sort(key=lambda p: p[0].id)
-    db = vault.state.db
-    for v in vault.timeline(include_hidden=True):
-        if v.id in seen or v.kind not in (Kind.NOTE, Kind.PUT):
-            continue
-        row = db.execute("SELECT max(r.ts) FROM refs f JOIN records r ON r.id = f.record "
-                         "WHERE f.ref = ? AND f.how = ? AND r.kind = ?", (v.id, REF_PRED, int(Kind.DEL))).fetchone()
-        when = row[0] if row and row[0] is not None else None
-        if when is None and v.key is not None:
-            fv = vault.state.fact(v.compartment_id, v.key)
-            if fv is not None and fv.status == "deleted" and fv.current is not None:
-                when = fv.current.ts
+    for v, when in vault.forgotten():
         snap.hidden.append((v, when if when is not None else v.ts))
     snap.hidden.sort(key=lambda p: p[0].id)
     return snap

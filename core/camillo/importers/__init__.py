@@ -115,7 +115,7 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
     reader = reader_for(kind)
     report = ImportReport(kind, os.path.basename(source.rstrip("/")) or source)
     vault.compartment_id(compartment)  # fails early, naming the compartments, if it does not exist
-    existing = vault.state.import_keys(f"{kind}:")
+    existing = vault.imported_keys(f"{kind}:")
     kwargs: dict[str, Any] = {"passphrase": passphrase} if passphrase is not None else {}
     units = list(reader(source, **kwargs))  # the whole source is read and checked before any write
     for n, unit in enumerate(units):

@@ -31,20 +31,19 @@ from __future__ import annotations
 
 import base64
 import os
-import platform
 import socket
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from . import encoding, ids, keychain, slots
-from .control import owner_entry, pop_message
-from .credentials import Credential, CredentialKind
-from .errors import EnrollmentError, KeychainError, StorageError, VaultError
-from .keys import local_key
-from .localstate import atomic_write, open_local, read_file, seal_local
-from .primitives import (
+from .. import descriptor, encoding, ids, keychain, slots
+from ..changes import Changes
+from ..control import owner_entry, pop_message
+from ..credentials import Credential, CredentialKind
+from ..errors import EnrollmentError, KeychainError, StorageError, VaultError
+from ..keys import local_key
+from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
+from ..primitives import (
     CryptoFailure,
     aead_decrypt,
     aead_encrypt,
@@ -56,10 +55,14 @@ from .primitives import (
     sha256,
     verify_signature,
 )
-from .records import Kind, encode_record
-
-if TYPE_CHECKING:
-    from .vault import Vault
+from ..records import Kind, encode_record
+from ..session import Session
+from ..session.installation import platform_label, register_installation
+from ..session.unlock import open_session
+from ..session.writer import write_control
+from ..storage import FolderShelf
+from ..values import Unlock
+from .repair import finish_open
 
 QR_PREFIX = "VMEM1:"
 OFFER_SECONDS = 600
@@ -183,14 +186,14 @@ class Request:
 class Offer:
     """The offering side.  ``poll`` advances it; ``confirm`` after the user compared codes."""
 
-    def __init__(self, vault: Vault, *, secret: bytes | None = None, expiry: int | None = None,
+    def __init__(self, session: Session, *, secret: bytes | None = None, expiry: int | None = None,
                  state: OfferState = OfferState.WAITING) -> None:
-        vault._require_owner("enrolling a device")
-        self.vault = vault
+        session.require_owner("enrolling a device")
+        self.session = session
         self.secret = secret or random_bytes(32)
         self.expiry = expiry or int(time.time()) + OFFER_SECONDS
         self.sid = session_id(self.secret)
-        self.base = rendezvous(self.secret, vault.vault_id)
+        self.base = rendezvous(self.secret, session.vault_id)
         self.state = state
         self.request: Request | None = None
         self.sas: str | None = None
@@ -201,7 +204,7 @@ class Offer:
 
     @property
     def qr_text(self) -> str:
-        return qr_text(self.vault.vault_id, self.secret, self.expiry)
+        return qr_text(self.session.vault_id, self.secret, self.expiry)
 
     @property
     def typed_code(self) -> str:
@@ -212,10 +215,10 @@ class Offer:
         return max(0, self.expiry - int(time.time()))
 
     def _k(self, name: str) -> bytes:
-        return _key(self.secret, self.vault.vault_id, name, self.sid)
+        return _key(self.secret, self.session.vault_id, name, self.sid)
 
     def poll(self) -> OfferState:
-        shelf = self.vault.shelf
+        shelf = self.session.shelf
         if self.state in (OfferState.DONE, OfferState.CANCELLED, OfferState.REFUSED):
             return self.state
         if self.state == OfferState.CONFIRMED:
@@ -242,7 +245,7 @@ class Offer:
                 self.state = OfferState.REFUSED
                 self.messages.append(f"the enrollment request was damaged or tampered with; refused ({exc})")
                 return self.state
-            self.sas = sas_code(self.secret, self.vault.vault_id, self.request.plaintext)
+            self.sas = sas_code(self.secret, self.session.vault_id, self.request.plaintext)
             self.state = OfferState.REQUESTED
         return self.state
 
@@ -259,12 +262,12 @@ class Offer:
             check_recipient_public(req.xwing_public)  # what the slot wrap at confirmation needs (spec §3.3)
         except CryptoFailure as exc:
             raise EnrollmentError(f"the new device's X-Wing public key is malformed ({exc})") from None
-        if not verify_signature(1, req.sig_public, pop_message(self.vault.vault_id, req.sig_public, req.xwing_public),
+        if not verify_signature(1, req.sig_public, pop_message(self.session.vault_id, req.sig_public, req.xwing_public),
                                 req.pop):
             raise ValueError("its proof of possession does not verify")
         return req
 
-    def confirm(self, typed_sas: str | None = None) -> None:
+    def confirm(self, typed_sas: str | None = None) -> Changes:
         """The user saw the same code on both screens (or typed the new device's code)."""
         if self.poll() != OfferState.REQUESTED or self.request is None:
             raise EnrollmentError(f"nothing to confirm: the offer is {self.state.value}")
@@ -274,8 +277,8 @@ class Offer:
             self._cleanup()
             raise EnrollmentError("the codes do not match: someone else may have used the QR code. Nothing was "
                                   "enrolled; make a new offer")
-        vault = self.vault
-        actor = vault._require_writer()
+        session = self.session
+        actor = session.require_writer()
         req = self.request
         cert = encode_record(
             Kind.DEVICE_CERT, actor.writer_id,
@@ -283,24 +286,19 @@ class Offer:
                   1: None, 2: "enrollment", 3: req.pop},
             signers=[actor.signer],
         )
-        sid = ids.new_random_id()
-        assert vault._vms is not None
-        slot = slots.build_slot(
-            vault_id=vault.vault_id, slot_id=sid, slot_type=slots.SlotType.DEVICE, generation=vault._generation,
-            vms=vault._vms.get(), recipient_public=req.xwing_public, recipient_id=ids.recipient_id(req.xwing_public),
-            kdf=None, label=req.name, signer=actor.signer, signer_id=actor.writer_id,
-        )
-        vault.shelf.write(slots.file_name(sid), slot)
-        vault._write_batches({c: [cert] for c in [vault.roster.control_id, *vault.roster.compartments]},
-                             undo=lambda: vault._delete_quietly([slots.file_name(sid)]))
-        frontier = {c: {w: [max(chain), chain[max(chain)]] for (w, cc), chain in vault.log.chains.items()
+        slot_name, slot = session.build_slot(req.xwing_public, slots.SlotType.DEVICE, req.name)
+        session.shelf.write(slot_name, slot)
+        write_control(session, [cert], session.all_compartments(), undo=lambda: session.delete_quietly([slot_name]))
+        frontier = {c: {w: [max(chain), chain[max(chain)]] for (w, cc), chain in session.log.chains.items()
                         if cc == c and chain}
-                    for c in [vault.roster.control_id, *vault.roster.compartments]}
-        resp = encoding.encode({0: sid, 1: sha256(slot), 2: cert, 3: vault.vault_id, 4: frontier,
-                                5: vault._generation, 6: vault.roster.writer_name(actor.writer_id)})
-        vault.shelf.write(self.base + ".resp", _seal(self._k("resp"), "vmem/v1/enroll/resp", self.sid, resp))
+                    for c in session.all_compartments()}
+        sid = bytes.fromhex(slot_name.removeprefix("slots/").removesuffix(".slot"))
+        resp = encoding.encode({0: sid, 1: sha256(slot), 2: cert, 3: session.vault_id, 4: frontier,
+                                5: session.keyring.generation, 6: session.roster.writer_name(actor.writer_id)})
+        session.shelf.write(self.base + ".resp", _seal(self._k("resp"), "vmem/v1/enroll/resp", self.sid, resp))
         self.state = OfferState.CONFIRMED
         self.secret = bytes(32)  # S is not needed any more (the .ack is checked by name only)
+        return session.reader.changes(files_written=2, note="device enrolled")
 
     def cancel(self) -> None:
         self.state = OfferState.CANCELLED
@@ -309,7 +307,7 @@ class Offer:
     def _cleanup(self) -> None:
         for ext in (".req", ".resp", ".ack"):
             try:
-                self.vault.shelf.delete(self.base + ext)
+                self.session.shelf.delete(self.base + ext)
             except (StorageError, VaultError):
                 pass
 
@@ -318,31 +316,33 @@ class Offer:
 # installation's local state under the device key and deleted when the offer ends.
 
 
-def _offer_path(vault: Vault) -> str:
-    return os.path.join(vault.local.dir, "enroll-offer.bin")
+def _offer_path(session: Session) -> str:
+    return os.path.join(session.local.dir, "enroll-offer.bin")
+
+
+def _offer_key(session: Session) -> bytes:
+    actor = session.require_writer()
+    return local_key(actor.signer.seed, "enroll-offer", session.vault_id)
 
 
 def save_offer(offer: Offer) -> None:
-    vault = offer.vault
-    assert vault.actor is not None
-    key = local_key(vault.actor.signer.seed, "enroll-offer", vault.vault_id)
+    session = offer.session
     payload = encoding.encode({"expiry": offer.expiry, "secret": offer.secret, "state": offer.state.name})
-    atomic_write(_offer_path(vault), seal_local(key, "enroll-offer", vault.vault_id, payload))
+    atomic_write(_offer_path(session), seal_local(_offer_key(session), "enroll-offer", session.vault_id, payload))
 
 
-def load_offer(vault: Vault) -> Offer:
-    assert vault.actor is not None
-    data = read_file(_offer_path(vault))
+def load_offer(session: Session) -> Offer:
+    data = read_file(_offer_path(session))
     if data is None:
         raise EnrollmentError("no enrollment offer is open on this device; start one with 'camillo enroll offer'")
-    key = local_key(vault.actor.signer.seed, "enroll-offer", vault.vault_id)
-    m = encoding.decode(open_local(key, "enroll-offer", vault.vault_id, data, _offer_path(vault)), "offer")
-    return Offer(vault, secret=m["secret"], expiry=m["expiry"], state=OfferState[m["state"]])
+    m = encoding.decode(open_local(_offer_key(session), "enroll-offer", session.vault_id, data, _offer_path(session)),
+                        "offer")
+    return Offer(session, secret=m["secret"], expiry=m["expiry"], state=OfferState[m["state"]])
 
 
-def drop_offer(vault: Vault) -> None:
+def drop_offer(session: Session) -> None:
     try:
-        os.unlink(_offer_path(vault))
+        os.unlink(_offer_path(session))
     except FileNotFoundError:
         pass
 
@@ -381,9 +381,6 @@ class Join:
     finishes once the other device confirmed, returning the opened vault."""
 
     def __init__(self, path: str, code: str, *, name: str | None = None, home: str | None = None) -> None:
-        from .descriptor import decode as decode_descriptor
-        from .storage import FolderShelf
-
         self.path = path
         self.home = home  # this installation's local state (default: CAMILLO_HOME / the platform's)
         parsed = parse_code(code)
@@ -391,7 +388,7 @@ class Join:
             raise EnrollmentError("this enrollment code has expired; make a new offer on the other device")
         shelf = FolderShelf(path)
         try:
-            desc = decode_descriptor(shelf.read("VMEM"))
+            desc = descriptor.decode(shelf.read(descriptor.NAME))
         except FileNotFoundError:
             raise EnrollmentError(f"{path} is not a vault folder (or it has not synced yet)") from None
         finally:
@@ -411,12 +408,10 @@ class Join:
         return _key(self.secret, self.vault_id, name, self.sid)
 
     def start(self) -> str:
-        from .storage import FolderShelf
-
         d = self.device
         plaintext = encoding.encode({
             0: d.recipient.public, 1: d.signer.public, 2: self.name,
-            3: f"{platform.system()} {platform.release()}".strip(), 4: random_bytes(16),
+            3: platform_label(), 4: random_bytes(16),
             5: d.signer.sign(pop_message(self.vault_id, d.signer.public, d.recipient.public)),
         })
         shelf = FolderShelf(self.path)
@@ -441,8 +436,6 @@ class Join:
         the response; the installation names the key already, so if the process dies first, the next
         open with the passphrase or recovery phrase retires the key nobody holds (re-certification,
         §12.4) instead of leaving it an active device."""
-        from .localstate import Installation, VaultLocal
-
         st = keychain.status()
         if st.usable:
             keychain.store(self.vault_id, self.device.writer_id, self.device.recipient.seed, self.device.signer.seed)
@@ -454,11 +447,9 @@ class Join:
         VaultLocal(self.vault_id, self.home).save_installation(
             Installation(self.device.writer_id, keystore, int(time.time())))
 
-    def poll(self) -> Vault | None:
-        """None while the other device has not confirmed; then the open vault."""
-        from .storage import FolderShelf
-        from .vault import Unlock, Vault
-
+    def poll(self) -> Session | None:
+        """None while the other device has not confirmed; then the open session (for the facade,
+        which finishes the open as for any other unlock)."""
         shelf = FolderShelf(self.path)
         try:
             if not shelf.exists(self.base + ".resp"):
@@ -481,25 +472,26 @@ class Join:
         finally:
             shelf.close()
         try:
-            vault = Vault.open(self.path, Unlock.with_device_credential(self.device, enrolling=True), register=False,
-                               home=self.home)
+            session = open_session(self.path, Unlock.with_device_credential(self.device, enrolling=True),
+                                   home=self.home)
         except VaultError:
             return None  # the certificate has not synced yet
-        if vault.roster.genesis is None or ids.vault_id(vault.roster.genesis.raw) != self.vault_id:
-            vault.lock()
+        finish_open(session, enrolling=True)
+        roster = session.roster
+        if roster.genesis is None or ids.vault_id(roster.genesis.raw) != self.vault_id:
+            session.close()
             raise EnrollmentError("the vault's genesis does not match the enrollment code; refused")
-        if self.device.writer_id not in vault.roster.principals:
-            vault.lock()
+        if self.device.writer_id not in roster.principals:
+            session.close()
             return None
-        vault.actor = self.device
-        vault._register_installation(self.device)
-        vault.device_state.remembered = {c: {w: (v[0], v[1]) for w, v in per.items()} for c, per in frontier.items()}
-        vault.device_state.generation = generation
-        assert vault._state_store is not None
-        vault._state_store.save(vault.device_state)
-        shelf = vault.shelf
-        shelf.write(self.base + ".ack", _seal(self._k("resp"), "vmem/v1/enroll/ack", self.sid, b"ok"))
+        session.actor = self.device
+        register_installation(session, self.device)
+        ds = session.device_state
+        ds.remembered = {c: {w: (v[0], v[1]) for w, v in per.items()} for c, per in frontier.items()}
+        ds.generation = generation
+        session.save_device_state(ds)
+        session.shelf.write(self.base + ".ack", _seal(self._k("resp"), "vmem/v1/enroll/ack", self.sid, b"ok"))
         self.state = JoinState.DONE
-        vault.unlocked_with = "device key"
-        return vault
+        session.unlocked_with = "device key"
+        return session
 

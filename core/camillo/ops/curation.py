@@ -1,0 +1,259 @@
+"""Writing memory: appending records, and acting on them: confirm and reject inferences, resolve
+conflicts, forget (spec §19.4).
+
+Each decision becomes the records that express it, in the compartment of the records it concerns,
+signed and written as batches.  Nothing here edits a record:
+decisions are new, signed records layered over the history.
+
+* **confirm**: a CONFIRM naming the record, inner-signed by an owner device.  It raises the
+  record's *effective* class to ``user`` without rewriting it.
+* **reject**: a DEL whose ``pred`` names the proposal, which hides it.  When the proposal had
+  superseded an earlier value, the same batch re-asserts that value with a PUT after the DEL
+  ("a later PUT resurrects"), so rejecting a proposal never loses what was there before.
+* **resolve**: one PUT whose ``pred`` names every candidate of the conflict, with the chosen value
+  (or a new one), at class ``user``: the user decided.
+* **forget**: a DEL of a key (or, for a keyless record such as a message, a DEL without key whose
+  ``pred`` names it).  This hides; erasure (which destroys) is a separate operation.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from .. import ids as _ids
+from ..changes import Changes
+from ..errors import UsageError
+from ..primitives import SigningKey
+from ..records import KEYED_TYPES, Authority, Kind, encode_record
+from ..session import Session
+from ..session.unlock import catch_up_generation
+from ..session.writer import write_batches
+from ..state import FactView, RecordView, State
+from ..values import NewRecord, json_to_cbor
+from .rekey import scheduled_epochs
+
+
+def _need(state: State, rid: bytes) -> RecordView:
+    v = state.record(rid)
+    if v is None or not v.valid:
+        raise UsageError(f"no record {rid.hex()[:12]} in this vault")
+    return v
+
+
+def confirm_records(state: State, ids: Sequence[bytes], author: bytes, signer: SigningKey) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = defaultdict(list)
+    for rid in ids:
+        v = _need(state, rid)
+        if v.kind not in (Kind.PUT, Kind.NOTE):
+            raise UsageError(f"record {rid.hex()[:12]} is a {v.kind_name}; only facts and notes can be confirmed")
+        if v.effective_class == Authority.USER:
+            raise UsageError(f"record {rid.hex()[:12]} already has user authority; nothing to confirm")
+        out[v.compartment_id].append(encode_record(Kind.CONFIRM, author, target=rid, signers=[signer]))
+    return out
+
+
+def _previous_value(state: State, v: RecordView) -> RecordView | None:
+    """The value a proposal superseded, if any (so rejecting it can restore that value)."""
+    for pid in v.pred:
+        p = state.record(pid)
+        if p is not None and p.valid and p.kind == Kind.PUT:
+            return p
+    return None
+
+
+def reject_records(state: State, ids: Sequence[bytes], author: bytes) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = defaultdict(list)
+    for rid in ids:
+        v = _need(state, rid)
+        if v.kind == Kind.NOTE:
+            out[v.compartment_id].append(encode_record(Kind.DEL, author, pred=[rid], meta={"reject": True}))
+            continue
+        if v.kind != Kind.PUT or v.key is None:
+            raise UsageError(f"record {rid.hex()[:12]} is not a proposal that can be rejected")
+        fact = state.fact(v.compartment_id, v.key)
+        if fact is None or rid not in {c.id for c in (fact.candidates or ((fact.current,) if fact.current else ()))}:
+            raise UsageError(f"record {rid.hex()[:12]} is no longer the current value of {v.key}; nothing to reject")
+        if fact.status == "conflict":
+            raise UsageError(f"record {rid.hex()[:12]} is one side of a conflict on {v.key}; resolve the conflict "
+                             "(pick the value to keep, or write a new one) instead of rejecting one side")
+        delete = encode_record(Kind.DEL, author, key=v.key, pred=[rid], meta={"reject": True})
+        out[v.compartment_id].append(delete)
+        previous = _previous_value(state, v)
+        if previous is not None and fact.status != "conflict":
+            out[v.compartment_id].append(encode_record(
+                Kind.PUT, author, key=v.key, value=previous.value, authority=previous.claimed_class,
+                pred=[_ids.record_id(delete)], type=previous.type,
+                meta={"restores": previous.id.hex()},
+            ))
+    return out
+
+
+def resolve_conflict(fact: FactView, author: bytes, *, pick: bytes | None = None, value: Any = None,
+                     value_given: bool = False) -> bytes:
+    if fact.status != "conflict":
+        raise UsageError(f"{fact.key} in {fact.compartment} is not in conflict (status: {fact.status})")
+    candidates = [c.id for c in fact.candidates]
+    if pick is not None:
+        chosen = next((c for c in fact.candidates if c.id == pick), None)
+        if chosen is None:
+            raise UsageError(f"record {pick.hex()[:12]} is not one of the candidates of {fact.key}: "
+                             f"{', '.join(c.hex()[:12] for c in candidates)}")
+        value, typ = chosen.value, chosen.type
+        meta = {"resolved": "picked", "picked": pick.hex()}
+    elif value_given:
+        typ = fact.current.type if fact.current else "fact"
+        meta = {"resolved": "new value"}
+    else:
+        raise UsageError("give --pick RECORD_ID or --value JSON")
+    return encode_record(Kind.PUT, author, key=fact.key, value=value, authority=Authority.USER, pred=candidates,
+                         type=typ or "fact", meta=meta)
+
+
+def forget(state: State, author: bytes, *, compartment_id: bytes | None = None, key: str | None = None,
+           record: bytes | None = None) -> tuple[bytes, bytes]:
+    """Returns (compartment id, DEL record bytes)."""
+    if record is not None:
+        v = _need(state, record)
+        if v.key is not None:
+            fact = state.fact(v.compartment_id, v.key)
+            live = [c.id for c in fact.candidates] if fact and fact.status == "conflict" else (
+                [fact.current.id] if fact and fact.current and fact.status != "deleted" else [])
+            if record not in live:
+                raise UsageError(f"record {record.hex()[:12]} is an earlier value of {v.key}, not its current one; "
+                                 "forget the key, or erase the record to destroy it")
+            return v.compartment_id, encode_record(Kind.DEL, author, key=v.key, pred=live)
+        if v.kind != Kind.NOTE:
+            raise UsageError(f"record {record.hex()[:12]} is a {v.kind_name}; it cannot be forgotten")
+        return v.compartment_id, encode_record(Kind.DEL, author, pred=[record])
+    if key is None or compartment_id is None:
+        raise UsageError("forget needs a key or a record id")
+    fact = state.fact(compartment_id, key)
+    if fact is None or fact.status == "deleted":
+        raise UsageError(f"there is no current value of {key} to forget")
+    pred = [c.id for c in fact.candidates] if fact.status == "conflict" else [fact.current.id]
+    return compartment_id, encode_record(Kind.DEL, author, key=key, pred=pred)
+
+
+# ---------------------------------------------------------------------------------- the session side
+
+
+def find_fact(session: Session, key: str, compartment: str | None = None) -> FactView:
+    """The fact ``key`` (in ``compartment``, or in the only compartment that has it)."""
+    cids = [session.compartment_id(compartment)] if compartment else list(session.roster.compartments)
+    found = [f for f in (session.materialized.fact(c, key) for c in cids) if f is not None]
+    if not found:
+        raise UsageError(f"no fact '{key}' in vault {session.vault_id.hex()[:12]}")
+    if len(found) > 1:
+        raise UsageError(f"'{key}' exists in several compartments ({', '.join(f.compartment for f in found)}); "
+                         "name one with --compartment")
+    return found[0]
+
+
+def authority_for(session: Session, item: NewRecord) -> Authority:
+    """What a new record claims: as given, else by role; an agent's defaults are one step lower
+    (what the user said becomes ``observed``, the rest ``inferred`` or ``external``)."""
+    if item.authority is not None or session.grant is None:
+        return item.default_authority()
+    if item.role in ("tool", "system", "web", "function"):
+        return Authority.EXTERNAL
+    if item.role == "user":
+        return min(Authority.OBSERVED, session.grant.max_class)
+    return min(Authority.INFERRED, session.grant.max_class)
+
+
+def live_ids(session: Session, cid: bytes, key: str) -> list[bytes]:
+    """The records a new value of ``key`` supersedes: the current value, or every side of a conflict."""
+    f = session.materialized.fact(cid, key)
+    if f is None:
+        return []
+    if f.status == "conflict":
+        return sorted(r.id for r in f.candidates)
+    return [f.current.id] if f.current else []
+
+
+def encode_new(session: Session, item: NewRecord, cid: bytes, author: bytes) -> bytes:
+    """A NewRecord as the signed-later record bytes (a keyed PUT or a NOTE), checked against the grant."""
+    typ = item.type
+    authority = authority_for(session, item)
+    session.check_grant(cid, write=True, authority=authority, key=item.key)
+    item = NewRecord(**{**item.__dict__, "authority": authority})
+    if typ in KEYED_TYPES:
+        if not item.key:
+            raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
+        value = json_to_cbor(item.value if item.value is not None else item.text)
+        if value is None:
+            raise UsageError(f"the {typ} '{item.key}' needs a \"value\"")
+        pred = list(item.pred) if item.pred is not None else live_ids(session, cid, item.key)
+        return encode_record(Kind.PUT, author, key=item.key, value=value, authority=item.default_authority(),
+                             pred=pred, sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
+    note: Any
+    if item.value is not None:
+        note = json_to_cbor(item.value)
+    else:
+        note = {}
+        if item.text is not None:
+            note["text"] = item.text
+        if item.conversation is not None:
+            note["conversation"] = item.conversation
+        if item.role is not None:
+            note["role"] = item.role
+        if item.title is not None:
+            note["title"] = item.title
+        if typ == "message" and "text" not in note:
+            raise UsageError("a message needs a \"text\"")
+    if item.key is not None:
+        raise UsageError(f"a {typ} record has no key; keys belong to facts, preferences and instructions")
+    return encode_record(Kind.NOTE, author, value=note, authority=item.default_authority(),
+                         sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
+
+
+def append(session: Session, items: Sequence[NewRecord], compartment: str) -> Changes:
+    """Append records as one batch (or as many as a bulk import needs); durable on return."""
+    if not items:
+        raise UsageError("nothing to add")
+    catch_up_generation(session)  # another device rolled the keys: write under the new ones
+    actor = session.require_writer()
+    cid = session.compartment_id(compartment)
+    raws = [encode_new(session, item, cid, actor.writer_id) for item in items]
+    scheduled_epochs(session)
+    written = write_batches(session, {cid: raws}, quick=True)
+    return session.reader.changes(written=tuple(r for b in written[cid] for r in b.header.records))
+
+
+def _write(session: Session, per: dict[bytes, list[bytes]], note: str) -> Changes:
+    written = write_batches(session, dict(per))
+    return session.reader.changes(written=tuple(r for bs in written.values() for b in bs for r in b.header.records),
+                                  note=note)
+
+
+def confirm(session: Session, record_ids: Sequence[bytes]) -> Changes:
+    actor = session.require_owner("confirming an inference")
+    return _write(session, confirm_records(session.materialized, record_ids, actor.writer_id, actor.signer),
+                  f"confirmed {len(record_ids)}")
+
+
+def reject(session: Session, record_ids: Sequence[bytes]) -> Changes:
+    actor = session.require_owner("rejecting an inference")
+    return _write(session, reject_records(session.materialized, record_ids, actor.writer_id),
+                  f"rejected {len(record_ids)}")
+
+
+def resolve(session: Session, key: str, *, compartment: str | None = None, pick: bytes | None = None,
+            value: Any = None, value_given: bool = False) -> Changes:
+    actor = session.require_owner("resolving a conflict")
+    fact = find_fact(session, key, compartment)
+    raw = resolve_conflict(fact, actor.writer_id, pick=pick, value=json_to_cbor(value), value_given=value_given)
+    return _write(session, {fact.compartment_id: [raw]}, f"resolved {key}")
+
+
+def forget_memory(session: Session, *, key: str | None = None, compartment: str | None = None,
+                  record: bytes | None = None) -> Changes:
+    """Hide a fact (DEL of its key) or a message.  It stays in the history; erase it to destroy it."""
+    actor = session.require_writer()
+    cid = find_fact(session, key, compartment).compartment_id if key is not None else None
+    cid, raw = forget(session.materialized, actor.writer_id, compartment_id=cid, key=key, record=record)
+    return _write(session, {cid: [raw]}, "forgotten")

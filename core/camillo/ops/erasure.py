@@ -1,0 +1,326 @@
+"""Erasure for real: crypto-erasure of records, and the honest account of what it reaches (spec §16.4).
+
+To erase records of compartment ``c``:
+
+1. find every epoch of ``c`` whose segments hold a batch carrying a target record;
+2. start a new epoch ``e*`` and roll the vault master secret: every *surviving* epoch secret is
+   wrapped to the new owner KEM key and the grants, every remaining user credential gets a new
+   slot, and the erasing device rotates its own key;
+3. re-encrypt every batch of the affected epochs under ``e*``: the original header and signature
+   stay (they list record hashes), the erased records' bytes become ``null``;
+4. write the ERASE record, the EPOCH record of ``e*`` and an ERASURE_MANIFEST (old segments removed,
+   new segments added, batches vouched for), which also keeps other devices from raising a rollback
+   alert when the old segments vanish;
+5. delete the old segments, every old slot and envelope (so no current file holds a path to the
+   destroyed epoch secrets), and purge this device's cache.
+
+What it cannot reach is reported, never hidden: copies made before (sync-service version history,
+backups) can still be opened with a credential that could open them then and still exists, namely
+the passphrase and recovery phrase until they are changed, other devices until they next open the
+vault and rotate their keys, and agent grants that could read the compartment.
+
+Every step checks what is already done, so running ``erase`` again after a crash completes it; the new
+files of a run a crash stopped before its records (noted first in the local state) are deleted by
+the next open, since nothing announces them.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from .. import encoding, ids, keys, segments, slots
+from ..changes import Changes
+from ..control import Level, owner_entry
+from ..credentials import Credential, CredentialKind
+from ..envelopes import EnvelopeKind
+from ..errors import UsageError, VaultError
+from ..records import Batch, Kind, encode_record
+from ..session import Session
+from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
+from ..session.writer import write_batches
+from ..storage import segment_name
+from ..values import ReachReport, Unlock
+from .credentials import authenticate
+from .policy import require_erasure_allowed
+from .rekey import (
+    FileList,
+    Rekey,
+    active_grants,
+    apply,
+    envelope,
+    grant_envelopes,
+    new_epoch,
+    proof_of_possession,
+    reissue_slots,
+    roll_keyring,
+)
+
+COMPACT_PAYLOAD = 4 * 1024 * 1024
+
+
+def segment_id(name: str) -> bytes:
+    """The content hash a segment's file name carries."""
+    return bytes.fromhex(name.rsplit("/", 1)[1][:64])
+
+
+def _exposed(session: Session, cid: bytes, rotated: set[bytes]) -> list[str]:
+    r = session.roster
+    lines = [
+        "Copies of the vault made before now (your sync service's version history, backups) still hold the "
+        "erased record, sealed under the destroyed keys, for as long as they are kept.",
+        "Your passphrase opens those old copies until you change it (camillo passwd).",
+        "Your recovery phrase opens them until you re-issue it (camillo recovery reissue).",
+    ]
+    others = [p.name for p in r.devices() if p.writer_id not in r.revocations and p.writer_id not in rotated]
+    if others:
+        lines.append(f"Your other device(s) {', '.join(sorted(others))} open them until each next opens the vault "
+                     "(it then rotates its key), or until you revoke it.")
+    readers = [p.grant.agent for p in active_grants(session, set())
+               if p.grant is not None and p.grant.scopes.get(cid) in (Level.READ, Level.WRITE)]
+    if readers:
+        lines.append(f"Agent grant(s) {', '.join(sorted(readers))} could read this compartment: what they already "
+                     "read stays with them, and their keys open old copies until you revoke them.")
+    lines.append("Anything a device or an agent already read or copied cannot be recalled.")
+    return lines
+
+
+def reseal(session: Session, cid: bytes, eid: bytes, epk: bytes,
+           batches: list[Batch]) -> list[tuple[str, bytes, list[bytes]]]:
+    """Pack batches into as few segments as fit, sealed to one epoch key; (name, bytes, batch ids)."""
+    out = []
+    group: list[Batch] = []
+    size = 0
+    for b in batches:
+        n = len(encoding.encode(b.to_cbor()))
+        if group and size + n > COMPACT_PAYLOAD:
+            seg = segments.seal_segment(session.vault_id, cid, eid, epk, segments.encode_payload(group))
+            out.append((segment_name(seg), seg, [x.id for x in group]))
+            group, size = [], 0
+        group.append(b)
+        size += n
+    if group:
+        seg = segments.seal_segment(session.vault_id, cid, eid, epk, segments.encode_payload(group))
+        out.append((segment_name(seg), seg, [x.id for x in group]))
+    return out
+
+
+def rotation_records(session: Session, old: Credential, new: Credential) -> list[bytes]:
+    """The records that replace this device's key ``old`` by ``new``: a certificate for the new key
+    signed by the old one (with the new key's proof of possession), and the old key's retirement.
+    The retirement has seen the new key's first batch in every compartment, so the new device's
+    first batches (which carry the certificate) count."""
+    p = session.roster.principals[old.writer_id]
+    cert = encode_record(
+        Kind.DEVICE_CERT, old.writer_id,
+        body={0: owner_entry(CredentialKind.DEVICE, new.signer.public, new.recipient.public, p.name, p.platform),
+              1: old.writer_id, 2: "key rotation", 3: proof_of_possession(session.vault_id, new)},
+        signers=[old.signer],
+    )
+    seen: dict[bytes, dict[bytes, int]] = {}
+    pins: dict[bytes, bytes] = {}
+    for (w, c), chain in session.log.chains.items():
+        if chain:
+            seen.setdefault(c, {})[w] = max(chain)
+            if w == old.writer_id:
+                pins[c] = chain[max(chain)]
+    for c in session.all_compartments():
+        seen.setdefault(c, {})[new.writer_id] = 1
+    retire = encode_record(Kind.REVOKE, old.writer_id,
+                           body={0: old.writer_id, 2: seen, 3: pins, 4: "key rotated"}, signers=[old.signer])
+    return [cert, retire]
+
+
+def rotate_if_erasure_seen(session: Session) -> bool:
+    """A device certified before an erasure replaces its key when it next opens the vault: its old
+    key could open the pre-erasure copies (sync history, backups) through its old slot, so it must
+    stop existing.  Returns True when it rotated."""
+    actor = session.actor
+    if actor is None or actor.kind != CredentialKind.DEVICE:
+        return False
+    me = session.roster.principals.get(actor.writer_id)
+    seen = set(session.device_state.manifests)
+    unseen = [m for m in session.roster.manifests.values()
+              if m.kind == Kind.ERASURE_MANIFEST and m.record_id not in seen]
+    if me is None or not unseen:
+        return False
+    new = Credential.generate(CredentialKind.DEVICE)
+    records = rotation_records(session, actor, new)
+    old_slots = [h.name for h, st in session.current_slots()
+                 if h.type == slots.SlotType.DEVICE and st.recipient_id == actor.recipient_id]
+    # The slots that count only through the old key's signature (it rolled the keyring last, enrolled
+    # a device, changed the passphrase) are re-issued under the new key before the old one retires.
+    again, originals = reissue_slots(session, actor.writer_id, new)
+    files = [session.build_slot(new.recipient.public, slots.SlotType.DEVICE, me.name, signer=new), *again]
+    with session.unannounced_files(ids.record_id(records[0]), [n for n, _ in files]):
+        old = switch_key(session, new)
+        try:
+            written = session.write_files(files)
+        except VaultError:
+            switch_back(session, old, new)
+            raise
+
+        def undo() -> None:  # nothing announces the new key: this installation keeps the old one
+            session.delete_quietly(reversed(written))
+            switch_back(session, old, new)
+
+        write_batches(session, {c: list(records) for c in session.all_compartments()}, undo=undo)
+    for name in [*old_slots, *originals]:
+        session.shelf.delete(name)
+    forget_key(session, old)
+    session.unlocking = new if session.unlocking is old else session.unlocking
+    return True
+
+
+def finish_pending_erasures(session: Session) -> int:
+    """Delete old segments that a signed ERASURE_MANIFEST replaced but that are still here (an erasure
+    interrupted after its manifest was written).  Returns how many were deleted."""
+    by_id = {segment_id(n): n for n in session.reader.segment_batches}
+    deleted = 0
+    for m in session.roster.manifests.values():
+        if m.kind != Kind.ERASURE_MANIFEST or not all(a in by_id for a in m.added):
+            continue
+        for seg in m.removed:
+            name = by_id.get(seg)
+            if name is not None:
+                session.shelf.delete(name)
+                deleted += 1
+    if deleted:
+        session.refresh()
+    return deleted
+
+
+def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None) -> ReachReport:
+    session.require_owner("erasing")
+    require_erasure_allowed(session)
+    cred = authenticate(session, reauth)
+    session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
+    finish_pending_erasures(session)
+    r, reader = session.roster, session.reader
+    views = []
+    for rid in record_ids:
+        where = session.materialized.record_location(rid)
+        if where is None:
+            raise UsageError(f"no record {rid.hex()[:12]} in this vault")
+        views.append((rid, *where))
+    cids = {c for _, _, c in views}
+    if len(cids) != 1:
+        raise UsageError("erase records of one compartment at a time")
+    cid = cids.pop()
+    if cid == r.control_id:
+        raise UsageError("control records cannot be erased")
+    target_batches = {b for _, b, _ in views}
+    affected = {reader.segment_epochs[name][1] for name, bids in reader.segment_batches.items()
+                if reader.segment_epochs.get(name, (None, None))[0] == cid and target_batches & set(bids)}
+    if not affected:
+        raise UsageError("the records to erase are not in any readable segment here (already erased?)")
+    if session.materialized.erased(record_ids) == set(record_ids):
+        raise UsageError("these records are already erased")
+    old_segments = sorted(name for name, (c, e) in reader.segment_epochs.items() if c == cid and e in affected)
+    targets = set(record_ids)
+    target_keys = {(r.compartment_name(cid), k) for k in session.materialized.keys_of(targets)}
+
+    # The erasing device rotates its key: the new key signs every new key file.
+    old_actor = session.require_writer()
+    new_dev = Credential.generate(CredentialKind.DEVICE)
+    rotation = rotation_records(session, old_actor, new_dev)
+    session.actor = new_dev
+    try:
+        rekey = Rekey(session)
+        roll_keyring(session, rekey, exclude={old_actor.writer_id}, destroyed={(cid, e) for e in affected})
+        owner = rekey.new_owner_kem()
+        eid = new_epoch(session, rekey, cid, "erasure", exclude=set(), owner=owner)
+        secret = rekey.new_secrets[(cid, eid)]
+        rekey.files.append(envelope(session, EnvelopeKind.EPOCH_SECRET, cid, eid, owner.public, secret))
+        current = r.current_epoch(cid)
+        for g in active_grants(session, set()):
+            rekey.files += grant_envelopes(session, g, cid, eid, secret, current.epoch_id if current else None)
+        rekey.files.append(session.build_slot(new_dev.recipient.public, slots.SlotType.DEVICE,
+                                              r.principals[old_actor.writer_id].name,
+                                              generation=rekey.new_generation, vms=rekey.new_vms))
+    finally:
+        session.actor = old_actor
+    epk = keys.epoch_key(secret, session.vault_id, cid, eid).public
+
+    # Re-encrypt the affected epochs' batches without the erased records.
+    seen: dict[bytes, Batch] = {}
+    for name in old_segments:
+        for b in reader.batches_of_segment(name):
+            records = tuple(None if rid in targets else raw for rid, raw in zip(b.header.records, b.records))
+            prior = seen.get(b.id)
+            if prior is not None:  # the same batch in two segments (before compaction pruned one)
+                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, records))
+            seen[b.id] = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
+    new_segments = reseal(session, cid, eid, epk, list(seen.values()))
+
+    erase_record = encode_record(Kind.ERASE, cred.writer_id,
+                                 body={0: cid, 1: sorted(targets), 2: sorted(affected)},
+                                 signers=[cred.signer, old_actor.signer])
+    manifest = encode_record(
+        Kind.ERASURE_MANIFEST, cred.writer_id,
+        body={0: cid, 1: sorted(segment_id(n) for n in old_segments),
+              2: sorted(segment_id(n) for n, _, _ in new_segments), 3: sorted(seen)},
+        signers=[cred.signer, old_actor.signer],
+    )
+    # 1. new key files and the re-encrypted segments (all deleted again if one cannot be written),
+    #    their names noted first in the local state: if a crash comes before the control batch that
+    #    announces them, the next open deletes them (the new epoch's key would otherwise be lost
+    #    with them, leaving them unreadable for good);
+    new_files: FileList = [*rekey.files, *((name, data) for name, data, _ in new_segments)]
+    control = session.all_compartments()[0]
+    with session.unannounced_files(ids.record_id(manifest), [n for n, _ in new_files]):
+        written = session.write_files(new_files)
+        # 2. this installation becomes the new device, whose first batches carry its certificate and
+        #    the old key's retirement: the control compartment first, so that the erased compartment's
+        #    own batch is sealed under the new epoch the control batch announces;
+        # (the new key knows this erasure from the start: a crash before the state below is saved must
+        # not make it rotate again on the next open and retire the key that signed the new slots)
+        switch_key(session, new_dev, seen_manifests=(ids.record_id(manifest),))
+        if rekey.new_vms is None or rekey.new_generation is None:
+            raise AssertionError("the keyring was not rolled")
+        seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # before the records: crash safety
+        per = {c: list(rotation) for c in session.all_compartments()}
+        for c, raws in rekey.records.items():
+            per.setdefault(c, []).extend(raws)
+        per[control] = [*per[control], erase_record, manifest]
+
+        def undo() -> None:  # the control batch could not be written at all: leave the vault as it was
+            session.delete_quietly(reversed(written))
+            switch_back(session, old_actor, new_dev)
+
+        write_batches(session, {control: per.pop(control)}, undo=undo)
+    per[cid] = [*per[cid], erase_record, manifest]
+    try:
+        write_batches(session, per)
+    except VaultError as exc:  # the erasure is announced: it cannot be undone, only completed
+        raise type(exc)(f"the erasure was interrupted after its control records were written "
+                        f"({exc.message.split(';')[0]}); free some space (or make the folder writable) and erase "
+                        "again to complete it", file=exc.file) from None
+    store = session.device_state_store
+    if store is None:
+        raise AssertionError("no device state")
+    with store.locked():  # this device's new key never held the destroyed keys
+        ds = store.load() or session.device_state
+        ds.manifests = session.erasure_manifests()
+        session.save_device_state(ds)
+    # 3. switch to the new master secret, delete old slots and envelopes, then the old segments.
+    files_written = len(new_files)
+    rekey.records, rekey.files = {}, []
+    apply(session, rekey)
+    forget_key(session, old_actor)
+    deleted = 0
+    for name in old_segments:
+        session.shelf.delete(name)
+        deleted += 1
+    changes = session.reader.changes()
+    session.reset_after_erasure()
+    session.reader.changes()  # everything was read again: what moved is the erased records and their facts
+    return ReachReport(
+        records=[t.hex() for t in sorted(targets)], compartment=r.compartment_name(cid),
+        epochs_destroyed=[e.hex() for e in sorted(affected)], batches_reencrypted=len(seen),
+        segments_deleted=deleted, segments_written=len(new_segments), key_files_deleted=len(rekey.delete),
+        generation=session.keyring.generation, exposed=_exposed(session, cid, {new_dev.writer_id}),
+        changes=Changes(records=tuple(sorted(targets)) + changes.records, batches=changes.batches, keys=changes.keys | target_keys,
+                        compartments=changes.compartments | {r.compartment_name(cid)}, devices=True,
+                        credentials=True, files_written=files_written,
+                        files_removed=deleted + len(rekey.delete), note="erased"),
+    )

@@ -1,0 +1,259 @@
+"""New epochs and the keyring: the two mechanisms behind every change of who can read (spec §15, §16).
+
+* **new epochs**: a fresh epoch secret for a compartment, announced by a signed EPOCH record and
+  delivered in envelopes to the owner KEM key and to the grants that may still read (the epoch
+  public key to appenders).  Revoking anything that could read a compartment starts a new epoch
+  there, so what is written afterwards is sealed to keys the revoked party never had;
+* **rolling the keyring**: when the vault master secret rolls (a user credential is revoked, or
+  erasure), every surviving epoch secret is wrapped again to the new owner KEM key and to the
+  grants, every user credential gets a new slot, and every other slot and envelope is deleted.
+  New files are written before control records, and old files are deleted last, so a crash at any
+  point leaves a vault that opens; running the operation again completes it.
+
+Also here: the slots a retiring owner key leaves behind (:func:`reissue_slots`), the scheduled
+epochs (30 days or 1000 batches), and the proof that a new credential holds its keys.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .. import envelopes, ids, keys, slots
+from ..control import Level, Principal, pop_message
+from ..credentials import Credential, CredentialKind
+from ..primitives import RecipientKey, random_bytes, verify_signature
+from ..records import Kind, encode_record
+from ..session import Session
+from ..session.installation import after_generation_roll, seal_device_key_for
+from ..session.writer import write_batches
+
+SCHEDULED_EPOCH_SECONDS = 30 * 86400
+SCHEDULED_EPOCH_BATCHES = 1000
+USER_KINDS = (CredentialKind.DEVICE, CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
+SLOT_TYPE = {
+    CredentialKind.DEVICE: slots.SlotType.DEVICE,
+    CredentialKind.PASSPHRASE: slots.SlotType.PASSPHRASE,
+    CredentialKind.RECOVERY: slots.SlotType.RECOVERY,
+    CredentialKind.RECIPIENT: slots.SlotType.RECIPIENT,
+}
+FileList = list[tuple[str, bytes]]
+
+
+@dataclass
+class Rekey:
+    """The files and records of one access change, applied in a crash-safe order by :func:`apply`."""
+
+    session: Session
+    records: dict[bytes, list[bytes]] = field(default_factory=dict)  # compartment -> control records
+    files: FileList = field(default_factory=list)  # new envelopes and slots
+    delete: list[str] = field(default_factory=list)
+    new_secrets: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict, repr=False)
+    new_vms: bytes | None = field(default=None, repr=False)
+    new_generation: int | None = None
+
+    def add_records(self, compartments: list[bytes], *raws: bytes) -> None:
+        for c in compartments:
+            self.records.setdefault(c, []).extend(raws)
+
+    def new_owner_kem(self) -> RecipientKey:
+        """The owner KEM key of the rolled master secret."""
+        if self.new_vms is None or self.new_generation is None:
+            raise AssertionError("the keyring was not rolled")
+        return keys.owner_kem(self.new_vms, self.session.vault_id, self.new_generation)
+
+
+def active_grants(session: Session, exclude: set[bytes]) -> list[Principal]:
+    r = session.roster
+    return [p for p in r.grants() if p.writer_id not in r.revocations and p.writer_id not in exclude]
+
+
+def envelope(session: Session, kind: envelopes.EnvelopeKind, cid: bytes, eid: bytes, public: bytes, key: bytes,
+             prev: bytes | None = None) -> tuple[str, bytes]:
+    actor = session.require_writer()
+    data = envelopes.build_envelope(
+        vault_id=session.vault_id, kind=kind, compartment_id=cid, epoch_id=eid, recipient_public=public,
+        recipient_id=ids.recipient_id(public), key=key, signer=actor.signer, signer_id=actor.writer_id,
+        prev_epoch=prev,
+    )
+    return envelopes.file_name(data), data
+
+
+def grant_envelopes(session: Session, grant: Principal, cid: bytes, eid: bytes, secret: bytes,
+                    prev: bytes | None = None, *, current: bool = True) -> FileList:
+    """Envelopes giving a grant its key for one epoch: the secret for read and write grants, the
+    public key (current epoch only) for append grants."""
+    if grant.grant is None:
+        raise AssertionError("not a grant")
+    level = grant.grant.scopes.get(cid)
+    if level in (Level.READ, Level.WRITE):
+        return [envelope(session, envelopes.EnvelopeKind.EPOCH_SECRET, cid, eid, grant.recipient_public, secret)]
+    if level == Level.APPEND and current:
+        epk = keys.epoch_key(secret, session.vault_id, cid, eid).public
+        return [envelope(session, envelopes.EnvelopeKind.EPOCH_PUBLIC, cid, eid, grant.recipient_public, epk, prev)]
+    return []
+
+
+def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclude: set[bytes],
+              owner: RecipientKey | None = None) -> bytes:
+    """Start a new epoch in ``cid``: EPOCH record (control + cid) and envelopes to the owner KEM key
+    and the remaining grants.  Returns the new epoch id."""
+    actor = session.require_writer()
+    roster = session.roster
+    current = roster.current_epoch(cid)
+    secret = random_bytes(32)
+    eid = ids.new_random_id()
+    epk = keys.epoch_key(secret, session.vault_id, cid, eid).public
+    record = encode_record(
+        Kind.EPOCH, actor.writer_id,
+        body={0: cid, 1: eid, 2: current.epoch_id if current else None, 3: reason, 4: epk,
+              5: keys.epoch_commit(secret, session.vault_id, cid, eid)},
+        signers=[actor.signer],
+    )
+    control = roster.control_id
+    if control is None:
+        raise AssertionError("no control compartment")
+    rekey.add_records([control, cid] if cid != control else [cid], record)
+    rekey.new_secrets[(cid, eid)] = secret
+    owner_key = owner or session.keyring.owner_kem
+    if owner_key is None:
+        raise AssertionError("no owner KEM key")
+    if rekey.new_vms is None:  # a rolled keyring wraps every secret itself
+        rekey.files.append(envelope(session, envelopes.EnvelopeKind.EPOCH_SECRET, cid, eid, owner_key.public, secret))
+        prev = current.epoch_id if current else None
+        for g in active_grants(session, exclude):
+            rekey.files += grant_envelopes(session, g, cid, eid, secret, prev)
+    return eid
+
+
+def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
+                 destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset()) -> None:
+    """Roll the master secret: new slots for every remaining user credential, every surviving epoch
+    secret wrapped to the new owner KEM key and the remaining grants; every other slot and envelope
+    is deleted after the new ones exist."""
+    keyring, r = session.keyring, session.roster
+    new_vms = random_bytes(32)
+    headers = session.slot_headers()[0]
+    generation = max(keyring.generation, max((h.generation for h in headers), default=0)) + 1
+    owner = keys.owner_kem(new_vms, session.vault_id, generation)
+    rekey.new_vms, rekey.new_generation = new_vms, generation
+    erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
+    secrets = {k: s for k, s in keyring.secrets().items() if k not in destroyed and k not in erased}
+    secrets.update(rekey.new_secrets)
+    grants = active_grants(session, exclude)
+    for (cid, eid), secret in sorted(secrets.items()):
+        rekey.files.append(envelope(session, envelopes.EnvelopeKind.EPOCH_SECRET, cid, eid, owner.public, secret))
+        info = r.epochs.get((cid, eid))
+        current = r.current_epoch(cid)
+        is_current = (current is not None and current.epoch_id == eid
+                      and not any(c == cid for c, _ in rekey.new_secrets))
+        for g in grants:
+            rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev if info else None,
+                                           current=is_current)
+    kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
+    for p in r.principals.values():
+        if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
+            continue
+        if p.kind == CredentialKind.PASSPHRASE and p.recipient_id not in kdf_by_recipient:
+            continue  # an old passphrase whose slot is gone: nothing to re-issue
+        rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name,
+                                              kdf=kdf_by_recipient.get(p.recipient_id), generation=generation,
+                                              vms=new_vms))
+    new_names = {n for n, _ in rekey.files}
+    for name in session.shelf.list():
+        kind = name.split("/", 1)[0]
+        if kind in ("slots", "env") and name not in new_names:
+            rekey.delete.append(name)
+
+
+def apply(session: Session, rekey: Rekey) -> None:
+    """Write new key files, then the control records, then switch keys in memory, then delete."""
+    written = session.write_files(rekey.files)
+    if rekey.new_vms is not None and rekey.new_generation is not None:
+        seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # before the records: crash safety
+    if rekey.records:
+        write_batches(session, rekey.records, undo=lambda: session.delete_quietly(reversed(written)))
+    if rekey.new_vms is not None:
+        session.keyring.set_master(rekey.new_vms, rekey.new_generation or session.keyring.generation)
+        after_generation_roll(session)
+    for name in rekey.delete:
+        session.shelf.delete(name)
+    session.reread_keys()
+
+
+def slots_of(session: Session, recipient_id: bytes) -> list[str]:
+    """The current generation's slots that wrap the master secret to ``recipient_id``."""
+    return [h.name for h, st in session.current_slots() if st.recipient_id == recipient_id]
+
+
+def reissue_slots(session: Session, retiring: bytes, signer: Credential) -> tuple[FileList, list[str]]:
+    """The slots that stop counting when owner key ``retiring`` is retired without a keyring roll
+    (re-certification, §12.4; key rotation after an erasure, §16.4): current-generation slots of
+    active user credentials whose statement no active owner other than ``retiring`` signed (it
+    created the vault, rolled the keyring last, enrolled a device, changed the passphrase).  Returns
+    their copies signed by ``signer`` (same credential, master secret and generation; written before
+    the records that retire the key) and the originals (deleted after those records)."""
+    r = session.roster
+    by_recipient = {p.recipient_id: p for p in r.principals.values()
+                    if p.kind in USER_KINDS and p.writer_id != retiring and p.writer_id not in r.revocations}
+    files: FileList = []
+    originals: list[str] = []
+    done: set[bytes] = set()
+    for h, st in sorted(session.current_slots(), key=lambda x: x[0].name):
+        p = by_recipient.get(st.recipient_id)
+        if p is None or SLOT_TYPE[p.kind] != h.type:
+            continue
+        counts_without = by_retiring = False
+        for wid, alg, sig in st.signatures:
+            q = r.principals.get(wid)
+            if q is None or not q.is_owner or wid in r.revocations or not verify_signature(alg, q.sig_public,
+                                                                                             st.message, sig):
+                continue
+            by_retiring = by_retiring or wid == retiring
+            counts_without = counts_without or wid != retiring
+        if counts_without or not by_retiring:
+            continue
+        originals.append(h.name)
+        if p.recipient_id in done:
+            continue
+        done.add(p.recipient_id)
+        files.append(session.build_slot(p.recipient_public, h.type, st.label, kdf=h.kdf, signer=signer,
+                                        generation=h.generation))
+    return files, originals
+
+
+def scheduled_epochs(session: Session) -> bool:
+    """Start a new epoch where the current one is older than 30 days or holds 1000 batches.
+    True when one started."""
+    if not session.is_owner or session.keyring.owner_kem is None:
+        return False
+    now = int(time.time())
+    # Counting batches per epoch walks every batch: do it when a minute passed or a sixteenth of the
+    # limit arrived since the last count (the policy is "about 1000 batches or 30 days", not exact).
+    last_time, last_size = session.scheduled_check
+    step = max(1, min(64, SCHEDULED_EPOCH_BATCHES // 16))
+    if time.monotonic() - last_time < 60 and len(session.batches) - last_size < step:
+        return False
+    session.scheduled_check = (time.monotonic(), len(session.batches))
+    due = []
+    counts = Counter(v.epoch_id for v in session.batches.values())  # one pass for every compartment
+    for cid in session.all_compartments():
+        epoch = session.roster.current_epoch(cid)
+        if epoch is None:
+            continue
+        if now - epoch.ts >= SCHEDULED_EPOCH_SECONDS or counts[epoch.epoch_id] >= SCHEDULED_EPOCH_BATCHES:
+            due.append(cid)
+    if not due:
+        return False
+    rekey = Rekey(session)
+    for cid in due:
+        new_epoch(session, rekey, cid, "scheduled", exclude=set())
+    apply(session, rekey)
+    return True
+
+
+def proof_of_possession(vault_id: bytes, cred: Credential) -> bytes:
+    return cred.signer.sign(pop_message(vault_id, cred.signer.public, cred.recipient.public))

@@ -1,0 +1,286 @@
+"""Reports about an open vault, for people: problems, sync state, devices, grants, activity, health,
+what an erasure would do, and a record's causal context.
+
+Each returns a value of :mod:`camillo.values`; nothing here writes.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .. import slots
+from ..credentials import CredentialKind
+from ..errors import UsageError, VaultError
+from ..packs import PackReader
+from ..records import verify_batch_signature
+from ..session import Session
+from ..state import RecordView, shown_ts
+from ..storage import FolderShelf, kind_of
+from ..values import (
+    ActivityRow,
+    DeviceInfo,
+    ErasurePreview,
+    GrantInfo,
+    HealthReport,
+    Problem,
+    RecordContext,
+    SyncStatus,
+    VaultStats,
+)
+
+
+def sync_status(session: Session) -> SyncStatus:
+    """For status bars: "up to date", "syncing", "missing batches" or "rollback alert", with details."""
+    reader = session.reader
+    kinds = {a.kind for a in session.alerts}
+    details = [a.message for a in session.alerts]
+    details += [f"{name} is incomplete (still syncing, or damaged)" for name in sorted(reader.incomplete)]
+    if "rollback" in kinds:
+        return SyncStatus("rollback alert", details)
+    if "missing" in kinds:
+        return SyncStatus("missing batches", details)
+    if "syncing" in kinds or reader.incomplete or (reader.unreadable and session.keyring.owner_kem is not None):
+        return SyncStatus("syncing", details)
+    return SyncStatus("up to date", details)
+
+
+def stats(session: Session) -> VaultStats:
+    return VaultStats(batches=len(session.log.accepted), records=session.materialized.count())
+
+
+def find_record(session: Session, prefix: str) -> RecordView:
+    """A record by its hex id or a unique prefix of at least 8 digits."""
+    text = prefix.strip().lower()
+    state = session.materialized
+    try:
+        if len(text) == 64:
+            v = state.record(bytes.fromhex(text))
+            if v:
+                return v
+        elif len(text) >= 8:
+            bytes.fromhex(text if len(text) % 2 == 0 else text[:-1])
+            found = state.ids_with_prefix(text)
+            if len(found) == 1:
+                one = state.record(found[0])
+                if one is not None:
+                    return one
+            if len(found) > 1:
+                raise UsageError(f"record id prefix {prefix} is ambiguous; give more digits")
+    except ValueError:
+        raise UsageError(f"'{prefix}' is not a record id (hex digits)") from None
+    raise UsageError(f"no record {prefix} in vault {session.vault_id.hex()[:12]}")
+
+
+# ---------------------------------------------------------------------------------- problems
+
+
+def problems(session: Session, *, full: bool = False) -> list[Problem]:
+    """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
+    gaps, forks and rejected records."""
+    reader, roster, log = session.reader, session.roster, session.log
+    out = list(reader.segment_problems.values())
+    out += slot_problems(session)
+    if isinstance(session.shelf, FolderShelf):
+        for name in session.shelf.walk():
+            if kind_of(name) == "pack":
+                try:
+                    PackReader(os.path.join(session.shelf.location, name)).close()
+                except VaultError as exc:
+                    out.append(Problem("damaged", name, exc.message))
+    for kind, file, message in roster.problems + reader.materialize_problems:
+        out.append(Problem(kind, file, message))
+    for bid, why in sorted({**roster.excluded, **log.rejected}.items()):
+        v = session.batches.get(bid)
+        out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
+    for a in session.alerts:
+        if a.kind == "rollback":
+            out.append(Problem("rollback", "", a.message))
+    for g in log.gaps:
+        who = roster.writer_name(g.writer_id) if g.writer_id else "a writer"
+        where = roster.compartment_name(g.compartment_id) if g.compartment_id else "the vault"
+        what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
+        seq = f" (seq {g.seq})" if g.seq else ""
+        out.append(Problem("gap", "", f"{what}{seq} from {who} in {where} is missing: {g.reason}"))
+    for f in log.forks:
+        out.append(Problem("fork", "", (
+            f"{roster.writer_name(f.writer_id)} wrote two different batches at seq {f.seq} in "
+            f"{roster.compartment_name(f.compartment_id)} ({', '.join(b.hex()[:12] for b in f.batch_ids)}); "
+            "its later batches are frozen until it is revoked and re-enrolled")))
+    for name, (_cid, eid) in sorted(reader.unreadable.items()):
+        if session.keyring.owner_kem is not None:
+            out.append(Problem("unreadable", name, f"segment {name} is sealed under epoch {eid.hex()[:12]}, "
+                               "whose key is not (yet) here"))
+    for v in session.materialized.rejected():
+        if (v.reason or "").startswith("waiting"):
+            out.append(Problem("waiting", "", f"record {v.id.hex()[:12]} is not applied yet: {(v.reason or '')[9:]}"))
+        else:
+            out.append(Problem("rejected-record", "", f"record {v.id.hex()[:12]} was rejected: {v.reason}"))
+    if full:
+        for bid in sorted(log.accepted):
+            view = session.batches[bid]
+            pk = roster.signer_public(view.header.writer_id)
+            if pk is None or not verify_batch_signature(view.batch, pk):
+                out.append(Problem("signature", view.segment,
+                                   f"batch {bid.hex()[:12]} fails full signature verification"))
+    return out
+
+
+def slot_problems(session: Session) -> list[Problem]:
+    headers, damaged = session.slot_headers()
+    out = [p for _, p in damaged]
+    if not session.keyring.unlocked:
+        return out
+    for h in headers:
+        if h.generation != session.keyring.generation:
+            continue
+        try:
+            st = slots.read_statement(h, session.vault_id, session.keyring.master_secret())
+        except VaultError as exc:
+            out.append(Problem("damaged", h.name, exc.message))
+            continue
+        if not session.statement_signed(st.signatures, st.message):
+            out.append(Problem("untrusted", h.name, f"slot {h.name} is not signed by an owner of this vault "
+                               "(planted, or left by an unfinished operation); it is never used"))
+    return out
+
+
+# ---------------------------------------------------------------------------------- who
+
+
+def last_seen(session: Session) -> dict[bytes, int]:
+    """When each writer last wrote (the newest batch time it claims), by writer id."""
+    last: dict[bytes, int] = {}
+    for v in session.batches.values():
+        w = v.header.writer_id
+        last[w] = max(last.get(w, 0), shown_ts(v.header.ts) or 0)
+    return last
+
+
+def devices(session: Session) -> list[DeviceInfo]:
+    """The user's devices: name, platform, when enrolled, when last seen writing, revoked."""
+    roster = session.roster
+    last = last_seen(session)
+    me = session.actor.writer_id if session.actor is not None else None
+    replaced = {p.replaces for p in roster.principals.values() if p.replaces is not None}
+    out = [DeviceInfo(p.writer_id, p.name, p.platform, p.kind.label, p.created, last.get(p.writer_id),
+                      p.writer_id in roster.revocations, p.writer_id == me, p.writer_id in replaced)
+           for p in roster.principals.values() if p.kind == CredentialKind.DEVICE]
+    return sorted(out, key=lambda d: (d.replaced, d.revoked, d.enrolled, d.name))
+
+
+def grants(session: Session) -> list[GrantInfo]:
+    """Agent grants: agent, compartments and levels, maximum class, expiry, last used, revoked."""
+    roster = session.roster
+    last = last_seen(session)
+    out = []
+    for p in roster.grants():
+        g = p.grant
+        if g is None:
+            continue
+        rev = roster.revocations.get(p.writer_id)
+        out.append(GrantInfo(
+            grant_id=g.grant_id, agent=g.agent, writer_id=p.writer_id,
+            scopes={roster.compartment_name(c): lv.label for c, lv in sorted(g.scopes.items())},
+            max_class=g.max_class.label, expires=g.not_after, created=g.created,
+            last_used=last.get(p.writer_id), revoked=rev is not None, revoked_at=rev.ts if rev else None,
+        ))
+    return sorted(out, key=lambda g: (g.revoked, g.created))
+
+
+def own_grant(session: Session) -> GrantInfo | None:
+    """The grant this session acts under (an agent's), as far as the grant file and roster tell."""
+    g = session.grant
+    if g is None:
+        return None
+    roster = session.roster
+    rev = roster.revocations.get(g.writer_id)
+    return GrantInfo(grant_id=g.grant_id, agent=g.agent, writer_id=g.writer_id,
+                     scopes={n: lv.label for n, lv in sorted(g.scopes.items())}, max_class=g.max_class.label,
+                     expires=g.not_after, created=0, revoked=rev is not None, revoked_at=rev.ts if rev else None)
+
+
+# ---------------------------------------------------------------------------------- overviews
+
+
+def record_context(session: Session, rid: bytes) -> RecordContext:
+    """The causal context of a record: its batch, writer and what that writer had seen."""
+    v = session.materialized.record(rid)
+    if v is None:
+        raise UsageError(f"no record {rid.hex()[:12]}")
+    view = session.batches.get(v.batch_id)
+    if view is None:
+        return RecordContext(writer=v.writer)
+    h, roster = view.header, session.roster
+    seen = {roster.writer_name(w): s for w, s in h.frontier.items() if s and w != h.writer_id}
+    return RecordContext(writer=v.writer, seq=h.seq, ts=shown_ts(h.ts), seen=seen, segment=view.segment,
+                         compartment=roster.compartment_name(h.compartment_id))
+
+
+def activity(session: Session, limit: int = 500) -> list[ActivityRow]:
+    """Who wrote what, when, where, and how it was verified: one row per batch, newest first."""
+    roster, log, state = session.roster, session.log, session.materialized
+    rows = []
+    for bid, view in session.batches.items():
+        h = view.header
+        kinds = state.kinds_of(h.records)
+        p = roster.principals.get(h.writer_id)
+        status = ("accepted" if bid in log.accepted else
+                  f"rejected: {log.rejected.get(bid) or roster.excluded.get(bid) or 'not verified'}")
+        rows.append(ActivityRow(
+            batch=bid, ts=shown_ts(h.ts) or 0, writer=roster.writer_name(h.writer_id),
+            writer_kind="agent" if p is not None and p.grant else (p.kind.label if p else "unknown"),
+            compartment=roster.compartment_name(h.compartment_id), seq=h.seq, records=len(h.records),
+            summary=", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+            verified="compaction signature" if view.vouched else "signature", status=status,
+        ))
+    rows.sort(key=lambda r: (-r.ts, r.batch))
+    return rows[:limit]
+
+
+def health(session: Session, *, stale_days: int = 30, many_agents: int = 3) -> HealthReport:
+    """What deserves the owner's attention (the KeePassXC reports idea)."""
+    now = int(time.time())
+    facts = session.materialized.facts()
+    status, details = sync_status(session)
+    live_grants = [g for g in grants(session) if not g.revoked]
+    stale_grants = [g for g in live_grants if (g.last_used or g.created) < now - stale_days * 86400]
+    live_devices = [d for d in devices(session) if not d.revoked]
+    stale_devices = [d for d in live_devices
+                     if not d.this_device and (d.last_seen or d.enrolled) < now - stale_days * 86400]
+    readers: dict[str, list[str]] = {}
+    for g in live_grants:
+        for comp, level in g.scopes.items():
+            if level in ("read", "write"):
+                readers.setdefault(comp, []).append(g.agent)
+    return HealthReport(
+        conflicts=[f.key for f in facts if f.status == "conflict"],
+        pending=[f.key for f in facts if f.status == "pending"],
+        stale_grants=[g.agent for g in stale_grants],
+        stale_devices=[d.name for d in stale_devices],
+        crowded_compartments={c: a for c, a in readers.items() if len(a) >= many_agents},
+        sync=status, sync_details=details,
+        problems=[p for p in problems(session) if p.kind not in ("waiting",)],
+        erasure_enabled=session.roster.policy.erasure_enabled,
+        devices=len(live_devices), grants=len(live_grants), records=session.materialized.count(),
+    )
+
+
+def erasure_preview(session: Session, rid: bytes) -> ErasurePreview:
+    """What erasing ``rid`` will do, in numbers, before anything is done."""
+    reader = session.reader
+    v = session.materialized.record(rid)
+    if v is None:
+        raise UsageError(f"no record {rid.hex()[:12]}")
+    segs = [n for n, bids in reader.segment_batches.items() if v.batch_id in bids]
+    epochs = {reader.segment_epochs[n][1] for n in segs if n in reader.segment_epochs}
+    affected = [n for n, (c, e) in reader.segment_epochs.items() if c == v.compartment_id and e in epochs]
+    batches = {b for n in affected for b in reader.segment_batches.get(n, [])}
+    readers = [g.agent for g in grants(session) if not g.revoked and g.scopes.get(v.compartment) in ("read", "write")]
+    policy = session.roster.policy
+    return ErasurePreview(record=v, compartment=v.compartment, epochs=len(epochs), segments=len(affected),
+                          batches=len(batches),
+                          other_devices=[d.name for d in devices(session) if not d.revoked and not d.this_device],
+                          readers=readers, allowed=policy.erasure_enabled, policy_reason=policy.reason)

@@ -1,0 +1,496 @@
+"""The unlocked vault: one :class:`Session` per open vault, below the facade.
+
+A session holds who is acting (this installation's device key, or an agent's grant), the
+credential the user unlocked with, the keys (:class:`~camillo.session.keyring.KeyRing`), what was
+read (:class:`~camillo.session.reader.Reader`), this actor's durable device state (own counters,
+rollback memory, spec §17.5, §18.4) and its disposable cache.  The operations in :mod:`camillo.ops`
+take a session; the facade :class:`camillo.Vault` owns one.
+
+Names: *the materialised state* is the SQLite view of records and facts
+(``session.reader.materialized``); *the device state* is this actor's sealed memory of the vault
+(``session.device_state``, saved by ``session.device_state_store``); *the local files* are this
+installation's own files about the vault (``session.local``).
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+from .. import ids, slots
+from ..cache import Cache
+from ..control import BatchView, Level, Roster
+from ..credentials import Credential, CredentialKind
+from ..devicestate import DeviceState, DeviceStateStore
+from ..errors import AccessDenied, KeychainError, ReadOnlyVault, UsageError, VaultError
+from ..localstate import VaultLocal
+from ..log import Alert, CausalLog, check_memory
+from ..primitives import KdfParams, SigningKey, verify_signature
+from ..records import Authority, Kind, encode_record
+from ..state import State
+from ..storage import FolderShelf, PackShelf, kind_of
+from ..values import Problem
+from .grantfile import GrantFile
+from .keyring import KeyRing
+from .reader import Reader
+
+FileList = list[tuple[str, bytes]]
+
+
+class Session:
+    def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, home: str | None = None) -> None:
+        self.shelf = shelf
+        self.vault_id = vault_id
+        self.local = VaultLocal(vault_id, home)
+        self.read_only = not shelf.writable
+        self.verifying = False  # opened read_only on purpose: compare the device memory, never save it
+        self.unlocked_with = ""  # what the user unlocked with, for status bars
+        self.locked = False
+        self.keyring = KeyRing(vault_id)
+        self.reader = Reader(shelf, vault_id, self.keyring)
+        self.actor: Credential | None = None  # who writes: this installation's device, or a grant
+        self.grant: GrantFile | None = None  # when opened as an agent
+        self.grant_scope_ids: dict[str, bytes] = {}
+        self.unlocking: Credential | None = None  # the credential the user unlocked with
+        self.unlock_slot: slots.SlotHeader | None = None
+        self.device_state = DeviceState()
+        self.device_state_store: DeviceStateStore | None = None
+        self.cache: Cache | None = None
+        self.cache_problem = ""
+        self.use_cache = True
+        self.alerts: list[Alert] = []
+        self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
+        self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
+        self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
+        self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
+
+    def __repr__(self) -> str:
+        return f"Session({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
+
+    # ------------------------------------------------------------------------------ what was read
+
+    @property
+    def roster(self) -> Roster:
+        return self.reader.roster
+
+    @property
+    def log(self) -> CausalLog:
+        return self.reader.log
+
+    @property
+    def batches(self) -> dict[bytes, BatchView]:
+        return self.reader.batches
+
+    @property
+    def materialized(self) -> State:
+        return self.reader.materialized
+
+    def refresh(self) -> bool:
+        """Read what is new in the folder (see :meth:`Reader.refresh`); what moved is collected
+        for the next ``self.reader.changes()``."""
+        return self.reader.refresh()
+
+    def reset_reading(self) -> None:
+        """Forget every key below the master secret and everything read with them."""
+        self.keyring.forget_epoch_keys()
+        self.reader.reset()
+        self.refused_slots = set()
+        self.known_slot_files = None
+        self.keychain_problem = ""
+
+    def reread_keys(self) -> None:
+        """Envelopes changed (a new keyring): read every epoch key again, then the folder."""
+        self.keyring.forget_epoch_keys()
+        self.keyring.epoch_publics.clear()
+        self.reader.rescan_all = True
+        self.refresh()
+        self.update_memory()
+
+    def adopt_master_secret(self, vms: bytes, generation: int) -> None:
+        """Read everything again under this master secret (keys below it are derived again)."""
+        refused = self.refused_slots
+        self.keyring.set_master(vms, generation)
+        self.reset_reading()
+        self.refused_slots = refused
+        self.refresh()
+
+    def reset_after_erasure(self) -> None:
+        """Erasure destroyed keys and segments: forget everything read with them and read the
+        vault again; the cache of the old state is deleted (spec §16.4, "devices purge caches")."""
+        if self.cache is not None:
+            self.cache.discard()
+        cache, self.cache = self.cache, None
+        self.reset_reading()
+        self.cache = cache
+        self.reader.forget_cached_roster()
+        self.refresh()
+        self.update_memory()
+
+    # ------------------------------------------------------------------------------ compartments
+
+    @property
+    def compartments(self) -> dict[str, bytes]:
+        """Data compartments by name (what this credential can address)."""
+        return {n: c for c, n in sorted(self.roster.compartments.items(), key=lambda x: x[1])}
+
+    def all_compartments(self) -> list[bytes]:
+        """The control compartment, then every data compartment."""
+        if self.roster.control_id is None:
+            raise AssertionError("the roster has no control compartment yet")
+        return [self.roster.control_id, *self.roster.compartments]
+
+    def compartment_id(self, name: str) -> bytes:
+        cid = self.roster.compartment_id(name)
+        if cid is None and self.grant is not None:
+            cid = self.grant_scope_ids.get(name)
+        if cid is None:
+            raise UsageError(
+                f"vault {self.vault_id.hex()[:12]} has no compartment '{name}'; it has: "
+                f"{', '.join(sorted(self.roster.compartments.values()))}"
+            )
+        return cid
+
+    def compartment_name(self, cid: bytes) -> str:
+        name = next((n for n, c in self.grant_scope_ids.items() if c == cid), None) if self.grant else None
+        return name or self.roster.compartment_name(cid)
+
+    # ------------------------------------------------------------------------------ who may do what
+
+    def require_writer(self) -> Credential:
+        if self.read_only:
+            if isinstance(self.shelf, FolderShelf) and not self.shelf.writable:
+                raise ReadOnlyVault(
+                    f"the vault folder {self.shelf.location} cannot be written (a read-only mount, or no write "
+                    "permission), so the vault is open read-only and nothing was changed: make the folder writable "
+                    "and open the vault again")
+            raise ReadOnlyVault(
+                f"{os.path.basename(self.shelf.location)} is open read-only"
+                + (" (a .vmem file: unpack it to change it)" if isinstance(self.shelf, PackShelf) else "")
+            )
+        if self.actor is None:
+            if self.keychain_problem:
+                raise KeychainError(f"{self.keychain_problem}; this installation's device key is kept there, so "
+                                    "this session can read but not write: unlock the keychain and open the vault again")
+            raise ReadOnlyVault("this vault was opened without a writer; open it again to register this installation")
+        return self.actor
+
+    @property
+    def is_owner(self) -> bool:
+        """The master secret is here and a device of the owner acts (not an agent's grant)."""
+        return self.keyring.unlocked and self.actor is not None and self.actor.kind == CredentialKind.DEVICE
+
+    def require_owner(self, what: str) -> Credential:
+        if not self.is_owner:
+            raise AccessDenied(f"{what} needs the vault owner's credential (a passphrase, recovery phrase or device "
+                               "key); an agent grant cannot do it")
+        return self.require_writer()
+
+    def require_read(self) -> None:
+        """An append-only grant reads nothing (spec §16.1)."""
+        g = self.grant
+        if g is not None and all(lv == Level.APPEND for lv in g.scopes.values()):
+            raise AccessDenied(f"the grant of agent {g.agent} ({g.grant_id.hex()[:12]}) is append-only: it can add "
+                               "records but not read any (rule: append grants never read)")
+
+    def check_grant(self, cid: bytes, *, write: bool, read: bool = False, authority: int | None = None,
+                    key: str | None = None) -> None:
+        """Refuse what the grant in use does not allow, naming the grant and the rule."""
+        g = self.grant
+        if g is None:
+            return
+        name = self.roster.compartment_name(cid)
+        level = None
+        for scope_name, lv in g.scopes.items():
+            if self.grant_scope_ids.get(scope_name) == cid:
+                level = lv
+        who = f"the grant of agent {g.agent} ({g.grant_id.hex()[:12]})"
+        if level is None:
+            raise AccessDenied(f"{who} gives no access to compartment {name} (rule: a grant covers only its "
+                               "compartments)")
+        if read and level == Level.APPEND:
+            raise AccessDenied(f"{who} is append-only for {name}: it can add records but not read any "
+                               "(rule: append grants never read)")
+        if write and level == Level.READ:
+            raise AccessDenied(f"{who} is read-only for {name} (rule: read grants cannot write)")
+        if authority is not None and authority > g.max_class:
+            raise AccessDenied(f"{who} may write at most {g.max_class.label} authority, not "
+                               f"{Authority(authority).label} (rule: only the user writes with user authority; "
+                               "agents stay within their grant's maximum)")
+        if key is not None and level == Level.APPEND:
+            prefix = f"append/{g.grant_id.hex()}/"
+            if not key.startswith(prefix):
+                raise AccessDenied(f"{who} may only write keys under {prefix} (rule: appenders write in their own "
+                                   "key namespace)")
+
+    # ------------------------------------------------------------------------------ slots
+
+    def slot_headers(self) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:
+        """Readable slot headers, and the damaged slots with the credential type they claim."""
+        out, damaged = [], []
+        for name in self.shelf.list():
+            if kind_of(name) != "slot":
+                continue
+            data = b""
+            try:
+                data = self.shelf.read(name)
+                out.append(slots.read_header(data, name))
+            except FileNotFoundError:
+                continue
+            except VaultError as exc:
+                damaged.append((data[9] if len(data) > 9 else None, Problem("damaged", name, exc.message)))
+        return out, damaged
+
+    def statement_signed(self, signatures: Sequence[tuple[bytes, int, bytes]], message: bytes) -> bool:
+        """Is a slot statement signed by a current owner of the vault?"""
+        for wid, alg, sig in signatures:
+            p = self.roster.principals.get(wid)
+            if p is not None and p.is_owner and wid not in self.roster.revocations:
+                if verify_signature(alg, p.sig_public, message, sig):
+                    return True
+        return False
+
+    def current_slots(self) -> Iterator[tuple[slots.SlotHeader, slots.SlotStatement]]:
+        """The current generation's slots whose statement opens under the master secret."""
+        vms = self.keyring.master_secret()
+        for h in self.slot_headers()[0]:
+            if h.generation != self.keyring.generation:
+                continue
+            try:
+                yield h, slots.read_statement(h, self.vault_id, vms)
+            except VaultError:
+                continue
+
+    def build_slot(self, recipient_public: bytes, stype: slots.SlotType, label: str, *,
+                   kdf: KdfParams | None = None, signer: Credential | None = None, generation: int | None = None,
+                   vms: bytes | None = None) -> tuple[str, bytes]:
+        """A slot wrapping the master secret (this generation's, unless given) to a recipient key,
+        signed by ``signer`` (this session's writer, unless given)."""
+        signer = signer or self.require_writer()
+        sid = ids.new_random_id()
+        data = slots.build_slot(
+            vault_id=self.vault_id, slot_id=sid, slot_type=stype, generation=generation or self.keyring.generation,
+            vms=vms or self.keyring.master_secret(), recipient_public=recipient_public,
+            recipient_id=ids.recipient_id(recipient_public), kdf=kdf, label=label, signer=signer.signer,
+            signer_id=signer.writer_id,
+        )
+        return slots.file_name(sid), data
+
+    def write_slot(self, cred: Credential, stype: slots.SlotType, label: str) -> str:
+        name, data = self.build_slot(cred.recipient.public, stype, label, kdf=cred.kdf)
+        self.shelf.write(name, data)
+        return name
+
+    # ------------------------------------------------------------------------------ files
+
+    def write_files(self, files: FileList) -> list[str]:
+        """Write an operation's new files (key files, re-encrypted segments), which go before the
+        control records that announce them.  If one cannot be written (the disk is full, the folder
+        became read-only), the ones written so far are deleted again: nothing announces them yet, so
+        the failed operation leaves the vault as it found it (as its error message says).  Returns
+        the names written, for ``write_batches(undo=...)`` when the records announcing them cannot
+        be written either."""
+        written: list[str] = []
+        try:
+            for name, data in files:
+                if self.shelf.write(name, data):
+                    written.append(name)
+        except VaultError:
+            self.delete_quietly(reversed(written))
+            raise
+        return written
+
+    def delete_quietly(self, names: Iterable[str]) -> None:
+        """Delete files an operation wrote before it failed (nothing announces them)."""
+        for name in names:
+            try:
+                self.shelf.delete(name)
+            except VaultError:
+                pass
+
+    @contextlib.contextmanager
+    def unannounced_files(self, announce: bytes, names: list[str]) -> Iterator[None]:
+        """Around an operation that writes vault files before the record ``announce`` that refers
+        to them: their names are noted durably in the local files first, so that if a crash comes
+        before that record is written the next open deletes them (nothing refers to them) instead of
+        leaving them for good (spec §12.4, §16.4).  One such operation at a time per installation."""
+        with self.local.operation_lock():
+            self.resolve_unannounced()
+            self.local.save_pending(announce, names)
+            yield
+            self.local.clear_pending()
+
+    def finish_unannounced(self) -> None:
+        """On a writable open: the files of an operation of this installation that a crash
+        interrupted before its announcing record are deleted (unless that operation still runs)."""
+        if not isinstance(self.shelf, FolderShelf) or self.local.load_pending() is None:
+            return
+        with self.local.operation_lock(wait=False) as mine:
+            if mine:
+                self.resolve_unannounced()
+
+    def resolve_unannounced(self) -> None:
+        pending = self.local.load_pending()
+        if pending is None:
+            return
+        announce, names = pending
+        if not any(announce in v.header.records for v in self.batches.values()):
+            doomed = [n for n in names if self.shelf.exists(n)]
+            try:
+                for name in doomed:
+                    self.shelf.delete(name)
+            except VaultError:
+                return  # kept for the next writable open
+            finally:
+                if doomed:
+                    self.refresh()
+        self.local.clear_pending()
+
+    def commit_staged(self) -> bool:
+        """Finish the last write of this actor if a crash interrupted it after its counter was
+        persisted: rename its staged segments into place.  True when one was finished."""
+        done = False
+        if isinstance(self.shelf, FolderShelf) and not self.read_only:
+            for name, tmp in self.device_state.extra.get("staged") or []:
+                if not self.shelf.exists(name):
+                    done = self.shelf.commit(name, tmp) or done
+        return done
+
+    # ------------------------------------------------------------------------------ records
+
+    def revoke_record(self, subject: bytes, reason: str, *, signers: Sequence[SigningKey]) -> bytes:
+        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
+        seen: dict[bytes, dict[bytes, int]] = {}
+        pins: dict[bytes, bytes] = {}
+        for (w, c), chain in self.log.chains.items():
+            if chain:
+                seen.setdefault(c, {})[w] = max(chain)
+                if w == subject:
+                    pins[c] = chain[max(chain)]
+        author = ids.writer_id(signers[-1].alg, signers[-1].public)
+        return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason},
+                             signers=list(signers))
+
+    def erasure_manifests(self) -> list[bytes]:
+        """The erasures a key made now has nothing to fear from (it never opened what they destroyed)."""
+        return sorted(m.record_id for m in self.roster.manifests.values() if m.kind == Kind.ERASURE_MANIFEST)
+
+    # ------------------------------------------------------------------------------ device state
+
+    def open_device_state(self) -> None:
+        """Load this actor's device state (and finish a write a crash interrupted)."""
+        if self.actor is None:
+            raise AssertionError("no actor")
+        store = self.device_state_store = DeviceStateStore(self.local.state_path(self.actor.writer_id),
+                                                           self.actor.signer.seed, self.vault_id)
+        loaded = store.load()
+        if loaded is not None:
+            self.device_state = loaded
+            if loaded.extra.get("staged") and not self.read_only:
+                with store.locked():
+                    self.device_state = store.load() or loaded
+                    if self.commit_staged():
+                        self.refresh()  # a write a crash interrupted is finished now
+
+    def update_memory(self) -> None:
+        """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
+        store = self.device_state_store
+        if store is None or (self.read_only and not self.verifying):
+            self.alerts = []
+            return
+        ds = self.device_state
+        covered = {b for m in self.roster.manifests.values() for b in m.batches}
+        known = set(self.roster.epochs) if self.roster.genesis is not None else None
+        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
+                                             self.keyring.generation, int(time.time()), ds.epochs, known)
+        self.alerts = alerts
+        generation = max(ds.generation, self.keyring.generation)
+        epochs = dict(ds.epochs)
+        if known is not None:
+            for cid in self.all_compartments():
+                current = self.roster.current_epoch(cid)
+                if current is not None:
+                    epochs[cid] = current.epoch_id
+        if self.verifying:
+            return
+        if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
+            with store.locked():
+                on_disk = store.load() or ds
+                on_disk.remembered, on_disk.first_missing, on_disk.generation = memory, first, generation
+                on_disk.epochs = epochs
+                store.save(on_disk)
+                self.device_state = on_disk
+
+    def save_device_state(self, ds: DeviceState) -> None:
+        if self.device_state_store is None:
+            raise AssertionError("no device state here")
+        self.device_state = ds
+        self.device_state_store.save(ds)
+
+    def accept_current_state(self) -> None:
+        """After the user has looked at a rollback alert: remember the vault as it is now."""
+        store = self.device_state_store
+        if store is None:
+            return
+        with store.locked():
+            ds = store.load() or self.device_state
+            ds.remembered, ds.first_missing, ds.epochs = {}, {}, {}
+            ds.generation = self.keyring.generation
+            store.save(ds)
+            self.device_state = ds
+        self.update_memory()
+
+    # ------------------------------------------------------------------------------ the cache
+
+    def open_cache(self, actor: Credential) -> Cache:
+        return Cache(self.local.cache_path(actor.writer_id), actor.signer.seed, self.vault_id)
+
+    def load_cache(self) -> None:
+        """Resume from this actor's encrypted cache, so only new segments are read."""
+        self.cache = None
+        if self.actor is None or self.read_only or not self.use_cache:
+            return
+        self.cache = self.open_cache(self.actor)
+        db = self.cache.load(self.keyring.generation)
+        if db is None:
+            return
+        problem = self.reader.load_cached(db)
+        if problem:
+            self.cache.discard()
+            self.cache_problem = problem
+
+    def discard_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.discard()
+        self.cache = None
+
+    def save_cache(self) -> None:
+        """Seal the materialised state into this actor's cache (done on lock when it changed)."""
+        if self.cache is None or not self.reader.dirty:
+            return
+        self.cache.save(self.reader.database_for_cache(), self.keyring.generation)
+        self.reader.dirty = False
+
+    # ------------------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Drop every key and the decrypted state.  The session cannot be used afterwards."""
+        if self.locked:
+            return
+        try:
+            self.save_cache()
+        except VaultError:
+            pass  # the cache is disposable; failing to save it loses nothing
+        self.keyring.wipe()
+        self.unlocking = None
+        self.unlock_slot = None
+        self.actor = None
+        self.grant = None  # an agent's grant file carries its credential's seeds
+        self.cache = None  # holds the local cache key
+        self.device_state_store = None  # holds the local device-state key
+        self.reader.close()
+        self.shelf.close()
+        self.locked = True

@@ -1,0 +1,257 @@
+"""This installation's device key for a vault: where it is kept, and switching to a new one.
+
+The key is kept in the OS keychain (Secret Service, macOS Keychain, Windows Credential Locker)
+when one is usable; otherwise its seeds are sealed in the local files under a key derived from
+the vault master secret of each generation the device has seen (``device-key.bin``), so it opens
+only after the user unlocked the vault with a passphrase or recovery phrase (spec §12.5, §18).
+The installation record (``installation.cbor``) says which writer this installation is and where
+its key lives.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from collections.abc import Sequence
+
+from .. import encoding, keychain, keys
+from ..credentials import Credential, CredentialKind
+from ..devicestate import DeviceState
+from ..errors import KeychainError, VaultError, WrongCredential
+from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
+from .core import Session
+
+
+def hostname() -> str:
+    try:
+        return socket.gethostname() or "this computer"
+    except OSError:
+        return "this computer"
+
+
+def platform_label() -> str:
+    return f"{platform.system()} {platform.release()}".strip()
+
+
+def device_unlock_available(vault_id: bytes, home: str | None = None) -> bool:
+    """Does this installation hold a device key for the vault in the OS keychain?"""
+    inst = VaultLocal(vault_id, home).load_installation()
+    return (inst is not None and inst.keystore == "keychain"
+            and keychain.load(vault_id, inst.writer_id) is not None)
+
+
+# ---------------------------------------------------------------------------------- finding the key
+
+
+def load_device_credential(session: Session) -> Credential:
+    """The device key this installation keeps in the OS keychain (to unlock with it)."""
+    inst = session.local.load_installation()
+    vid = session.vault_id.hex()[:12]
+    if inst is None:
+        raise WrongCredential(
+            f"this installation holds no device key for vault {vid}; unlock once with your passphrase or "
+            "recovery phrase to register it"
+        )
+    if inst.keystore != "keychain":
+        raise WrongCredential(
+            f"this installation keeps its device key for vault {vid} sealed under the vault's keys because no "
+            "OS keychain was available; unlock with your passphrase or recovery phrase"
+        )
+    seeds = keychain.load(session.vault_id, inst.writer_id)
+    if seeds is None:
+        raise KeychainError(
+            f"the OS keychain has no device key for vault {vid}; unlock with your passphrase or recovery phrase"
+        )
+    return Credential.from_seeds(CredentialKind.DEVICE, *seeds)
+
+
+def find_installation_credential(session: Session) -> Credential | None:
+    """After a passphrase or recovery unlock: this installation's own device key, if it has one
+    for this vault (checked against the roster by :func:`confirm_actor`)."""
+    inst = session.local.load_installation()
+    if inst is None:
+        return None
+    cred = None
+    if inst.keystore == "keychain":
+        try:
+            seeds = keychain.load(session.vault_id, inst.writer_id)
+        except KeychainError as exc:
+            # Locked or unreachable is not lost: this session reads but does not write, and the
+            # installation keeps its key (replacing it would retire a key that still exists).
+            session.keychain_problem = exc.message
+            return None
+        if seeds is not None:
+            cred = Credential.from_seeds(CredentialKind.DEVICE, *seeds)
+    else:
+        cred = load_local_device_key(session)
+    if cred is None or cred.writer_id != inst.writer_id:
+        return None  # lost: a new writer is certified instead (never reuse a writer id blindly)
+    return cred
+
+
+def confirm_actor(session: Session) -> None:
+    """The installation's device must be a current writer of this vault; otherwise it does not
+    write (a new device is certified on a writable open) and its cache is not trusted."""
+    actor, roster = session.actor, session.roster
+    if actor is None or actor.kind != CredentialKind.DEVICE:
+        return
+    if actor.writer_id not in roster.principals or actor.writer_id in roster.revocations:
+        session.discard_cache()
+        session.actor = None
+
+
+# ---------------------------------------------------------------------------------- the local seal
+
+
+def _blob_key(session: Session, vms: bytes, generation: int) -> bytes:
+    return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", session.vault_id)
+
+
+def load_local_device_key(session: Session) -> Credential | None:
+    data = read_file(session.local.device_key_path)
+    if data is None or not session.keyring.unlocked:
+        return None
+    generation = session.keyring.generation
+    try:
+        table = encoding.decode(data, "device-key.bin")
+        blob = table.get(generation)
+        if blob is None:
+            return None
+        raw = open_local(_blob_key(session, session.keyring.master_secret(), generation), "device-key",
+                         session.vault_id, blob, session.local.device_key_path)
+        m = encoding.decode(raw, "device key")
+        return Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+    except (VaultError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def save_local_device_key(session: Session, cred: Credential, vms: bytes | None = None,
+                          generation: int | None = None) -> None:
+    """Seal the device seeds under the master secret of ``generation`` (default: the current one)."""
+    data = read_file(session.local.device_key_path)
+    table: dict[int, bytes] = {}
+    if data is not None:
+        try:
+            table = dict(encoding.decode(data, "device-key.bin"))
+        except VaultError:
+            table = {}
+    if vms is None or generation is None:
+        vms, generation = session.keyring.master_secret(), session.keyring.generation
+    payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
+    table[generation] = seal_local(_blob_key(session, vms, generation), "device-key", session.vault_id, payload)
+    atomic_write(session.local.device_key_path, encoding.encode(table))
+
+
+def seal_device_key_for(session: Session, vms: bytes, generation: int) -> None:
+    """Before the control records that make master-secret ``generation`` current are written:
+    an installation that keeps its device key sealed locally must be able to read it at that
+    generation, or a crash right after those records leaves it unable to find its key on the
+    next open (it would then certify a new key and retire this one, the key that signed the
+    new generation's slots, and no passphrase or recovery slot would count any more)."""
+    actor = session.actor
+    if actor is not None and actor.kind == CredentialKind.DEVICE:
+        inst = session.local.load_installation()
+        if inst is not None and inst.keystore == "local" and inst.writer_id == actor.writer_id:
+            save_local_device_key(session, actor, vms, generation)
+
+
+def after_generation_roll(session: Session) -> None:
+    """The master secret rolled: keep this installation's sealed device key readable."""
+    actor = session.actor
+    if actor is not None and actor.kind == CredentialKind.DEVICE:
+        inst = session.local.load_installation()
+        if inst is not None and inst.keystore == "local":
+            save_local_device_key(session, actor)
+    session.reader.dirty = True
+
+
+# ---------------------------------------------------------------------------------- new keys
+
+
+def register_installation(session: Session, device: Credential,
+                          counters: dict[bytes, tuple[int, bytes]] | None = None,
+                          replaces: bytes | None = None) -> None:
+    """Store the device key (keychain, else sealed locally) and create its device state.
+    ``replaces``: the key it retires once its certificate is written (see Installation)."""
+    st = keychain.status()
+    if st.usable:
+        keychain.store(session.vault_id, device.writer_id, device.recipient.seed, device.signer.seed)
+        keystore = "keychain"
+    elif os.environ.get("CAMILLO_KEYCHAIN") == "os":
+        raise KeychainError(st.reason)
+    else:
+        save_local_device_key(session, device)
+        keystore = "local"
+    session.actor = device
+    session.cache = session.open_cache(device)
+    session.reader.dirty = True
+    session.open_device_state()
+    session.save_device_state(DeviceState(counters=dict(counters or {}), manifests=session.erasure_manifests()))
+    session.local.save_installation(Installation(device.writer_id, keystore, int(time.time()), replaces))
+
+
+def switch_key(session: Session, new: Credential, *, seen_manifests: Sequence[bytes] = ()) -> Credential:
+    """This installation now writes as ``new`` (stored in the keychain or sealed locally, with a
+    fresh device state and cache).  ``seen_manifests``: erasure manifests about to be written that
+    the new key has nothing to fear from (it never held what they destroy).  Returns the old
+    credential, whose key is deleted by :func:`forget_key` once the new certificate is durable."""
+    old = session.actor
+    if old is None:
+        raise AssertionError("no device to switch from")
+    inst = session.local.load_installation()
+    keystore = inst.keystore if inst else "local"
+    if keystore == "keychain":
+        keychain.store(session.vault_id, new.writer_id, new.recipient.seed, new.signer.seed)
+    else:
+        session.actor = new
+        try:
+            os.unlink(session.local.device_key_path)  # the old key, under every generation, goes
+        except FileNotFoundError:
+            pass
+        save_local_device_key(session, new)
+    session.actor = new
+    session.local.save_installation(Installation(new.writer_id, keystore, int(time.time()), old.writer_id))
+    session.discard_cache()
+    session.cache = session.open_cache(new)
+    session.reader.dirty = True
+    session.open_device_state()
+    session.save_device_state(DeviceState(generation=session.keyring.generation,
+                                          manifests=sorted({*session.erasure_manifests(), *seen_manifests})))
+    return old
+
+
+def switch_back(session: Session, old: Credential, new: Credential) -> None:
+    """Undo :func:`switch_key` when the new key's first batches could not be written at all (the
+    disk is full): this installation writes as ``old`` again, whose device state is still on disk,
+    and the new key, which nothing certifies, is forgotten.  Best effort: if this fails too, the
+    next open registers the installation anew."""
+    try:
+        inst = session.local.load_installation()
+        keystore = inst.keystore if inst else "local"
+        if keystore == "keychain":
+            keychain.delete(session.vault_id, new.writer_id)
+        else:
+            try:
+                os.unlink(session.local.device_key_path)
+            except FileNotFoundError:
+                pass
+            save_local_device_key(session, old)
+        session.local.save_installation(Installation(old.writer_id, keystore, int(time.time())))
+    except VaultError:
+        pass
+    session.actor = old
+    session.discard_cache()
+    session.cache = session.open_cache(old)
+    session.reader.dirty = True
+    session.open_device_state()
+
+
+def forget_key(session: Session, old: Credential) -> None:
+    """Delete a retired device key from the keychain (once its successor's certificate is durable)."""
+    inst = session.local.load_installation()
+    if inst is not None and inst.keystore == "keychain":
+        keychain.delete(session.vault_id, old.writer_id)

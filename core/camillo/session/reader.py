@@ -1,0 +1,468 @@
+"""Reading a vault folder: envelopes, segments, the roster, the causal log and the materialised
+state (spec §20 steps 3-7), incrementally.
+
+A :class:`Reader` owns everything a session has read: the batches by id (:attr:`Reader.batches`,
+one :class:`~camillo.control.BatchView` each), which segment holds which batches under which
+epoch, the problems found on the way, the roster, the causal log and the materialised state
+(:attr:`Reader.materialized`, an SQLite database).  :meth:`Reader.refresh` reads what appeared in
+the folder since the last call and recomputes only what depends on it; what it returns names
+exactly what moved.
+
+Keys come from the session's :class:`~camillo.session.keyring.KeyRing`; the reader never holds a
+secret of its own.  Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cbor2
+
+from .. import encoding, envelopes, ids, keys, segments
+from ..changes import Changes
+from ..control import BatchView, Roster, build_roster
+from ..errors import StorageError, VaultError
+from ..log import CausalLog, build_log, extend_log
+from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, verify_signature
+from ..records import (
+    Batch,
+    Kind,
+    Record,
+    batch_without_records,
+    decode_record,
+    validated_record,
+    verify_batch_signature,
+)
+from ..state import State
+from ..storage import FolderShelf, PackShelf, hash_matches, kind_of
+from ..values import Problem
+from .keyring import EpochRef, KeyRing
+
+Progress = Callable[[int, int], None]
+
+
+class Reader:
+    def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, keyring: KeyRing) -> None:
+        self.shelf = shelf
+        self.vault_id = vault_id
+        self.keyring = keyring
+        self.progress: Progress | None = None  # called while segments are read: (done, total)
+        self.decryptions = 0  # segments decrypted (tests count warm opens with it)
+        # set for an agent's session: the grant's own key, and the owner devices it trusts
+        self.grant_recipient: RecipientKey | None = None
+        self.grant_trusted: dict[bytes, bytes] | None = None
+        self.materialized = State()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything read (the keys below the master secret are forgotten by the caller)."""
+        self.batches: dict[bytes, BatchView] = {}
+        self.segment_batches: dict[str, list[bytes]] = {}
+        self.segment_epochs: dict[str, EpochRef] = {}  # segment -> (compartment, epoch)
+        self.segment_problems: dict[str, Problem] = {}
+        self.unreadable: dict[str, EpochRef] = {}
+        self.incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
+        self.rescan_all = True  # the next refresh considers every file (not only what changed)
+        self.scanned_at = -math.inf  # time.monotonic() of the last folder scan (see writer.WRITE_SCAN_AGE)
+        self.roster = Roster(self.vault_id)
+        self.log = CausalLog()
+        self.materialized.db.close()
+        self.materialized = State()
+        self.materialize_problems: list[tuple[str, str, str]] = []
+        self.roster_fingerprint = b""
+        # (global fingerprint, principals) of the last recompute in this session: a roster change
+        # that only adds, replaces or revokes principals re-checks only their records
+        self.roster_snapshot: tuple[bytes, dict[bytes, Any]] | None = None
+        self.last_accepted: set[bytes] = set()
+        self.pending_batches: set[bytes] = set()
+        self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
+        self.unreported: list[bytes] = []  # batches read since the last Changes
+        self.dirty = True  # read something the local cache does not hold yet
+
+    def forget_cached_roster(self) -> None:
+        """The next recompute checks every record again (the keys changed under it)."""
+        self.roster_fingerprint = b""
+        self.roster_snapshot = None
+        self.last_accepted = set()
+
+    # ------------------------------------------------------------------------------ the cache
+
+    def load_cached(self, db: sqlite3.Connection) -> str:
+        """Resume from a cache database this session's actor sealed (batches decoded again without
+        repeating the checks made before they were cached).  Returns "" or why it was refused."""
+        try:
+            views = {}
+            for bid, segment, epoch, blob, controls, sig_ok, vouched in db.execute(
+                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched FROM cache_batches"
+            ):
+                header_bytes, sigs = cbor2.loads(blob)
+                batch = batch_without_records(header_bytes, sigs)
+                recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
+                        for raw in cbor2.loads(controls)]
+                views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
+            seg_map, seg_epochs = {}, {}
+            for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
+                seg_map[name] = list(cbor2.loads(b))
+                seg_epochs[name] = (comp, epoch)
+        except (VaultError, ValueError, TypeError) as exc:
+            db.close()
+            return f"the local cache was damaged and is rebuilt ({exc})"
+        meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+        self.materialized.db.close()
+        self.materialized = State(db)
+        self.batches = views
+        self.segment_batches = seg_map
+        self.segment_epochs = seg_epochs
+        self.roster_fingerprint = meta.get("roster", b"")
+        self.last_accepted = (set(encoding.decode(meta["accepted"], "cached accepted set"))
+                              if "accepted" in meta else set())
+        self.dirty = False
+        return ""
+
+    def database_for_cache(self) -> sqlite3.Connection:
+        """The materialised state with what a later :meth:`load_cached` needs written into it."""
+        self.materialized.ensure_search()  # the cache holds a complete search index
+        db = self.materialized.db
+        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ? WHERE id = ?",
+                       [(int(v.sig_ok), int(v.vouched), bid) for bid, v in self.batches.items()])
+        db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
+                       [("roster", self.roster_fingerprint),
+                        ("accepted", encoding.encode(sorted(self.last_accepted)))])
+        return db
+
+    # ------------------------------------------------------------------------------ reading
+
+    def refresh(self) -> bool:
+        """Read what is new in the vault folder and recompute what depends on it.  The shelf says
+        which names appeared and went away since the last call, so a refresh that finds nothing new
+        costs a stat per directory, and one that finds a batch costs that batch.  What moved is
+        collected for the next :meth:`changes`; True when keys came or segments went (everything
+        read may have changed)."""
+        self.scanned_at = time.monotonic()
+        names, added, removed = self.shelf.changes()
+        if self.rescan_all:  # first read, or keys were forgotten: consider every file again
+            self.rescan_all = False
+            added = set(names)
+            removed = {n for n in self.segment_batches if n not in names}
+        for name in self.incomplete - names:  # an incomplete file that went away: nothing to report
+            self.incomplete.discard(name)
+            self.segment_problems.pop(name, None)
+        retry = [n for n in self.incomplete if n in names]  # still syncing: look again
+        new_keys = self.read_envelopes(sorted({n for n in (*added, *retry) if kind_of(n) == "envelope"}))
+        new_batches: list[bytes] = []
+        todo = sorted({n for n in (*added, *retry) if kind_of(n) == "segment"
+                       and (n not in self.segment_batches or n in self.unreadable)})
+        last_report = 0.0
+        for done, name in enumerate(todo):
+            if self.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
+                last_report = now
+                self.progress(done, len(todo))  # about 20 reports a second, whatever the segment sizes
+            new_batches += self.read_segment(name)
+        if self.progress is not None and todo:
+            self.progress(len(todo), len(todo))
+        if new_keys:
+            for name in list(self.unreadable):
+                new_batches += self.read_segment(name)
+        vanished = sorted(n for n in removed if n in self.segment_batches)
+        if vanished:
+            self.forget_segments(vanished)
+        if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
+            return False
+        if vanished or new_keys or not self.extend(new_batches):
+            self.recompute()
+        return bool(new_keys or vanished)
+
+    def changes(self, **flags: Any) -> Changes:
+        """What moved since the last call: the batches read (written here or arrived) with their
+        records, and the facts whose value, status or history moved."""
+        new = list(dict.fromkeys(b for b in self.unreported if b in self.batches))
+        self.unreported = []
+        views = [self.batches[b] for b in new]
+        moved, self.moved_keys = self.moved_keys, set()
+        controls = [r for v in views for r in v.records if r is not None]
+        return Changes(records=tuple(r for v in views for r in v.header.records), batches=tuple(new),
+                       keys=frozenset((self.roster.compartment_name(c), k) for c, k in moved),
+                       compartments=frozenset(self.roster.compartment_name(v.header.compartment_id) for v in views),
+                       **{**control_changes(controls), **flags})
+
+    def forget_segments(self, names: Sequence[str]) -> None:
+        """Segments that went away (a prune deletes thousands at once): their batches are forgotten
+        unless another segment still holds them, in one pass over what remains."""
+        dropped: list[bytes] = []
+        for name in names:
+            dropped += self.segment_batches.pop(name, [])
+            self.segment_epochs.pop(name, None)
+            self.unreadable.pop(name, None)
+        still = {b for other in self.segment_batches.values() for b in other} if dropped else set()
+        gone = list(dict.fromkeys(b for b in dropped if b not in still))
+        for b in gone:
+            self.batches.pop(b, None)
+        self.materialized.forget_batches(gone)
+        self.materialized.db.executemany("DELETE FROM cache_segments WHERE name = ?", [(n,) for n in names])
+        self.materialized.db.executemany("DELETE FROM cache_batches WHERE id = ?", [(b,) for b in gone])
+        self.dirty = True
+
+    def read_envelopes(self, names: list[str]) -> bool:
+        """Open the envelopes addressed to this session (the owner KEM key, or the grant's key)."""
+        recipient = self.keyring.owner_kem if self.keyring.owner_kem is not None else self.grant_recipient
+        if recipient is None:
+            return False
+        rid = ids.recipient_id(recipient.public)
+        found = False
+        for name in names:
+            if name in self.keyring.seen_envelopes:
+                continue
+            try:
+                data = self.shelf.read(name)
+            except (FileNotFoundError, StorageError):
+                continue
+            if hash_matches(name, data) is False:
+                # still syncing, or damaged: try again next time, and say so meanwhile
+                self.segment_problems[name] = Problem(
+                    "damaged", name, f"envelope {name} does not match its name (still syncing, or damaged)")
+                self.incomplete.add(name)
+                continue
+            self.incomplete.discard(name)
+            self.segment_problems.pop(name, None)
+            self.keyring.seen_envelopes.add(name)
+            try:
+                envelopes.check_shape(data, name)
+                if not envelopes.is_for(data, rid):
+                    continue
+                payload = envelopes.open_envelope(data, name, self.vault_id, recipient)
+            except CryptoFailure:
+                continue
+            except VaultError as exc:
+                self.segment_problems[name] = Problem("damaged", name, exc.message)
+                continue
+            if payload.recipient_id != rid:
+                self.segment_problems[name] = Problem("damaged", name, f"envelope {name} names another recipient")
+                continue
+            ref = (payload.compartment_id, payload.epoch_id)
+            if (payload.kind == envelopes.EnvelopeKind.EPOCH_PUBLIC and ref not in self.keyring.epoch_publics
+                    and not self.trusted_by_grant(payload)):
+                self.segment_problems[name] = Problem(
+                    "untrusted", name, f"envelope {name} gives an epoch key signed by no owner device this grant "
+                    "knows; it is not used")
+                continue
+            found = self.keyring.learn(payload) or found
+        return found
+
+    def trusted_by_grant(self, payload: envelopes.EnvelopePayload) -> bool:
+        """An append grant cannot read the roster: it trusts the owner devices listed in its grant
+        file, so nobody else (say, a reader of the compartment) can make it seal to a key of theirs."""
+        trusted = self.grant_trusted
+        if not trusted:
+            return trusted is None
+        return any(w in trusted and verify_signature(a, trusted[w], payload.message, sig)
+                   for w, a, sig in payload.signatures)
+
+    def read_segment(self, name: str) -> list[bytes]:
+        try:
+            data = self.shelf.read(name)
+        except FileNotFoundError:
+            return []
+        except StorageError as exc:
+            self.segment_problems[name] = Problem("unreadable", name, exc.message)
+            return []
+        if hash_matches(name, data) is False:
+            self.segment_problems[name] = Problem(
+                "damaged", name, f"segment {name} does not match its name (still syncing, or damaged)")
+            self.incomplete.add(name)
+            return []
+        self.incomplete.discard(name)
+        try:
+            header = segments.read_header(data, name)
+        except VaultError as exc:
+            self.segment_problems[name] = Problem("damaged", name, exc.message)
+            return []
+        key = self.keyring.epoch_keys.get((header.compartment_id, header.epoch_id))
+        if key is None:
+            self.unreadable[name] = (header.compartment_id, header.epoch_id)
+            self.segment_batches.setdefault(name, [])
+            return []
+        self.unreadable.pop(name, None)
+        self.segment_problems.pop(name, None)
+        try:
+            payload = segments.open_segment(data, name, self.vault_id, key)
+            self.decryptions += 1
+            batches = segments.decode_payload(payload, name)
+        except VaultError as exc:
+            self.segment_problems[name] = Problem("damaged", name, exc.message)
+            self.segment_batches[name] = []
+            return []
+        added = []
+        for batch in batches:
+            problem = self._check_batch_shape(batch, header, name)
+            if problem:
+                self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
+                continue
+            existing = self.batches.get(batch.id)
+            if existing is not None:
+                if existing.batch.to_cbor() != batch.to_cbor() and not any(
+                        r is None for r in batch.records + existing.batch.records):
+                    self.segment_problems[f"{name}#dup"] = Problem(
+                        "damaged", name,
+                        f"batch {batch.id.hex()[:12]} appears with different contents in {existing.segment}")
+                continue
+            records: list[Record | None] = []
+            try:
+                for rid, raw in zip(batch.header.records, batch.records):
+                    records.append(None if raw is None else decode_record(raw, expected_id=rid))
+            except VaultError as exc:
+                self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
+                    "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
+                continue
+            view = BatchView(batch, name, header.epoch_id, [r if r is not None and r.is_control else None
+                                                             for r in records])
+            self.batches[batch.id] = view
+            self.materialized.stage(view, records)
+            self.materialized.cache_db.execute(
+                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls) VALUES(?,?,?,?,?)",
+                (batch.id, name, header.epoch_id,
+                 encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
+                 encoding.encode([r.raw if r is not None else None for r in view.records])),
+            )
+            added.append(batch.id)
+            self.pending_batches.add(batch.id)
+            self.unreported.append(batch.id)
+        self.segment_batches[name] = [b.id for b in batches]
+        self.segment_epochs[name] = (header.compartment_id, header.epoch_id)
+        self.materialized.cache_db.execute(
+            "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
+            (name, encoding.encode([b.id for b in batches]), header.compartment_id, header.epoch_id))
+        self.dirty = True
+        return added
+
+    def _check_batch_shape(self, batch: Batch, header: segments.SegmentHeader, name: str) -> str | None:
+        h = batch.header
+        if h.vault_id != self.vault_id:
+            return f"batch {batch.id.hex()[:12]} belongs to another vault"
+        if h.compartment_id != header.compartment_id:
+            return f"batch {batch.id.hex()[:12]} claims another compartment than its segment"
+        return None
+
+    def batches_of_segment(self, name: str) -> list[Batch]:
+        """Decrypt a segment read before (its epoch key is here) and return its batches."""
+        ref = self.segment_epochs[name]
+        payload = segments.open_segment(self.shelf.read(name), name, self.vault_id, self.keyring.epoch_keys[ref])
+        return segments.decode_payload(payload, name)
+
+    # ------------------------------------------------------------------------------ recomputing
+
+    def extend(self, new: list[bytes]) -> bool:
+        """New batches that change nothing but the log's chains (no control record, by writers the
+        roster knows, each the next link of its chain, seeing only what is here): verify them and
+        extend the log and the state in O(new) instead of recomputing everything.  False when the
+        general path is needed (it then gives the same result)."""
+        if self.roster.genesis is None or not new:
+            return False
+        verified = []
+        for bid in new:
+            v = self.batches.get(bid)
+            if v is None or any(r is not None for r in v.records):
+                return False
+            pk = self.roster.signer_public(v.header.writer_id)
+            if pk is None:
+                return False
+            if not (v.sig_ok or verify_batch_signature(v.batch, pk)):
+                return False
+            verified.append(v)
+        if not extend_log(self.log, self.batches, list(new), self.roster):
+            return False
+        for v in verified:
+            v.signed = v.sig_ok = True
+        result = self.materialized.materialize(self.roster, self.log, self.batches, self.pending_batches | set(new))
+        self.last_accepted |= set(new)
+        self.pending_batches = set()
+        self.materialize_problems = result.problems
+        self.moved_keys |= result.keys
+        return True
+
+    def recompute(self) -> None:
+        roster, signed = build_roster(self.vault_id, self.batches)
+        bad_epochs = self.check_epoch_keys(roster)
+        if bad_epochs:
+            self.keyring.forget(bad_epochs)
+            self.keyring.seen_envelopes.clear()  # another envelope may carry the genuine key: read them again
+            self.rescan_all = True
+            bad = [name for name, bids in self.segment_batches.items()
+                   if any(self.batches.get(b) and (self.batches[b].header.compartment_id, self.batches[b].epoch_id)
+                          in bad_epochs for b in bids)]
+            self.forget_segments(bad)
+            for name in bad:
+                self.segment_problems[name] = Problem(
+                    "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
+            roster, signed = build_roster(self.vault_id, self.batches)
+        self.roster = roster
+        self.forget_erased_epochs()
+        self.log = build_log(self.batches, signed, roster)
+        fingerprint = roster.fingerprint()
+        global_fp = roster.global_fingerprint()
+        writers: set[bytes] = set()
+        affected: set[bytes] | None = self.pending_batches | (self.log.accepted ^ self.last_accepted)
+        if fingerprint != self.roster_fingerprint:
+            old = self.roster_snapshot
+            if old is None or old[0] != global_fp:
+                affected = None  # everything is checked again
+            else:  # principals added, replaced or revoked (acceptance changes are in ``affected``)
+                writers = {w for w in old[1].keys() | roster.principals.keys()
+                           if old[1].get(w) != roster.principals.get(w)}
+        result = self.materialized.materialize(roster, self.log, self.batches, affected, writers=writers)
+        self.roster_snapshot = (global_fp, dict(roster.principals))
+        self.roster_fingerprint = fingerprint
+        self.last_accepted = set(self.log.accepted)
+        self.pending_batches = set()
+        self.materialize_problems = result.problems
+        self.moved_keys |= result.keys
+
+    def forget_erased_epochs(self) -> None:
+        """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
+        another device erased) drops them too, so nothing it writes later (a keyring roll) can
+        wrap them again."""
+        self.keyring.forget((e.compartment_id, epoch_id) for e in self.roster.erasures.values()
+                            for epoch_id in e.epochs)
+
+    def check_epoch_keys(self, roster: Roster) -> set[EpochRef]:
+        """Every epoch secret we used must match its signed EPOCH record, and the envelope that
+        delivered it must be signed by an owner (spec §15.3)."""
+        bad: set[EpochRef] = set()
+        if roster.genesis is None:
+            return bad
+        for ref, secret in self.keyring.epoch_secrets.items():
+            info = roster.epochs.get(ref)
+            if info is None:
+                continue  # its EPOCH record has not arrived yet: segments stay unverified below
+            if not constant_time_equal(keys.epoch_commit(secret.get(), self.vault_id, *ref), info.commit):
+                bad.add(ref)
+                continue
+            payload = self.keyring.envelope_sources.get(ref)
+            if payload is not None and not any(
+                (p := roster.principals.get(w)) is not None and p.is_owner
+                and verify_signature(a, p.sig_public, payload.message, s)
+                for w, a, s in payload.signatures
+            ):
+                bad.add(ref)
+        return bad
+
+    def close(self) -> None:
+        try:
+            self.materialized.db.close()
+        except Exception:  # noqa: S110 - closing a dropped in-memory database cannot lose data
+            pass
+        self.batches = {}
+
+
+def control_changes(records: Sequence[Record]) -> dict[str, bool]:
+    """Which parts of the roster these control records touch (for :class:`Changes`)."""
+    kinds = {r.kind for r in records}
+    return {
+        "devices": bool(kinds & {Kind.GENESIS, Kind.DEVICE_CERT, Kind.REVOKE}),
+        "grants": bool(kinds & {Kind.GRANT, Kind.REVOKE}),
+        "credentials": bool(kinds & {Kind.CRED_ANCHOR, Kind.REVOKE, Kind.DEVICE_CERT}),
+        "policy": Kind.POLICY in kinds,
+    }

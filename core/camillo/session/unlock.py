@@ -1,0 +1,270 @@
+"""Unlocking: from a credential to an open session (spec §10, §20 steps 1-2 and 5).
+
+* :func:`open_session` reads the descriptor, then unlocks with a passphrase, a recovery phrase or
+  this installation's device key (the master secret from a slot, newest generation first), or as an
+  agent with a grant file (its epoch keys from envelopes addressed to the grant);
+* a slot that unwraps is used only if the vault vouches for it: signed by a current owner, for a
+  credential that is a current owner (a planted slot or an old passphrase fails here);
+* :func:`catch_up_generation` moves an open session to the new master secret when another device
+  rolled it (an erasure, a revocation) and left this device a slot of the new generation.
+
+What an open then finishes (an interrupted operation, a key rotation after an erasure, the
+registration of a new installation) is in :mod:`camillo.ops.repair` and
+:mod:`camillo.ops.registration`, above this layer.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .. import descriptor, slots
+from ..control import Level
+from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
+from ..errors import DamagedFile, LimitExceeded, NotAVault, Revoked, UsageError, VaultError, WrongCredential
+from ..primitives import CryptoFailure, KdfParams, SecretBytes
+from ..storage import FolderShelf, PackShelf, open_shelf
+from ..values import Unlock
+from .core import Session
+from .grantfile import read_grant_file
+from .installation import (
+    after_generation_roll,
+    confirm_actor,
+    find_installation_credential,
+    load_device_credential,
+)
+from .reader import Progress
+
+
+def read_vault_id(path: str) -> bytes:
+    """The vault id from the descriptor of the vault at ``path`` (a hint: the genesis proves it)."""
+    shelf = open_shelf(path)
+    try:
+        return _descriptor(shelf, path)
+    finally:
+        shelf.close()
+
+
+def _descriptor(shelf: FolderShelf | PackShelf, path: str) -> bytes:
+    try:
+        return descriptor.decode(shelf.read(descriptor.NAME)).vault_id
+    except FileNotFoundError:
+        raise NotAVault(
+            f"{path} is not a VMEM vault (it has no VMEM descriptor file); choose the vault's folder"
+        ) from None
+
+
+def open_session(path: str, unlock: Unlock, *, cache: bool = True, home: str | None = None,
+                 progress: Progress | None = None, read_only: bool = False) -> Session:
+    """Open the vault at ``path`` with ``unlock`` and read it (nothing is written to the vault)."""
+    shelf = open_shelf(path)
+    try:
+        session = Session(shelf, _descriptor(shelf, path), home)
+        session.use_cache = cache
+        session.reader.progress = progress
+        if read_only:
+            session.read_only = session.verifying = True
+        if unlock.method == "grant":
+            open_with_grant(session, unlock.path or "")
+        else:
+            unlock_user(session, unlock)
+        return session
+    except BaseException:
+        shelf.close()
+        raise
+
+
+# ---------------------------------------------------------------------------------- owners
+
+
+def unlock_user(session: Session, unlock: Unlock) -> None:
+    vid = session.vault_id.hex()[:12]
+    headers, damaged = session.slot_headers()
+    derive: Callable[[slots.SlotHeader], Credential]
+    if unlock.method == "passphrase":
+        stype, what = slots.SlotType.PASSPHRASE, "passphrase"
+        derived: dict[KdfParams, Credential] = {}
+
+        def derive(h: slots.SlotHeader) -> Credential:
+            if h.kdf is None:
+                raise AssertionError("a passphrase slot without KDF parameters")
+            if h.kdf not in derived:
+                derived[h.kdf] = from_passphrase(unlock.secret or "", h.kdf)
+            return derived[h.kdf]
+    elif unlock.method == "recovery":
+        stype, what = slots.SlotType.RECOVERY, "recovery phrase"
+        recovery = from_recovery_phrase(unlock.secret or "")
+
+        def derive(h: slots.SlotHeader) -> Credential:
+            return recovery
+    elif unlock.method == "device":
+        stype, what = slots.SlotType.DEVICE, "device key"
+        device = unlock.credential or load_device_credential(session)
+
+        def derive(h: slots.SlotHeader) -> Credential:
+            return device
+    else:
+        raise UsageError(f"unknown unlock method {unlock.method}")
+    candidates = sorted((h for h in headers if h.type == stype), key=lambda h: (-h.generation, h.name))
+    refusals: list[VaultError] = []
+    for h in candidates:
+        try:
+            cred = derive(h)
+        except LimitExceeded as exc:
+            refusals.append(DamagedFile(f"slot {h.name} was refused: {exc.message} (a tampered slot?)",
+                                        file=h.name))
+            continue
+        if not try_slot(session, h, cred):
+            continue
+        try:
+            session.actor = cred if unlock.method == "device" else find_installation_credential(session)
+            session.load_cache()
+            session.refresh()
+            check_unlocking_credential(session)
+            confirm_actor(session)
+        except (WrongCredential, DamagedFile) as exc:
+            # A slot that unwraps but is not vouched for by the vault (planted, or of an
+            # unfinished operation): forget what it gave and try the next one.
+            refusals.append(exc)
+            session.reset_reading()
+            session.keyring.drop_master()
+            session.actor = None
+            continue
+        break
+    else:
+        if refusals:
+            raise refusals[0]
+        broken = [p for t, p in damaged if t in (None, int(stype))]
+        if broken and not candidates:
+            raise DamagedFile(
+                f"the {what} slot of vault {vid} is damaged ({broken[0].file}); unlock with another credential "
+                "(recovery phrase, passphrase or a device key)", file=broken[0].file)
+        if not candidates:
+            raise WrongCredential(f"vault {vid} has no {what} slot; unlock with another credential")
+        if unlock.method == "device":
+            raise WrongCredential(
+                f"this device's key does not open vault {vid} (it may have been revoked); "
+                "unlock with your passphrase or recovery phrase")
+        raise WrongCredential(f"wrong {what} for vault {vid}; nothing was changed. Try again.")
+    session.unlocked_with = what
+    if session.actor is not None:
+        session.open_device_state()
+    session.update_memory()
+
+
+def try_slot(session: Session, header: slots.SlotHeader, cred: Credential) -> bool:
+    try:
+        vms = slots.unwrap_vms(header, session.vault_id, cred.recipient)
+    except CryptoFailure:
+        return False
+    session.keyring.set_master(vms, header.generation)
+    session.unlocking, session.unlock_slot = cred, header
+    return True
+
+
+def check_unlocking_credential(session: Session) -> None:
+    """The slot we used must be signed by an owner, and our credential must be a current owner
+    of this vault (a planted slot or an old passphrase fails here)."""
+    roster, vid = session.roster, session.vault_id.hex()[:12]
+    if roster.genesis is None:
+        raise DamagedFile(
+            f"vault {vid} is incomplete or damaged: its genesis record is missing "
+            "(wait for the sync to finish, or run 'camillo verify')"
+        )
+    cred = session.unlocking
+    if cred is None:
+        raise AssertionError("no unlocking credential")
+    p = roster.principals.get(cred.writer_id)
+    if p is None:
+        raise WrongCredential(
+            f"this {cred.kind.label} opens a slot of vault {vid} that its owners never "
+            "authorised (a planted or unfinished slot); nothing was read"
+        )
+    if cred.writer_id in roster.revocations:
+        raise WrongCredential(f"this {cred.kind.label} was replaced or revoked in vault {vid}; use the current one")
+    if session.unlock_slot is not None:
+        st = slots.read_statement(session.unlock_slot, session.vault_id, session.keyring.master_secret())
+        if st.recipient_id != cred.recipient_id or not session.statement_signed(st.signatures, st.message):
+            raise WrongCredential(
+                f"slot {session.unlock_slot.name} is not signed by an owner of this vault; it was not used"
+            )
+
+
+def catch_up_generation(session: Session) -> bool:
+    """Another device rolled the master secret (an erasure, a revocation) while this session was
+    open: it left this device a slot of the new generation.  Take the new master secret from it
+    and read the vault again, exactly as an open would; if no current owner signed that slot (a
+    planted one), go back to the old secret and ignore it.  True when the session moved on."""
+    actor, keyring = session.actor, session.keyring
+    if actor is None or actor.kind != CredentialKind.DEVICE or not keyring.unlocked or session.read_only:
+        return False
+    slot_files = session.shelf.files_in("slots") if isinstance(session.shelf, FolderShelf) else frozenset()
+    if slot_files == session.known_slot_files:
+        return False  # no slot appeared or went away since the last look (a stat per directory)
+    session.known_slot_files = slot_files
+    newer = sorted((h for h in session.slot_headers()[0] if h.type == slots.SlotType.DEVICE
+                    and h.generation > keyring.generation and h.name not in session.refused_slots),
+                   key=lambda h: (-h.generation, h.name))
+    for h in newer:
+        try:
+            vms = slots.unwrap_vms(h, session.vault_id, actor.recipient)
+        except CryptoFailure:
+            continue
+        old = (SecretBytes(keyring.master_secret()), keyring.generation)
+        try:
+            st = slots.read_statement(h, session.vault_id, vms)
+        except VaultError:
+            session.refused_slots.add(h.name)
+            continue
+        if any(w == actor.writer_id for w, *_ in st.signatures):
+            continue  # written by this device: its own operation in flight, or one a crash interrupted
+        session.adopt_master_secret(vms, h.generation)
+        roster = session.roster
+        vouched = st.recipient_id == actor.recipient_id and session.statement_signed(st.signatures, st.message)
+        if vouched and actor.writer_id in roster.principals and actor.writer_id not in roster.revocations:
+            after_generation_roll(session)
+            session.update_memory()
+            return True
+        session.refused_slots.add(h.name)
+        session.adopt_master_secret(old[0].get(), old[1])
+    return False
+
+
+# ---------------------------------------------------------------------------------- agents
+
+
+def open_with_grant(session: Session, path: str) -> None:
+    """Open as the agent holding the grant file at ``path``, with exactly its rights."""
+    g, scope_ids = read_grant_file(path)
+    vid = session.vault_id.hex()[:12]
+    if g.vault_id != session.vault_id:
+        raise WrongCredential(f"this grant is for vault {g.vault_id.hex()[:12]}, not vault {vid}")
+    if g.not_after is not None and time.time() > g.not_after:
+        raise Revoked(f"the grant of agent {g.agent} expired on "
+                      f"{time.strftime('%Y-%m-%d', time.gmtime(g.not_after))}; ask the vault's owner for a new one")
+    session.actor = g.credential
+    session.grant = g
+    session.grant_scope_ids = scope_ids
+    session.reader.grant_recipient = g.credential.recipient
+    session.reader.grant_trusted = dict(g.trusted)
+    session.unlocked_with = f"grant of agent {g.agent}"
+    session.load_cache()
+    session.refresh()
+    roster = session.roster
+    if roster.genesis is not None:
+        p = roster.principals.get(g.writer_id)
+        if p is None or p.grant is None or p.grant.grant_id != g.grant_id:
+            raise WrongCredential(f"vault {vid} does not know the grant of agent {g.agent} (not synced yet, or "
+                                  "not a grant of this vault)")
+        rev = roster.revocations.get(g.writer_id)
+        if rev is not None:
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rev.ts)) if rev.ts else "an unknown date"
+            raise Revoked(f"the grant of agent {g.agent} was revoked on {when}; it can no longer read or write "
+                          f"vault {vid}")
+    elif any(level != Level.APPEND for level in g.scopes.values()):
+        raise WrongCredential(f"the grant of agent {g.agent} finds no readable key in vault {vid} "
+                              "(revoked, not synced yet, or not a grant of this vault)")
+    session.open_device_state()
+    session.update_memory()

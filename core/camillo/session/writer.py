@@ -1,0 +1,191 @@
+"""Writing batches: number, sign, seal and durably write records, then read them back (spec §17.6).
+
+Every write of the vault (an append, a curation, a control record of any operation) goes through
+:func:`write_batches`.  It holds this actor's write lock while it numbers batches, so two processes
+of one installation never use one ``seq``; it stages the segments (complete and fsynced, under
+names readers ignore) before the counter is persisted, and renames them into place after, so a
+crash can skip a number but never reuse one.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .. import ids, segments
+from ..devicestate import DeviceState
+from ..errors import AccessDenied, VaultError, WriterFrozen
+from ..records import Batch, BatchHeader, make_batch
+from ..storage import FolderShelf, segment_name
+from .core import Session
+
+BATCH_RECORDS = 2000
+BATCH_BYTES = 2 * 1024 * 1024
+SEGMENT_PAYLOAD = 4 * 1024 * 1024
+# A plain append numbers its batches after a scan of the folder, unless the last scan is younger
+# than this, this installation's last batch is read (no other process of it wrote since), and no
+# envelope or slot arrived (a new epoch, a revocation, a rotation): then ``deps`` and ``frontier``
+# name what was seen up to this long ago, which the format allows (they are what the writer had
+# seen).  A scan costs a stat per segment directory (up to 256), which back-to-back appends would
+# otherwise each pay.
+WRITE_SCAN_AGE = 0.5
+
+
+def chunks(raws: list[bytes]) -> list[list[bytes]]:
+    """Split records into batches of at most BATCH_RECORDS records and about BATCH_BYTES."""
+    out: list[list[bytes]] = [[]]
+    size = 0
+    for raw in raws:
+        if out[-1] and (len(out[-1]) >= BATCH_RECORDS or size + len(raw) > BATCH_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(raw)
+        size += len(raw)
+    return out
+
+
+def recently_scanned(session: Session) -> bool:
+    """The folder was scanned less than WRITE_SCAN_AGE ago and no envelope or slot arrived since."""
+    return (time.monotonic() - session.reader.scanned_at < WRITE_SCAN_AGE
+            and isinstance(session.shelf, FolderShelf) and session.shelf.unchanged("env", "slots"))
+
+
+def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
+    """(epoch id, epoch public key) new segments of ``cid`` are sealed to."""
+    epoch = session.roster.current_epoch(cid)
+    if epoch is not None:
+        return epoch.epoch_id, epoch.public
+    # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
+    keyring = session.keyring
+    mine = {e: p for (c, e), p in keyring.epoch_publics.items() if c == cid}
+    if not mine:
+        name = session.compartment_name(cid)
+        if session.grant is not None:
+            raise AccessDenied(
+                f"the append grant of agent {session.grant.agent} finds no key to write to compartment {name} "
+                "signed by an owner device it trusts: those devices changed their keys since the grant was made "
+                "(after an erasure, or when devices were replaced). Ask the vault's owner for a new grant file")
+        raise AccessDenied(f"no key to write to compartment {name} is available here")
+    prevs = {keyring.envelope_sources[(cid, e)].prev_epoch for e in mine}
+    heads = sorted(e for e in mine if e not in prevs) or sorted(mine)
+    return heads[0], mine[heads[0]]
+
+
+def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *,
+                  undo: Callable[[], None] | None = None, quick: bool = False) -> dict[bytes, list[Batch]]:
+    """Sign, seal and durably write the records as batches (one for an interactive write; as
+    many as needed for a bulk import, several per segment), then read them back in.  ``undo``
+    runs if they could not be written at all (nothing of them will ever appear): the caller
+    deletes the files it wrote for them.  ``quick`` (plain appends only; never a write that
+    follows files this process just wrote, like a compaction's or an erasure's) lets a recent
+    scan stand in for a new one (WRITE_SCAN_AGE)."""
+    actor = session.require_writer()
+    store = session.device_state_store
+    if store is None:
+        raise AssertionError("a writer without a device state")
+    written: dict[bytes, list[Batch]] = {}
+    files: list[tuple[str, bytes]] = []
+    with store.locked():
+        on_disk = store.load()
+        if on_disk is not None:
+            session.device_state = on_disk
+        finished = session.commit_staged()
+        # this installation's last batch in each compartment not read yet: another process wrote it
+        tips = [session.device_state.counters.get(cid, (0, None))[1] for cid in per_compartment]
+        own_tips_read = all(tip is None or tip in session.batches for tip in tips)
+        if finished or not quick or not own_tips_read or not recently_scanned(session):
+            session.refresh()  # see what other processes and devices wrote before numbering
+        log = session.log
+        for cid, raws in per_compartment.items():
+            epoch_id, public = sealing_key(session, cid)
+            seq, prev = session.device_state.counters.get(cid, (0, None))
+            on_vault = log.max_seq(actor.writer_id, cid)
+            if on_vault > seq:
+                raise WriterFrozen(
+                    f"this installation's batches go up to seq {on_vault} in "
+                    f"{session.roster.compartment_name(cid)} but it only remembers {seq}: it was restored from a "
+                    "backup or copied. It will not write (that would fork its history); revoke this device and "
+                    "register it again"
+                )
+            if any(f.writer_id == actor.writer_id for f in log.forks):
+                raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
+            deps = tuple(sorted(log.heads.get(cid, set()))[-64:])
+            chain_writers = {w for (w, c) in log.chains if c == cid}
+            frontier = {w: log.max_seq(w, cid) for w in chain_writers}
+            # never behind the previous batch's (written by another process of this installation
+            # that may have seen more): readers reject a frontier that goes backwards
+            prev_view = session.batches.get(prev) if prev is not None else None
+            if prev_view is not None:
+                for w, s in prev_view.batch.header.frontier.items():
+                    if frontier.get(w, 0) < s:
+                        frontier[w] = s
+            group: list[Batch] = []
+            group_size = 0
+            batches: list[Batch] = []
+            for chunk in chunks(raws):
+                seq += 1
+                frontier[actor.writer_id] = seq - 1
+                header = BatchHeader(session.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
+                                     tuple(ids.record_id(r) for r in chunk), int(time.time()))
+                batch = make_batch(header, chunk, actor.signer)
+                size = sum(len(r) for r in chunk) + 512
+                if group and group_size + size > SEGMENT_PAYLOAD:
+                    seg = segments.seal_segment(session.vault_id, cid, epoch_id, public,
+                                                segments.encode_payload(group))
+                    files.append((segment_name(seg), seg))
+                    group, group_size = [], 0
+                group.append(batch)
+                group_size += size
+                batches.append(batch)
+                prev, deps = batch.id, (batch.id,)
+            seg = segments.seal_segment(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
+            files.append((segment_name(seg), seg))
+            if prev is None:
+                raise AssertionError("no batch written")
+            session.device_state.counters[cid] = (seq, prev)
+            # remembered with the counter (one save): the rollback memory of this writer's own chain
+            session.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
+            written[cid] = batches
+        # The segments are staged (complete, fsynced, under dot names readers ignore) before the
+        # counter is persisted and renamed into place after it, and the counter remembers them:
+        # a crash in between is finished by the next open or write instead of leaving a
+        # number skipped for good (a gap every reader would report as missing).
+        staged: list[tuple[str, str]] = []
+        try:
+            for name, data in files:
+                tmp = session.shelf.stage(name, data)
+                if tmp is not None:
+                    staged.append((name, tmp))
+            session.device_state.extra["staged"] = [[n, t] for n, t in staged]
+            store.save(session.device_state)  # durable before any segment exists
+        except BaseException:
+            for name, tmp in staged:
+                session.shelf.unstage(name, tmp)
+            try:  # forget the counters and memory advanced above: nothing was written
+                session.device_state = store.load() or DeviceState()
+            except VaultError:
+                pass
+            if undo is not None:
+                undo()
+            raise
+        for name, tmp in staged:
+            session.shelf.commit(name, tmp)
+    # Read back exactly what was written (the folder was scanned just before numbering; what
+    # others write meanwhile arrives with the next refresh).
+    reader = session.reader
+    new: list[bytes] = []
+    for name, _data in files:
+        if name not in reader.segment_batches:
+            new += reader.read_segment(name)
+    if new and not reader.extend(new):
+        reader.recompute()
+    session.update_memory()
+    return written
+
+
+def write_control(session: Session, raws: list[bytes], compartments: list[bytes], *,
+                  undo: Callable[[], None] | None = None) -> dict[bytes, list[Batch]]:
+    """The same control records, one batch in each of ``compartments``."""
+    return write_batches(session, {c: list(raws) for c in compartments}, undo=undo)

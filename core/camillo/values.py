@@ -1,0 +1,414 @@
+"""The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
+
+Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
+exporters and the desktop app build these and read these, and never the machinery behind them.
+Any thread may create or read one; none holds a live reference into an open vault (a report's
+``record`` is a :class:`~camillo.state.RecordView`, itself a snapshot).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .changes import Changes
+from .control import Policy
+from .errors import UsageError
+from .records import Authority
+from .state import RecordView
+
+if TYPE_CHECKING:
+    from .credentials import Credential
+
+DEFAULT_COMPARTMENTS = ("personal", "work", "health")
+
+JSONValue = Any  # what json.loads returns: dict, list, str, int, float, bool or None
+
+
+@dataclass(frozen=True)
+class Unlock:
+    """How to open a vault.  Build one with the class methods; the secret is never shown."""
+
+    method: str  # passphrase | recovery | device | grant
+    secret: str | None = field(default=None, repr=False)
+    path: str | None = None
+    credential: Credential | None = field(default=None, repr=False)  # a device key held in memory (enrollment)
+    enrolling: bool = False  # that credential was certified just now, after every erasure so far
+
+    @classmethod
+    def passphrase(cls, text: str) -> Unlock:
+        return cls("passphrase", text)
+
+    @classmethod
+    def recovery(cls, phrase: str) -> Unlock:
+        return cls("recovery", phrase)
+
+    @classmethod
+    def device(cls) -> Unlock:
+        return cls("device")
+
+    @classmethod
+    def grant(cls, path: str) -> Unlock:
+        return cls("grant", path=path)
+
+    @classmethod
+    def with_device_credential(cls, credential: Credential, *, enrolling: bool = False) -> Unlock:
+        """A device key already in memory (a device finishing its enrollment: ``enrolling=True``
+        says its only slot was made after every erasure the vault has seen, so it has no
+        pre-erasure key to rotate away)."""
+        return cls("device", credential=credential, enrolling=enrolling)
+
+
+def json_to_cbor(value: JSONValue, path: str = "value", *, fractions: str = "refuse",
+                 text: Callable[[str], str] | None = None) -> Any:
+    """A JSON value in the CBOR profile, which has no floating-point numbers (spec §5).
+
+    Whole floats become integers.  A fraction is refused with a :class:`UsageError` naming
+    ``path`` (``fractions="refuse"``: what a person or agent typed), or kept as its text
+    (``fractions="text"``: what an importer found in someone else's export).  ``text`` cleans
+    every string (importers drop control characters)."""
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+        if fractions == "text":
+            return repr(value)
+        raise UsageError(f"{path}: VMEM stores no floating-point numbers; write {value!r} as text")
+    if isinstance(value, list):
+        return [json_to_cbor(x, path, fractions=fractions, text=text) for x in value]
+    if isinstance(value, dict):
+        return {str(k): json_to_cbor(x, path, fractions=fractions, text=text) for k, x in value.items()}
+    if isinstance(value, str) and text is not None:
+        return text(value)
+    return value
+
+
+@dataclass
+class NewRecord:
+    """One record to append, in the terms people and agents use (the CLI's JSON lines).
+
+    ``type`` decides the operation: fact, preference and instruction are keyed PUTs; everything
+    else is a NOTE.  ``authority`` defaults by role: what the user wrote is ``user``, what an
+    assistant wrote is ``inferred``, tool, system and web content is ``external``.
+    """
+
+    type: str
+    key: str | None = None
+    value: Any = None
+    text: str | None = None
+    conversation: str | None = None
+    role: str | None = None
+    title: str | None = None
+    authority: Authority | None = None
+    sources: Sequence[bytes] = ()
+    pred: Sequence[bytes] | None = None
+    meta: dict[str, Any] | None = None
+    ts: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.authority, str):  # "inferred", as in the CLI's JSON (UsageError if unknown)
+            self.authority = Authority.parse(self.authority)
+
+    def default_authority(self) -> Authority:
+        if self.authority is not None:
+            return self.authority
+        if self.role in ("assistant", "model", "agent"):
+            return Authority.INFERRED
+        if self.role in ("tool", "system", "web", "function"):
+            return Authority.EXTERNAL
+        return Authority.USER
+
+    @classmethod
+    def from_json(cls, obj: JSONValue) -> NewRecord:
+        """Parse one JSON object of ``camillo add`` (raises UsageError naming the problem)."""
+        if not isinstance(obj, dict):
+            raise UsageError("each line must be a JSON object such as {\"type\": \"message\", \"text\": \"...\"}")
+        typ = obj.get("type")
+        if not isinstance(typ, str):
+            raise UsageError("each record needs a \"type\" (message, conversation, fact, preference, instruction, ...)")
+        known = {"type", "key", "value", "text", "conversation", "role", "title", "class", "sources", "pred",
+                 "meta", "ts"}
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+        klass = obj.get("class")
+        authority = Authority.parse(klass) if klass is not None else None
+
+        def id_list(name: str) -> list[bytes]:
+            v = obj.get(name) or []
+            try:
+                out = [bytes.fromhex(x) for x in v]
+            except (TypeError, ValueError):
+                raise UsageError(f"\"{name}\" must be a list of hex record ids") from None
+            if any(len(x) != 32 for x in out):
+                raise UsageError(f"\"{name}\" must list 64-digit hex record ids")
+            return out
+
+        meta = obj.get("meta")
+        if meta is not None:
+            if not isinstance(meta, dict) or not all(
+                isinstance(v, (str, bool)) or (isinstance(v, int) and v >= 0) for v in meta.values()
+            ):
+                raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
+        ts = obj.get("ts")
+        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
+            raise UsageError("\"ts\" must be a Unix time in seconds")
+        for name in ("text", "conversation", "role", "title", "key"):
+            if obj.get(name) is not None and not isinstance(obj[name], str):
+                raise UsageError(f"\"{name}\" must be text")
+        return cls(
+            type=typ, key=obj.get("key"), value=obj.get("value"), text=obj.get("text"),
+            conversation=obj.get("conversation"), role=obj.get("role"), title=obj.get("title"),
+            authority=authority, sources=id_list("sources"), pred=id_list("pred") if "pred" in obj else None,
+            meta=meta, ts=ts,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong or incomplete about this copy of the vault, with the file it concerns."""
+
+    kind: str
+    file: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "file": self.file, "message": self.message}
+
+
+class SyncStatus(NamedTuple):
+    """For status bars: "up to date", "syncing", "missing batches" or "rollback alert", with details."""
+
+    state: str
+    details: list[str]
+
+
+@dataclass(frozen=True)
+class VaultStats:
+    batches: int  # accepted batches
+    records: int  # records in the materialised state
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    writer_id: bytes
+    name: str
+    platform: str
+    kind: str
+    enrolled: int
+    last_seen: int | None
+    revoked: bool
+    this_device: bool
+    replaced: bool = False  # an old key of a device that rotated its key (after an erasure, or re-certified)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"writer": self.writer_id.hex(), "name": self.name, "platform": self.platform, "kind": self.kind,
+                "enrolled": self.enrolled, "last_seen": self.last_seen, "revoked": self.revoked,
+                "this_device": self.this_device, "replaced": self.replaced}
+
+
+@dataclass(frozen=True)
+class GrantInfo:
+    """An agent grant as the owner sees it (no secret: the credential is in the grant file)."""
+
+    grant_id: bytes
+    agent: str
+    writer_id: bytes
+    scopes: dict[str, str]  # compartment name -> read | write | append
+    max_class: str
+    expires: int | None
+    created: int
+    last_used: int | None = None
+    revoked: bool = False
+    revoked_at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"grant_id": self.grant_id.hex(), "agent": self.agent, "writer": self.writer_id.hex(),
+                "scopes": dict(self.scopes), "max_class": self.max_class, "expires": self.expires,
+                "created": self.created, "last_used": self.last_used, "revoked": self.revoked,
+                "revoked_at": self.revoked_at}
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """The causal context of a record: its writer, and what that writer had seen when it wrote."""
+
+    writer: str
+    seq: int | None = None
+    ts: int | None = None
+    seen: dict[str, int] = field(default_factory=dict)  # writer name -> highest seq seen
+    segment: str | None = None
+    compartment: str | None = None
+
+
+@dataclass(frozen=True)
+class ActivityRow:
+    """One batch: who wrote what, when, where, and how it was verified."""
+
+    batch: bytes
+    ts: int
+    writer: str
+    writer_kind: str  # device | agent | passphrase | recovery phrase | unknown
+    compartment: str
+    seq: int
+    records: int
+    summary: str
+    verified: str
+    status: str
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """What deserves the owner's attention (the KeePassXC reports idea)."""
+
+    conflicts: list[str]
+    pending: list[str]
+    stale_grants: list[str]
+    stale_devices: list[str]
+    crowded_compartments: dict[str, list[str]]
+    sync: str
+    sync_details: list[str]
+    problems: list[Problem]
+    erasure_enabled: bool
+    devices: int
+    grants: int
+    records: int
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["problems"] = [p.to_json() for p in self.problems]
+        return out
+
+
+@dataclass(frozen=True)
+class ErasurePreview:
+    """What erasing a record will do, in numbers, before anything is done."""
+
+    record: RecordView
+    compartment: str
+    epochs: int
+    segments: int
+    batches: int
+    other_devices: list[str]
+    readers: list[str]
+    allowed: bool
+    policy_reason: str
+
+
+@dataclass(frozen=True)
+class RevocationReport:
+    subject: str
+    kind: str
+    compartments: tuple[str, ...]
+    new_epochs: int
+    generation: int | None
+    deleted_files: int
+    changes: Changes = field(default_factory=Changes)
+
+    def lines(self) -> list[str]:
+        out = [f"Revoked {self.kind} {self.subject}."]
+        out.append(f"New keys for {', '.join(self.compartments)}: it cannot read anything written from now on.")
+        out.append("Any batch it writes after this revocation is rejected by every copy of the vault.")
+        if self.generation:
+            out.append(f"The vault master secret rolled to generation {self.generation}; its old slot was deleted.")
+        out.append("What it already read stays exposed: revocation cannot recall copies it made.")
+        return out
+
+
+@dataclass(frozen=True)
+class ReachReport:
+    """What an erasure did, and what it could not reach."""
+
+    records: list[str]
+    compartment: str
+    epochs_destroyed: list[str]
+    batches_reencrypted: int
+    segments_deleted: int
+    segments_written: int
+    key_files_deleted: int
+    generation: int
+    exposed: list[str] = field(default_factory=list)
+    changes: Changes = field(default_factory=Changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "changes"}
+
+    def lines(self) -> list[str]:
+        out = [
+            f"Erased {len(self.records)} record(s) from {self.compartment}: their bytes are gone from the vault and "
+            f"the keys of {len(self.epochs_destroyed)} epoch(s) that sealed them were destroyed.",
+            f"Re-encrypted {self.batches_reencrypted} surviving batch(es) into {self.segments_written} new segment(s); "
+            f"deleted {self.segments_deleted} old segment(s) and {self.key_files_deleted} old key file(s); "
+            f"the master secret is now at generation {self.generation} and this device has a new key.",
+            "What erasure cannot reach:",
+        ]
+        out += [f"  - {line}" for line in self.exposed]
+        return out
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    segments_before: int
+    segments_written: int
+    segments_deleted: int
+    batches: int
+    pending: int  # old segments kept until other devices acknowledge (or the grace period ends)
+    alone: bool = False  # no other active device: old segments wait for the grace period
+    changes: Changes = field(default_factory=Changes)
+
+    def lines(self) -> list[str]:
+        def n(count: int, word: str, plural: str = "") -> str:
+            return f"{count} {word if count == 1 else plural or word + 's'}"
+
+        out = [f"Compacted {n(self.batches, 'batch', 'batches')} from "
+               f"{n(self.segments_before, 'small segment')} into {n(self.segments_written, 'large segment')}; "
+               f"deleted {n(self.segments_deleted, 'old segment')}."]
+        if self.pending and self.alone:
+            out.append(f"{n(self.pending, 'old segment')} kept for the 7-day grace period, in case another copy of "
+                       "this folder is still syncing; run compact again later, or with --prune-now if no other "
+                       "copy exists, to delete them.")
+        elif self.pending:
+            out.append(f"{n(self.pending, 'old segment')} kept until your other devices have seen the compaction "
+                       "(any of their writes to the compacted compartments); run compact again later to delete them.")
+        return out
+
+
+@dataclass(frozen=True)
+class GrantCreated:
+    """A new agent grant: its file was written to ``path`` (mode 0600) and the grant recorded."""
+
+    grant: GrantInfo
+    path: str
+    changes: Changes = field(default_factory=Changes)
+
+
+@dataclass(frozen=True)
+class RecoveryPhrase:
+    """A new recovery phrase, shown to the user once and never stored."""
+
+    phrase: str = field(repr=False)
+    changes: Changes = field(default_factory=Changes)
+
+
+__all__ = [
+    "DEFAULT_COMPARTMENTS",
+    "ActivityRow",
+    "CompactionReport",
+    "DeviceInfo",
+    "ErasurePreview",
+    "GrantCreated",
+    "GrantInfo",
+    "HealthReport",
+    "NewRecord",
+    "Policy",
+    "Problem",
+    "ReachReport",
+    "RecordContext",
+    "RecoveryPhrase",
+    "RevocationReport",
+    "SyncStatus",
+    "Unlock",
+    "VaultStats",
+    "json_to_cbor",
+]
