@@ -22,7 +22,7 @@ installations' local state: desktop, laptop and two agents) and ``meta.json``:
 Building uses only the public facade and :func:`camillo.demo.add_bulk`, except that the
 ``loose``, ``reopen`` and ``merge`` fixtures set ``BATCH_RECORDS``/``SEGMENT_PAYLOAD`` on the
 ``Vault`` class or instance while they write (so a bulk call produces exactly the files that many
-interactive appends would), and ``compacted`` calls :func:`camillo.compaction.prune` after the
+interactive appends would), and ``compacted`` calls :func:`camillo.ops.compaction.prune` after the
 acknowledgement (``Vault.compact`` would first re-compact the still-present old segments).
 Measured operations never change a fixture: they run on a clone (:func:`clone_tree`).
 
@@ -31,12 +31,13 @@ Runs on the main thread of the benchmark process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,11 +148,23 @@ def write_interactive(vault: str, home: str, items: list[Any], *, compartment: s
                       per_batch: int = 1) -> None:
     """Write ``items`` as batches of ``per_batch`` records, each in its own segment (what that many
     interactive appends produce), in a few facade calls."""
-    with _open(vault, home) as v:
-        v.BATCH_RECORDS = per_batch
-        v.SEGMENT_PAYLOAD = 1
+    with _open(vault, home) as v, batch_limits(per_batch, 1):
         for start in range(0, len(items), 500 * per_batch):
             v.append(items[start : start + 500 * per_batch], compartment=compartment)
+
+
+@contextlib.contextmanager
+def batch_limits(records: int, payload: int) -> Iterator[None]:
+    """Batches of at most ``records`` records and segments of about ``payload`` bytes while inside
+    (the writer's limits, set for the whole process: the fixtures imitate many small writes)."""
+    from camillo.session import writer
+
+    saved = writer.BATCH_RECORDS, writer.SEGMENT_PAYLOAD
+    writer.BATCH_RECORDS, writer.SEGMENT_PAYLOAD = records, payload
+    try:
+        yield
+    finally:
+        writer.BATCH_RECORDS, writer.SEGMENT_PAYLOAD = saved
 
 
 def warm(fx: Fixture, who: str = "desktop") -> None:
@@ -235,21 +248,16 @@ class Corpus:
 
     def _build_loose(self, fx: Fixture, dep: Fixture | None) -> dict[str, Any]:
         from camillo.demo import add_bulk
-        from camillo.vault import Vault
 
         self._clone_parent(fx, dep)
-        saved = Vault.BATCH_RECORDS, Vault.SEGMENT_PAYLOAD
-        Vault.BATCH_RECORDS, Vault.SEGMENT_PAYLOAD = LOOSE_BATCH, 1
-        try:
+        with batch_limits(LOOSE_BATCH, 1):
             add_bulk(fx.vault, self.records, seed=7, homes=fx.homes)
-        finally:
-            Vault.BATCH_RECORDS, Vault.SEGMENT_PAYLOAD = saved
         warm(fx, "laptop")
         warm(fx, "desktop")
         return {"loose_batch": LOOSE_BATCH}
 
     def _build_compacted(self, fx: Fixture, dep: Fixture | None) -> dict[str, Any]:
-        from camillo.compaction import prune
+        from camillo.ops.compaction import prune
 
         self._clone_parent(fx, dep)
         with _open(fx.vault, fx.homes["desktop"]) as v:
@@ -257,7 +265,7 @@ class Corpus:
         with _open(fx.vault, fx.homes["laptop"]) as v:
             v.set_policy(erasure=True)  # a control batch: the laptop has seen the compaction
         with _open(fx.vault, fx.homes["desktop"]) as v:
-            deleted, pending = prune(v, prune_now=True)
+            deleted, pending = prune(v.session, prune_now=True)
         warm(fx, "laptop")
         warm(fx, "desktop")
         return {"compaction": {"segments_before": report.segments_before, "written": report.segments_written,
@@ -300,6 +308,6 @@ class Corpus:
             for start in range(0, n, 5000):
                 ch = v.append(items[start : start + 5000], compartment="personal")
                 if target is None:
-                    target = ch.records[len(ch.records) // 2]
+                    target = ch.written[len(ch.written) // 2]
         assert target is not None
         return {"epoch_records": n, "target": target.hex()}

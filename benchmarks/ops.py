@@ -98,7 +98,7 @@ def cold_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     fx = _clone(params, params["variant"], scratch)
     with Meter() as m:
         v = _open(fx, cache=False)
-    out = {"meter": m.to_json(), "decryptions": v.decryptions, "batches": len(v.views)}
+    out = {"meter": m.to_json(), "decryptions": v.session.reader.decryptions, "batches": len(v.session.batches)}
     v.lock()
     return out
 
@@ -108,7 +108,7 @@ def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str) -> d
     with Meter() as m:
         v = _open(fx)
         rows = v.timeline(limit=100)
-    out = {"meter": m.to_json(), "rows": len(rows), "decryptions": v.decryptions}
+    out = {"meter": m.to_json(), "rows": len(rows), "decryptions": v.session.reader.decryptions}
     v.lock()
     return out
 
@@ -165,7 +165,7 @@ def bulk_import(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     does (``Vault.append`` of 5,000 at a time, 70% personal, 30% work), the vault already open."""
     import random
 
-    from camillo.vault import Vault
+    from camillo.session import writer
 
     fx = _clone(params, "loose", scratch)
     count = params["count"]
@@ -179,7 +179,7 @@ def bulk_import(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     v.lock()
     new = {k: s for k, s in segment_files(fx.vault).items() if k not in before}
     chunk = 5000
-    batches = sum(-(-min(chunk, count - s) // Vault.BATCH_RECORDS) for s in range(0, count, chunk))
+    batches = sum(-(-min(chunk, count - s) // writer.BATCH_RECORDS) for s in range(0, count, chunk))
     return {"meter": m.to_json(), "records": count, "new_segments": len(new), "new_segment_bytes": sum(new.values()),
             "batches": batches}
 
@@ -283,7 +283,7 @@ def merge(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     copy_seconds = t_copy - m._t0
     out = {"meter": m.to_json(), "copy_seconds": copy_seconds, "copied_files": len(copied),
            "copied_bytes": sum(os.path.getsize(os.path.join(a.vault, *n.split("/"))) for n in copied),
-           "decryptions": v.decryptions, "rows": len(rows)}
+           "decryptions": v.session.reader.decryptions, "rows": len(rows)}
     v.lock()
     return out
 
@@ -327,24 +327,24 @@ def counts(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     src = _fixture(params, params["variant"])
     fx = clone_fixture(src, os.path.join(scratch, src.name))
     v = _open(fx, cache=False)
-    names = v.shelf.list()
-    seg_sizes = [len(v.shelf.read(n)) for n in names if n.startswith("segments/") and n not in v._unreadable]
-    rid = ids.recipient_id(v._owner_kem.public)
+    names = v.session.shelf.list()
+    seg_sizes = [len(v.session.shelf.read(n)) for n in names if n.startswith("segments/") and n not in v.session.reader.unreadable]
+    rid = ids.recipient_id(v.session.keyring.owner_kem.public)
     owner_env = 0
     for n in names:
-        if n.startswith("env/") and envelopes.is_for(v.shelf.read(n), rid):
+        if n.startswith("env/") and envelopes.is_for(v.session.shelf.read(n), rid):
             owner_env += 1
     kdf = None
     for n in names:
         if n.startswith("slots/"):
-            h = slots.read_header(v.shelf.read(n), n)
-            if h.kdf is not None and h.generation == v._generation:
+            h = slots.read_header(v.session.shelf.read(n), n)
+            if h.kdf is not None and h.generation == v.session.keyring.generation:
                 kdf = [h.kdf.memory_kib, h.kdf.time_cost, h.kdf.parallelism]
-    verified = sum(1 for x in v.views.values() if x.sig_ok)
-    vouched = sum(1 for x in v.views.values() if x.vouched)
+    verified = sum(1 for x in v.session.batches.values() if x.sig_ok)
+    vouched = sum(1 for x in v.session.batches.values() if x.vouched)
     controls: dict[bytes, int] = {}
     records = record_bytes = 0
-    for x in v.views.values():
+    for x in v.session.batches.values():
         for r in x.batch.records:
             if r is not None:
                 records += 1
@@ -352,15 +352,15 @@ def counts(params: dict[str, Any], scratch: str) -> dict[str, Any]:
         for rec in x.records:
             if rec is not None:
                 controls[rec.id] = len(rec.sigs)
-    cache_path = v.local.cache_path(v.actor.writer_id) if v.actor is not None else ""
-    state_path = v.local.state_path(v.actor.writer_id) if v.actor is not None else ""
+    cache_path = v.session.local.cache_path(v.writer_id) if v.session.actor is not None else ""
+    state_path = v.session.local.state_path(v.writer_id) if v.session.actor is not None else ""
     out = {
         "segments": len(seg_sizes), "segment_bytes": sum(seg_sizes), "owner_envelopes": owner_env,
-        "envelopes": sum(1 for n in names if n.startswith("env/")), "epoch_keys": len(v._epoch_keys),
+        "envelopes": sum(1 for n in names if n.startswith("env/")), "epoch_keys": len(v.session.keyring.epoch_keys),
         "slots": sum(1 for n in names if n.startswith("slots/")), "kdf": kdf,
-        "batches": len(v.views), "batches_verified": verified, "batches_vouched": vouched,
+        "batches": len(v.session.batches), "batches_verified": verified, "batches_vouched": vouched,
         "control_records": len(controls), "signature_verifies": verified + sum(controls.values()),
-        "records": records, "record_bytes": record_bytes, "timeline_records": v.state.count(),
+        "records": records, "record_bytes": record_bytes, "timeline_records": v.session.materialized.count(),
         "cache_bytes": os.path.getsize(cache_path) if cache_path and os.path.exists(cache_path) else 0,
         "state_bytes": os.path.getsize(state_path) if state_path and os.path.exists(state_path) else 0,
         "files": len(names),

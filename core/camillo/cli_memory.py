@@ -12,6 +12,7 @@ import sys
 from .cli import _fmt_time, _json, _one_line, _open, _out, extra_commands
 from .errors import UsageError
 from .state import FactView, RecordView
+from .vault import Vault
 
 
 def _id(text: str) -> bytes:
@@ -153,9 +154,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from .transport import merge_into
-
-    copied = merge_into(args.vault, args.other)
+    copied = Vault.merge(args.vault, args.other)
     with _open(args) as vault:
         conflicts = vault.conflicts()
         problems = vault.problems()

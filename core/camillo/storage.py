@@ -277,14 +277,14 @@ class FolderShelf:
         return os.path.join(self.location, *name.split("/"))
 
     def exists(self, name: str) -> bool:
-        return os.path.exists(self._path(name))
+        return os.path.exists(self._path(name)) or name in self._packed
 
     def size(self, name: str) -> int | None:
-        """The file's size in bytes, or None if it is not here."""
+        """The loose file's size in bytes, or None if it is not here as a loose file."""
         try:
             return os.path.getsize(self._path(name))
         except OSError:
-            return None or name in self._packed
+            return None
 
     def read(self, name: str) -> bytes:
         path = self._path(name)

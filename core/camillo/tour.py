@@ -11,8 +11,6 @@ import os
 import sys
 import tempfile
 
-from .hostview import host_view
-from .localstate import data_root
 from .vault import NewRecord, Unlock, Vault
 
 DEMO_PASSPHRASE = "correct horse battery staple demo"
@@ -25,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return cli_main(["log", argv[0]])
     os.environ.setdefault("CAMILLO_HOME", tempfile.mkdtemp(prefix="camillo-tour-"))
-    path = os.path.join(data_root(), "demo-vault")
+    path = os.path.join(os.environ["CAMILLO_HOME"], "data", "demo-vault")
     print(f"Creating a demo vault in {path} (passphrase: {DEMO_PASSPHRASE!r})")
     vault, phrase = Vault.create(path, DEMO_PASSPHRASE)
     print(f"  recovery phrase (shown once): {phrase}")
@@ -43,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             who = f"{v.role}: " if v.role else (f"{v.key} = " if v.key else "")
             print(f"  [{v.compartment:<8}] [{v.effective_label:<8}] {v.type:<12} {who}{v.text}")
         print(f"\nVerified: {vault.stats().batches} signed batches, problems: {len(vault.problems())}")
-    view = host_view(path)
+    view = Vault.host_view(path)
     print(f"\nWhat a host sees: {len(view['files'])} files, for example:")
     for f in view["files"][:4]:
         print(f"  {f['name']}  {f.get('size')} bytes")

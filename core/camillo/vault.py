@@ -23,6 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from . import hostview, transport
 from .changes import Changes
 from .control import Level
+from .credentials import Credential
 from .errors import VaultError
 from .ops import (
     compaction,
@@ -532,6 +533,21 @@ class Joining:
     @property
     def done(self) -> bool:
         return self._join.state == JoinState.DONE
+
+    @property
+    def writer_id(self) -> bytes:
+        """The new device's writer id (its key is this installation's from :meth:`start` on)."""
+        return self._join.device.writer_id
+
+    @property
+    def device(self) -> Credential:
+        """The new device's credential (for :meth:`Unlock.with_device_credential` before the
+        keychain holds it; never shown)."""
+        return self._join.device
+
+    @device.setter
+    def device(self, credential: Credential) -> None:
+        self._join.device = credential
 
     def start(self) -> str:
         """Write the request; returns the six digits to compare."""

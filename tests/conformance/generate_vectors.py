@@ -735,7 +735,7 @@ def read_back(path: str, unlock: Unlock) -> dict[str, Any]:
                 "discarded": [r.id.hex() for r in f.discarded],
             })
         principals = sorted(
-            ({"writer_id": p.writer_id.hex(), "kind": p.kind.label} for p in v.roster.principals.values()),
+            ({"writer_id": p.writer_id.hex(), "kind": p.kind.label} for p in v.session.roster.principals.values()),
             key=lambda p: p["writer_id"],
         )
         return {

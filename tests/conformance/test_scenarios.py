@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from camillo import DamagedFile, Unlock, Vault
-from camillo.enrollment import Offer
+from camillo.ops.enrollment import Offer
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 SCENARIO_DIRS = sorted(p for p in SCENARIOS.iterdir() if p.is_dir()) if SCENARIOS.is_dir() else []
@@ -252,7 +252,7 @@ def _run_steps(d: Path, s: dict[str, Any], tmp_path: Path, monkeypatch: pytest.M
                 assert why is None, f"{where}: {why}"
             elif action == "offer":
                 with Vault.open(str(folder), Unlock.passphrase(s["passphrase"]), register=True, cache=False) as v:
-                    offer = Offer(v, secret=bytes.fromhex(s["offer"]["secret"]))
+                    offer = Offer(v.session, secret=bytes.fromhex(s["offer"]["secret"]))
                     assert offer.base == s["offer"]["rendezvous"], f"{where}: rendezvous name differs"
                     state = offer.poll()
                     request = offer.request is not None

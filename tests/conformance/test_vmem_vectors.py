@@ -383,7 +383,7 @@ def _read_vault(path: Path, unlock: Unlock) -> dict[str, Any]:
             "vault_id": v.vault_id.hex(),
             "compartments": sorted(v.compartments),
             "principals": sorted(({"writer_id": p.writer_id.hex(), "kind": p.kind.label}
-                                  for p in v.roster.principals.values()), key=lambda p: p["writer_id"]),
+                                  for p in v.session.roster.principals.values()), key=lambda p: p["writer_id"]),
             "timeline": timeline,
             "facts": facts,
             "problems": sorted([p.kind, p.file] for p in v.problems()),

@@ -21,8 +21,8 @@ from camillo import (
     keys,
     segments,
 )
-from camillo.access import SCHEDULED_EPOCH_BATCHES
 from camillo.errors import ErasureDisabled, Revoked, UsageError
+from camillo.ops.rekey import SCHEDULED_EPOCH_BATCHES
 from camillo.primitives import CryptoFailure
 from camillo.records import BatchHeader, Kind, encode_record, make_batch
 from camillo.storage import segment_name
@@ -99,7 +99,7 @@ def test_read_grant_reads_only_its_compartment(granted, tmp_path, monkeypatch):
             v.append([NewRecord(type="message", text="x")], compartment="work")
         with pytest.raises(AccessDenied, match="gives no access to compartment personal"):
             v.append([NewRecord(type="message", text="x")], compartment="personal")
-        grant_key = v.actor.recipient
+        grant_key = v.session.actor.recipient
     # With its own key and the files, it cannot decrypt anything of "personal".
     secrets, publics = keys_from_files(path, vid, [grant_key])
     assert secrets and not publics
@@ -115,12 +115,12 @@ def test_append_grant_adds_but_cannot_read(granted, tmp_path, monkeypatch):
             v.timeline()
         with pytest.raises(AccessDenied, match="append-only"):
             v.search("note")
-        gid = v.grant.grant_id.hex()
+        gid = v.session.grant.grant_id.hex()
         v.append([NewRecord(type="message", text="appended by the agent")], compartment="work")
         v.append([NewRecord(type="fact", key=f"append/{gid}/mood", value="curious")], compartment="work")
         with pytest.raises(AccessDenied, match="own key namespace"):
             v.append([NewRecord(type="fact", key="user/mood", value="x")], compartment="work")
-        grant_key = v.actor.recipient
+        grant_key = v.session.actor.recipient
     secrets, publics = keys_from_files(path, vid, [grant_key])
     assert not secrets and publics, "an appender holds epoch public keys only"
     with open_vault(path) as v:
@@ -151,15 +151,15 @@ def test_agent_signed_user_record_is_rejected_on_read(granted, tmp_path, monkeyp
     switch_home(monkeypatch, tmp_path / "agent")
     with Vault.open(path, Unlock.grant(files["write"])) as v:
         cid = v.compartment_id("work")
-        actor = v.actor
+        actor = v.session.actor
         raw = encode_record(Kind.PUT, actor.writer_id, key="user/forward_invoices", value="evil", authority=3,
                             type="instruction")
         header = BatchHeader(vid, cid, actor.writer_id, 1, None, (), {actor.writer_id: 0}, (ids.record_id(raw),),
                              int(time.time()))
-        epoch = v.roster.current_epoch(cid)
+        epoch = v.session.roster.current_epoch(cid)
         seg = segments.seal_segment(vid, cid, epoch.epoch_id, epoch.public,
                                     segments.encode_payload([make_batch(header, [raw], actor.signer)]))
-        v.shelf.write(segment_name(seg), seg)
+        v.session.shelf.write(segment_name(seg), seg)
     with open_vault(path, cache=False) as v:
         assert "user/forward_invoices" not in {f.key for f in v.facts()}
         rejected = [p.message for p in v.problems() if p.kind == "rejected-record"]
@@ -187,9 +187,9 @@ def test_revoked_grant_is_refused_and_its_later_batches_rejected(granted, tmp_pa
         v.append([NewRecord(type="message", text="before revocation")], compartment="work")
         agent_state = v  # keep its keys to misbehave later
         cid = v.compartment_id("work")
-        old_epoch = v.roster.current_epoch(cid)
-        actor = v.actor
-        counter = v.device_state.counters[cid]
+        old_epoch = v.session.roster.current_epoch(cid)
+        actor = v.session.actor
+        counter = v.session.device_state.counters[cid]
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         report = v.revoke("agent-write")
@@ -227,18 +227,18 @@ def test_revoke_a_lost_laptop(new_vault, tmp_path, monkeypatch):
     vault.lock()
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as lap:
-        laptop = lap.actor
-        lap_vms, lap_generation = lap._vms.get(), lap._generation
+        laptop = lap.session.actor
+        lap_vms, lap_generation = lap.session.keyring.master.get(), lap.session.keyring.generation
         lap.append([NewRecord(type="message", text="written on the laptop")])
         cid = lap.compartment_id("personal")
-        counter = lap.device_state.counters[cid]
-        old_epoch = lap.roster.current_epoch(cid)
+        counter = lap.session.device_state.counters[cid]
+        old_epoch = lap.session.roster.current_epoch(cid)
         vid = lap.vault_id
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         assert {d.name for d in v.devices()} >= {"test laptop"}
         with pytest.raises(AccessDenied, match="passphrase or recovery phrase"):
-            v._unlocking = None
+            v.session.unlocking = None
             v.revoke(laptop.writer_id.hex()[:12])
     with open_vault(path) as v:
         report = v.revoke(laptop.writer_id.hex()[:12], reason="lost on a train")
@@ -283,7 +283,7 @@ def test_revoke_a_lost_laptop(new_vault, tmp_path, monkeypatch):
 def test_the_last_credential_cannot_be_revoked_and_self_revocation_is_refused(new_vault):
     path, vault, _ = new_vault
     with pytest.raises(UsageError, match="cannot revoke itself"):
-        vault.revoke(vault.actor.writer_id.hex()[:12])
+        vault.revoke(vault.writer_id.hex()[:12])
 
 
 # ------------------------------------------------------------------------------------------ erasure
@@ -293,7 +293,7 @@ def test_erasure_reaches_what_it_says(new_vault, tmp_path, monkeypatch):
     path, vault, _ = new_vault
     marker = "ERASE-ME-7c1d"
     vault.append([NewRecord(type="message", text="keep this")])
-    target = vault.append([NewRecord(type="message", text=f"{marker} my diagnosis")]).records[0]
+    target = vault.append([NewRecord(type="message", text=f"{marker} my diagnosis")]).written[0]
     vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
     vault.lock()
     pre = str(tmp_path / "pre-erasure-copy")
@@ -304,7 +304,7 @@ def test_erasure_reaches_what_it_says(new_vault, tmp_path, monkeypatch):
         assert "passphrase opens those old copies" in text and "recovery phrase" in text
         assert "sync service" in text
         assert report.generation == 2 and report.epochs_destroyed
-        after_device = v.actor
+        after_device = v.session.actor
         assert {r.text for r in v.timeline()} == {"keep this", "Lisbon"}
         assert v.problems() == []
         vid = v.vault_id
@@ -312,8 +312,8 @@ def test_erasure_reaches_what_it_says(new_vault, tmp_path, monkeypatch):
     # A device enrolled after the erasure, and the grant created after it.
     switch_home(monkeypatch, tmp_path / "new-device")
     with open_vault(path) as v:
-        new_device = v.actor
-    from camillo.access import read_grant_file
+        new_device = v.session.actor
+    from camillo.session.grantfile import read_grant_file
 
     later_grant = read_grant_file(str(tmp_path / "later.grant"))[0].credential
     # The pre-erasure copy does not give up the erased record to any key that exists now.
@@ -338,7 +338,7 @@ def test_erasure_reaches_what_it_says(new_vault, tmp_path, monkeypatch):
 
 def test_erasure_can_be_disabled_by_policy_and_forget_still_hides(new_vault):
     path, vault, _ = new_vault
-    rid = vault.append([NewRecord(type="message", text="retained by law")]).records[0]
+    rid = vault.append([NewRecord(type="message", text="retained by law")]).written[0]
     vault.set_policy(erasure=False, reason="legal hold")
     with pytest.raises(ErasureDisabled, match="legal hold"):
         vault.erase([rid])
@@ -352,7 +352,7 @@ def test_erasure_can_be_disabled_by_policy_and_forget_still_hides(new_vault):
 
 def test_erasing_twice_says_already_erased(new_vault):
     path, vault, _ = new_vault
-    rid = vault.append([NewRecord(type="message", text="gone")]).records[0]
+    rid = vault.append([NewRecord(type="message", text="gone")]).written[0]
     vault.erase([rid])
     with pytest.raises(UsageError, match="already erased"):
         vault.erase([rid])
@@ -360,7 +360,7 @@ def test_erasing_twice_says_already_erased(new_vault):
 
 def test_recovery_phrase_reissue(new_vault):
     path, vault, phrase = new_vault
-    new_phrase = vault.reissue_recovery_phrase()
+    new_phrase = vault.reissue_recovery_phrase().phrase
     assert new_phrase != phrase and len(new_phrase.split()) == 24
     vault.lock()
     with pytest.raises(WrongCredential):
@@ -379,7 +379,7 @@ def test_compaction_reduces_files_and_keeps_everything(new_vault):
     vault.lock()
     before = len(glob.glob(os.path.join(path, "segments", "*", "*.seg")))
     with open_vault(path, cache=False) as v:
-        cold_before = v.decryptions
+        cold_before = v.session.reader.decryptions
         report = v.compact()  # one device: old segments kept for the grace period
         assert report.pending > 0 and report.segments_deleted == 0
         report = v.compact(prune_now=True)
@@ -387,9 +387,9 @@ def test_compaction_reduces_files_and_keeps_everything(new_vault):
     after = len(glob.glob(os.path.join(path, "segments", "*", "*.seg")))
     assert after < before / 5
     with open_vault(path, cache=False) as v:
-        assert v.decryptions == after < cold_before
+        assert v.session.reader.decryptions == after < cold_before
         assert len(v.timeline()) == 60
-        assert sum(1 for view in v.views.values() if view.vouched) >= 60
+        assert sum(1 for view in v.session.batches.values() if view.vouched) >= 60
         assert v.problems() == [] and v.problems(full=True) == []
 
 
@@ -411,7 +411,7 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
     path = _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch)
     with open_vault(path) as v:
         personal = v.compartment_id("personal")
-        compacted = {n for n, (c, _e) in v._segment_epochs.items() if c == personal}
+        compacted = {n for n, (c, _e) in v.session.reader.segment_epochs.items() if c == personal}
         report = v.compact(prune_now=True)
         assert report.segments_deleted == 0 and report.pending > 0  # the laptop has not seen it yet
     switch_home(monkeypatch, tmp_path / "laptop")
@@ -421,7 +421,7 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
     with open_vault(path) as v:
         report = v.compact()
         assert report.segments_deleted > 0
-        assert not compacted & set(v._segment_epochs), "the personal segments compacted first are still there"
+        assert not compacted & set(v.session.reader.segment_epochs), "the personal segments compacted first are still there"
         texts = {r.text for r in v.timeline()}
         assert {f"m{i}" for i in range(10)} | {"laptop", "laptop saw the compaction"} <= texts
         assert v.problems() == []
@@ -441,7 +441,7 @@ def test_compacting_again_before_the_prune_copies_nothing_twice(new_vault, tmp_p
         other = v.compact(prune_now=True)  # the laptop has seen the first compaction
         assert other.segments_written == 0, other
         copies: dict[bytes, int] = {}
-        for name, bids in v._segment_batches.items():
+        for name, bids in v.session.reader.segment_batches.items():
             for b in bids:
                 copies[b] = copies.get(b, 0) + 1
         assert max(copies.values()) <= 2  # the old segment and the compacted one, never a third
@@ -449,13 +449,13 @@ def test_compacting_again_before_the_prune_copies_nothing_twice(new_vault, tmp_p
 
 def test_scheduled_epoch_after_many_batches(new_vault, monkeypatch):
     path, vault, _ = new_vault
-    monkeypatch.setattr("camillo.access.SCHEDULED_EPOCH_BATCHES", 5)
+    monkeypatch.setattr("camillo.ops.rekey.SCHEDULED_EPOCH_BATCHES", 5)
     cid = vault.compartment_id("personal")
-    first = vault.roster.current_epoch(cid).epoch_id
+    first = vault.session.roster.current_epoch(cid).epoch_id
     for i in range(6):
         vault.append([NewRecord(type="message", text=f"m{i}")])
-    assert vault.roster.current_epoch(cid).epoch_id != first
-    assert vault.roster.current_epoch(cid).reason == "scheduled"
+    assert vault.session.roster.current_epoch(cid).epoch_id != first
+    assert vault.session.roster.current_epoch(cid).reason == "scheduled"
     assert len(vault.timeline()) == 6 and vault.problems() == []
     assert SCHEDULED_EPOCH_BATCHES == 1000
 
@@ -463,11 +463,11 @@ def test_scheduled_epoch_after_many_batches(new_vault, monkeypatch):
 def test_other_devices_rotate_their_keys_after_an_erasure(new_vault, tmp_path, monkeypatch):
     path, vault, _ = new_vault
     marker = "ERASED-ON-ANOTHER-DEVICE"
-    target = vault.append([NewRecord(type="message", text=marker)]).records[0]
+    target = vault.append([NewRecord(type="message", text=marker)]).written[0]
     vault.lock()
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as lap:
-        old_laptop = lap.actor
+        old_laptop = lap.session.actor
     pre = str(tmp_path / "pre")
     shutil.copytree(path, pre)
     switch_home(monkeypatch, tmp_path / "home")
@@ -477,9 +477,9 @@ def test_other_devices_rotate_their_keys_after_an_erasure(new_vault, tmp_path, m
         vid = v.vault_id
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as lap:
-        assert lap.actor.writer_id != old_laptop.writer_id, "the laptop replaced its key on its next open"
+        assert lap.writer_id != old_laptop.writer_id, "the laptop replaced its key on its next open"
         assert lap.problems() == []
-        new_laptop = lap.actor
+        new_laptop = lap.session.actor
         assert next(d for d in lap.devices() if d.writer_id == old_laptop.writer_id).revoked
     # the old key is gone from this installation; the new one opens nothing in the old copy
     assert not any(old_laptop.signer.seed in open(f, "rb").read() for f in all_files(tmp_path / "laptop"))
@@ -491,14 +491,14 @@ def test_other_devices_rotate_their_keys_after_an_erasure(new_vault, tmp_path, m
 
 def test_the_erasing_device_does_not_rotate_again_on_its_next_open(new_vault):
     path, vault, _ = new_vault
-    rid = vault.append([NewRecord(type="message", text="gone")]).records[0]
+    rid = vault.append([NewRecord(type="message", text="gone")]).written[0]
     vault.erase([rid])
-    after = vault.actor.writer_id
+    after = vault.writer_id
     vault.lock()
     with open_vault(path) as v:
-        assert v.actor.writer_id == after
+        assert v.writer_id == after
     with open_vault(path) as v:
-        assert v.actor.writer_id == after and v.problems() == []
+        assert v.writer_id == after and v.problems() == []
 
 
 def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp_path, monkeypatch):
@@ -506,7 +506,7 @@ def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp
     erasure), it cannot find a trusted key and says what to do, and nothing is written."""
     path, _vid, files = granted
     with open_vault(path) as v:
-        rid = v.append([NewRecord(type="message", text="to erase")], compartment="work").records[0]
+        rid = v.append([NewRecord(type="message", text="to erase")], compartment="work").written[0]
         v.erase([rid])
     before = {f: open(f, "rb").read() for f in all_files(path)}
     switch_home(monkeypatch, tmp_path / "agent-home")
@@ -522,21 +522,21 @@ def test_a_session_open_during_another_devices_erasure_never_brings_its_keys_bac
     it must not wrap the destroyed secret into the new envelopes."""
     path, vault, _ = new_vault
     marker = "ERASED-WHILE-THE-LAPTOP-WAS-OPEN"
-    target = vault.append([NewRecord(type="message", text=marker)]).records[0]
+    target = vault.append([NewRecord(type="message", text=marker)]).written[0]
     vault.create_grant("reader", {"work": "read"}, str(tmp_path / "reader.grant"))
     cid = vault.compartment_id("personal")
-    erased_epoch = vault.roster.current_epoch(cid).epoch_id
+    erased_epoch = vault.session.roster.current_epoch(cid).epoch_id
     vault.lock()
     switch_home(monkeypatch, tmp_path / "laptop")
     lap = open_vault(path)  # stays open across the erasure
-    assert (cid, erased_epoch) in lap._epoch_secrets
+    assert (cid, erased_epoch) in lap.session.keyring.epoch_secrets
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         v.erase([target])
         v.append([NewRecord(type="message", text="written after the erasure")])
     switch_home(monkeypatch, tmp_path / "laptop")
     lap.refresh()
-    assert (cid, erased_epoch) not in lap._epoch_secrets, "the stale session still holds the erased epoch's key"
+    assert (cid, erased_epoch) not in lap.session.keyring.epoch_secrets, "the stale session still holds the erased epoch's key"
     # the session moved to the new master secret and reads what was written under the new keys
     texts = {r.text for r in lap.timeline()}
     assert "written after the erasure" in texts and marker not in texts
@@ -545,7 +545,7 @@ def test_a_session_open_during_another_devices_erasure_never_brings_its_keys_bac
     lap.lock()
     switch_home(monkeypatch, tmp_path / "third")
     with open_vault(path) as fresh:
-        assert (cid, erased_epoch) not in fresh._epoch_secrets
+        assert (cid, erased_epoch) not in fresh.session.keyring.epoch_secrets
         assert marker not in {r.text for r in fresh.timeline()}
         assert fresh.problems() == []
 
@@ -559,7 +559,7 @@ def test_a_planted_newer_slot_does_not_move_an_open_session(new_vault, tmp_path,
 
     path, vault, _ = new_vault
     vault.append([NewRecord(type="message", text="before the plant")])
-    actor, generation = vault.actor, vault._generation
+    actor, generation = vault.session.actor, vault.session.keyring.generation
     evil = SigningKey.from_seed(random_bytes(32))
     sid = ids_mod.new_random_id()
     planted = slot_mod.build_slot(
@@ -569,13 +569,13 @@ def test_a_planted_newer_slot_does_not_move_an_open_session(new_vault, tmp_path,
     with open(os.path.join(path, slot_mod.file_name(sid)), "wb") as fh:
         fh.write(planted)
     vault.refresh()
-    assert vault._generation == generation
+    assert vault.session.keyring.generation == generation
     vault.append([NewRecord(type="message", text="after the plant")])
     assert {"before the plant", "after the plant"} <= {r.text for r in vault.timeline()}
 
 
 def test_the_compaction_report_says_what_it_did_and_why_old_segments_wait():
-    from camillo.compaction import CompactionReport
+    from camillo import CompactionReport
 
     alone = CompactionReport(5, 1, 0, 1, 5, alone=True).lines()
     assert alone[0] == "Compacted 1 batch from 5 small segments into 1 large segment; deleted 0 old segments."

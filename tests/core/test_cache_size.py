@@ -15,8 +15,8 @@ def test_a_state_loaded_from_the_cache_grows_past_one_gibibyte(new_vault):
     path, vault, _ = new_vault
     vault.lock()  # saves the cache
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as warm:
-        assert warm.decryptions == 0, "the state did not come from the cache"
-        db = warm.state.db
+        assert warm.session.reader.decryptions == 0, "the state did not come from the cache"
+        db = warm.session.materialized.db
         db.execute("CREATE TABLE main.ballast(x BLOB)")
         for _ in range(12):  # 1.2 GB of zeros, written by SQLite itself
             db.execute("INSERT INTO main.ballast VALUES(zeroblob(100000000))")
@@ -46,7 +46,7 @@ def test_the_cache_is_sealed_in_chunks_that_cannot_be_moved_dropped_or_repeated(
     path, vault, _ = new_vault
     for i in range(40):
         vault.append([NewRecord(type="message", conversation="c", role="user", text=f"note {i} " * 40)])
-    cache_path = vault._cache.path
+    cache_path = vault.session.cache.path
     vault.lock()
     head, parts = _chunks(cache_path)
     assert len(parts) >= 4
@@ -57,7 +57,7 @@ def test_the_cache_is_sealed_in_chunks_that_cannot_be_moved_dropped_or_repeated(
             fh.write(data)
         with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
             assert len(v.timeline()) == 40
-            return v.decryptions == 0
+            return v.session.reader.decryptions == 0
 
     assert opens_warm(good)
     swapped = parts[:]

@@ -38,7 +38,7 @@ from camillo import NewRecord, Unlock, Vault
 
 path, barrier, tag, count, compartments = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
 vault = Vault.open(path, Unlock.passphrase(os.environ["CAMILLO_PASSPHRASE"]))
-print(json.dumps({"writer": vault.actor.writer_id.hex()}), flush=True)
+print(json.dumps({"writer": vault.writer_id.hex()}), flush=True)
 open(os.path.join(barrier, tag + ".ready"), "w").close()
 deadline = time.time() + 60
 while not os.path.exists(os.path.join(barrier, "go")):
@@ -49,7 +49,8 @@ for i in range(count):
     comp = compartments[i % len(compartments)]
     changes = vault.append([NewRecord(type="message", conversation=tag, role="user", text=f"{tag} {i}")],
                            compartment=comp)
-    print(json.dumps({"record": changes.records[0].hex(), "batch": changes.batches[0].hex(), "compartment": comp}),
+    rid = changes.written[0]
+    print(json.dumps({"record": rid.hex(), "batch": vault.record(rid).batch_id.hex(), "compartment": comp}),
           flush=True)
 vault.lock()
 """
@@ -116,7 +117,7 @@ def check_folder(path: str, vault: Vault, results: dict[str, dict], segments_bef
     timeline = [r.id.hex() for r in vault.timeline()]
     assert acked_records <= set(timeline), f"lost records: {sorted(acked_records - set(timeline))[:3]}"
     assert len(timeline) == len(set(timeline)) == len(acked_records)
-    assert {bytes.fromhex(b) for b in acked_batches} <= vault.log.accepted
+    assert {bytes.fromhex(b) for b in acked_batches} <= vault.session.log.accepted
     assert vault.problems() == [], [(p.kind, p.message) for p in vault.problems()]
     # files: intact under their content address, one per batch, nothing overwritten or left behind
     names = segment_names(path)
@@ -124,13 +125,13 @@ def check_folder(path: str, vault: Vault, results: dict[str, dict], segments_bef
         with open(os.path.join(path, name), "rb") as fh:
             assert hash_matches(name, fh.read()) is True, f"{name} does not match its hash"
     assert len(names) == segments_before + len(acked_batches) + extra_batches
-    assert len(names) == len(vault.log.accepted), "a segment without its batch, or a batch without its file"
+    assert len(names) == len(vault.session.log.accepted), "a segment without its batch, or a batch without its file"
     leftovers = [f for f in all_files(path) if os.path.basename(f).startswith(".")]
     assert leftovers == [], f"temp files left behind: {leftovers}"
 
 
 def chain_of(vault: Vault, writer_hex: str, compartment: str) -> dict[int, str]:
-    chain = vault.log.chains.get((bytes.fromhex(writer_hex), vault.compartment_id(compartment)), {})
+    chain = vault.session.log.chains.get((bytes.fromhex(writer_hex), vault.compartment_id(compartment)), {})
     return {seq: bid.hex() for seq, bid in chain.items()}
 
 
@@ -164,7 +165,7 @@ def test_two_processes_of_one_installation(vault_path, tmp_path):
             ranges.append((min(seqs), max(seqs)))
         # the two processes really ran at the same time: their seq ranges overlap (interleaved)
         assert ranges[0][0] < ranges[1][1] and ranges[1][0] < ranges[0][1], ranges
-        assert not v.log.forks
+        assert not v.session.log.forks
 
 
 def test_two_processes_of_one_installation_across_compartments(vault_path, tmp_path):
@@ -181,7 +182,7 @@ def test_two_processes_of_one_installation_across_compartments(vault_path, tmp_p
             chain = chain_of(v, writer, comp)
             assert_consecutive(chain)
             assert len(chain) == 1 + COUNT
-        assert not v.log.forks and not v.log.gaps
+        assert not v.session.log.forks and not v.session.log.gaps
 
 
 def test_two_installations_at_once(vault_path, tmp_path):
@@ -202,7 +203,7 @@ def test_two_installations_at_once(vault_path, tmp_path):
             assert len(chain) == 1 + COUNT  # its certificate batch, then every acknowledged one
             assert [chain[s] for s in sorted(chain)][1:] == [b for _, b, _ in res["acks"]]
         assert len([f for f in all_files(vault_path) if f.endswith(".slot")]) == 3 + 2
-        names = {p.writer_id.hex(): p for p in v.roster.principals.values()}
+        names = {p.writer_id.hex(): p for p in v.session.roster.principals.values()}
         assert results["a"]["writer"] in names and results["b"]["writer"] in names
 
 
@@ -229,12 +230,12 @@ def test_a_stale_process_continues_the_sequence(vault_path, tmp_path):
     wrote many batches since, reloads the device state before numbering (no reuse of a seq)."""
     stale = Vault.open(vault_path, Unlock.passphrase(PASSPHRASE))
     fresh = Vault.open(vault_path, Unlock.passphrase(PASSPHRASE))
-    assert stale.actor.writer_id == fresh.actor.writer_id
+    assert stale.writer_id == fresh.writer_id
     for i in range(5):
         fresh.append([NewRecord(type="message", text=f"fresh {i}")])
     stale.append([NewRecord(type="message", text="stale")])
     fresh.append([NewRecord(type="message", text="fresh again")])
-    writer = stale.actor.writer_id.hex()
+    writer = stale.writer_id.hex()
     stale.lock()
     fresh.lock()
     with read_back(vault_path, str(tmp_path / "reader")) as v:
@@ -243,6 +244,6 @@ def test_a_stale_process_continues_the_sequence(vault_path, tmp_path):
         assert_consecutive(chain)
         assert len(chain) == 1 + 7
         assert sorted(r.text for r in v.timeline()) == sorted([*(f"fresh {i}" for i in range(5)), "stale", "fresh again"])
-        by_seq = {s: v.record(v.state.db.execute("SELECT id FROM records WHERE batch = ?", (bytes.fromhex(b),))
+        by_seq = {s: v.record(v.session.materialized.db.execute("SELECT id FROM records WHERE batch = ?", (bytes.fromhex(b),))
                               .fetchone()[0]).text for s, b in chain.items() if s > 1}
         assert by_seq[7] == "stale" and by_seq[8] == "fresh again"

@@ -10,8 +10,8 @@ import time
 
 import pytest
 from camillo import NewRecord, Unlock, Vault
-from camillo.enrollment import Join, Offer, OfferState, parse_code, qr_text, typed_code
 from camillo.errors import EnrollmentError
+from camillo.ops.enrollment import Offer, OfferState, parse_code, qr_text, typed_code
 
 from .helpers import all_files, switch_home
 
@@ -27,13 +27,13 @@ def existing(new_vault, tmp_path, monkeypatch):
 
 def _join(monkeypatch, tmp_path, path, code, name="laptop"):
     switch_home(monkeypatch, tmp_path / name)
-    return Join(path, code, name=name)
+    return Vault.join(path, code, name=name)
 
 
 def test_enrollment_end_to_end(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     assert offer.qr_text.startswith("VMEM1:") and len(offer.qr_text) == 131
     join = _join(monkeypatch, tmp_path, path, offer.qr_text)
     code_on_new_device = join.start()
@@ -52,12 +52,12 @@ def test_enrollment_end_to_end(existing, tmp_path, monkeypatch):
     new = join.poll()
     assert new is not None
     with new:
-        assert new.actor.writer_id == join.device.writer_id
+        assert new.writer_id == join.device.writer_id
         assert [r.text for r in new.timeline()] == ["written before the new device joined"]
         new.append([NewRecord(type="message", text="written by the new device")])
         assert new.problems() == []
         # it remembers the other device's frontier at once (rollback detection starts now)
-        assert new.device_state.remembered
+        assert new.session.device_state.remembered
     switch_home(monkeypatch, home)
     assert offer.poll() == OfferState.DONE
     assert not [f for f in all_files(path) if "/enroll/" in f], "rendezvous files are deleted after the ack"
@@ -69,7 +69,7 @@ def test_enrollment_end_to_end(existing, tmp_path, monkeypatch):
 def test_typed_code_fallback(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     code = offer.typed_code
     assert len(code.replace("-", "")) == 53
     assert parse_code(code.lower().replace("-", " ")).secret == offer.secret
@@ -95,8 +95,8 @@ def test_typos_in_the_typed_code_are_caught():
 def test_request_under_the_wrong_secret_is_ignored_and_reported(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
-    wrong = Offer(vault)  # another secret the user mistyped or an old code
+    offer = Offer(vault.session)
+    wrong = Offer(vault.session)  # another secret the user mistyped or an old code
     join = _join(monkeypatch, tmp_path, path, wrong.typed_code)
     join.start()
     switch_home(monkeypatch, home)
@@ -108,7 +108,7 @@ def test_request_under_the_wrong_secret_is_ignored_and_reported(existing, tmp_pa
 
 def test_second_request_to_one_offer_is_refused(existing, tmp_path, monkeypatch):
     path, vault = existing
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     _join(monkeypatch, tmp_path, path, offer.qr_text, "first").start()
     second = _join(monkeypatch, tmp_path, path, offer.qr_text, "second")
     with pytest.raises(EnrollmentError, match="already used"):
@@ -118,12 +118,12 @@ def test_second_request_to_one_offer_is_refused(existing, tmp_path, monkeypatch)
 def test_expired_offer_is_refused_on_both_sides(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    old = Offer(vault, expiry=int(time.time()) - 1)
+    old = Offer(vault.session, expiry=int(time.time()) - 1)
     assert old.poll() == OfferState.EXPIRED
     with pytest.raises(EnrollmentError, match="expired"):
         _join(monkeypatch, tmp_path, path, old.qr_text)
     switch_home(monkeypatch, home)
-    offer = Offer(vault, expiry=int(time.time()) + 2)
+    offer = Offer(vault.session, expiry=int(time.time()) + 2)
     join = _join(monkeypatch, tmp_path, path, offer.typed_code)  # the typed code carries no expiry
     join.start()
     switch_home(monkeypatch, home)
@@ -136,7 +136,7 @@ def test_expired_offer_is_refused_on_both_sides(existing, tmp_path, monkeypatch)
 def test_tampered_request_is_refused(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     _join(monkeypatch, tmp_path, path, offer.qr_text).start()
     req = next(f for f in all_files(path) if f.endswith(".req"))
     data = bytearray(open(req, "rb").read())
@@ -150,7 +150,7 @@ def test_tampered_request_is_refused(existing, tmp_path, monkeypatch):
 def test_mismatched_codes_enrol_nothing(existing, tmp_path, monkeypatch):
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     join = _join(monkeypatch, tmp_path, path, offer.qr_text)
     sas = join.start()
     switch_home(monkeypatch, home)
@@ -229,7 +229,7 @@ def test_offer_needs_the_owner(existing, tmp_path, monkeypatch):
     from camillo import AccessDenied
 
     with Vault.open(path, Unlock.grant(str(tmp_path / "a.grant"))) as v, pytest.raises(AccessDenied):
-        Offer(v)
+        Offer(v.session)
 
 
 def test_a_device_enrolled_after_an_erasure_keeps_its_key(existing, tmp_path, monkeypatch):
@@ -237,9 +237,9 @@ def test_a_device_enrolled_after_an_erasure_keeps_its_key(existing, tmp_path, mo
     (it used to, then registered the retired key, and could never open the vault again)."""
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    rid = vault.append([NewRecord(type="message", text="erased before the laptop joined")]).records[0]
+    rid = vault.append([NewRecord(type="message", text="erased before the laptop joined")]).written[0]
     vault.erase([rid])
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     join = _join(monkeypatch, tmp_path, path, offer.typed_code)
     join.start()
     switch_home(monkeypatch, home)
@@ -247,10 +247,10 @@ def test_a_device_enrolled_after_an_erasure_keeps_its_key(existing, tmp_path, mo
     offer.confirm()
     switch_home(monkeypatch, tmp_path / "laptop")
     with join.poll() as new:
-        assert new.actor.writer_id == join.device.writer_id
+        assert new.writer_id == join.device.writer_id
         assert new.problems() == []
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as again:
-        assert again.actor.writer_id == join.device.writer_id, "the enrolled key was rotated away"
+        assert again.writer_id == join.device.writer_id, "the enrolled key was rotated away"
         assert not next(d for d in again.devices() if d.writer_id == join.device.writer_id).revoked
 
 
@@ -259,14 +259,14 @@ def _confirmed_join(existing, tmp_path, monkeypatch):
     ``poll`` is never called): the certificate and the slot are in the vault."""
     path, vault = existing
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     join = _join(monkeypatch, tmp_path, path, offer.qr_text)
     sas = join.start()
     switch_home(monkeypatch, home)
     offer.poll()
     offer.confirm(typed_sas=sas)
     vault.refresh()
-    assert join.device.writer_id in vault.roster.principals
+    assert join.device.writer_id in vault.session.roster.principals
     switch_home(monkeypatch, tmp_path / "laptop")
     return path, vault, join
 
@@ -275,7 +275,7 @@ def test_a_joining_device_names_its_key_before_it_sends_the_request(existing, tm
     """Spec §21.2 step 1: the installation is the new device from the request on, so that a process
     killed after the other device certified its key leaves no device nobody holds."""
     path, vault = existing
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     join = _join(monkeypatch, tmp_path, path, offer.qr_text)
     join.start()
     from camillo.localstate import VaultLocal
@@ -290,8 +290,8 @@ def test_a_device_killed_while_joining_is_retired_on_its_next_open(existing, tmp
     and retires the enrolled one (re-certification, spec §12.4): no active device nobody holds."""
     path, vault, join = _confirmed_join(existing, tmp_path, monkeypatch)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), device_name="laptop") as v:
-        assert v.actor is not None and v.actor.writer_id != join.device.writer_id
-        assert join.device.writer_id in v.roster.revocations
+        assert v.session.actor is not None and v.writer_id != join.device.writer_id
+        assert join.device.writer_id in v.session.roster.revocations
         v.append([NewRecord(type="message", text="written by the laptop after all")])
         assert v.problems() == []
     vault.refresh()

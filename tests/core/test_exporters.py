@@ -41,7 +41,7 @@ def build(vault: Vault) -> dict[str, bytes]:
         NewRecord(type="message", text="weather: sunny", conversation="c-1", role="tool", ts=1700000004),
         NewRecord(type="message", text="A note without a conversation", role="user", ts=1700000005),
     ])
-    ids["forgotten"] = ch.records[3]
+    ids["forgotten"] = ch.written[3]
     vault.append([
         NewRecord(type="fact", key="user/city", value="OLD-CITY-5 Porto", ts=1700000010),
     ])

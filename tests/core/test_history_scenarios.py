@@ -28,17 +28,17 @@ def open_vault(path, **kw):
 def segments_of(vault, writer_id, compartment="personal"):
     """Segment names of one writer's batches in a compartment, by seq."""
     cid = vault.compartment_id(compartment)
-    chain = vault.log.chains[(writer_id, cid)]
-    return {seq: vault.views[bid].segment for seq, bid in chain.items()}
+    chain = vault.session.log.chains[(writer_id, cid)]
+    return {seq: vault.session.batches[bid].segment for seq, bid in chain.items()}
 
 
 def test_gap_is_named_then_syncing_then_missing(new_vault, monkeypatch):
     path, vault, _ = new_vault
     for i in range(4):
         vault.append([NewRecord(type="message", text=f"m{i}")])
-    wid = vault.actor.writer_id
+    wid = vault.writer_id
     middle = segments_of(vault, wid)[3]
-    missing_id = vault.log.chains[(wid, vault.compartment_id("personal"))][3]
+    missing_id = vault.session.log.chains[(wid, vault.compartment_id("personal"))][3]
     vault.lock()
     os.unlink(os.path.join(path, middle))
     with open_vault(path, cache=False) as v:
@@ -77,7 +77,7 @@ def test_restored_device_refuses_to_write(new_vault, tmp_path):
 def _forge_batch(vault, cid, seq, prev, text, *, deps=(), frontier=None, pred=()):
     """Write a batch as the vault's own device, bypassing the facade's counters (what a cloned or
     malicious copy of the device could do)."""
-    actor = vault.actor
+    actor = vault.session.actor
     raw = encode_record(Kind.NOTE, actor.writer_id, value={"text": text}, authority=3, type="message", pred=pred) \
         if not pred else encode_record(Kind.PUT, actor.writer_id, key="user/city", value=text, authority=3,
                                        type="fact", pred=pred)
@@ -85,10 +85,10 @@ def _forge_batch(vault, cid, seq, prev, text, *, deps=(), frontier=None, pred=()
     header = BatchHeader(vault.vault_id, cid, actor.writer_id, seq, prev, tuple(sorted(deps)), frontier,
                          (id_mod.record_id(raw),), int(time.time()))
     batch = make_batch(header, [raw], actor.signer)
-    epoch = vault.roster.current_epoch(cid)
+    epoch = vault.session.roster.current_epoch(cid)
     seg = seal_segment(vault.vault_id, cid, epoch.epoch_id, epoch.public, encode_payload([batch]))
     name = segment_name(seg)
-    vault.shelf.write(name, seg)
+    vault.session.shelf.write(name, seg)
     return batch, name
 
 
@@ -96,8 +96,8 @@ def test_fork_is_proven_and_freezes_the_writer(new_vault):
     path, vault, _ = new_vault
     vault.append([NewRecord(type="message", text="one")])
     cid = vault.compartment_id("personal")
-    wid = vault.actor.writer_id
-    chain = vault.log.chains[(wid, cid)]
+    wid = vault.writer_id
+    chain = vault.session.log.chains[(wid, cid)]
     top = max(chain)
     _forge_batch(vault, cid, top + 1, chain[top], "branch A")
     _forge_batch(vault, cid, top + 1, chain[top], "branch B")
@@ -126,14 +126,14 @@ def test_pred_outside_the_causal_past_is_rejected(new_vault):
     vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
     cid = vault.compartment_id("personal")
     lisbon = vault.fact("user/city").current.id
-    wid = vault.actor.writer_id
-    chain = vault.log.chains[(wid, cid)]
+    wid = vault.writer_id
+    chain = vault.session.log.chains[(wid, cid)]
     top = max(chain)
     # A batch whose frontier claims it saw nothing of its own chain cannot name Lisbon in pred:
     # craft the claim on a different compartment's key space by lying about the frontier.
     other = vault.compartment_id("work")
     vault.append([NewRecord(type="message", text="in work")], compartment="work")
-    work_chain = vault.log.chains[(wid, other)]
+    work_chain = vault.session.log.chains[(wid, other)]
     batch, name = _forge_batch(vault, other, max(work_chain) + 1, work_chain[max(work_chain)], "Porto",
                                pred=[lisbon], frontier={wid: max(work_chain)})
     vault.refresh()
@@ -147,7 +147,7 @@ def test_rollback_alert_after_grace_and_not_for_sync_lag(new_vault, monkeypatch)
     path, vault, _ = new_vault
     vault.append([NewRecord(type="message", text="seen")])
     vault.append([NewRecord(type="message", text="seen too")])
-    wid = vault.actor.writer_id
+    wid = vault.writer_id
     latest = segments_of(vault, wid)[max(segments_of(vault, wid))]
     vault.lock()
     saved = open(os.path.join(path, latest), "rb").read()
@@ -192,7 +192,7 @@ def test_warm_open_reads_only_new_segments(new_vault, tmp_path, monkeypatch):
         vault.append([NewRecord(type="message", text=f"m{i}")])
     vault.lock()
     with open_vault(path) as v:
-        assert v.decryptions == 0  # everything came from the cache
+        assert v.session.reader.decryptions == 0  # everything came from the cache
         assert len(v.timeline()) == 10
     # Another device adds three batches.
     switch_home(monkeypatch, tmp_path / "other")
@@ -202,28 +202,28 @@ def test_warm_open_reads_only_new_segments(new_vault, tmp_path, monkeypatch):
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         # its three batches, plus the new device's certificate mirrored into each compartment
-        assert v.decryptions == 3 + 4
+        assert v.session.reader.decryptions == 3 + 4
         assert len(v.timeline()) == 13
     with open_vault(path, cache=False) as v:
-        assert v.decryptions == len([f for f in all_files(path) if f.endswith(".seg")])
+        assert v.session.reader.decryptions == len([f for f in all_files(path) if f.endswith(".seg")])
 
 
 def test_cache_is_disposable_and_checked(new_vault, tmp_path):
     path, vault, _ = new_vault
     vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
-    wid = vault.actor.writer_id
-    cache_path = vault.local.cache_path(wid)
+    wid = vault.writer_id
+    cache_path = vault.session.local.cache_path(wid)
     vault.lock()
     assert os.path.exists(cache_path)
     with open_vault(path) as v:
         expected = [(f.key, f.status, f.current.id) for f in v.facts()]
-        assert v.decryptions == 0
+        assert v.session.reader.decryptions == 0
     # tampered: rebuilt from the files
     data = bytearray(open(cache_path, "rb").read())
     data[len(data) // 2] ^= 1
     open(cache_path, "wb").write(bytes(data))
     with open_vault(path) as v:
-        assert v.decryptions > 0 and [(f.key, f.status, f.current.id) for f in v.facts()] == expected
+        assert v.session.reader.decryptions > 0 and [(f.key, f.status, f.current.id) for f in v.facts()] == expected
     # deleted: nothing lost
     os.unlink(cache_path)
     with open_vault(path) as v:
@@ -231,7 +231,7 @@ def test_cache_is_disposable_and_checked(new_vault, tmp_path):
     # a cache of another vault in its place: refused, rebuilt
     other, _ = Vault.create(str(tmp_path / "other"), PASSPHRASE)
     other.append([NewRecord(type="fact", key="user/city", value="Elsewhere")])
-    other_cache = other.local.cache_path(other.actor.writer_id)
+    other_cache = other.session.local.cache_path(other.writer_id)
     other.lock()
     shutil.copy(other_cache, cache_path)
     with open_vault(path) as v:

@@ -1,7 +1,7 @@
 """The incremental paths give exactly what a full recomputation gives.
 
 An append, or a refresh that finds new batches, extends the log and the state in O(new) when it can
-(:meth:`Vault._extend`, :func:`camillo.log.extend_log`, the plain-notes pass of
+(:meth:`Reader.extend`, :func:`camillo.log.extend_log`, the plain-notes pass of
 ``State.materialize``), and the folder shelf lists only directories whose mtime changed.  These
 tests drive two devices and an agent through interleaved writes, forgetting, conflicts, a merge
 from another copy and files vanishing, and after every step compare the vault with one opened from
@@ -18,6 +18,8 @@ import time
 
 import pytest
 from camillo import NewRecord, Unlock, Vault
+from camillo.session import writer
+from camillo.session.reader import Reader
 from camillo.storage import FolderShelf
 from camillo.transport import merge_into
 
@@ -32,10 +34,10 @@ def fingerprint(v: Vault) -> dict:
         "timeline": [(r.id, r.valid, r.hidden, r.effective_class, r.text) for r in v.timeline()],
         "facts": sorted((f.compartment, f.key, f.status, f.current.id if f.current else None,
                          tuple(sorted(c.id for c in f.candidates))) for f in v.facts()),
-        "accepted": sorted(v.log.accepted),
-        "heads": {c: sorted(h) for c, h in v.log.heads.items()},
-        "chains": {k: dict(c) for k, c in v.log.chains.items()},
-        "gaps": sorted((g.writer_id, g.compartment_id, g.seq) for g in v.log.gaps),
+        "accepted": sorted(v.session.log.accepted),
+        "heads": {c: sorted(h) for c, h in v.session.log.heads.items()},
+        "chains": {k: dict(c) for k, c in v.session.log.chains.items()},
+        "gaps": sorted((g.writer_id, g.compartment_id, g.seq) for g in v.session.log.gaps),
         "inbox": [r.id for r in v.inbox()],
         "search": [r.id for r in v.search("garden")],
     }
@@ -50,7 +52,7 @@ def from_scratch(path: str) -> dict:
 def counted(monkeypatch):
     """Counts the full recomputations and the fast extensions."""
     calls = {"full": 0, "fast": 0}
-    full, fast = Vault._recompute, Vault._extend
+    full, fast = Reader.recompute, Reader.extend
 
     def recompute(self):
         calls["full"] += 1
@@ -61,8 +63,8 @@ def counted(monkeypatch):
         calls["fast"] += bool(ok)
         return ok
 
-    monkeypatch.setattr(Vault, "_recompute", recompute)
-    monkeypatch.setattr(Vault, "_extend", extend)
+    monkeypatch.setattr(Reader, "recompute", recompute)
+    monkeypatch.setattr(Reader, "extend", extend)
     return calls
 
 
@@ -221,7 +223,7 @@ def test_back_to_back_appends_skip_the_scan_until_something_may_have_changed(new
     folder again; an envelope or slot arriving, another process of this installation writing, or
     the scan growing old makes the next append scan first."""
     path, vault, _ = new_vault
-    monkeypatch.setattr(Vault, "WRITE_SCAN_AGE", 3600.0)
+    monkeypatch.setattr(writer, "WRITE_SCAN_AGE", 3600.0)
     scans = []
     real_scan = FolderShelf._scan
     monkeypatch.setattr(FolderShelf, "_scan", lambda self: scans.append(1) or real_scan(self))
@@ -260,7 +262,7 @@ def test_back_to_back_appends_skip_the_scan_until_something_may_have_changed(new
     assert scans, "an append did not look at a new envelope first"
 
     # and an old scan is renewed
-    monkeypatch.setattr(Vault, "WRITE_SCAN_AGE", 0.0)
+    monkeypatch.setattr(writer, "WRITE_SCAN_AGE", 0.0)
     scans.clear()
     note("later")
     assert scans
@@ -282,16 +284,16 @@ def test_a_roster_change_rechecks_only_the_principals_it_touched(new_vault, tmp_
         vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i}")])
     vault.refresh()
     full_checks = []
-    real = vault.state.materialize
+    real = vault.session.materialized.materialize
 
     def counting(roster, log, views, affected=None, **kw):
         full_checks.append(affected is None)
         return real(roster, log, views, affected, **kw)
 
-    monkeypatch.setattr(vault.state, "materialize", counting)
+    monkeypatch.setattr(vault.session.materialized, "materialize", counting)
     vault.change_passphrase("a different passphrase entirely")
     assert fingerprint(vault) == from_scratch_with(path, "a different passphrase entirely")
-    grant_id = next(g["grant_id"] for g in vault.grants() if g["agent"] == "planner")
+    grant_id = next(g.grant_id.hex() for g in vault.grants() if g.agent == "planner")
     vault.revoke(grant_id)
     assert fingerprint(vault) == from_scratch_with(path, "a different passphrase entirely")
     assert full_checks and not any(full_checks), full_checks
@@ -310,8 +312,8 @@ def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkey
     for i in range(30):
         vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i}")])
     calls: list[int] = []
-    real = Vault._forget_segments
-    monkeypatch.setattr(Vault, "_forget_segments", lambda self, names: calls.append(len(names)) or real(self, names))
+    real = Reader.forget_segments
+    monkeypatch.setattr(Reader, "forget_segments", lambda self, names: calls.append(len(names)) or real(self, names))
     report = vault.compact(prune_now=True)
     assert report.segments_deleted >= 30
     assert calls == [report.segments_deleted], calls

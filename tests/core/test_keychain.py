@@ -34,7 +34,7 @@ def os_keychain(monkeypatch):
 def test_device_key_lives_in_the_secret_service(os_keychain, tmp_path, monkeypatch):
     path = str(tmp_path / "v")
     vault, _ = Vault.create(path, PASSPHRASE)
-    vid, wid = vault.vault_id, vault.actor.writer_id
+    vid, wid = vault.vault_id, vault.writer_id
     vault.append([NewRecord(type="message", text="kept with a device key")])
     vault.lock()
     stored = keyring.get_password("vmem", f"{vid.hex()}/{wid.hex()}")
@@ -52,11 +52,11 @@ def test_device_key_lives_in_the_secret_service(os_keychain, tmp_path, monkeypat
     # A second installation registers its own key; the first still works.
     switch_home(monkeypatch, tmp_path / "laptop2")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
-        second = v.actor.writer_id
+        second = v.writer_id
     assert second != wid
     assert keyring.get_password("vmem", f"{vid.hex()}/{second.hex()}")
     with Vault.open(path, Unlock.device()) as v:
-        assert v.actor.writer_id == second and len(v.timeline()) == 2
+        assert v.writer_id == second and len(v.timeline()) == 2
     # Deleting the key from the keychain: the device can no longer unlock, and says why.
     keychain.delete(vid, second)
     with pytest.raises(KeychainError, match="has no device key"):
@@ -122,23 +122,23 @@ def test_plaintext_and_failing_backends_are_refused(monkeypatch, tmp_path):
 def test_a_device_rotates_its_keychain_key_after_an_erasure(os_keychain, tmp_path, monkeypatch):
     path = str(tmp_path / "v")
     vault, _ = Vault.create(path, PASSPHRASE)
-    target = vault.append([NewRecord(type="message", text="to be erased")]).records[0]
+    target = vault.append([NewRecord(type="message", text="to be erased")]).written[0]
     vid = vault.vault_id
     vault.lock()
     switch_home(monkeypatch, tmp_path / "laptop")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as lap:
-        old = lap.actor.writer_id
+        old = lap.writer_id
     switch_home(monkeypatch, tmp_path / "home")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
         v.erase([target])
     switch_home(monkeypatch, tmp_path / "laptop")
     with Vault.open(path, Unlock.device()) as lap:
-        new = lap.actor.writer_id
+        new = lap.writer_id
         assert new != old and lap.problems() == []
     assert keyring.get_password("vmem", f"{vid.hex()}/{old.hex()}") is None, "the old key left the keychain"
     assert keyring.get_password("vmem", f"{vid.hex()}/{new.hex()}")
     with Vault.open(path, Unlock.device()) as lap:
-        assert lap.actor.writer_id == new
+        assert lap.writer_id == new
 
 
 @pytest.mark.secretservice
@@ -147,14 +147,14 @@ def test_a_device_killed_while_joining_keeps_its_keychain_key(os_keychain, tmp_p
     """The joining device stores its key in the keychain before it sends the request (spec §21.2):
     killed after the other device certified it, before finishing, it still holds the key, and its
     device slot opens the vault with it."""
-    from camillo.enrollment import Join, Offer, OfferState
+    from camillo.ops.enrollment import Offer, OfferState
 
     path = str(tmp_path / "v")
     vault, _ = Vault.create(path, PASSPHRASE, device_name="desktop")
     home = os.environ["CAMILLO_HOME"]
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     switch_home(monkeypatch, tmp_path / "laptop")
-    join = Join(path, offer.qr_text, name="laptop")
+    join = Vault.join(path, offer.qr_text, name="laptop")
     sas = join.start()
     assert keychain.load(vault.vault_id, join.device.writer_id) is not None, "the key is stored before the request"
     switch_home(monkeypatch, home)

@@ -123,9 +123,9 @@ def summary(vault: Vault) -> dict[str, Any]:
         "timeline_all": [r.id.hex() for r in vault.timeline(include_hidden=True)],
         "conflicts": [(f.compartment, f.key, tuple(c.id.hex() for c in f.candidates)) for f in vault.conflicts()],
         "inbox": sorted(r.id.hex() for r in vault.inbox()),
-        "accepted": sorted(b.hex() for b in vault.log.accepted),
+        "accepted": sorted(b.hex() for b in vault.session.log.accepted),
         "records": sorted((r.id.hex(), r.valid, r.reason, r.effective_class, r.hidden)
-                          for r in vault.state.all_records()),
+                          for r in vault.session.materialized.all_records()),
         "problems": kinds(vault),
     }
 
@@ -472,8 +472,8 @@ def test_forgetting_a_message_hides_it_in_every_order():
     lab = Lab(2)
     try:
         v0 = lab.vaults[0]
-        keep = v0.append([NewRecord(type="message", conversation="c", role="user", text="keep me")]).records[0]
-        gone = v0.append([NewRecord(type="message", conversation="c", role="user", text="hide me")]).records[0]
+        keep = v0.append([NewRecord(type="message", conversation="c", role="user", text="keep me")]).written[0]
+        gone = v0.append([NewRecord(type="message", conversation="c", role="user", text="hide me")]).written[0]
         v0.forget(record=gone)
         assert [r.id for r in v0.timeline()] == [keep]
         assert {r.id for r in v0.timeline(include_hidden=True)} == {keep, gone}

@@ -14,7 +14,7 @@ import glob
 import os
 
 from camillo import NewRecord, Unlock, Vault
-from camillo.enrollment import Join, Offer
+from camillo.ops.enrollment import Offer
 from camillo.slots import read_statement
 
 from .helpers import switch_home
@@ -38,9 +38,9 @@ def lose_device_key(home) -> None:
 
 def current_slot_signers(v: Vault) -> dict[str, list[bytes]]:
     out = {}
-    for h in v._slot_headers()[0]:
-        if h.generation == v._generation:
-            out[h.name] = [sig[0] for sig in read_statement(h, v.vault_id, v._vms.get()).signatures]
+    for h in v.session.slot_headers()[0]:
+        if h.generation == v.session.keyring.generation:
+            out[h.name] = [sig[0] for sig in read_statement(h, v.vault_id, v.session.keyring.master.get()).signatures]
     return out
 
 
@@ -54,12 +54,12 @@ def assert_every_credential_opens(path, tmp_path, phrase, *, passphrase=PASSPHRA
             signers = current_slot_signers(v)
             # every current slot is signed by an active device: no slot counts through a retired key
             for name, wids in signers.items():
-                assert any(v.roster.active_owner(w) for w in wids), name
-                assert all(v.roster.principals[w].kind.label == "device" for w in wids if w in v.roster.principals)
+                assert any(v.session.roster.active_owner(w) for w in wids), name
+                assert all(v.session.roster.principals[w].kind.label == "device" for w in wids if w in v.session.roster.principals)
     for home in devices:
         with Vault.open(path, Unlock.passphrase(passphrase), home=str(home)) as v:
-            inst = v.local.load_installation()
-            assert v.actor is not None and v.actor.writer_id == inst.writer_id
+            inst = v.session.local.load_installation()
+            assert v.session.actor is not None and v.writer_id == inst.writer_id
             v.append([message(f"written from {os.path.basename(str(home))}")])
 
 
@@ -70,10 +70,10 @@ def test_lost_key_that_created_the_vault_and_changed_the_passphrase(tmp_path):
     with v:
         v.append([message("before")])
         v.change_passphrase(NEW_PASSPHRASE)
-        lost = v.actor.writer_id
+        lost = v.writer_id
     lose_device_key(tmp_path / "h1")
     with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h1")) as v:
-        assert lost in v.roster.revocations and v.actor.writer_id != lost
+        assert lost in v.session.roster.revocations and v.writer_id != lost
         assert not any(lost in wids for wids in current_slot_signers(v).values()), "the originals are deleted"
     assert_every_credential_opens(path, tmp_path, phrase, passphrase=NEW_PASSPHRASE, devices=[tmp_path / "h1"],
                                   expect=["before"])
@@ -89,14 +89,14 @@ def test_lost_key_that_rolled_the_keyring_last(tmp_path):
         with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / name), device_name=name) as v:
             v.append([message(f"by {name}")])
             if name == "third":
-                third = v.actor.writer_id.hex()
+                third = v.writer_id.hex()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "second")) as v:
         v.revoke(third, reason="lost")
-        roller, generation = v.actor.writer_id, v._generation
+        roller, generation = v.writer_id, v.session.keyring.generation
         assert all(wids == [roller] for wids in current_slot_signers(v).values())
     lose_device_key(tmp_path / "second")
     with Vault.open(path, Unlock.recovery(phrase), home=str(tmp_path / "second")) as v:
-        assert roller in v.roster.revocations and v._generation == generation  # no roll: the same generation
+        assert roller in v.session.roster.revocations and v.session.keyring.generation == generation  # no roll: the same generation
     assert_every_credential_opens(path, tmp_path, phrase, devices=[tmp_path / "h1", tmp_path / "second"],
                                   expect=["by second", "by third"])
 
@@ -107,9 +107,9 @@ def test_lost_key_that_enrolled_a_device(tmp_path, monkeypatch):
     path = str(tmp_path / "v")
     switch_home(monkeypatch, tmp_path / "h1")
     v, phrase = Vault.create(path, PASSPHRASE, device_name="first")
-    offer = Offer(v)
+    offer = Offer(v.session)
     switch_home(monkeypatch, tmp_path / "laptop")
-    join = Join(path, offer.qr_text, name="laptop")
+    join = Vault.join(path, offer.qr_text, name="laptop")
     sas = join.start()
     switch_home(monkeypatch, tmp_path / "h1")
     offer.poll()
@@ -124,7 +124,7 @@ def test_lost_key_that_enrolled_a_device(tmp_path, monkeypatch):
         assert [d.name for d in v.devices() if d.revoked] == ["first"]
     # the laptop's own slot (the one its device key unlocks) was re-issued
     with Vault.open(path, Unlock.with_device_credential(join.device), home=str(tmp_path / "laptop")) as v:
-        assert v.unlocked_with == "device key" and v.actor.writer_id == join.device.writer_id
+        assert v.unlocked_with == "device key" and v.writer_id == join.device.writer_id
         v.append([message("by the laptop, after the first device lost its key")])
     assert_every_credential_opens(path, tmp_path, phrase, devices=[tmp_path / "h1", tmp_path / "laptop"],
                                   expect=["by the laptop, after the first device lost its key"])
@@ -140,13 +140,13 @@ def test_revoking_the_device_that_rolled_the_keyring_last(tmp_path):
         with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / name), device_name=name) as v:
             v.append([message(f"by {name}")])
             if name == "phone":
-                phone = v.actor.writer_id.hex()
+                phone = v.writer_id.hex()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "laptop")) as v:
         v.revoke(phone, reason="sold")
-        laptop = v.actor.writer_id
+        laptop = v.writer_id
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "desktop")) as v:
         v.revoke(laptop.hex(), reason="lost")
-        desktop = v.actor.writer_id
+        desktop = v.writer_id
         assert all(wids == [desktop] for wids in current_slot_signers(v).values())
     assert_every_credential_opens(path, tmp_path, phrase, devices=[tmp_path / "desktop"], expect=["by laptop"])
 
@@ -158,16 +158,16 @@ def test_rotation_after_an_erasure_by_the_key_that_signed_the_new_slots(tmp_path
     path = str(tmp_path / "v")
     v, phrase = Vault.create(path, PASSPHRASE, device_name="desktop", home=str(tmp_path / "desktop"))
     with v:
-        target = v.append([message("to be erased")]).records[0]
+        target = v.append([message("to be erased")]).written[0]
         v.append([message("kept")])
         v.erase([target])
-        rotated = v.actor.writer_id
+        rotated = v.writer_id
         assert all(wids == [rotated] for wids in current_slot_signers(v).values())
-        state = v.local.state_path(rotated)
+        state = v.session.local.state_path(rotated)
     os.unlink(state)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "desktop")) as v:
-        assert rotated in v.roster.revocations, "it rotated again"
-        assert v.actor.writer_id != rotated
+        assert rotated in v.session.roster.revocations, "it rotated again"
+        assert v.writer_id != rotated
         assert not any(rotated in wids for wids in current_slot_signers(v).values())
     assert_every_credential_opens(path, tmp_path, phrase, devices=[tmp_path / "desktop"], expect=["kept"])
 
@@ -179,11 +179,11 @@ def test_another_device_rotating_after_an_erasure_keeps_every_slot(tmp_path):
     v, phrase = Vault.create(path, PASSPHRASE, device_name="desktop", home=str(tmp_path / "desktop"))
     v.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "laptop"), device_name="laptop") as v:
-        laptop = v.actor.writer_id
+        laptop = v.writer_id
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "desktop")) as v:
-        v.erase([v.append([message("to be erased")]).records[0]])
+        v.erase([v.append([message("to be erased")]).written[0]])
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "laptop")) as v:
-        assert laptop in v.roster.revocations and v.actor.writer_id != laptop
+        assert laptop in v.session.roster.revocations and v.writer_id != laptop
     assert_every_credential_opens(path, tmp_path, phrase, devices=[tmp_path / "desktop", tmp_path / "laptop"])
 
 
@@ -195,9 +195,9 @@ def test_passphrase_and_recovery_credentials_never_sign_slots(tmp_path):
     v, phrase = Vault.create(path, PASSPHRASE, device_name="desktop", home=str(tmp_path / "desktop"))
     with v:
         v.change_passphrase(NEW_PASSPHRASE)
-        phrase = v.reissue_recovery_phrase()
+        phrase = v.reissue_recovery_phrase().phrase
         for wids in current_slot_signers(v).values():
-            assert [v.roster.principals[w].kind.label for w in wids] == ["device"]
-        assert len([p for p in v.roster.principals.values() if p.writer_id in v.roster.revocations]) == 2
+            assert [v.session.roster.principals[w].kind.label for w in wids] == ["device"]
+        assert len([p for p in v.session.roster.principals.values() if p.writer_id in v.session.roster.revocations]) == 2
     assert_every_credential_opens(path, tmp_path, phrase, passphrase=NEW_PASSPHRASE,
                                   devices=[tmp_path / "desktop"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from camillo import Authority, NewRecord, Unlock, Vault
 from camillo.records import Kind, encode_record
+from camillo.session import unlock
+from camillo.session.writer import write_batches, write_control
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -14,11 +16,12 @@ PASSPHRASE = "correct horse battery staple"
 def _write(vault: Vault, compartment: str, *raws: bytes) -> list[bytes]:
     """Write hand-made records as the vault's own device (what another client could write)."""
     cid = vault.compartment_id(compartment)
-    return list(vault._write_per_compartment({cid: list(raws)}, "test").records)
+    written = write_batches(vault.session, {cid: list(raws)})
+    return [r for b in written[cid] for r in b.header.records]
 
 
 def _put(vault: Vault, key: str, value: str, compartment: str = "personal") -> bytes:
-    return vault.append([NewRecord(type="fact", key=key, value=value)], compartment=compartment).records[0]
+    return vault.append([NewRecord(type="fact", key=key, value=value)], compartment=compartment).written[0]
 
 
 # ---------------------------------------------------------------------------------------------- §16.3 rule 6
@@ -45,7 +48,7 @@ def test_pred_naming_an_erased_record_of_another_compartment_is_still_rejected(n
     path, vault, _ = new_vault
     a = _put(vault, "user/city", "Lisbon", compartment="work")
     vault.erase([a])
-    me = vault.actor.writer_id
+    me = vault.writer_id
     (b,) = _write(vault, "personal", encode_record(Kind.PUT, me, key="user/city", value="Porto", authority=3,
                                                    type="fact", pred=[a]))
     rb = vault.record(b)
@@ -57,13 +60,13 @@ def test_pred_naming_an_erased_record_of_another_compartment_is_still_rejected(n
 
 def test_an_invalid_source_counts_as_external_even_when_confirmed(new_vault):
     path, vault, _ = new_vault
-    me = vault.actor.writer_id
+    me = vault.writer_id
     other = _put(vault, "user/food", "tea")
     # Invalid: its pred names a record of another key (§16.3 rule 6).
     (bad,) = _write(vault, "personal", encode_record(Kind.PUT, me, key="user/city", value="Faro", authority=1,
                                                      type="fact", pred=[other]))
     assert not vault.record(bad).valid
-    (confirm,) = _write(vault, "personal", encode_record(Kind.CONFIRM, me, target=bad, signers=[vault.actor.signer]))
+    (confirm,) = _write(vault, "personal", encode_record(Kind.CONFIRM, me, target=bad, signers=[vault.session.actor.signer]))
     assert vault.record(confirm).valid
     (derived,) = _write(vault, "personal", encode_record(Kind.NOTE, me, value={"text": "from bad"}, authority=3,
                                                          type="summary", sources=[bad]))
@@ -80,10 +83,10 @@ def test_an_invalid_source_counts_as_external_even_when_confirmed(new_vault):
 
 def test_confirm_of_a_record_in_another_compartment_is_rejected(new_vault):
     path, vault, _ = new_vault
-    me = vault.actor.writer_id
-    note = vault.append([NewRecord(type="summary", text="an inference", role="assistant")]).records[0]
+    me = vault.writer_id
+    note = vault.append([NewRecord(type="summary", text="an inference", role="assistant")]).written[0]
     assert vault.record(note).effective_class == Authority.INFERRED
-    (confirm,) = _write(vault, "work", encode_record(Kind.CONFIRM, me, target=note, signers=[vault.actor.signer]))
+    (confirm,) = _write(vault, "work", encode_record(Kind.CONFIRM, me, target=note, signers=[vault.session.actor.signer]))
     rc = vault.record(confirm)
     assert not rc.valid and "another compartment" in rc.reason
     assert vault.record(note).effective_class == Authority.INFERRED
@@ -102,9 +105,9 @@ def test_confirm_of_a_record_in_another_compartment_is_rejected(new_vault):
 def test_keyless_del_does_not_hide_a_keyed_put(new_vault):
     """Timeline and facts agree: a keyless DEL hides only keyless records."""
     path, vault, _ = new_vault
-    me = vault.actor.writer_id
+    me = vault.writer_id
     a = _put(vault, "user/city", "Lisbon")
-    note = vault.append([NewRecord(type="message", text="hello")]).records[0]
+    note = vault.append([NewRecord(type="message", text="hello")]).written[0]
     (d,) = _write(vault, "personal", encode_record(Kind.DEL, me, pred=[a, note]))
     assert vault.record(d).valid
     fact = vault.fact("user/city")
@@ -120,12 +123,12 @@ def test_keyless_del_does_not_hide_a_keyed_put(new_vault):
 def test_only_a_confirm_raises_its_target(new_vault, tmp_path):
     """Field 10 (target) on another kind, here an agent's NOTE, raises nothing (§19.2: a valid CONFIRM)."""
     path, vault, _ = new_vault
-    note = vault.append([NewRecord(type="summary", text="an inference", role="assistant")]).records[0]
+    note = vault.append([NewRecord(type="summary", text="an inference", role="assistant")]).written[0]
     grant = str(tmp_path / "agent.grant")
     vault.create_grant("agent", {"personal": "write"}, grant)
     vault.lock()
     with Vault.open(path, Unlock.grant(grant)) as agent:
-        me = agent.actor.writer_id
+        me = agent.writer_id
         (sneaky,) = _write(agent, "personal", encode_record(Kind.NOTE, me, value={"text": "x"}, authority=1,
                                                             type="event", target=note))
         assert agent.record(sneaky).valid
@@ -139,20 +142,20 @@ def test_enrollment_request_with_a_low_order_xwing_key_is_refused(new_vault):
     from camillo import encoding
     from camillo.control import pop_message
     from camillo.credentials import Credential, CredentialKind
-    from camillo.enrollment import Offer, OfferState, _seal
     from camillo.errors import EnrollmentError
+    from camillo.ops.enrollment import Offer, OfferState, _seal
 
     from .helpers import snapshot
 
     path, vault, _ = new_vault
-    offer = Offer(vault)
+    offer = Offer(vault.session)
     dev = Credential.generate(CredentialKind.DEVICE)
     bad_public = dev.recipient.public[:1184] + bytes(32)  # X25519 part: the all-zero, low-order point
     plaintext = encoding.encode({
         0: bad_public, 1: dev.signer.public, 2: "evil", 3: "", 4: bytes(16),
         5: dev.signer.sign(pop_message(vault.vault_id, dev.signer.public, bad_public)),
     })
-    vault.shelf.write(offer.base + ".req", _seal(offer._k("req"), "vmem/v1/enroll/req", offer.sid, plaintext))
+    vault.session.shelf.write(offer.base + ".req", _seal(offer._k("req"), "vmem/v1/enroll/req", offer.sid, plaintext))
     before = snapshot(path)
     assert offer.poll() == OfferState.REFUSED
     assert any("X-Wing" in m for m in offer.messages), offer.messages
@@ -203,15 +206,15 @@ def test_verify_writes_nothing_even_when_an_erasure_is_unseen(new_vault, tmp_pat
 
     path, vault, _ = new_vault
     home = os.environ["CAMILLO_HOME"]
-    device = vault.actor
-    rid = vault.append([NewRecord(type="message", text="to erase")]).records[0]
+    device = vault.session.actor
+    rid = vault.append([NewRecord(type="message", text="to erase")]).written[0]
     vault.lock()
     switch_home(monkeypatch, tmp_path / "other-device")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as other:
         other.erase([rid])
     switch_home(monkeypatch, home)
     # `--device` takes this installation's key from the OS keychain; the test has none, so hand it over.
-    monkeypatch.setattr(Vault, "_load_device_credential", lambda self: device)
+    monkeypatch.setattr(unlock, "load_device_credential", lambda session: device)
     before, before_home = snapshot(path), snapshot(home)
     capsys.readouterr()
     assert cli.main(["verify", path, "--device", "--json"]) == 0
@@ -220,11 +223,11 @@ def test_verify_writes_nothing_even_when_an_erasure_is_unseen(new_vault, tmp_pat
     assert snapshot(home) == before_home
     # The facade call verify makes.
     with Vault.open(path, Unlock.device(), register=False, cache=False, read_only=True) as v:
-        assert v.actor.writer_id == device.writer_id and v.problems() == []
+        assert v.writer_id == device.writer_id and v.problems() == []
     assert snapshot(path) == before and snapshot(home) == before_home
     # An ordinary open still rotates this device's key.
     with Vault.open(path, Unlock.device()) as v:
-        assert v.actor.writer_id != device.writer_id
+        assert v.writer_id != device.writer_id
     assert snapshot(path) != before
 
 
@@ -256,8 +259,8 @@ def test_batch_header_ts_must_be_unsigned():
 def _control(vault: Vault, body: dict, kind: int = Kind.GRANT) -> bytes:
     from camillo import ids as id_mod
 
-    raw = encode_record(kind, vault.actor.writer_id, body=body, signers=[vault.actor.signer])
-    vault._append_control([raw], [vault.roster.control_id])
+    raw = encode_record(kind, vault.writer_id, body=body, signers=[vault.session.actor.signer])
+    write_control(vault.session, [raw], [vault.session.all_compartments()[0]])
     vault.refresh()
     return id_mod.record_id(raw)
 
@@ -279,25 +282,25 @@ def test_grant_levels_and_classes_are_integers_not_booleans(new_vault):
         return cred.writer_id, _control(vault, body)
 
     wid, rid = grant(True, 1)
-    assert wid not in vault.roster.principals
+    assert wid not in vault.session.roster.principals
     assert any("level" in m for m in _malformed(vault, rid))
     wid, rid = grant(1, False)
-    assert wid not in vault.roster.principals
+    assert wid not in vault.session.roster.principals
     assert any("max class" in m for m in _malformed(vault, rid))
     wid, rid = grant(1, 1, True)  # a not_after that is not an integer is read as null
-    assert vault.roster.principals[wid].grant.not_after is None and not _malformed(vault, rid)
+    assert vault.session.roster.principals[wid].grant.not_after is None and not _malformed(vault, rid)
     wid, rid = grant(1, 1)
-    assert vault.roster.principals[wid].grant.max_class == Authority.INFERRED
+    assert vault.session.roster.principals[wid].grant.max_class == Authority.INFERRED
 
 
 def test_revoke_seen_values_must_be_unsigned_integers(new_vault, tmp_path):
     path, vault, _ = new_vault
     vault.create_grant("agent", {"personal": "write"}, str(tmp_path / "agent.grant"))
-    (agent,) = [w for w, p in vault.roster.principals.items() if p.grant is not None]
+    (agent,) = [w for w, p in vault.session.roster.principals.items() if p.grant is not None]
     personal = vault.compartment_id("personal")
     for bad in ("5", True, -1):
         rid = _control(vault, {0: agent, 2: {personal: {agent: bad}}, 4: "test"}, Kind.REVOKE)
-        assert agent not in vault.roster.revocations, bad
+        assert agent not in vault.session.roster.revocations, bad
         assert any("seen" in m for m in _malformed(vault, rid)), (bad, vault.problems())
     rid = _control(vault, {0: agent, 2: {personal: {agent: 0}}, 4: "test"}, Kind.REVOKE)
-    assert agent in vault.roster.revocations
+    assert agent in vault.session.roster.revocations

@@ -112,7 +112,7 @@ def test_planted_slot_is_not_used(filled):
     master secret of their own.  The reader skips it: the roster never vouched for it."""
     path, _, _ = filled
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False) as v:
-        cred = v._unlocking
+        cred = v.session.unlocking
         vault_id = v.vault_id
     attacker = Credential.generate(CredentialKind.DEVICE)
     sid = ids.new_random_id()
@@ -124,14 +124,14 @@ def test_planted_slot_is_not_used(filled):
     open(os.path.join(path, slots.file_name(sid)), "wb").write(planted)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False) as v:
         assert len(v.timeline()) == 6
-        assert v._generation == 1
+        assert v.session.keyring.generation == 1
 
 
 def test_planted_slot_alone_is_refused(filled):
     """With the real passphrase slot gone, a planted one does not open anything."""
     path, _, _ = filled
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False) as v:
-        cred = v._unlocking
+        cred = v.session.unlocking
         vault_id = v.vault_id
     for f in all_files(path):
         if "/slots/" in f and slots.read_header(open(f, "rb").read(), _rel(path, f)).type == slots.SlotType.PASSPHRASE:
@@ -175,7 +175,7 @@ def test_non_canonical_batch_payload_is_named(filled):
     path, _, _ = filled
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False) as v:
         cid = v.compartment_id("personal")
-        epoch = v.roster.current_epoch(cid)
+        epoch = v.session.roster.current_epoch(cid)
         vault_id = v.vault_id
     payload = b"\x9f\xff"  # an indefinite-length empty array
     seg = segments.seal_segment(vault_id, cid, epoch.epoch_id, epoch.public, payload)

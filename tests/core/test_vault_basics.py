@@ -99,17 +99,17 @@ def test_bad_records_are_refused_before_anything_is_written(new_vault):
 
 def test_two_installations_are_two_writers(new_vault, tmp_path, monkeypatch):
     path, vault, _ = new_vault
-    first_writer = vault.actor.writer_id
+    first_writer = vault.writer_id
     vault.append([NewRecord(type="message", text="from the first")])
     vault.lock()
     switch_home(monkeypatch, tmp_path / "second")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
-        assert v.actor is not None and v.actor.writer_id != first_writer
+        assert v.session.actor is not None and v.writer_id != first_writer
         v.append([NewRecord(type="message", text="from the second")])
         writers = {r.text: r.writer_id for r in v.timeline()}
         assert writers["from the first"] == first_writer
-        assert writers["from the second"] == v.actor.writer_id
-        assert len(v.roster.devices()) == 2
+        assert writers["from the second"] == v.writer_id
+        assert len(v.session.roster.devices()) == 2
         assert v.problems() == []
 
 
@@ -225,9 +225,10 @@ def test_creating_over_an_existing_vault_is_refused(new_vault):
 
 def test_locked_vault_refuses_calls_and_drops_keys(new_vault):
     path, vault, _ = new_vault
-    secret = next(iter(vault._epoch_secrets.values()))
+    secret = next(iter(vault.session.keyring.epoch_secrets.values()))
+    master = vault.session.keyring.master
     vault.lock()
-    assert secret.wiped and vault._vms.wiped
+    assert secret.wiped and master is not None and master.wiped and vault.session.keyring.master is None
     from camillo.errors import VaultError
 
     with pytest.raises(VaultError, match="locked"):

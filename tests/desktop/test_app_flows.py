@@ -60,7 +60,7 @@ def append_as(qtbot, client, demo, who: str, items, compartment: str = "personal
         unlock = Unlock.grant(demo.grants[who]) if who in demo.grants else demo.unlock()
         home = demo.homes["planner" if who == "planner" else "desktop"]
         with Vault.open(demo.path, unlock, home=home) as v:
-            return v.append(items, compartment=compartment).records
+            return v.append(items, compartment=compartment).written
 
     return call(qtbot, client, job)
 

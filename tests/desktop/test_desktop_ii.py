@@ -312,7 +312,7 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
 def test_enroll_screenshot_shows_a_qr_that_decodes_to_the_offer(tmp_path):
     """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp)."""
     import zxingcpp
-    from camillo.enrollment import parse_code
+    from camillo.ops.enrollment import parse_code
     from PIL import Image
 
     out = str(tmp_path / "enroll.png")

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import cbor2
 from camillo import descriptor, encoding, envelopes, slots
-from camillo.enrollment import qr_text, typed_code
+from camillo.ops.enrollment import qr_text, typed_code
 
 from . import targets as T
 from .fuzzlib import SEEDS, deep, head

@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 import cbor2
 import pytest
 from camillo import descriptor, encoding, envelopes, ids, keys, packs, sealed, segments, slots, transport
-from camillo.access import read_grant_file
 from camillo.cache import Cache
 from camillo.credentials import Credential, CredentialKind
 from camillo.devicestate import DeviceState, DeviceStateStore
@@ -52,6 +51,7 @@ from camillo.primitives import (
     sha256,
 )
 from camillo.records import BatchHeader, Kind, batch_from_cbor, decode_record, encode_record, make_batch
+from camillo.session.grantfile import read_grant_file
 
 from .fuzzlib import Ignored, Skip, Target
 
@@ -474,7 +474,7 @@ class GrantFileRunner:
 
 
 def run_enroll_code(data: bytes) -> Any:
-    from camillo.enrollment import parse_code
+    from camillo.ops.enrollment import parse_code
 
     return parse_code(data.decode("utf-8", "replace"))
 
@@ -592,7 +592,7 @@ class World:
 
     def __init__(self, root: Path) -> None:
         from camillo import NewRecord, Vault
-        from camillo.enrollment import Join, Offer, _key, _open, session_id
+        from camillo.ops.enrollment import Offer, _key, _open, session_id
 
         self.root = root
         self.home = root / "home"
@@ -609,37 +609,37 @@ class World:
                 vault.create_grant(f"agent-{level}", {"work": level}, gpath)
                 self.grants[level] = gpath
             self.vault_id = vault.vault_id
-            self.actor = vault.actor
+            self.actor = vault.session.actor
             # One real enrollment, so the request and response formats are real seeds.
             self.secret = _d("world enrollment secret")
-            offer = Offer(vault, secret=self.secret, expiry=int(time.time()) + 10**6)
+            offer = Offer(vault.session, secret=self.secret, expiry=int(time.time()) + 10**6)
             self.base = offer.base
             self.sid = session_id(self.secret)
             self.k_req = _key(self.secret, self.vault_id, "req", self.sid)
             self.k_resp = _key(self.secret, self.vault_id, "resp", self.sid)
-            join = Join(self.path, offer.qr_text, name="fuzz laptop")
+            join = Vault.join(self.path, offer.qr_text, name="fuzz laptop")
             join.start()
-            self.request_plain = _open(self.k_req, "vmem/v1/enroll/req", self.sid, vault.shelf.read(self.base + ".req"))
+            self.request_plain = _open(self.k_req, "vmem/v1/enroll/req", self.sid, vault.session.shelf.read(self.base + ".req"))
             assert offer.poll().name == "REQUESTED"
             offer.confirm()
             self.response_plain = _open(self.k_resp, "vmem/v1/enroll/resp", self.sid,
-                                        vault.shelf.read(self.base + ".resp"))
+                                        vault.session.shelf.read(self.base + ".resp"))
             self.enrolled = join.device
             joined = join.poll()
             assert joined is not None
             joined.lock()
             offer.poll()
             vault.save_cache()
-            from camillo.enrollment import qr_text
+            from camillo.ops.enrollment import qr_text
 
             self.qr = qr_text(self.vault_id, self.secret, int(time.time()) + 10**6)
-            self.cache_path = vault.local.cache_path(self.actor.writer_id)
+            self.cache_path = vault.session.local.cache_path(self.actor.writer_id)
             self.cache = Cache(self.cache_path, self.actor.signer.seed, self.vault_id)
             self.cache_db = bytes(self.cache._read_image())
             self.slot_names = {}
-            for h in vault._slot_headers()[0]:
+            for h in vault.session.slot_headers()[0]:
                 self.slot_names.setdefault(h.type, h.name)
-            self.pristine = {n: vault.shelf.read(n) for n in self.slot_names.values()}
+            self.pristine = {n: vault.session.shelf.read(n) for n in self.slot_names.values()}
             self.grant_maps = {}
             for level, gpath in self.grants.items():
                 text = open(gpath).read()
@@ -662,33 +662,33 @@ class World:
     # -- enrollment: the existing device reading a request
 
     def run_enroll_request(self, data: bytes) -> Any:
-        from camillo.enrollment import Offer, OfferState
         from camillo.errors import EnrollmentError
+        from camillo.ops.enrollment import Offer, OfferState
 
         with self._env():
             if self.owner_vault is None:
                 from camillo import Unlock, Vault
 
                 self.owner_vault = Vault.open(self.path, Unlock.passphrase(PASSPHRASE), home=str(self.home))
-            shelf = self.owner_vault.shelf
+            shelf = self.owner_vault.session.shelf
             for ext in (".req", ".resp", ".ack"):
                 shelf.delete(self.base + ext)
             shelf.write(self.base + ".req", data)
-            offer = Offer(self.owner_vault, secret=self.secret, expiry=int(time.time()) + 600)
+            offer = Offer(self.owner_vault.session, secret=self.secret, expiry=int(time.time()) + 600)
             state = offer.poll()
             if state == OfferState.REFUSED:
                 raise EnrollmentError(offer.messages[-1])
             return state
 
     def run_enroll_request_plain(self, plaintext: bytes) -> Any:
-        from camillo.enrollment import _seal
+        from camillo.ops.enrollment import _seal
 
         return self.run_enroll_request(_seal(self.k_req, "vmem/v1/enroll/req", self.sid, plaintext))
 
     # -- enrollment: the new device reading the response
 
     def run_enroll_response(self, data: bytes) -> Any:
-        from camillo.enrollment import Join
+        from camillo import Vault
 
         # The joining device keeps its local state in a home of its own (as a second machine would).
         with core_environment(self.root / "joiner-home"):
@@ -698,7 +698,7 @@ class World:
                     os.unlink(p)
             with open(os.path.join(self.path, *(self.base + ".resp").split("/")), "wb") as fh:
                 fh.write(data)
-            join = Join(self.path, self.qr, name="fuzz laptop")
+            join = Vault.join(self.path, self.qr, name="fuzz laptop")
             join.device = self.enrolled
             result = join.poll()
             if result is not None:
@@ -706,7 +706,7 @@ class World:
             return result
 
     def run_enroll_response_plain(self, plaintext: bytes) -> Any:
-        from camillo.enrollment import _seal
+        from camillo.ops.enrollment import _seal
 
         return self.run_enroll_response(_seal(self.k_resp, "vmem/v1/enroll/resp", self.sid, plaintext))
 
@@ -764,7 +764,7 @@ class World:
 
     def seeds(self, name: str) -> list[bytes]:
         """Real inputs for the world's targets, made by the product in this run."""
-        from camillo.enrollment import _seal
+        from camillo.ops.enrollment import _seal
 
         return {
             "enroll-req": lambda: [_seal(self.k_req, "vmem/v1/enroll/req", self.sid, self.request_plain)],

@@ -12,10 +12,11 @@ import time
 
 import pytest
 from camillo import NewRecord, Unlock, Vault, encoding
-from camillo.access import read_grant_file
-from camillo.enrollment import Join, Offer, OfferState, _key, _seal, session_id
 from camillo.errors import EnrollmentError, UsageError, VaultError
+from camillo.ops.enrollment import Offer, OfferState, _key, _seal, session_id
 from camillo.records import Kind, encode_record
+from camillo.session.grantfile import read_grant_file
+from camillo.session.writer import write_batches
 
 from .targets import PASSPHRASE, armor_grant, grant_map
 
@@ -33,9 +34,9 @@ def test_record_timestamp_beyond_sqlite_integers_does_not_brick_the_vault(new_va
     path, vault, _ = new_vault
     cid = vault.compartment_id("personal")
     vault.append([NewRecord(type="message", text="before")])
-    raw = encode_record(Kind.NOTE, vault.actor.writer_id, value="from the far future", authority=2,
+    raw = encode_record(Kind.NOTE, vault.writer_id, value="from the far future", authority=2,
                         type="message", ts=ts)
-    vault._write_batches({cid: [raw]})
+    write_batches(vault.session, {cid: [raw]})
     vault.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False) as v:
         texts = {r.text: r for r in v.timeline()}
@@ -54,17 +55,17 @@ def _write_batch(vault, *, seq_offset: int = 1, frontier_extra: dict | None = No
     from camillo.storage import segment_name
 
     cid = vault.compartment_id("personal")
-    actor = vault.actor
-    seq, last = vault.device_state.counters[cid]
+    actor = vault.session.actor
+    seq, last = vault.session.device_state.counters[cid]
     seq += seq_offset
     raw = encode_record(Kind.NOTE, actor.writer_id, value="hostile batch", authority=2, type="message")
     frontier = {actor.writer_id: seq - 1, **(frontier_extra or {})}
     header = BatchHeader(vault.vault_id, cid, actor.writer_id, seq, prev or last, (), frontier, (ids.record_id(raw),),
                          int(time.time()))
     batch = make_batch(header, [raw], actor.signer)
-    epoch = vault.roster.current_epoch(cid)
+    epoch = vault.session.roster.current_epoch(cid)
     seg = segments.seal_segment(vault.vault_id, cid, epoch.epoch_id, epoch.public, segments.encode_payload([batch]))
-    vault.shelf.write(segment_name(seg), seg)
+    vault.session.shelf.write(segment_name(seg), seg)
 
 
 def test_frontier_claim_of_2_64_batches_neither_hangs_nor_bricks_the_vault(new_vault):
@@ -103,16 +104,16 @@ def test_batch_frontier_summing_beyond_sqlite_integers_does_not_brick_the_vault(
 
     path, vault, _ = new_vault
     cid = vault.compartment_id("personal")
-    actor = vault.actor
-    seq, prev = vault.device_state.counters[cid]
+    actor = vault.session.actor
+    seq, prev = vault.session.device_state.counters[cid]
     raw = encode_record(Kind.NOTE, actor.writer_id, value="huge frontier", authority=2, type="message")
     frontier = {actor.writer_id: seq, bytes(32): 2**64 - 1, b"\x01" * 32: 2**64 - 1}
     header = BatchHeader(vault.vault_id, cid, actor.writer_id, seq + 1, prev, (), frontier, (ids.record_id(raw),),
                          int(time.time()))
     batch = make_batch(header, [raw], actor.signer)
-    epoch = vault.roster.current_epoch(cid)
+    epoch = vault.session.roster.current_epoch(cid)
     seg = segments.seal_segment(vault.vault_id, cid, epoch.epoch_id, epoch.public, segments.encode_payload([batch]))
-    vault.shelf.write(segment_name(seg), seg)
+    vault.session.shelf.write(segment_name(seg), seg)
     vault.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False) as v:
         v.timeline()  # whatever the log decides about the claimed writers, it opens
@@ -162,16 +163,16 @@ def test_grant_file_with_wrong_field_types_is_refused_by_open(new_vault, tmp_pat
 @pytest.fixture
 def offer(new_vault):
     path, vault, _ = new_vault
-    o = Offer(vault, expiry=int(time.time()) + 600)
+    o = Offer(vault.session, expiry=int(time.time()) + 600)
     return path, vault, o
 
 
 def _write(vault, name, data):
     try:
-        vault.shelf.delete(name)
+        vault.session.shelf.delete(name)
     except VaultError:
         pass
-    vault.shelf.write(name, data)
+    vault.session.shelf.write(name, data)
 
 
 @pytest.mark.parametrize("plaintext", [[1, 2], [b"x"], {0: b"\x00" * 32}, {2: b"name"}, "text"],
@@ -193,7 +194,7 @@ def test_enrollment_request_with_a_low_order_x25519_key_is_refused_before_confir
 
     path, vault, o = offer
     signer = SigningKey.generate()
-    good = vault.actor.recipient.public
+    good = vault.session.actor.recipient.public
     bad_public = good[:1184] + bytes(32)  # the X25519 part is the identity (a low-order point)
     req = {0: bad_public, 1: signer.public, 2: "attacker", 3: "x", 4: random_bytes(16),
            5: signer.sign(pop_message(vault.vault_id, signer.public, bad_public))}
@@ -206,11 +207,11 @@ def test_enrollment_request_with_a_low_order_x25519_key_is_refused_before_confir
 def enrolled(new_vault, tmp_path, monkeypatch):
     """A finished enrollment; returns what an attacker holding the QR secret could use."""
     path, vault, _ = new_vault
-    o = Offer(vault, expiry=int(time.time()) + 600)
+    o = Offer(vault.session, expiry=int(time.time()) + 600)
     secret, qr = o.secret, o.qr_text
     home = os.environ["CAMILLO_HOME"]
     monkeypatch.setenv("CAMILLO_HOME", str(tmp_path / "laptop"))
-    join = Join(path, qr, name="laptop")
+    join = Vault.join(path, qr, name="laptop")
     join.start()
     monkeypatch.setenv("CAMILLO_HOME", home)
     o.poll()
@@ -218,9 +219,9 @@ def enrolled(new_vault, tmp_path, monkeypatch):
     monkeypatch.setenv("CAMILLO_HOME", str(tmp_path / "laptop"))
     sid = session_id(secret)
     k_resp = _key(secret, vault.vault_id, "resp", sid)
-    from camillo.enrollment import _open
+    from camillo.ops.enrollment import _open
 
-    resp = encoding.decode(_open(k_resp, "vmem/v1/enroll/resp", sid, vault.shelf.read(o.base + ".resp")))
+    resp = encoding.decode(_open(k_resp, "vmem/v1/enroll/resp", sid, vault.session.shelf.read(o.base + ".resp")))
     return path, vault, join, qr, k_resp, sid, o.base, resp
 
 

@@ -101,7 +101,7 @@ class Insiders:
     """A vault with an owner device, an agent with a write grant and one with an append grant."""
 
     def __init__(self, root) -> None:
-        from camillo.access import read_grant_file
+        from camillo.session.grantfile import read_grant_file
 
         self.root = root
         self.home = root / "home"
@@ -116,19 +116,19 @@ class Insiders:
                 gpath = str(root / f"{level}.grant")
                 v.create_grant(f"agent-{level}", {"work": level}, gpath)
                 self.grants[level] = read_grant_file(gpath)[0].credential
-            self.owner = v.actor
+            self.owner = v.session.actor
             self.vault_id = v.vault_id
             self.work = v.compartment_id("work")
-            epoch = v.roster.current_epoch(self.work)
+            epoch = v.session.roster.current_epoch(self.work)
             self.epoch = (epoch.epoch_id, epoch.public)
             self.known_ids = [r.id for r in v.timeline()]
             self.frontier = {}
             self.last = {}
-            for (w, c), chain in v.log.chains.items():
+            for (w, c), chain in v.session.log.chains.items():
                 if c == self.work and chain:
                     self.frontier[w] = max(chain)
                     self.last[w] = chain[max(chain)]
-            self.heads = sorted(v.log.heads.get(self.work, set()))
+            self.heads = sorted(v.session.log.heads.get(self.work, set()))
             v.lock()
 
     def signer(self, who: str):
@@ -194,9 +194,9 @@ class Insiders:
                 v.search("porto")
                 v.search("type:fact class:inferred")
                 for row in v.activity():
-                    _fmt_time(row["ts"])
+                    _fmt_time(row.ts)
                 for g in v.grants():
-                    _fmt_time(g["last_used"])
+                    _fmt_time(g.last_used)
                 for d in v.devices():
                     _fmt_time(d.last_seen)
                 v.health()

@@ -202,7 +202,7 @@ def build_base(world: World) -> None:
     records = {}
     with vault:
         for i in range(SETUP_MESSAGES):
-            rid = vault.append([message(f"setup {i}")]).records[0]
+            rid = vault.append([message(f"setup {i}")]).written[0]
             records[rid.hex()] = f"setup {i}"
         vault.append([NewRecord(type="fact", key="user/n", value=-1)])
     world.save_params(phrase=phrase, records=records)
@@ -216,7 +216,7 @@ def recover_and_write(world: World, device: str = "alpha", passphrase: str = PAS
         with open_as(world, device, passphrase) as v:
             if then is not None:
                 then(v)
-            rid = v.append([message("after the crash")]).records[0]
+            rid = v.append([message("after the crash")]).written[0]
             return {rid.hex(): "after the crash"}
     except VaultError as exc:
         raise CheckFailed(f"device {device} cannot recover after the crash: {type(exc).__name__}: {exc}") from None
@@ -230,7 +230,7 @@ def work_append(world: World, io: Any) -> None:
         io.arm()
         for i in range(6):
             ch = v.append([message(f"append {i}"), NewRecord(type="fact", key="user/n", value=i)])
-            io.ack({"i": i, "record": ch.records[0].hex(), "text": f"append {i}"})
+            io.ack({"i": i, "record": ch.written[0].hex(), "text": f"append {i}"})
 
 
 def check_append(world: World, acks: list[dict], ctx: dict) -> list[str]:
@@ -262,7 +262,7 @@ def build_merge(world: World) -> None:
     theirs = {}
     with open_as(world, "beta", path=world.other, device_name="beta") as v:
         for i in range(3):
-            rid = v.append([message(f"beta {i}")]).records[0]
+            rid = v.append([message(f"beta {i}")]).written[0]
             theirs[rid.hex()] = f"beta {i}"
         v.append([NewRecord(type="fact", key="user/beta", value="yes")])
     world.save_params(theirs=theirs)
@@ -298,7 +298,7 @@ def build_compact(world: World) -> None:
     records = setup_records(world)
     with open_as(world, "alpha") as v:
         for i in range(10):
-            rid = v.append([message(f"small {i}")]).records[0]
+            rid = v.append([message(f"small {i}")]).written[0]
             records[rid.hex()] = f"small {i}"
     world.save_params(records=records)
 
@@ -324,8 +324,8 @@ def check_compact(world: World, acks: list[dict], ctx: dict) -> list[str]:
 def build_erase(world: World) -> None:
     build_base(world)
     with open_as(world, "alpha") as v:
-        target = v.append([message("ERASE-TARGET")]).records[0]
-        keep = v.append([message("kept after the erasure")]).records[0]
+        target = v.append([message("ERASE-TARGET")]).written[0]
+        keep = v.append([message("kept after the erasure")]).written[0]
     world.save_params(target=target.hex(), records=setup_records(world) | {keep.hex(): "kept after the erasure"})
 
 
@@ -416,8 +416,8 @@ def check_erase(world: World, acks: list[dict], ctx: dict) -> list[str]:
 def build_revoke_device(world: World) -> None:
     build_base(world)
     with open_as(world, "beta", device_name="beta") as v:
-        rid = v.append([message("written by beta")]).records[0]
-        beta = v.actor.writer_id.hex()
+        rid = v.append([message("written by beta")]).written[0]
+        beta = v.writer_id.hex()
     world.save_params(beta=beta, records=setup_records(world) | {rid.hex(): "written by beta"})
 
 
@@ -430,7 +430,7 @@ def work_revoke_device(world: World, io: Any) -> None:
 
 def _revoked(world: World, writer_hex: str) -> bool:
     with fresh_reader(world) as v:
-        return bytes.fromhex(writer_hex) in v.roster.revocations
+        return bytes.fromhex(writer_hex) in v.session.roster.revocations
 
 
 def check_revoke_device(world: World, acks: list[dict], ctx: dict) -> list[str]:
@@ -440,7 +440,7 @@ def check_revoke_device(world: World, acks: list[dict], ctx: dict) -> list[str]:
         raise CheckFailed("the revocation was acknowledged but beta is not revoked")
 
     def finish(v: Vault) -> None:
-        if bytes.fromhex(beta) not in v.roster.revocations:
+        if bytes.fromhex(beta) not in v.session.roster.revocations:
             v.revoke(beta, reason="lost")
 
     after = recover_and_write(world, then=finish)
@@ -456,8 +456,8 @@ def build_revoke_grant(world: World) -> None:
     with open_as(world, "alpha") as v:
         v.create_grant("agent", {"personal": "write"}, world.grant)
     with Vault.open(world.vault, Unlock.grant(world.grant), home=world.home("agent")) as v:
-        rid = v.append([message("written by the agent")]).records[0]
-        agent = v.actor.writer_id.hex()
+        rid = v.append([message("written by the agent")]).written[0]
+        agent = v.writer_id.hex()
     world.save_params(agent=agent, records=setup_records(world) | {rid.hex(): "written by the agent"})
 
 
@@ -483,7 +483,7 @@ def check_revoke_grant(world: World, acks: list[dict], ctx: dict) -> list[str]:
             pass
 
     def finish(v: Vault) -> None:
-        if bytes.fromhex(agent) not in v.roster.revocations:
+        if bytes.fromhex(agent) not in v.session.roster.revocations:
             v.revoke("agent", reason="done")
 
     after = recover_and_write(world, then=finish)
@@ -538,7 +538,7 @@ def unwrapping_slots(world: World, passphrase: str) -> list[str]:
 
 def _finish_passwd(v: Vault) -> None:
     """After an interrupted change: change again, unless opening the vault already finished it."""
-    if v.roster.active_owner(v._unlocking.writer_id):
+    if v.session.roster.active_owner(v.session.unlocking.writer_id):
         v.change_passphrase(NEW_PASSPHRASE)
 
 
@@ -573,10 +573,10 @@ def build_recertify(world: World) -> None:
 
     build_base(world)
     with open_as(world, "beta", device_name="beta") as v:  # another device, whose slot beta signed itself
-        rid = v.append([message("written by beta")]).records[0]
+        rid = v.append([message("written by beta")]).written[0]
     world.save_params(records=setup_records(world) | {rid.hex(): "written by beta"})
     with open_as(world, "alpha") as v:
-        world.save_params(lost=v.actor.writer_id.hex())
+        world.save_params(lost=v.writer_id.hex())
     for f in glob.glob(os.path.join(world.home("alpha"), "**", "device-key.bin"), recursive=True):
         os.unlink(f)
 
@@ -584,7 +584,7 @@ def build_recertify(world: World) -> None:
 def work_recertify(world: World, io: Any) -> None:
     io.arm()
     with open_as(world, "alpha") as v:
-        io.ack({"writer": v.actor.writer_id.hex()})
+        io.ack({"writer": v.writer_id.hex()})
 
 
 def check_recertify(world: World, acks: list[dict], ctx: dict) -> list[str]:
@@ -597,7 +597,7 @@ def check_recertify(world: World, acks: list[dict], ctx: dict) -> list[str]:
         raise CheckFailed("the open was acknowledged but the lost key is not retired")
     after = recover_and_write(world)
     with open_as(world, "beta") as v:  # the other device still opens with its own key and writes
-        rid = v.append([message("beta again")]).records[0]
+        rid = v.append([message("beta again")]).written[0]
     verify(world, expect=setup_records(world) | after | {rid.hex(): "beta again"}, stage="after recovery")
     if not _opens(world, PASSPHRASE):
         raise CheckFailed("after recovery the passphrase no longer opens the vault")
@@ -610,28 +610,28 @@ def check_recertify(world: World, acks: list[dict], ctx: dict) -> list[str]:
 
 
 def _offer(world: World) -> dict:
-    from camillo.enrollment import Join, Offer
+    from camillo.ops.enrollment import Offer
 
     with open_as(world, "alpha") as v:
-        offer = Offer(v)
+        offer = Offer(v.session)
         secret, expiry, qr = offer.secret.hex(), offer.expiry, offer.qr_text
-    return {"secret": secret, "expiry": expiry, "qr": qr, "Join": Join}
+    return {"secret": secret, "expiry": expiry, "qr": qr}
 
 
 def prepare_enroll_confirm(world: World) -> dict:
     ctx = _offer(world)
     with acting_as(world.home("gamma")):
-        join = ctx["Join"](world.vault, ctx["qr"], name="gamma")
+        join = Vault.join(world.vault, ctx["qr"], name="gamma")
         sas = join.start()
     world.save_params(secret=ctx["secret"], expiry=ctx["expiry"], sas=sas)
     return {"join": join}
 
 
 def _confirm(world: World, v: Vault) -> None:
-    from camillo.enrollment import Offer, OfferState
+    from camillo.ops.enrollment import Offer, OfferState
 
     p = world.params()
-    offer = Offer(v, secret=bytes.fromhex(p["secret"]), expiry=p["expiry"])
+    offer = Offer(v.session, secret=bytes.fromhex(p["secret"]), expiry=p["expiry"])
     if offer.poll() != OfferState.REQUESTED:
         raise VaultError(f"the offer is {offer.state.value}: {offer.messages}")
     offer.confirm(typed_sas=p["sas"])
@@ -655,7 +655,7 @@ def _finish_join(world: World, join: Any) -> dict[str, str]:
         if new is None:
             raise CheckFailed("the new device cannot finish joining: poll() still waits")
         with new:
-            rid = new.append([message("written by gamma")]).records[0]
+            rid = new.append([message("written by gamma")]).written[0]
     return {rid.hex(): "written by gamma"}
 
 
@@ -676,18 +676,16 @@ def prepare_enroll_join(world: World) -> dict:
 
 
 def work_enroll_join(world: World, io: Any) -> None:
-    from camillo.enrollment import Join
-
     p = world.params()
     os.environ["CAMILLO_HOME"] = world.home("gamma")  # this process is the new device
-    join = Join(world.vault, p["qr"], name="gamma")
+    join = Vault.join(world.vault, p["qr"], name="gamma")
     io.line({"sas": join.start()})
     io.wait_for("go")
     io.arm()
     new = join.poll()
     if new is None:
         raise SystemExit("the enrollment response was not there")
-    writer = new.actor.writer_id.hex()
+    writer = new.writer_id.hex()
     new.lock()
     io.ack({"writer": writer})
 
@@ -702,9 +700,9 @@ def on_line_enroll_join(world: World, line: dict, ctx: dict) -> None:
 def check_enroll_join(world: World, acks: list[dict], ctx: dict) -> list[str]:
     seen = verify(world, expect=setup_records(world))
     with open_as(world, "gamma", device_name="gamma") as v:  # whatever it kept, the new device can write
-        if acks and (v.actor is None or v.actor.writer_id.hex() != acks[0]["writer"]):
+        if acks and (v.session.actor is None or v.writer_id.hex() != acks[0]["writer"]):
             raise CheckFailed("the joined device lost its enrolled key after the crash")
-        rid = v.append([message("written by gamma")]).records[0]
+        rid = v.append([message("written by gamma")]).written[0]
     after = recover_and_write(world)
     verify(world, expect=setup_records(world) | {rid.hex(): "written by gamma"} | after, stage="after recovery")
     return seen

@@ -85,8 +85,8 @@ def build(base: str) -> tuple[str, str, Upstream]:
     home_a, home_b = os.path.join(base, "home-a"), os.path.join(base, "home-b")
     vault, _ = Vault.create(a, PASSPHRASE, device_name="A", home=home_a)
     with vault:
-        base_records = {vault.append([NewRecord(type="message", text="base")]).records[0].hex(): "base"}
-        last_put = vault.append([NewRecord(type="fact", key=KEY, value=BASE_CITY)]).records[0].hex()
+        base_records = {vault.append([NewRecord(type="message", text="base")]).written[0].hex(): "base"}
+        last_put = vault.append([NewRecord(type="fact", key=KEY, value=BASE_CITY)]).written[0].hex()
         base_records[last_put] = ""
     shutil.copytree(a, b)
     Vault.open(b, Unlock.passphrase(PASSPHRASE), home=home_b, device_name="B").lock()
@@ -110,15 +110,15 @@ def build(base: str) -> tuple[str, str, Upstream]:
             new = sorted(n for n in vault_files(a) - before if n.endswith(".seg"))
             assert len(new) == 1, new
             bid = ch.batches[0]
-            seq = v.views[bid].header.seq
-            recs = {r.hex(): (it.text or "") for r, it in zip(ch.records, items)}
+            seq = v.session.batches[bid].header.seq
+            recs = {r.hex(): (it.text or "") for r, it in zip(ch.written, items)}
             data = open(os.path.join(a, new[0]), "rb").read()
-            put = next((r.hex() for r, it in zip(ch.records, items) if it.key == KEY), None)
+            put = next((r.hex() for r, it in zip(ch.written, items) if it.key == KEY), None)
             f = UpFile(new[0], data, i, seq, bid, recs, city, put, last_put if put else None)
             assert put is None or list(v.record(bytes.fromhex(put)).pred) == [bytes.fromhex(last_put)]
             last_put = put or last_put
             files.append(f)
-        assert all(v.views[f.batch].header.compartment_id == cid for f in files)
+        assert all(v.session.batches[f.batch].header.compartment_id == cid for f in files)
     return b, home_b, Upstream(files, base_records)
 
 

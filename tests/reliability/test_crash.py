@@ -103,13 +103,13 @@ def test_a_revocation_killed_after_its_records_keeps_every_credential(reliabilit
     sealed under the new master secret: on the next open the device could not read its own key,
     certified a new one and retired the old, which had signed every new slot, so neither the
     passphrase nor the recovery phrase opened the vault any more."""
-    run_one("revoke-device", Kill(call="camillo.vault:Vault._after_generation_roll", nth=1), reliability_base)
+    run_one("revoke-device", Kill(call="camillo.ops.rekey:after_generation_roll", nth=1), reliability_base)
 
 
 @pytest.mark.regression
 def test_an_erasure_killed_before_the_key_roll_keeps_every_credential(reliability_base):
     """The same for erasure: killed after its records, before switching to the new master secret."""
-    run_one("erase", Kill(call="camillo.erasure:apply", nth=1), reliability_base)
+    run_one("erase", Kill(call="camillo.ops.erasure:apply", nth=1), reliability_base)
 
 
 @pytest.mark.regression
@@ -117,7 +117,7 @@ def test_an_erasure_killed_before_the_device_notes_its_manifest_keeps_every_cred
     """Killed after the erasure's records, before the device state noted its manifest: on the next
     open the erasing device's fresh key rotated again as if it had held the destroyed keys, retiring
     the key that signed the new slots (the passphrase and recovery phrase stopped opening)."""
-    run_one("erase", Kill(call="camillo.erasure:erasure_manifests", nth=2), reliability_base)
+    run_one("erase", Kill(call="camillo.session.core:Session.erasure_manifests", nth=2), reliability_base)
 
 
 @pytest.mark.regression
@@ -135,7 +135,7 @@ def test_erasure_interrupted_before_its_records_leaves_nothing_unreadable(reliab
     'unreadable' for good (verify exited 1, sync status stayed 'syncing').  Now their names are noted
     in the local state first and the next open deletes them; the interrupted run's new key, which
     nothing certified, is replaced and the old one retired (no orphan device)."""
-    run_one("erase", Kill(call="camillo.vault:Vault._write_batches", nth=1), reliability_base)
+    run_one("erase", Kill(call="camillo.ops.erasure:write_batches", nth=1), reliability_base)
 
 
 @pytest.mark.regression
@@ -146,4 +146,4 @@ def test_device_killed_while_joining_leaves_no_orphan_device(cut, reliability_ba
     never acknowledges a compaction, so old segments were never pruned).  Now the new device names
     its key in its local state (and stores it in the keychain when it has one) before it sends the
     request; without a keychain the next open with the passphrase retires it (re-certification)."""
-    run_one("enroll-join", Kill(call="camillo.vault:Vault._register_installation", nth=1, cut=cut), reliability_base)
+    run_one("enroll-join", Kill(call="camillo.ops.enrollment:register_installation", nth=1, cut=cut), reliability_base)

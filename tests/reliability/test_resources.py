@@ -130,7 +130,7 @@ def template(tmp_path_factory):
         records = {}
         with vault:
             for i in range(6):
-                rid = vault.append([NewRecord(type="message", text=f"kept {i}")]).records[0]
+                rid = vault.append([NewRecord(type="message", text=f"kept {i}")]).written[0]
                 records[rid.hex()] = f"kept {i}"
             vault.append([NewRecord(type="fact", key="user/city", value="Porto")])
             vault.create_grant("helper", {"work": "read"}, os.path.join(base, "helper.grant"))
@@ -246,7 +246,7 @@ def test_an_erasure_whose_control_batch_does_not_fit_changes_nothing(template, m
     monkeypatch.setattr(erasure, "become", become_then_fill)
     target = bytes.fromhex(template["target"])
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=home) as v:
-        writer = v.actor.writer_id
+        writer = v.writer_id
         before = files_of(path)
         with pytest.raises(StorageError) as info:
             v.erase([target])
@@ -256,7 +256,7 @@ def test_an_erasure_whose_control_batch_does_not_fit_changes_nothing(template, m
         assert files_of(path) == before, "the failed erasure left files behind"
     monkeypatch.setattr(erasure, "become", real_become)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=home) as v:
-        assert v.actor is not None and v.actor.writer_id == writer, "the installation lost its device key"
+        assert v.session.actor is not None and v.writer_id == writer, "the installation lost its device key"
         v.erase([target])
     verify_clean(template, path, str(tmp_path))
     count(SUITE, "disk full under the vault: erasure's control batch")
@@ -275,7 +275,7 @@ def test_a_full_local_state_disk_changes_nothing(template, mounts, tmp_path):
         assert_clear(info.value, "local state is full", "free some space")
         assert files_of(path) == before, "the vault changed although the counter could not be saved"
         os.unlink(filler)
-        rid = v.append([NewRecord(type="message", text="now")]).records[0]
+        rid = v.append([NewRecord(type="message", text="now")]).written[0]
     verify_clean(template, path, str(tmp_path), {rid.hex(): "now"})
     count(SUITE, "disk full under the local state: append")
 
@@ -322,7 +322,7 @@ def test_a_read_only_vault_folder(how, template, mounts, tmp_path):
             assert_clear(info.value, path, "read-only", "make the folder writable")
             count(SUITE, f"read-only folder ({how}): refused")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "new-home"), device_name="new") as v:
-        assert v.read_only and v.actor is None  # a new installation registers nothing it cannot write
+        assert v.read_only and v.session.actor is None  # a new installation registers nothing it cannot write
         assert {r.text for r in v.timeline()} >= set(template["records"].values())
     assert files_of(path) == before
     assert files_of(home) == home_before, "a read-only session changed this installation's local state"
@@ -356,8 +356,8 @@ KEYCHAIN_SCRIPT = textwrap.dedent('''
         v, out["phrase"] = Vault.create(path, "correct horse battery staple", device_name="kc")
         with v:
             out["keystore"] = v.local.load_installation().keystore
-            out["writer"] = v.actor.writer_id.hex()
-            out["record"] = v.append([NewRecord(type="message", text="kept in the vault")]).records[0].hex()
+            out["writer"] = v.writer_id.hex()
+            out["record"] = v.append([NewRecord(type="message", text="kept in the vault")]).written[0].hex()
     elif phase == "lock":
         import secretstorage
         c = secretstorage.get_default_collection(secretstorage.dbus_init())
@@ -367,14 +367,14 @@ KEYCHAIN_SCRIPT = textwrap.dedent('''
         before = files()
         try:
             with Vault.open(path, Unlock.device()) as v:
-                out["device"] = "opened as " + v.actor.writer_id.hex()
+                out["device"] = "opened as " + v.writer_id.hex()
                 v.append([NewRecord(type="message", text="written with the device key")])
         except VaultError as exc:
             out["device"] = type(exc).__name__ + ": " + str(exc)
         if phase == "without":
             with Vault.open(path, Unlock.passphrase("correct horse battery staple")) as v:
                 out["read"] = sorted(r.text for r in v.timeline())
-                out["actor"] = v.actor.writer_id.hex() if v.actor else None
+                out["actor"] = v.writer_id.hex() if v.writer_id else None
                 try:
                     v.append([NewRecord(type="message", text="not while the keychain is away")])
                     out["append"] = "written"
@@ -481,6 +481,6 @@ def test_a_lost_device_key_keeps_the_passphrase_working(tmp_path):
         except WrongCredential as exc:
             raise AssertionError(f"the {how} no longer opens the vault: {exc}") from None
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h1")) as v:  # it keeps its new key
-        assert v.actor is not None and v.actor.writer_id == v.local.load_installation().writer_id
+        assert v.session.actor is not None and v.writer_id == v.session.local.load_installation().writer_id
         assert [d.name for d in v.devices() if d.revoked] == ["first"]
     count(SUITE, "lost device key: re-certification")

@@ -248,11 +248,11 @@ def test_restored_old_slots_raise_an_alert_at_once(tmp_path):
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-a")) as v:
         v.revoke(lost, reason="lost")
         assert v.sync_status()[0] == "up to date"
-        generation = v._generation
+        generation = v.session.keyring.generation
     shutil.rmtree(path)
     shutil.copytree(old, path)  # the rollback
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-a")) as v:
-        assert v._generation < generation
+        assert v.session.keyring.generation < generation
         status, details = v.sync_status()
         assert status == "rollback alert", (status, details)
         assert any("old slots were restored" in d for d in details)

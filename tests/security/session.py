@@ -48,21 +48,21 @@ class Session:
 
     def harvest(self, vault: Any, label: str) -> None:
         """Write down every secret the open vault object holds right now."""
-        if vault._vms is not None and not vault._vms.wiped:
-            self.add_secret(f"{label}/vms/g{vault._generation}", vault._vms.get())
-        if vault._owner_kem is not None:
-            self.add_secret(f"{label}/owner-kem/g{vault._generation}", vault._owner_kem.seed)
-        for (cid, eid), s in vault._epoch_secrets.items():
+        if vault.session.keyring.master is not None and not vault.session.keyring.master.wiped:
+            self.add_secret(f"{label}/vms/g{vault.session.keyring.generation}", vault.session.keyring.master.get())
+        if vault.session.keyring.owner_kem is not None:
+            self.add_secret(f"{label}/owner-kem/g{vault.session.keyring.generation}", vault.session.keyring.owner_kem.seed)
+        for (cid, eid), s in vault.session.keyring.epoch_secrets.items():
             if not s.wiped:
                 self.add_secret(f"epoch/{cid.hex()[:8]}/{eid.hex()[:8]}", s.get())
-        for cred, what in ((vault.actor, "actor"), (vault._unlocking, "unlocking")):
+        for cred, what in ((vault.session.actor, "actor"), (vault.session.unlocking, "unlocking")):
             if cred is not None:
                 self.add_secret(f"{label}/{what}/{cred.kind.label}/x", cred.recipient.seed)
                 self.add_secret(f"{label}/{what}/{cred.kind.label}/e", cred.signer.seed)
-        if vault._cache is not None:
-            self.add_secret(f"{label}/cache-key", vault._cache._key)
-        if vault._state_store is not None:
-            self.add_secret(f"{label}/state-key", vault._state_store._key)
+        if vault.session.cache is not None:
+            self.add_secret(f"{label}/cache-key", vault.session.cache._key)
+        if vault.session.device_state_store is not None:
+            self.add_secret(f"{label}/state-key", vault.session.device_state_store._key)
         self.objects.append(vault)
 
     @contextlib.contextmanager
@@ -118,10 +118,10 @@ def _cli(s: Session, *argv: str, env: dict[str, str] | None = None) -> int:
 
 def run_session(root: Path, observer: Callable[[str], None] | None = None) -> Session:
     from camillo import NewRecord, Unlock, Vault, encoding, transport
-    from camillo.access import read_grant_file
-    from camillo.enrollment import Join, Offer, parse_code
     from camillo.errors import AccessDenied, EnrollmentError, VaultError, WrongCredential
+    from camillo.ops.enrollment import Offer, parse_code
     from camillo.primitives import recovery_entropy
+    from camillo.session.grantfile import read_grant_file
 
     note = observer or (lambda step: None)
     s = Session(root, str(root / "vault"))
@@ -180,7 +180,7 @@ def run_session(root: Path, observer: Callable[[str], None] | None = None) -> Se
     # -- a second device by QR code
     note("enroll")
     with home(desk):
-        offer = Offer(vault)
+        offer = Offer(vault.session)
     s.add_secret("enrollment secret", offer.secret)
     s.texts["enrollment QR"] = offer.qr_text
     s.texts["enrollment typed code"] = offer.typed_code.replace("-", "")
@@ -191,7 +191,7 @@ def run_session(root: Path, observer: Callable[[str], None] | None = None) -> Se
     with s.expect(EnrollmentError):
         parse_code(offer.typed_code[:-1] + ("0" if offer.typed_code[-1] != "0" else "1"))
     with home(laptop):
-        join = Join(s.path, offer.qr_text, name="laptop")
+        join = Vault.join(s.path, offer.qr_text, name="laptop")
         sas = join.start()
         s.objects.append(join)
         s.add_secret("laptop/x", join.device.recipient.seed)
@@ -225,7 +225,7 @@ def run_session(root: Path, observer: Callable[[str], None] | None = None) -> Se
     s.objects.append(vault.erase([victim.id], reauth=Unlock.passphrase(NEW_PASSPHRASE)))
     s.harvest(vault, "desk")
     note("reissue recovery phrase")
-    new_phrase = vault.reissue_recovery_phrase(reauth=Unlock.passphrase(NEW_PASSPHRASE))
+    new_phrase = vault.reissue_recovery_phrase(reauth=Unlock.passphrase(NEW_PASSPHRASE)).phrase
     s.texts["new recovery phrase"] = new_phrase
     s.add_secret("new recovery entropy", recovery_entropy(new_phrase))
     s.harvest(vault, "desk")
@@ -233,7 +233,7 @@ def run_session(root: Path, observer: Callable[[str], None] | None = None) -> Se
     s.objects.append(vault.compact(prune_now=True))
     s.harvest(vault, "desk")
     s.objects += vault.timeline() + vault.facts() + vault.devices() + vault.problems()
-    s.objects += [vault.roster, vault.log, vault.state, vault.device_state, vault.shelf]
+    s.objects += [vault.session.roster, vault.session.log, vault.session.materialized, vault.session.device_state, vault.session.shelf]
 
     # -- many errors on purpose
     note("errors")

@@ -138,11 +138,11 @@ REVIEWED = {
     ("envelopes.py", "data[8:12] == tag_for(data[12:12 + XWING_ENC_LEN], recipient_id)"):
         "the envelope tag is a public routing hint (a host that times it learns less than from the "
         "HPKE attempt that follows)",
-    ("enrollment.py", "session_id(secret) != sid"):
+    ("ops/enrollment.py", "session_id(secret) != sid"):
         "sid is printed in the QR code next to the secret: a check value of the code's own transcription",
-    ("enrollment.py", "CROCKFORD_CHECK[n % 37] != cleaned[52]"):
+    ("ops/enrollment.py", "CROCKFORD_CHECK[n % 37] != cleaned[52]"):
         "the typed code's check character, computed locally from what the user typed",
-    ("enrollment.py", "sha256(slot) != slot_hash"):
+    ("ops/enrollment.py", "sha256(slot) != slot_hash"):
         "the slot is a public vault file; its hash comes from the authenticated response",
     ("importers/pam.py", "actual != checksum"):
         "a PAM export's integrity checksum over public (unencrypted) export content",
@@ -152,8 +152,6 @@ REVIEWED = {
         "a Portable Memory bundle digest over public export content",
     ("storage.py", "sha256(data) == expected"):
         "a content-addressed file's hash against its public name",
-    ("access.py", "slots.read_statement(h, vault.vault_id, vault._vms.get()).recipient_id == recipient_id"):
-        "recipient ids are hashes of public keys (the master secret only opens the statement)",
     ("records.py", "k != sig_key"):
         "an integer map key (the signatures' field number), not a signature",
     ("cli.py", "_prompt_secret('Repeat it: ') != first"):
@@ -207,10 +205,11 @@ def test_the_scan_catches_a_plain_comparison_of_a_commitment(tmp_path):
 
 def test_the_secret_comparisons_that_matter_use_compare_digest():
     """Key commitments, epoch commitments and the SAS code go through compare_digest."""
-    src = {p.name: p.read_text() for p in (ROOT / "core" / "camillo").glob("*.py")}
+    base = ROOT / "core" / "camillo"
+    src = {p.relative_to(base).as_posix(): p.read_text() for p in base.rglob("*.py")}
     assert "constant_time_equal(keys.commitment, commitment)" in src["sealed.py"]
-    assert "constant_time_equal(keys.epoch_commit(" in src["vault.py"]
-    assert "constant_time_equal(typed_sas" in src["enrollment.py"]
+    assert "constant_time_equal(keys.epoch_commit(" in src["session/reader.py"]
+    assert "constant_time_equal(typed_sas" in src["ops/enrollment.py"]
     assert "hmac.compare_digest(a, b)" in src["primitives.py"]
 
 
@@ -222,14 +221,15 @@ def test_lock_wipes_the_secret_buffers_and_drops_every_secret(quiet_env):
     s = run_session(quiet_env)
     vault = s.vault
     s.harvest(vault, "final")
-    buffers = [vault._vms._buf] + [sb._buf for sb in vault._epoch_secrets.values()]
+    buffers = [vault.session.keyring.master._buf] + [sb._buf for sb in vault.session.keyring.epoch_secrets.values()]
     assert buffers and all(any(b) for b in buffers)
     held = SecretScanner(s.secrets, {})
     before = [o for o in reachable(vault) if isinstance(o, (bytes, bytearray)) and held.find(o)]
     assert before, "the open vault holds secrets (else this test proves nothing)"
+    master = vault.session.keyring.master
     vault.lock()
     assert all(not any(b) for b in buffers), "a SecretBytes buffer was not zeroed"
-    assert vault._vms.wiped
+    assert master is not None and master.wiped and vault.session.keyring.master is None
     leftovers = {}
     for o in reachable(vault):
         if isinstance(o, (bytes, bytearray, str)):
@@ -241,7 +241,7 @@ def test_lock_wipes_the_secret_buffers_and_drops_every_secret(quiet_env):
 
 def test_lock_of_an_agent_vault_drops_the_grant_credential(quiet_env):
     from camillo import Unlock, Vault
-    from camillo.access import read_grant_file
+    from camillo.session.grantfile import read_grant_file
 
     with home(quiet_env / "desk"):
         v, _ = Vault.create(str(quiet_env / "v"), NEW_PASSPHRASE)
@@ -252,7 +252,7 @@ def test_lock_of_an_agent_vault_drops_the_grant_credential(quiet_env):
     secrets = {"x": g.credential.recipient.seed, "e": g.credential.signer.seed}
     with home(quiet_env / "agent"):
         agent = Vault.open(str(quiet_env / "v"), Unlock.grant(gpath))
-        for (cid, eid), sb in agent._epoch_secrets.items():
+        for (cid, eid), sb in agent.session.keyring.epoch_secrets.items():
             secrets[f"epoch {eid.hex()[:8]}"] = sb.get()
         agent.lock()
     found = {lab for o in reachable(agent) if isinstance(o, (bytes, bytearray, str))

@@ -157,8 +157,8 @@ def test_unlock_and_credentials_hide_their_secrets():
     """The values that carry a secret by design show none of it."""
     from camillo import Unlock
     from camillo.credentials import Credential, CredentialKind
-    from camillo.enrollment import parse_code, qr_text
     from camillo.envelopes import EnvelopeKind, EnvelopePayload
+    from camillo.ops.enrollment import parse_code, qr_text
     from camillo.primitives import SecretBytes, sha256
 
     secret = sha256(b"a secret for repr")
@@ -191,8 +191,8 @@ def test_no_secret_in_logs_with_the_real_keychain(tmp_path, monkeypatch):
     try:
         path = str(tmp_path / "v")
         vault, phrase = Vault.create(path, "keychain passphrase")
-        vid, wid = vault.vault_id, vault.actor.writer_id
-        seeds = {"x": vault.actor.recipient.seed, "e": vault.actor.signer.seed, "vms": vault._vms.get()}
+        vid, wid = vault.vault_id, vault.writer_id
+        seeds = {"x": vault.session.actor.recipient.seed, "e": vault.session.actor.signer.seed, "vms": vault.session.keyring.master.get()}
         vault.append([NewRecord(type="message", text="kept with a device key")])
         vault.lock()
         stored = keyring.get_password("vmem", f"{vid.hex()}/{wid.hex()}")

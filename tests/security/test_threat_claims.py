@@ -11,9 +11,10 @@ import shutil
 
 import pytest
 from camillo import NewRecord, Unlock, Vault, slots
-from camillo.access import read_grant_file
 from camillo.errors import AccessDenied, VaultError
 from camillo.primitives import padme
+from camillo.session.grantfile import read_grant_file
+from camillo.session.writer import write_control
 from camillo.storage import kind_of
 
 from ..core.helpers import all_files, switch_home
@@ -84,7 +85,7 @@ def test_an_unlocked_device_alone_reads_writes_and_manages_grants(new_vault, tmp
     enrolling another device (spec §23, "Re-authentication")."""
     path, vault, _ = new_vault
     vault.append([NewRecord(type="message", text="private")])
-    vault._unlocking = None  # as after an unlock with the device key alone
+    vault.session.unlocking = None  # as after an unlock with the device key alone
     assert "private" in {r.text for r in vault.timeline()}
     vault.append([NewRecord(type="instruction", key="user/rule", value="written by whoever holds the device")])
     assert vault.fact("user/rule").status == "ok"  # binding: user authority
@@ -92,9 +93,9 @@ def test_an_unlocked_device_alone_reads_writes_and_manages_grants(new_vault, tmp
     vault.revoke("thief")
     vault.set_policy(erasure=False, reason="no more erasing")
     assert not vault.policy.erasure_enabled
-    from camillo.enrollment import Offer
+    from camillo.ops.enrollment import Offer
 
-    assert Offer(vault).qr_text.startswith("VMEM1:")  # and it can enroll another device
+    assert Offer(vault.session).qr_text.startswith("VMEM1:")  # and it can enroll another device
 
 
 def test_revoking_a_user_credential_or_erasing_needs_the_passphrase_or_recovery_phrase(new_vault, tmp_path,
@@ -105,8 +106,8 @@ def test_revoking_a_user_credential_or_erasing_needs_the_passphrase_or_recovery_
     _open(path).lock()
     switch_home(monkeypatch, tmp_path / "home")
     with _open(path) as v:
-        rid = (v.append([NewRecord(type="message", text="to erase")]).records or [None])[0]
-        v._unlocking = None
+        rid = (v.append([NewRecord(type="message", text="to erase")]).written or [None])[0]
+        v.session.unlocking = None
         laptop = next(d for d in v.devices() if not d.this_device)
         with pytest.raises(AccessDenied, match="passphrase or recovery phrase"):
             v.revoke(laptop.writer_id.hex()[:12])
@@ -192,7 +193,7 @@ def test_merging_a_hostile_copy_adds_nothing_unauthenticated(new_vault, tmp_path
     path, vault, _ = new_vault
     vault.append([NewRecord(type="message", text="genuine")])
     cid = vault.compartment_id("personal")
-    epoch = vault.roster.current_epoch(cid)
+    epoch = vault.session.roster.current_epoch(cid)
     vid = vault.vault_id
     before = {r.text for r in vault.timeline()}
     vault.lock()
@@ -249,7 +250,7 @@ def test_a_device_alone_cannot_mint_a_passphrase_even_at_the_format_level(new_va
     from camillo.records import Kind, encode_record
 
     path, vault, _ = new_vault
-    actor = vault.actor
+    actor = vault.session.actor
     new = from_passphrase("the thief's passphrase", KdfParams.fresh())
     anchor = encode_record(
         Kind.CRED_ANCHOR, new.writer_id,
@@ -257,11 +258,11 @@ def test_a_device_alone_cannot_mint_a_passphrase_even_at_the_format_level(new_va
               1: None, 2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]},
         signers=[new.signer, actor.signer],
     )
-    vault._append_control([anchor], vault._all_compartments())
-    vault._write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
+    write_control(vault.session, [anchor], vault.session.all_compartments())
+    vault.session.write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
     vault.lock()
     with _open(path, register=False) as v:
-        assert new.writer_id not in v.roster.principals
+        assert new.writer_id not in v.session.roster.principals
     with pytest.raises(VaultError):
         Vault.open(path, Unlock.passphrase("the thief's passphrase"), register=False)
 
@@ -289,7 +290,7 @@ def test_revoking_a_lost_laptop_after_a_passphrase_change_holds_in_every_batch_o
         v.change_passphrase("the new passphrase")
         v.revoke("laptop", reauth=Unlock.passphrase("the new passphrase"))
         first = {}
-        for view in v.views.values():
+        for view in v.session.batches.values():
             for r in view.records:
                 if r is not None and r.kind in (Kind.CRED_ANCHOR, Kind.REVOKE):
                     what = "anchor" if r.kind == Kind.CRED_ANCHOR else (

@@ -450,6 +450,8 @@ class Reader:
         return bad
 
     def close(self) -> None:
+        self.grant_recipient = None  # an agent's key: its seed goes with the session
+        self.grant_trusted = None
         try:
             self.materialized.db.close()
         except Exception:  # noqa: S110 - closing a dropped in-memory database cannot lose data
