@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import hostview, transport
 from .changes import Changes
@@ -69,8 +69,7 @@ from .values import (
 
 _thread_guard: Callable[[], None] | None = None
 
-P = ParamSpec("P")
-R = TypeVar("R")
+Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def set_thread_guard(guard: Callable[[], None] | None) -> None:
@@ -85,17 +84,17 @@ def _check_thread() -> None:
         _thread_guard()
 
 
-def thread_and_lock_checked(method: Callable[Concatenate[Vault, P], R]) -> Callable[Concatenate[Vault, P], R]:
+def thread_and_lock_checked(method: Method) -> Method:
     """A facade method: runs the thread guard, and refuses once the vault is locked."""
 
     @functools.wraps(method)
-    def wrapper(self: Vault, *args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(self: Vault, *args: Any, **kwargs: Any) -> Any:
         _check_thread()
         if self.session.locked:
             raise VaultError("the vault is locked; unlock it again to continue")
         return method(self, *args, **kwargs)
 
-    return wrapper
+    return cast(Method, wrapper)
 
 
 checked = thread_and_lock_checked

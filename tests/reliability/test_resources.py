@@ -136,7 +136,7 @@ def template(tmp_path_factory):
             vault.create_grant("helper", {"work": "read"}, os.path.join(base, "helper.grant"))
         with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=os.path.join(base, "home-beta"),
                         device_name="beta") as b:
-            beta = b.actor.writer_id.hex()
+            beta = b.writer_id.hex()
     return {"base": base, "records": records, "target": next(iter(records)), "beta": beta, "phrase": phrase}
 
 
@@ -355,7 +355,7 @@ KEYCHAIN_SCRIPT = textwrap.dedent('''
     if phase == "create":
         v, out["phrase"] = Vault.create(path, "correct horse battery staple", device_name="kc")
         with v:
-            out["keystore"] = v.local.load_installation().keystore
+            out["keystore"] = v.session.local.load_installation().keystore
             out["writer"] = v.writer_id.hex()
             out["record"] = v.append([NewRecord(type="message", text="kept in the vault")]).written[0].hex()
     elif phase == "lock":

@@ -243,7 +243,7 @@ def test_restored_old_slots_raise_an_alert_at_once(tmp_path):
     vault, _ = Vault.create(path, PASSPHRASE, device_name="A", home=str(tmp_path / "home-a"))
     vault.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-c"), device_name="C") as c:
-        lost = c.actor.writer_id.hex()
+        lost = c.writer_id.hex()
     shutil.copytree(path, old)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-a")) as v:
         v.revoke(lost, reason="lost")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from ..control import BatchView, ManifestInfo
-from ..records import Kind, encode_record
+from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.writer import write_batches
 from ..values import CompactionReport
@@ -64,7 +64,7 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
         if len(small) < 2:
             continue
         before += len(small)
-        batches = {}
+        batches: dict[bytes, Batch] = {}
         for name in small:
             for b in session.reader.batches_of_segment(name):
                 batches.setdefault(b.id, b)

@@ -134,6 +134,8 @@ def forget(state: State, author: bytes, *, compartment_id: bytes | None = None, 
     fact = state.fact(compartment_id, key)
     if fact is None or fact.status == "deleted":
         raise UsageError(f"there is no current value of {key} to forget")
+    if fact.current is None:
+        raise UsageError(f"there is no current value of {key} to forget")
     pred = [c.id for c in fact.candidates] if fact.status == "conflict" else [fact.current.id]
     return compartment_id, encode_record(Kind.DEL, author, key=key, pred=pred)
 

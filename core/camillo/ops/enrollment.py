@@ -35,6 +35,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from .. import descriptor, encoding, ids, keychain, slots
 from ..changes import Changes
@@ -253,11 +254,11 @@ class Offer:
         m = encoding.decode(plaintext, "enrollment request")
         if not isinstance(m, dict):
             raise ValueError("it is not a map")
-        req = Request(m.get(0), m.get(1), m.get(2), m.get(3), m.get(5), plaintext)
-        if not (isinstance(req.xwing_public, bytes) and len(req.xwing_public) == 1216
-                and isinstance(req.sig_public, bytes) and len(req.sig_public) == 32
-                and isinstance(req.name, str) and isinstance(req.platform, str) and isinstance(req.pop, bytes)):
+        xwing, sig, name, platform, pop = m.get(0), m.get(1), m.get(2), m.get(3), m.get(5)
+        if not (isinstance(xwing, bytes) and len(xwing) == 1216 and isinstance(sig, bytes) and len(sig) == 32
+                and isinstance(name, str) and isinstance(platform, str) and isinstance(pop, bytes)):
             raise ValueError("malformed keys")
+        req = Request(xwing, sig, name, platform, pop, plaintext)
         try:
             check_recipient_public(req.xwing_public)  # what the slot wrap at confirmation needs (spec §3.3)
         except CryptoFailure as exc:
@@ -350,7 +351,7 @@ def drop_offer(session: Session) -> None:
 # -- the new device -----------------------------------------------------------------------------
 
 
-def _check_response(m: object) -> tuple[bytes, bytes, bytes, dict, int]:
+def _check_response(m: object) -> tuple[bytes, bytes, bytes, dict[bytes, dict[bytes, list[Any]]], int]:
     """The response's fields, each with its type (spec §21), or ValueError: they name a file to read
     and seed the new device's memory, so nothing malformed may pass (a shoulder-surfer who saw the
     QR code can write a response)."""

@@ -14,11 +14,12 @@ import time
 from .. import slots
 from ..credentials import CredentialKind
 from ..errors import UsageError, VaultError
+from ..names import kind_of
 from ..packs import PackReader
 from ..records import verify_batch_signature
 from ..session import Session
 from ..state import RecordView, shown_ts
-from ..storage import FolderShelf, kind_of
+from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
     DeviceInfo,
@@ -113,11 +114,12 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
         if session.keyring.owner_kem is not None:
             out.append(Problem("unreadable", name, f"segment {name} is sealed under epoch {eid.hex()[:12]}, "
                                "whose key is not (yet) here"))
-    for v in session.materialized.rejected():
-        if (v.reason or "").startswith("waiting"):
-            out.append(Problem("waiting", "", f"record {v.id.hex()[:12]} is not applied yet: {(v.reason or '')[9:]}"))
+    for rec in session.materialized.rejected():
+        if (rec.reason or "").startswith("waiting"):
+            out.append(Problem("waiting", "", f"record {rec.id.hex()[:12]} is not applied yet: "
+                               f"{(rec.reason or '')[9:]}"))
         else:
-            out.append(Problem("rejected-record", "", f"record {v.id.hex()[:12]} was rejected: {v.reason}"))
+            out.append(Problem("rejected-record", "", f"record {rec.id.hex()[:12]} was rejected: {rec.reason}"))
     if full:
         for bid in sorted(log.accepted):
             view = session.batches[bid]

@@ -20,6 +20,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from .. import ids, slots
 from ..cache import Cache
@@ -29,10 +30,11 @@ from ..devicestate import DeviceState, DeviceStateStore
 from ..errors import AccessDenied, KeychainError, ReadOnlyVault, UsageError, VaultError
 from ..localstate import VaultLocal
 from ..log import Alert, CausalLog, check_memory
+from ..names import kind_of
 from ..primitives import KdfParams, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
 from ..state import State
-from ..storage import FolderShelf, PackShelf, kind_of
+from ..storage import FolderShelf, PackShelf
 from ..values import Problem
 from .grantfile import GrantFile
 from .keyring import KeyRing
@@ -244,7 +246,7 @@ class Session:
                 damaged.append((data[9] if len(data) > 9 else None, Problem("damaged", name, exc.message)))
         return out, damaged
 
-    def statement_signed(self, signatures: Sequence[tuple[bytes, int, bytes]], message: bytes) -> bool:
+    def statement_signed(self, signatures: Sequence[Sequence[Any]], message: bytes) -> bool:
         """Is a slot statement signed by a current owner of the vault?"""
         for wid, alg, sig in signatures:
             p = self.roster.principals.get(wid)
@@ -348,6 +350,15 @@ class Session:
                 if doomed:
                     self.refresh()
         self.local.clear_pending()
+
+    def folder(self) -> FolderShelf:
+        """The vault folder, for writing (a ``.vmem`` file is never written)."""
+        if not isinstance(self.shelf, FolderShelf):
+            self.read_only = True
+            self.require_writer()  # raises, naming the .vmem file
+        if not isinstance(self.shelf, FolderShelf):
+            raise AssertionError("unreachable")
+        return self.shelf
 
     def commit_staged(self) -> bool:
         """Finish the last write of this actor if a crash interrupted it after its counter was

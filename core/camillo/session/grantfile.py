@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +73,10 @@ def _is_bytes(v: Any, n: int) -> bool:
     return isinstance(v, bytes) and len(v) == n
 
 
-def _check_grant_map(m: dict) -> None:
+def _check_grant_map(m: dict[Any, Any]) -> None:
     """Every field of a grant file has its type before anything uses it (spec §16.2); ValueError
     naming the field otherwise."""
-    checks = [
+    checks: list[tuple[int, Callable[[Any], bool], str]] = [
         (2, lambda v: _is_bytes(v, 32), "vault id"),
         (3, lambda v: _is_bytes(v, 16), "grant id"),
         (4, lambda v: isinstance(v, str) and v.strip() != "", "agent name"),

@@ -27,6 +27,7 @@ from ..changes import Changes
 from ..control import BatchView, Roster, build_roster
 from ..errors import StorageError, VaultError
 from ..log import CausalLog, build_log, extend_log
+from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, verify_signature
 from ..records import (
     Batch,
@@ -38,7 +39,7 @@ from ..records import (
     verify_batch_signature,
 )
 from ..state import State
-from ..storage import FolderShelf, PackShelf, hash_matches, kind_of
+from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
 

@@ -82,6 +82,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
     follows files this process just wrote, like a compaction's or an erasure's) lets a recent
     scan stand in for a new one (WRITE_SCAN_AGE)."""
     actor = session.require_writer()
+    folder = session.folder()
     store = session.device_state_store
     if store is None:
         raise AssertionError("a writer without a device state")
@@ -155,14 +156,14 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         staged: list[tuple[str, str]] = []
         try:
             for name, data in files:
-                tmp = session.shelf.stage(name, data)
+                tmp = folder.stage(name, data)
                 if tmp is not None:
                     staged.append((name, tmp))
             session.device_state.extra["staged"] = [[n, t] for n, t in staged]
             store.save(session.device_state)  # durable before any segment exists
         except BaseException:
             for name, tmp in staged:
-                session.shelf.unstage(name, tmp)
+                folder.unstage(name, tmp)
             try:  # forget the counters and memory advanced above: nothing was written
                 session.device_state = store.load() or DeviceState()
             except VaultError:
@@ -171,7 +172,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                 undo()
             raise
         for name, tmp in staged:
-            session.shelf.commit(name, tmp)
+            folder.commit(name, tmp)
     # Read back exactly what was written (the folder was scanned just before numbering; what
     # others write meanwhile arrives with the next refresh).
     reader = session.reader
