@@ -103,6 +103,14 @@ KEYED_TYPES = frozenset({"fact", "preference", "instruction"})
 BINDING_TYPES = frozenset({"preference", "instruction"})
 
 
+def awaits_confirmation(type: str | None, authority: int | None) -> bool:
+    """Whether a keyed value (a PUT) waits in the inbox (fact status ``pending``) rather than binds:
+    its authority is below ``user`` and it is an instruction or a preference, or an inference
+    (``inferred`` or ``external``).  ``authority`` is the effective class (the claimed class,
+    raised to ``user`` by a valid CONFIRM); None counts as ``external``."""
+    level = authority if authority is not None else 0
+    return level < Authority.USER and (type in BINDING_TYPES or level <= Authority.INFERRED)
+
 
 class F:
     """Record map keys (spec §8.2)."""

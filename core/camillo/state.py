@@ -36,7 +36,15 @@ from . import encoding
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .log import CausalLog, precedes
-from .records import BINDING_TYPES, Authority, F, Kind, Record, validated_record, verify_inner_signatures
+from .records import (
+    Authority,
+    F,
+    Kind,
+    Record,
+    awaits_confirmation,
+    validated_record,
+    verify_inner_signatures,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records(
@@ -669,9 +677,7 @@ class State:
                 put = puts[0]
                 current = put.id
                 candidates = []
-                eff = put.effective if put.effective is not None else 0
-                status = ("pending" if eff < Authority.USER and (put.type in BINDING_TYPES or (put.klass or 0) <= Authority.INFERRED)
-                          else "ok")
+                status = "pending" if awaits_confirmation(put.type, put.effective) else "ok"
             else:
                 continue
             history = [r.id for r in sorted(recs, key=lambda r: self._order_key(r, views))]
