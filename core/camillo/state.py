@@ -124,16 +124,17 @@ def value_text(value: Any) -> str:
         return value
     if isinstance(value, dict) and isinstance(text := value.get("text"), str):
         return text
-    return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=True)
+    return json.dumps(jsonable(value), ensure_ascii=False, sort_keys=True)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """A record value in JSON terms: byte strings become ``{"bytes": hex}``, map keys text."""
     if isinstance(v, bytes):
         return {"bytes": v.hex()}
     if isinstance(v, list):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     return v
 
 
@@ -196,7 +197,7 @@ class RecordView:
         if self.key is not None:
             out["key"] = self.key
         if self.value is not None:
-            out["value"] = _jsonable(self.value)
+            out["value"] = jsonable(self.value)
         if self.text:
             out["text"] = self.text
         if self.conversation is not None:
@@ -210,7 +211,7 @@ class RecordView:
         if self.target:
             out["target"] = self.target.hex()
         if self.meta:
-            out["meta"] = _jsonable(self.meta)
+            out["meta"] = jsonable(self.meta)
         if not self.valid:
             out["rejected"] = self.reason
         if self.hidden:
@@ -236,7 +237,7 @@ class FactView:
         return {
             "key": self.key,
             "compartment": self.compartment,
-            "value": _jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
+            "value": jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
             "type": cur.type if cur else None,
             "class": cur.class_label if cur and cur.claimed_class is not None else None,
             "effective_class": cur.effective_label if cur and cur.effective_class is not None else None,

@@ -98,7 +98,8 @@ def reader_for(kind: str) -> Reader:
     module = KINDS.get(kind)
     if module is None:
         raise UsageError(f"unknown import kind '{kind}'; use one of {', '.join(KINDS)}")
-    return importlib.import_module(module).read
+    read: Reader = importlib.import_module(module).read
+    return read
 
 
 def _proposal(r: NewRecord) -> bool:
