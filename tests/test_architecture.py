@@ -142,7 +142,7 @@ def test_the_faces_use_only_the_facade_and_the_value_types():
         for line, imported in _imports_of(path, package):
             if not imported.startswith("camillo"):
                 continue
-            if not any(imported == ok or imported.startswith(ok + ".") and ok in FACES for ok in FACE_VOCABULARY):
+            if not any(imported == ok or (imported.startswith(ok + ".") and ok in FACES) for ok in FACE_VOCABULARY):
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {imported}")
     assert not wrong, "faces go through camillo.Vault and camillo.values:\n" + "\n".join(wrong)
 

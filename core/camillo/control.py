@@ -37,7 +37,15 @@ from .primitives import (
     labelled,
     verify_signature,
 )
-from .records import Authority, Kind, Record, verify_batch_signature, verify_inner_signatures
+from .records import (
+    Authority,
+    Batch,
+    BatchHeader,
+    Kind,
+    Record,
+    verify_batch_signature,
+    verify_inner_signatures,
+)
 
 
 class Level(IntEnum):
@@ -166,7 +174,7 @@ class ManifestInfo:
 class BatchView:
     """A decrypted batch with its decoded records, as the roster and the log see it."""
 
-    batch: Any  # records.Batch
+    batch: Batch
     segment: str
     epoch_id: bytes
     records: list[Record | None]
@@ -179,7 +187,7 @@ class BatchView:
         return self.batch.id
 
     @property
-    def header(self):
+    def header(self) -> BatchHeader:
         return self.batch.header
 
 
@@ -280,12 +288,6 @@ class Roster:
         rec, enabled = min(live, key=lambda x: (x[1], x[0].id))
         return Policy(enabled, rec.id, rec.author, rec.ts, str(rec.body.get(1, "")))
 
-    def grant_level(self, writer_id: bytes, cid: bytes) -> Level | None:
-        p = self.principals.get(writer_id)
-        if p is None or p.grant is None:
-            return None
-        return p.grant.scopes.get(cid)
-
     def can_write(self, writer_id: bytes, cid: bytes) -> tuple[bool, str]:
         p = self.principals.get(writer_id)
         if p is None:
@@ -309,8 +311,9 @@ class Roster:
 def _owner_entry(m: Any) -> tuple[CredentialKind, int, bytes, bytes, str, str]:
     if not isinstance(m, dict):
         raise CanonicalError("owner entry must be a map")
+    kind_value: Any = m.get(O.KIND)  # untrusted CBOR: the lookup refuses what is not a credential kind
     try:
-        kind = CredentialKind(m.get(O.KIND))
+        kind = CredentialKind(kind_value)
     except ValueError:
         raise CanonicalError("owner entry has an unknown credential kind") from None
     alg, sig_pk, rpk, name, platform = (m.get(k) for k in (O.ALG, O.SIG_PK, O.RECIPIENT_PK, O.NAME, O.PLATFORM))
@@ -332,7 +335,8 @@ def pop_message(vault_id: bytes, sig_public: bytes, recipient_public: bytes) -> 
     return labelled("vmem/v1/pop", vault_id, sig_public, recipient_public)
 
 
-def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes, name: str, platform: str) -> dict:
+def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes, name: str,
+                platform: str) -> dict[int, int | bytes | str]:
     return {
         O.KIND: int(kind),
         O.ALG: SIG_ED25519,
@@ -360,7 +364,7 @@ def _uint(v: Any, what: str) -> int:
     return v
 
 
-def _map(v: Any, what: str) -> dict:
+def _map(v: Any, what: str) -> dict[Any, Any]:
     if not isinstance(v, dict):
         raise CanonicalError(f"{what} must be a map")
     return v
@@ -416,7 +420,7 @@ class _Builder:
         try:
             good, unknown = verify_inner_signatures(rec, table.get)
         except Exception:
-            good, unknown = [], ["bad"]
+            good, unknown = [], [b"bad"]
         if set(good) != set(table) or unknown:
             self.r.problems.append(("damaged", "genesis", "the genesis record is not signed by every owner it lists"))
             return False
@@ -589,10 +593,11 @@ class _Builder:
                     raise CanonicalError("unknown grant level") from None
             sig_pk = _bytes(body.get(3), 32, "grant signing key")
             rpk = _bytes(body.get(4), XWING_PK_LEN, "grant recipient key")
+            max_value = body.get(5)
             try:
-                if type(body.get(5)) is not int:
+                if type(max_value) is not int:
                     raise ValueError
-                max_class = Authority(body.get(5))
+                max_class = Authority(max_value)
             except ValueError:
                 raise CanonicalError("grant max class must be 0..3") from None
             if max_class > Authority.OBSERVED:
@@ -614,7 +619,7 @@ class _Builder:
                 _bytes(prev, 16, "previous epoch id")
             epk = _bytes(body.get(4), XWING_PK_LEN, "epoch public key")
             commit = _bytes(body.get(5), 32, "epoch commitment")
-            reason = body.get(3) if isinstance(body.get(3), str) else ""
+            reason = text if isinstance(text := body.get(3), str) else ""
             key = (cid, eid)
             if key not in self.r.epochs or rec.id < self.r.epochs[key].record_id:
                 self.r.epochs[key] = EpochInfo(cid, eid, prev, reason, epk, commit, rec.id, rec.ts or 0)
@@ -693,7 +698,7 @@ class _Builder:
                 self.r.problems.append(("damaged", view.segment,
                                         f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
                 continue
-            reason = body.get(4) if isinstance(body.get(4), str) else ""
+            reason = text if isinstance(text := body.get(4), str) else ""
             self.r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
 
 

@@ -31,9 +31,12 @@ class Descriptor:
     def _fields(self) -> dict[int, object]:
         return {0: "vmem", 1: self.version, 2: self.vault_id, 3: self.suite}
 
+    def check(self) -> bytes:
+        """The check value (key 4): the first 8 bytes of SHA-256 over the canonical CBOR of keys 0-3."""
+        return sha256(encoding.encode(self._fields()))[:8]
+
     def encode(self) -> bytes:
-        fields = self._fields()
-        return encoding.encode({**fields, 4: sha256(encoding.encode(fields))[:8]})
+        return encoding.encode({**self._fields(), 4: self.check()})
 
 
 def decode(data: bytes) -> Descriptor:
@@ -57,6 +60,6 @@ def decode(data: bytes) -> Descriptor:
     if not isinstance(vault_id, bytes) or len(vault_id) != 32:
         raise DamagedFile("the file VMEM has a malformed vault id", file=NAME)
     d = Descriptor(vault_id, version, suite)
-    if m.get(4) != sha256(encoding.encode(d._fields()))[:8]:
+    if m.get(4) != d.check():
         raise DamagedFile("the file VMEM is damaged (its check value does not match)", file=NAME)
     return d

@@ -17,7 +17,7 @@ Pure functions; any thread may call them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import cbor2
 
@@ -81,7 +81,7 @@ def encode(obj: Any) -> bytes:
     return cbor2.dumps(obj, canonical=True)
 
 
-def _reject_tag(*args: Any) -> Any:
+def _reject_tag(*args: Any) -> NoReturn:
     """cbor2's hook for unknown tags (5.x passes (decoder, tag), 6.x passes (tag, immutable))."""
     tag = next((a for a in args if isinstance(a, cbor2.CBORTag)), None)
     raise CanonicalError(f"CBOR tag {tag.tag if tag is not None else '?'} is not allowed")

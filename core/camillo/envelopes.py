@@ -142,7 +142,8 @@ def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientK
     try:
         if not isinstance(p, dict) or p.get(P.VAULT) != vault_id:
             raise CanonicalError("belongs to another vault")
-        kind = EnvelopeKind(p.get(P.KIND))
+        kind_value: Any = p.get(P.KIND)  # untrusted CBOR: the lookup refuses what is not an envelope kind
+        kind = EnvelopeKind(kind_value)
         comp, epoch, rid, key, sigs = (p.get(k) for k in (P.COMPARTMENT, P.EPOCH, P.RECIPIENT, P.KEY, P.SIGS))
         if not (
             isinstance(comp, bytes)

@@ -8,15 +8,58 @@ Pure reading; any thread may call it on its own shelf.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, Required, TypedDict
 
 from . import descriptor, envelopes, segments, slots
 from .errors import VaultError
+from .names import kind_of
 from .packs import PackReader
-from .storage import FolderShelf, PackShelf, hash_matches, kind_of, open_shelf
+from .storage import FolderShelf, Shelf, hash_matches, open_shelf
 
 
-def host_view(path: str) -> dict[str, Any]:
+class HostKdf(TypedDict):
+    """A passphrase slot's cleartext Argon2id parameters."""
+
+    algorithm: str
+    memory_kib: int
+    time_cost: int
+    parallelism: int
+    salt: str  # hex
+
+
+class HostFile(TypedDict, total=False):
+    """One file as a host sees it: its name, kind and size, and the cleartext fields of its kind."""
+
+    name: Required[str]
+    kind: Required[str | None]
+    size: int
+    error: str  # unreadable, damaged, or content that does not match its name
+    # descriptor
+    vault_id: str
+    format_version: int
+    suite: int
+    # slot
+    credential_type: str
+    slot_id: str
+    generation: int
+    kdf: HostKdf
+    # envelope
+    tag: str
+    # segment
+    compartment_id: str
+    epoch_id: str
+    # pack (in a vault folder)
+    entries: int
+
+
+class HostView(TypedDict):
+    location: str
+    kind: str  # "folder" or ".vmem file"
+    vault_id: NotRequired[str]  # hex, from the descriptor when it reads
+    files: list[HostFile]
+
+
+def host_view(path: str) -> HostView:
     shelf = open_shelf(path)
     try:
         return _view(shelf)
@@ -24,9 +67,9 @@ def host_view(path: str) -> dict[str, Any]:
         shelf.close()
 
 
-def _view(shelf: FolderShelf | PackShelf) -> dict[str, Any]:
-    files: list[dict[str, Any]] = []
-    out: dict[str, Any] = {"location": shelf.location, "kind": "folder" if isinstance(shelf, FolderShelf) else ".vmem file"}
+def _view(shelf: Shelf) -> HostView:
+    files: list[HostFile] = []
+    vault_id: str | None = None
     for name in shelf.list():
         kind = kind_of(name)
         try:
@@ -34,36 +77,43 @@ def _view(shelf: FolderShelf | PackShelf) -> dict[str, Any]:
         except (OSError, VaultError) as exc:
             files.append({"name": name, "kind": kind, "error": str(exc)})
             continue
-        entry: dict[str, Any] = {"name": name, "kind": kind, "size": len(data)}
+        entry: HostFile = {"name": name, "kind": kind, "size": len(data)}
         if hash_matches(name, data) is False:
             entry["error"] = "content does not match its name"
         try:
             if kind == "descriptor":
                 d = descriptor.decode(data)
-                entry.update(vault_id=d.vault_id.hex(), format_version=d.version, suite=d.suite)
-                out["vault_id"] = d.vault_id.hex()
+                entry["vault_id"] = d.vault_id.hex()
+                entry["format_version"] = d.version
+                entry["suite"] = d.suite
+                vault_id = d.vault_id.hex()
             elif kind == "slot":
                 h = slots.read_header(data, name)
-                entry.update(credential_type=h.type.name.lower(), slot_id=h.slot_id.hex(), generation=h.generation)
+                entry["credential_type"] = h.type.name.lower()
+                entry["slot_id"] = h.slot_id.hex()
+                entry["generation"] = h.generation
                 if h.kdf:
                     entry["kdf"] = {"algorithm": "argon2id", "memory_kib": h.kdf.memory_kib, "time_cost": h.kdf.time_cost,
                                     "parallelism": h.kdf.parallelism, "salt": h.kdf.salt.hex()}
             elif kind == "envelope":
                 envelopes.check_shape(data, name)
-                entry.update(tag=data[8:12].hex())
+                entry["tag"] = data[8:12].hex()
             elif kind == "segment":
-                h = segments.read_header(data, name)
-                entry.update(compartment_id=h.compartment_id.hex(), epoch_id=h.epoch_id.hex())
+                sh = segments.read_header(data, name)
+                entry["compartment_id"] = sh.compartment_id.hex()
+                entry["epoch_id"] = sh.epoch_id.hex()
         except VaultError as exc:
             entry["error"] = str(exc)
         files.append(entry)
     if isinstance(shelf, FolderShelf):
-        for pack in sorted(n for n in shelf._walk() if kind_of(n) == "pack"):
+        for pack in sorted(n for n in shelf.walk() if kind_of(n) == "pack"):
             try:
                 reader = PackReader(f"{shelf.location}/{pack}")
                 files.append({"name": pack, "kind": "pack", "entries": len(reader.entries)})
                 reader.close()
             except VaultError as exc:
                 files.append({"name": pack, "kind": "pack", "error": str(exc)})
-    out["files"] = files
-    return out
+    location, shelf_kind = shelf.location, "folder" if isinstance(shelf, FolderShelf) else ".vmem file"
+    if vault_id is None:
+        return {"location": location, "kind": shelf_kind, "files": files}
+    return {"location": location, "kind": shelf_kind, "vault_id": vault_id, "files": files}

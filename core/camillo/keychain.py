@@ -18,10 +18,17 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from . import encoding
 from .errors import KeychainError
+
+if TYPE_CHECKING:
+    from keyring.backend import KeyringBackend
+
+T = TypeVar("T")
 
 SERVICE = "vmem"
 _REFUSED_MODULES = ("keyring.backends.fail", "keyring.backends.null", "keyrings.alt")
@@ -34,13 +41,13 @@ class KeychainStatus:
     reason: str
 
 
-def _backend():
+def _backend() -> KeyringBackend:
     import keyring
 
     return keyring.get_keyring()
 
 
-def _leaf_backends(backend) -> list:
+def _leaf_backends(backend: KeyringBackend) -> list[KeyringBackend]:
     inner = getattr(backend, "backends", None)
     return list(inner) if inner else [backend]
 
@@ -77,7 +84,7 @@ def _user(vault_id: bytes, writer_id: bytes) -> str:
     return f"{vault_id.hex()}/{writer_id.hex()}"
 
 
-def _call(what: str, fn):
+def _call(what: str, fn: Callable[[], T]) -> T:
     import keyring.errors
 
     try:

@@ -109,15 +109,17 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
                 fork_seq, fork_ids = seq, tuple(sorted(v.id for v in group))
                 break
             prev_group = by_seq.get(seq - 1)
-            if prev_group and group[0].header.prev != prev_group[0].id:
-                fork_seq, fork_ids = seq - 1, tuple(sorted((prev_group[0].id, group[0].header.prev)))
+            prev = group[0].header.prev
+            if prev_group and prev != prev_group[0].id:
+                assert prev is not None  # seq > 1 here, and such a header always names its prev
+                fork_seq, fork_ids = seq - 1, tuple(sorted((prev_group[0].id, prev)))
                 break
         chain: dict[int, bytes] = {}
         for seq in sorted(by_seq):
             v = by_seq[seq][0]
             if fork_seq is not None and seq >= fork_seq:
-                for w in by_seq[seq]:
-                    log.rejected[w.id] = f"beyond a proven fork of its writer at seq {fork_seq}"
+                for forked in by_seq[seq]:
+                    log.rejected[forked.id] = f"beyond a proven fork of its writer at seq {fork_seq}"
                 continue
             chain[seq] = v.id
         if fork_seq is not None:
@@ -304,9 +306,9 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
         t = since(key)
         kind = "syncing" if now - t < SYNC_GRACE_SECONDS or (g.batch_id in covered) else "missing"
         what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
-        seq = f" (seq {g.seq})" if g.seq else ""
+        at = f" (seq {g.seq})" if g.seq else ""
         alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t,
-                            f"{what}{seq} has not arrived: {g.reason}"))
+                            f"{what}{at} has not arrived: {g.reason}"))
     memory = {c: dict(m) for c, m in remembered.items()}
     for (wid, cid), chain in log.chains.items():
         if not chain:

@@ -20,6 +20,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from . import encoding
 from .errors import DamagedFile, NotAVault, UnsupportedVersion
@@ -49,7 +50,7 @@ def entry_type(name: str) -> int:
     return typ
 
 
-def write_pack(entries: Iterable[tuple[str, bytes]], out, *, complete_vault: bool) -> tuple[int, bytes]:
+def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_vault: bool) -> tuple[int, bytes]:
     """Write a pack to the binary file ``out``; return (size, SHA-256 of the whole pack)."""
     ordered = sorted(((entry_type(n), n, d) for n, d in entries), key=lambda e: (e[0], e[1]))
     before_trailer = hashlib.sha256()

@@ -173,6 +173,20 @@ class RecipientKey:
     def generate(cls) -> RecipientKey:
         return cls.from_seed(random_bytes(XWING_SEED_LEN))
 
+    def unwrap(self, wrapped: bytes, info: bytes) -> bytes:
+        """Open a 1168-byte wrap made to this key.  The length is checked before HPKE runs (the
+        partitioning-oracle rule); any failure, including ML-KEM implicit rejection, is
+        CryptoFailure ("not for this key")."""
+        if len(wrapped) != WRAP_LEN:
+            raise CryptoFailure(f"a wrap is {WRAP_LEN} bytes, not {len(wrapped)}")
+        try:
+            key = _HPKE_SUITE.decrypt(wrapped, self._private, info=info)
+        except (InvalidTag, ValueError):
+            raise CryptoFailure("wrap does not open with this key") from None
+        if len(key) != KEY_LEN:
+            raise CryptoFailure("wrapped key has the wrong length")
+        return key
+
     def __repr__(self) -> str:
         return f"RecipientKey(public={self.public[:4].hex()}…)"
 
@@ -215,17 +229,8 @@ def hpke_wrap(public: bytes, key: bytes, info: bytes) -> bytes:
 
 
 def hpke_unwrap(recipient: RecipientKey, wrapped: bytes, info: bytes) -> bytes:
-    """Open a 1168-byte wrap.  The length is checked before HPKE runs (the partitioning-oracle rule);
-    any failure, including ML-KEM implicit rejection, is CryptoFailure ("not for this key")."""
-    if len(wrapped) != WRAP_LEN:
-        raise CryptoFailure(f"a wrap is {WRAP_LEN} bytes, not {len(wrapped)}")
-    try:
-        key = _HPKE_SUITE.decrypt(wrapped, recipient._private, info=info)
-    except (InvalidTag, ValueError):
-        raise CryptoFailure("wrap does not open with this key") from None
-    if len(key) != KEY_LEN:
-        raise CryptoFailure("wrapped key has the wrong length")
-    return key
+    """Open a 1168-byte wrap (:meth:`RecipientKey.unwrap`); CryptoFailure when it is not for this key."""
+    return recipient.unwrap(wrapped, info)
 
 
 # ---------------------------------------------------------------------------------------------

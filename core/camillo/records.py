@@ -39,6 +39,8 @@ MAX_ID_LIST = 4096
 
 
 class Kind(IntEnum):
+    """Record kinds (spec §8.2).  A record of a kind not listed here is kept byte for byte."""
+
     PUT = 1
     DEL = 2
     NOTE = 3
@@ -54,6 +56,11 @@ class Kind(IntEnum):
     ERASURE_MANIFEST = 24
     COMPACTION = 25
     COMPARTMENT = 26
+
+    @classmethod
+    def known(cls, value: object) -> bool:
+        """Whether ``value`` is the number of a kind this reader knows."""
+        return value in cls._value2member_map_
 
 
 CONTROL_KINDS = frozenset(k for k in Kind if k >= 16)
@@ -94,6 +101,15 @@ STANDARD_TYPES = (
 )
 KEYED_TYPES = frozenset({"fact", "preference", "instruction"})
 BINDING_TYPES = frozenset({"preference", "instruction"})
+
+
+def awaits_confirmation(type: str | None, authority: int | None) -> bool:
+    """Whether a keyed value (a PUT) waits in the inbox (fact status ``pending``) rather than binds:
+    its authority is below ``user`` and it is an instruction or a preference, or an inference
+    (``inferred`` or ``external``).  ``authority`` is the effective class (the claimed class,
+    raised to ``user`` by a valid CONFIRM); None counts as ``external``."""
+    level = authority if authority is not None else 0
+    return level < Authority.USER and (type in BINDING_TYPES or level <= Authority.INFERRED)
 
 
 class F:
@@ -161,7 +177,10 @@ def check_key(key: str) -> None:
 
 @dataclass(frozen=True, eq=False)
 class Record:
-    """A decoded record.  ``raw`` is the exact bytes the id covers."""
+    """A decoded record.  ``raw`` is the exact bytes the id covers.
+
+    The properties give the fields the types :func:`decode_record` checked them to have (a record
+    of the state store or the cache was checked when it was first read)."""
 
     raw: bytes
     id: bytes
@@ -169,7 +188,8 @@ class Record:
 
     @property
     def kind(self) -> int:
-        return self.fields[F.KIND]
+        kind: int = self.fields[F.KIND]
+        return kind
 
     @property
     def kind_name(self) -> str:
@@ -180,11 +200,13 @@ class Record:
 
     @property
     def author(self) -> bytes:
-        return self.fields[F.AUTHOR]
+        author: bytes = self.fields[F.AUTHOR]
+        return author
 
     @property
     def key(self) -> str | None:
-        return self.fields.get(F.KEY)
+        key: str | None = self.fields.get(F.KEY)
+        return key
 
     @property
     def value(self) -> Any:
@@ -192,39 +214,48 @@ class Record:
 
     @property
     def authority(self) -> int | None:
-        return self.fields.get(F.CLASS)
+        authority: int | None = self.fields.get(F.CLASS)
+        return authority
 
     @property
     def pred(self) -> list[bytes]:
-        return self.fields.get(F.PRED, [])
+        pred: list[bytes] = self.fields.get(F.PRED, [])
+        return pred
 
     @property
     def sources(self) -> list[bytes]:
-        return self.fields.get(F.SOURCES, [])
+        sources: list[bytes] = self.fields.get(F.SOURCES, [])
+        return sources
 
     @property
     def target(self) -> bytes | None:
-        return self.fields.get(F.TARGET)
+        target: bytes | None = self.fields.get(F.TARGET)
+        return target
 
     @property
     def meta(self) -> dict[str, Any]:
-        return self.fields.get(F.META, {})
+        meta: dict[str, Any] = self.fields.get(F.META, {})
+        return meta
 
     @property
     def body(self) -> dict[int, Any]:
-        return self.fields.get(F.BODY, {})
+        body: dict[int, Any] = self.fields.get(F.BODY, {})
+        return body
 
     @property
     def sigs(self) -> list[list[Any]]:
-        return self.fields.get(F.SIGS, [])
+        sigs: list[list[Any]] = self.fields.get(F.SIGS, [])
+        return sigs
 
     @property
     def ts(self) -> int | None:
-        return self.fields.get(F.TS)
+        ts: int | None = self.fields.get(F.TS)
+        return ts
 
     @property
     def type(self) -> str | None:
-        return self.fields.get(F.TYPE)
+        type: str | None = self.fields.get(F.TYPE)
+        return type
 
     @property
     def erase(self) -> bool:
@@ -236,7 +267,7 @@ class Record:
 
     @property
     def known_kind(self) -> bool:
-        return self.kind in Kind._value2member_map_
+        return Kind.known(self.kind)
 
 
 def _id_list(value: Any, what: str, *, sorted_unique: bool, limit: int = MAX_ID_LIST) -> list[bytes]:
@@ -252,9 +283,10 @@ def _id_list(value: Any, what: str, *, sorted_unique: bool, limit: int = MAX_ID_
 
 def _check_fields(m: dict[int, Any]) -> None:
     """Validate the shape of every known field; unknown integer keys are allowed and kept."""
-    if type(m.get(F.V)) is int and m.get(F.V) > 1:
-        raise UnsupportedVersion(f"a record of version {m.get(F.V)}; a newer Camillo is required to read it")
-    if type(m.get(F.V)) is not int or m.get(F.V) != 1:
+    version = m.get(F.V)
+    if type(version) is int and version > 1:
+        raise UnsupportedVersion(f"a record of version {version}; a newer Camillo is required to read it")
+    if type(version) is not int or version != 1:
         raise CanonicalError("record version must be 1")
     kind = m.get(F.KIND)
     if not isinstance(kind, int) or isinstance(kind, bool) or not 0 <= kind < 2**16:
@@ -479,9 +511,10 @@ class BatchHeader:
 
 
 def _header_from_map(m: Any) -> BatchHeader:
-    if isinstance(m, dict) and type(m.get(H.V)) is int and m.get(H.V) > 1:
-        raise UnsupportedVersion(f"a batch of version {m.get(H.V)}; a newer Camillo is required to read it")
-    if not isinstance(m, dict) or type(m.get(H.V)) is not int or m.get(H.V) != 1:
+    version = m.get(H.V) if isinstance(m, dict) else None
+    if type(version) is int and version > 1:
+        raise UnsupportedVersion(f"a batch of version {version}; a newer Camillo is required to read it")
+    if not isinstance(m, dict) or type(version) is not int or version != 1:
         raise CanonicalError("batch header must be a map with version 1")
 
     def need(key: int, typ: type, what: str) -> Any:

@@ -35,13 +35,17 @@ import math
 import re
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, SupportsIndex, runtime_checkable
 
 from .errors import UsageError
 from .records import Authority
 from .state import RecordView, State
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 MODIFIERS = ("type", "key", "agent", "compartment", "class", "is", "before", "after", "conversation")
 _TOKEN = re.compile(r'(\w+):"([^"]*)"|(\w+):(\S+)|"([^"]*)"|(\S+)')
@@ -105,8 +109,7 @@ def _day(value: str, name: str) -> int:
 def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
     """Full-text search with modifiers; results ranked by relevance (bm25), or by time without words."""
     q = parse(text)
-    roster = state._roster
-    assert roster is not None
+    roster = state.roster
     state.ensure_search()
     where = ["r.valid = 1", "r.kind IN (1, 3)"]
     args: list[object] = []
@@ -241,7 +244,8 @@ class OllamaEmbedder:
         )
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
-                return json.load(resp)["embeddings"]
+                embeddings: list[list[float]] = json.load(resp)["embeddings"]
+                return embeddings
         except OSError as exc:
             raise UsageError(f"the Ollama server at {self.url} did not answer ({exc})") from None
 
@@ -257,8 +261,24 @@ def significance(freq: int, days: float, kappa: float = 0.3, lam: float = 0.01) 
     return (1 - math.exp(-kappa * freq)) * math.exp(-lam * days)
 
 
-def _scores_numpy(np, rows, query, now: float, dimension: int):
+# A stored vector with what ranking needs: (vector blob, record id, ts or 0, 1 for a summary record)
+_VectorRow = tuple[bytes, bytes, int, int]
+
+
+def _numpy_installed() -> bool:
+    """numpy is optional (the "semantic" extra): it is imported where it is used, not at import."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _scores_numpy(rows: Sequence[_VectorRow], query: Sequence[float], now: float,
+                  dimension: int) -> NDArray[np.float64]:
     """Cosine plus recency for every row, as one matrix product (float32 vectors, float64 sums)."""
+    import numpy as np
+
     blobs, _rids, stamps, _summaries = zip(*rows)
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), dimension)
     ts = np.asarray(stamps, dtype=np.float64)
@@ -266,7 +286,7 @@ def _scores_numpy(np, rows, query, now: float, dimension: int):
     return matrix.astype(np.float64) @ np.asarray(query, dtype=np.float64) + 0.05 * np.exp(-days / 365)
 
 
-def _scores_python(rows, query, now: float, dimension: int) -> list[float]:
+def _scores_python(rows: Sequence[_VectorRow], query: Sequence[float], now: float, dimension: int) -> list[float]:
     """The same without numpy, a loop per record (about 10 µs each at 256 dimensions)."""
     out = []
     fmt = f"<{dimension}f"
@@ -281,10 +301,7 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
                     now: float | None = None) -> list[tuple[float, RecordView]]:
     """Rank visible records by cosine similarity to ``text`` (blended with recency, and for
     ``summary`` records with significance).  Missing vectors are computed and kept."""
-    try:
-        import numpy as np  # optional (the "semantic" extra); here, not at import: only this needs it
-    except ImportError:
-        np = None
+    use_numpy = _numpy_installed()
     db = state.db
     db.executescript(_VECTORS)
     missing = db.execute(
@@ -301,14 +318,14 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
                         for (rowid, _, _), v in zip(chunk, vecs)])
     query = embedder.embed([text])[0]
     now = time.time() if now is None else now
-    rows = db.execute(
+    rows: list[_VectorRow] = db.execute(
         "SELECT v.vec, r.id, coalesce(r.ts, 0), r.type = 'summary' FROM vectors v JOIN records r ON r.rowid = v.record "
         "WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0 AND length(v.vec) = ?",
         (embedder.model_id, 4 * embedder.dimension),
     ).fetchall()
     if not rows or limit <= 0:
         return []
-    scores = (_scores_numpy(np, rows, query, now, embedder.dimension) if np is not None
+    scores = (_scores_numpy(rows, query, now, embedder.dimension) if use_numpy
               else _scores_python(rows, query, now, embedder.dimension))
     for i in [i for i, row in enumerate(rows) if row[3]]:
         _, rid, ts, _ = rows[i]
@@ -317,12 +334,20 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
         days = max(0.0, (now - (ts or now)) / 86400)
         scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
     # the best ``limit``, ties broken by id so the order is the same everywhere
-    if np is not None and len(rows) > limit:
-        kth = np.partition(-np.asarray(scores), limit - 1)[limit - 1]
-        candidates = [i for i in np.flatnonzero(-np.asarray(scores) <= kth)]
+    candidates: Iterable[SupportsIndex]
+    if use_numpy and len(rows) > limit:
+        candidates = _best_numpy(scores, limit)
     else:
         candidates = range(len(rows))
     scored = sorted(((float(scores[i]), rows[i][1]) for i in candidates), key=lambda x: (-x[0], x[1]))
     top = scored[:limit]
     views = {v.id: v for v in state.records(rid for _, rid in top)}
     return [(s, views[rid]) for s, rid in top if rid in views]
+
+
+def _best_numpy(scores: NDArray[np.float64] | list[float], limit: int) -> list[np.intp]:
+    """The indices of the ``limit`` best scores and of any tied with the last of them."""
+    import numpy as np
+
+    kth = np.partition(-np.asarray(scores), limit - 1)[limit - 1]
+    return [i for i in np.flatnonzero(-np.asarray(scores) <= kth)]

@@ -30,13 +30,21 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import encoding
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .log import CausalLog, precedes
-from .records import BINDING_TYPES, Authority, F, Kind, Record, validated_record, verify_inner_signatures
+from .records import (
+    Authority,
+    F,
+    Kind,
+    Record,
+    awaits_confirmation,
+    validated_record,
+    verify_inner_signatures,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records(
@@ -114,18 +122,19 @@ def value_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
-    return json.dumps(_jsonable(value), ensure_ascii=False, sort_keys=True)
+    if isinstance(value, dict) and isinstance(text := value.get("text"), str):
+        return text
+    return json.dumps(jsonable(value), ensure_ascii=False, sort_keys=True)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """A record value in JSON terms: byte strings become ``{"bytes": hex}``, map keys text."""
     if isinstance(v, bytes):
         return {"bytes": v.hex()}
     if isinstance(v, list):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     return v
 
 
@@ -188,7 +197,7 @@ class RecordView:
         if self.key is not None:
             out["key"] = self.key
         if self.value is not None:
-            out["value"] = _jsonable(self.value)
+            out["value"] = jsonable(self.value)
         if self.text:
             out["text"] = self.text
         if self.conversation is not None:
@@ -202,7 +211,7 @@ class RecordView:
         if self.target:
             out["target"] = self.target.hex()
         if self.meta:
-            out["meta"] = _jsonable(self.meta)
+            out["meta"] = jsonable(self.meta)
         if not self.valid:
             out["rejected"] = self.reason
         if self.hidden:
@@ -228,7 +237,7 @@ class FactView:
         return {
             "key": self.key,
             "compartment": self.compartment,
-            "value": _jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
+            "value": jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
             "type": cur.type if cur else None,
             "class": cur.class_label if cur and cur.claimed_class is not None else None,
             "effective_class": cur.effective_label if cur and cur.effective_class is not None else None,
@@ -241,14 +250,25 @@ class FactView:
         }
 
 
-@dataclass
-class _Row:
+# A staged row of the records table, in the column order of State.flush's INSERT: id, batch, idx,
+# compartment, writer, author, kind, type, key, class, effective, ts, conversation, role, text, raw,
+# has_refs, erased, import_key, lamport (a plain tuple: a large vault stages millions).
+_StagedRecord = tuple[bytes, bytes, int, bytes, bytes, bytes | None, int | None, str | None, str | None, int | None,
+                      int | None, int | None, str | None, str | None, str | None, bytes | None, int, int, str | None, int]
+# What the reference checks know of a record: batch, idx, kind, class, key, compartment, writer.
+_RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
+
+
+class _FactRow(NamedTuple):
+    """A valid keyed PUT or DEL, as the fact computation sees it."""
+
     id: bytes
     batch: bytes
     idx: int
-    compartment: bytes
-    writer: bytes
-    record: Record | None
+    kind: int
+    effective: int | None
+    type: str | None
+    klass: int | None  # the claimed class
 
 
 @dataclass
@@ -263,18 +283,25 @@ class State:
         self._db.executescript(SCHEMA)
         self._roster: Roster | None = None
         self._views: dict[bytes, BatchView] = {}
-        self._rows: list[tuple] = []  # staged, not yet written (see flush)
-        self._refs: list[tuple] = []
-        self._texts: list[tuple] = []
-        self._unindexed: list[tuple] = []  # (record id, text) written but not yet in the search index
+        self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
+        self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
+        self._texts: list[tuple[bytes, str]] = []  # (record id, text to index)
+        self._unindexed: list[tuple[bytes, str]] = []  # (record id, text) written but not yet in the search index
+
+    @property
+    def roster(self) -> Roster:
+        """The roster the last :meth:`materialize` computed the state with."""
+        roster = self._roster
+        assert roster is not None, "the state is read before it was materialized"
+        return roster
 
     # ------------------------------------------------------------------------------- ingest
 
     def stage(self, view: BatchView, records: list[Record | None]) -> None:
         """Store a newly decrypted batch's records (not yet counted: materialize decides)."""
-        rows = []
-        refs = []
-        texts = []
+        rows: list[_StagedRecord] = []
+        refs: list[tuple[bytes, bytes, int]] = []
+        texts: list[tuple[bytes, str]] = []
         h = view.header
         # Orders records written within one second: later batches of a writer, and batches that saw
         # others, sort after what they saw; records of one batch keep their order.
@@ -409,20 +436,22 @@ class State:
 
         # 1. Static validity of every record: batch accepted and authority rules that need only
         #    the record and its writer.
-        updates = []
+        updates: list[tuple[int, str | None, int | None, bytes]] = []  # valid, reason, effective, id
+        checked: Iterable[Any]
         if affected is None:
-            rows = db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records")
+            checked = db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records")
         else:
-            rows = [row for bid in affected for row in db.execute(
+            picked = [row for bid in affected for row in db.execute(
                 "SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records WHERE batch = ?", (bid,))]
             # records whose effective class a CONFIRM raised start again from their claimed class
-            rows += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
-                               "WHERE has_refs = 1 OR effective IS NOT class").fetchall()
+            picked += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
+                                 "WHERE has_refs = 1 OR effective IS NOT class").fetchall()
             if writers:
                 marks = ",".join("?" * len(writers))
-                rows += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
-                                   f"WHERE writer IN ({marks}) OR kind = ?", (*writers, Kind.CONFIRM)).fetchall()
-        for rid, batch, writer, author, kind, klass, key, raw, erased in rows:
+                picked += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
+                                     f"WHERE writer IN ({marks}) OR kind = ?", (*writers, Kind.CONFIRM)).fetchall()
+            checked = picked
+        for rid, batch, writer, author, kind, klass, key, raw, erased in checked:
             if batch not in accepted:
                 updates.append((0, "its batch is not accepted", klass, rid))
                 continue
@@ -485,6 +514,8 @@ class State:
             if not is_device:
                 return "only the owner's devices can confirm"
             rec = self._record(raw)
+            if rec is None:
+                return "its signature does not verify"
             try:
                 good, _ = verify_inner_signatures(rec, lambda w: roster.signer_public(w) if roster.is_owner(w) else None)
             except Exception:
@@ -512,7 +543,7 @@ class State:
         ).fetchall()
         if not rows:
             return
-        info: dict[bytes, tuple] = {}
+        info: dict[bytes, _RefInfo] = {}
         for rid, batch, idx, kind, klass, key, comp, writer in db.execute(
             "SELECT id, batch, idx, kind, class, key, compartment, writer FROM records WHERE id IN "
             "(SELECT ref FROM refs) OR has_refs = 1"
@@ -530,8 +561,7 @@ class State:
             va, vb = views.get(ba), views.get(bb)
             return va is not None and vb is not None and precedes(va, vb)
 
-        roster = self._roster
-        assert roster is not None
+        roster = self.roster
         invalid: dict[bytes, str] = {}
         # pred and CONFIRM rules do not depend on classes.
         for rid, batch, idx, kind, klass, key, comp, writer in rows:
@@ -563,7 +593,7 @@ class State:
         # effective classes and sources, to a fixpoint
         valid_now = {rid for rid, *_ in rows if rid not in invalid}
         while True:
-            effective: dict[bytes, int | None] = {}
+            effective: dict[bytes, int] = {}
             for rec_id, ref, how in db.execute("SELECT record, ref, how FROM refs WHERE how = ?", (REF_TARGET,)):
                 if rec_id in valid_now and ref in info and info[rec_id][2] == Kind.CONFIRM:
                     effective[ref] = Authority.USER
@@ -585,72 +615,73 @@ class State:
         db.executemany("UPDATE records SET valid = 0, reason = ? WHERE id = ?", [(r, i) for i, r in invalid.items()])
         db.executemany("UPDATE records SET effective = ? WHERE id = ?", [(e, i) for i, e in effective.items()])
 
-    def _effective_of(self, rid: bytes, info: dict, effective: dict, valid_now: set) -> int:
+    def _effective_of(self, rid: bytes, info: dict[bytes, _RefInfo], effective: dict[bytes, int],
+                      valid_now: set[bytes]) -> int:
         # A source that is missing, invalid or classless counts as external, confirmed or not (§16.3 rule 8).
         row = self.db.execute("SELECT class, valid, has_refs FROM records WHERE id = ?", (rid,)).fetchone()
         if row is None or row[0] is None or not row[1]:
             return Authority.EXTERNAL
         if row[2] and rid not in valid_now:
             return Authority.EXTERNAL
-        return effective.get(rid, row[0])
+        claimed: int = row[0]
+        return effective.get(rid, claimed)
 
     def _compute_facts(self, views: dict[bytes, BatchView]) -> set[tuple[bytes, str]]:
         db = self.db
-        by_key: dict[tuple[bytes, str], list[tuple]] = defaultdict(list)
+        by_key: dict[tuple[bytes, str], list[_FactRow]] = defaultdict(list)
         rows = db.execute(
             "SELECT compartment, key, id, batch, idx, kind, effective, type, class FROM records "
             "WHERE key IS NOT NULL AND valid = 1 AND kind IN (?, ?)",
             (Kind.PUT, Kind.DEL),
         ).fetchall()
         for comp, key, rid, batch, idx, kind, eff, typ, klass in rows:
-            by_key[(comp, key)].append((rid, batch, idx, kind, eff, typ, klass))
+            by_key[(comp, key)].append(_FactRow(rid, batch, idx, kind, eff, typ, klass))
         preds: dict[bytes, set[bytes]] = defaultdict(set)
         for rec, ref in db.execute("SELECT record, ref FROM refs WHERE how = ?", (REF_PRED,)):
             preds[rec].add(ref)
         before = {(r[0], r[1]): r[2:] for r in db.execute(
             "SELECT compartment, key, status, current, candidates, discarded, history FROM facts")}
         db.execute("DELETE FROM facts")
-        out = []
+        out: list[tuple[bytes, str, str, bytes, bytes, bytes, bytes]] = []
         forgotten: list[bytes] = []
         for (comp, key), recs in by_key.items():
-            def supersedes(s: tuple, r: tuple) -> bool:
-                if s[0] == r[0]:
+            def supersedes(s: _FactRow, r: _FactRow) -> bool:
+                if s.id == r.id:
                     return False
-                if r[0] in preds.get(s[0], ()):
+                if r.id in preds.get(s.id, ()):
                     return True
-                if s[1] == r[1]:
-                    return r[2] < s[2]
-                vs, vr = views.get(s[1]), views.get(r[1])
+                if s.batch == r.batch:
+                    return r.idx < s.idx
+                vs, vr = views.get(s.batch), views.get(r.batch)
                 return vr is not None and vs is not None and precedes(vr, vs)
 
             live = [r for r in recs if not any(supersedes(s, r) for s in recs)]
-            dels = [r for r in live if r[3] == Kind.DEL]
-            puts = [r for r in live if r[3] == Kind.PUT]
+            dels = [r for r in live if r.kind == Kind.DEL]
+            puts = [r for r in live if r.kind == Kind.PUT]
             # Forgotten values stay in the history but leave the timeline and search: every PUT a
             # DEL superseded, and the edits a concurrent DEL discarded.
-            all_dels = [r for r in recs if r[3] == Kind.DEL]
-            forgotten.extend(r[0] for r in recs if r[3] == Kind.PUT and (
+            all_dels = [r for r in recs if r.kind == Kind.DEL]
+            forgotten.extend(r.id for r in recs if r.kind == Kind.PUT and (
                 any(supersedes(d, r) for d in all_dels) or (dels and r in puts)))
             discarded: list[bytes] = []
             if dels:
                 status = "deleted"
-                current = min(dels, key=lambda r: r[0])[0]
-                discarded = sorted(r[0] for r in puts)
+                current = min(dels, key=lambda r: r.id).id
+                discarded = sorted(r.id for r in puts)
                 candidates: list[bytes] = []
             elif len(puts) > 1:
                 status = "conflict"
-                best = sorted(puts, key=lambda r: (-(r[4] if r[4] is not None else 0), r[0]))
-                current = best[0][0]
-                candidates = [r[0] for r in best]
+                best = sorted(puts, key=lambda r: (-(r.effective if r.effective is not None else 0), r.id))
+                current = best[0].id
+                candidates = [r.id for r in best]
             elif puts:
-                r = puts[0]
-                current = r[0]
+                put = puts[0]
+                current = put.id
                 candidates = []
-                eff = r[4] if r[4] is not None else 0
-                status = "pending" if eff < Authority.USER and (r[5] in BINDING_TYPES or (r[6] or 0) <= Authority.INFERRED) else "ok"
+                status = "pending" if awaits_confirmation(put.type, put.effective) else "ok"
             else:
                 continue
-            history = [r[0] for r in sorted(recs, key=lambda r: self._order_key(r, views))]
+            history = [r.id for r in sorted(recs, key=lambda r: self._order_key(r, views))]
             out.append((comp, key, status, current, encoding.encode(candidates), encoding.encode(discarded),
                         encoding.encode(history)))
         db.executemany(
@@ -663,19 +694,18 @@ class State:
         return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
     @staticmethod
-    def _order_key(r: tuple, views: dict[bytes, BatchView]) -> tuple:
-        v = views.get(r[1])
+    def _order_key(r: _FactRow, views: dict[bytes, BatchView]) -> tuple[int, int, int, bytes]:
+        v = views.get(r.batch)
         ts = v.header.ts if v else 0
-        return (sum(v.header.frontier.values()) + v.header.seq if v else 0, ts, r[2], r[0])
+        return (sum(v.header.frontier.values()) + v.header.seq if v else 0, ts, r.idx, r.id)
 
     # ------------------------------------------------------------------------------- queries
 
     _COLUMNS = "id, batch, compartment, writer, raw, valid, reason, hidden, erased, effective, kind"
 
-    def _view(self, row: tuple) -> RecordView | None:
+    def _view(self, row: tuple[Any, ...]) -> RecordView | None:
         rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind = row
-        roster = self._roster
-        assert roster is not None
+        roster = self.roster
         rec = validated_record(raw, rid) if raw is not None else None
         bview = self._views.get(batch)
         p = roster.principals.get(writer)
@@ -712,7 +742,7 @@ class State:
     def records(self, ids: Iterable[bytes]) -> list[RecordView]:
         """The views of these records, in the order given (unknown ids are left out)."""
         wanted = list(ids)
-        rows: dict[bytes, tuple] = {}
+        rows: dict[bytes, tuple[Any, ...]] = {}
         for i in range(0, len(wanted), 500):
             chunk = wanted[i:i + 500]
             for row in self.db.execute(
@@ -749,7 +779,8 @@ class State:
         return [v for v in (self._view(r) for r in rows) if v is not None]
 
     def count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM records WHERE valid = 1").fetchone()[0]
+        count: int = self.db.execute("SELECT count(*) FROM records WHERE valid = 1").fetchone()[0]
+        return count
 
     def record_location(self, rid: bytes) -> tuple[bytes, bytes] | None:
         """(batch id, compartment id) of a record, valid or not."""
@@ -785,7 +816,7 @@ class State:
             r = self.db.execute("SELECT kind, type FROM records WHERE id = ?", (rid,)).fetchone()
             if r is None:
                 continue
-            name = r[1] or Kind(r[0]).name.lower() if r[0] in Kind._value2member_map_ else "record"
+            name = r[1] or Kind(r[0]).name.lower() if Kind.known(r[0]) else "record"
             kinds[name] = kinds.get(name, 0) + 1
         return kinds
 
@@ -803,10 +834,9 @@ class State:
         ).fetchone()
         return self._fact(compartment_id, key, row) if row else None
 
-    def _fact(self, comp: bytes, key: str, row: tuple) -> FactView:
+    def _fact(self, comp: bytes, key: str, row: tuple[Any, ...]) -> FactView:
         status, current, candidates, discarded, history = row
-        roster = self._roster
-        assert roster is not None
+        roster = self.roster
         return FactView(
             roster.compartment_name(comp), comp, key, status, self.record(current) if current else None,
             tuple(self.records(encoding.decode(candidates))), tuple(self.records(encoding.decode(discarded))),
@@ -815,7 +845,8 @@ class State:
 
     def facts(self, *, compartments: Iterable[bytes] | None = None, subject: str | None = None,
               status: str | None = None) -> list[FactView]:
-        where, args = ["1"], []
+        where: list[str] = ["1"]
+        args: list[bytes | str] = []
         if compartments is not None:
             comps = list(compartments)
             where.append(f"compartment IN ({','.join('?' * len(comps))})")
@@ -838,11 +869,6 @@ class State:
         rows = self.db.execute("SELECT import_key FROM records WHERE import_key IS NOT NULL AND import_key LIKE ? "
                                "AND erased = 0", (prefix.replace("%", "") + "%",))
         return {r[0] for r in rows}
-
-    def dependents(self, rid: bytes) -> list[RecordView]:
-        """Records that cite ``rid`` as a source (provenance, the other way round)."""
-        ids = [r[0] for r in self.db.execute("SELECT record FROM refs WHERE ref = ? AND how = ?", (rid, REF_SOURCE))]
-        return self.records(ids)
 
     def rejected(self) -> list[RecordView]:
         rows = self.db.execute(

@@ -19,6 +19,7 @@ A shelf is confined to the thread that uses the vault.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import re
@@ -27,7 +28,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from .errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion, VaultError
-from .names import NAME_PATTERNS, kind_of  # noqa: F401 - re-exported
+from .names import NAME_PATTERNS as NAME_PATTERNS  # re-exported
+from .names import kind_of as kind_of  # re-exported
 from .packs import TYPE_SEGMENT, PackReader
 from .primitives import random_bytes, sha256
 
@@ -54,14 +56,19 @@ def hash_matches(name: str, data: bytes) -> bool | None:
 
 
 class Shelf(Protocol):
+    """What every shelf offers (:class:`FolderShelf`, :class:`PackShelf`, later stores): the type
+    of a shelf wherever the code does not depend on which kind it is."""
+
     location: str
     writable: bool
 
-    def list(self) -> list[str]: ...
+    def list(self) -> builtins.list[str]: ...
+    def changes(self) -> tuple[set[str], set[str], set[str]]: ...
+    def exists(self, name: str) -> bool: ...
     def read(self, name: str) -> bytes: ...
     def write(self, name: str, data: bytes) -> bool: ...
     def delete(self, name: str) -> None: ...
-    def exists(self, name: str) -> bool: ...
+    def close(self) -> None: ...
 
 
 class FolderShelf:
@@ -72,7 +79,7 @@ class FolderShelf:
         if create:
             try:
                 make_dirs_durable(self.location)
-                if any(kind_of(n) for n in self._walk()):
+                if any(kind_of(n) for n in self.walk()):
                     raise StorageError(f"{self.location} already holds a vault; choose an empty folder")
                 for d in DIRECTORIES:
                     make_dirs_durable(os.path.join(self.location, d))
@@ -97,10 +104,8 @@ class FolderShelf:
     # -- listing
 
     def walk(self) -> Iterator[str]:
-        """Every file of the vault folder, packs included (not only what a scan lists)."""
-        return self._walk()
-
-    def _walk(self) -> Iterator[str]:
+        """Every file name in the vault's top level and directories, listed from the disk now (not
+        the incremental listing) and not filtered by kind: what a host sees, packs included."""
         base = self.location
         try:
             top = os.listdir(base)
@@ -119,6 +124,7 @@ class FolderShelf:
                     for f in filenames:
                         if not f.startswith("."):
                             yield f"{rel}/{f}".replace(os.sep, "/")
+
 
     # Listing is incremental: each directory's entries are kept with its mtime and listed again only
     # when the mtime changed, so a refresh of a vault of 100,000 files costs a stat per directory.
@@ -201,10 +207,10 @@ class FolderShelf:
             else:
                 self._gain(name)
         for pack in [n for n in self._pack_files if n not in self._in_packs]:
-            inner = self._pack_segments(pack)
-            if inner or pack in self._packs:
-                self._in_packs[pack] = inner
-                for name in inner:
+            held = self._pack_segments(pack)
+            if held or pack in self._packs:
+                self._in_packs[pack] = held
+                for name in held:
                     self._gain(name)
 
     def _gain(self, name: str) -> None:
@@ -254,7 +260,7 @@ class FolderShelf:
         self._added, self._removed = set(), set()
         return self._names, added, removed
 
-    def _pack_segments(self, pack: str) -> list[str]:
+    def _pack_segments(self, pack: str) -> builtins.list[str]:
         reader = self._packs.get(pack)
         if reader is None:
             try:

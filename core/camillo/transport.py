@@ -14,9 +14,10 @@ import os
 
 from . import descriptor
 from .errors import DamagedFile, NotAVault, StorageError
-from .localstate import random_bytes
+from .names import kind_of
 from .packs import PackReader, write_pack
-from .storage import FolderShelf, hash_matches, kind_of, open_shelf
+from .primitives import random_bytes
+from .storage import FolderShelf, hash_matches, open_shelf
 
 
 def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:

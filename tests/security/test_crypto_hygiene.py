@@ -127,7 +127,7 @@ NOT_A_VALUE = re.compile(r"^(len|type|isinstance|int|str)\(|\.kind\b|\.type\b|\.
 # Every secret-looking ``==``/``!=`` in the core that is *not* a comparison of secret material, with
 # the reason.  Keyed by (file, source of the comparison).  docs/security.md summarises this review.
 REVIEWED = {
-    ("descriptor.py", "m.get(4) != sha256(encoding.encode(d._fields()))[:8]"):
+    ("descriptor.py", "m.get(4) != d.check()"):
         "the descriptor's check value is a public hash of public fields (spec §4.2: not a security control)",
     ("slots.py", "sha256(data[:BODY_END]) != data[BODY_END:]"):
         "the slot checksum is a public hash of public bytes (it tells damage from a wrong passphrase)",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..records import Authority, Kind
-from ..state import RecordView, _jsonable
+from ..state import RecordView, jsonable
 
 if TYPE_CHECKING:
     from ..vault import Vault
@@ -43,6 +43,8 @@ KINDS: dict[str, str] = {
     "pam": "camillo.exporters.pam",
 }
 NOTE_TEXT_KEYS = frozenset({"text", "conversation", "role", "title"})
+# What an export returns: "format" and "out" (text), then counts of what was written, by kind.
+ExportSummary = dict[str, str | int]
 
 
 def generator() -> str:
@@ -201,10 +203,10 @@ def vmem_info(v: RecordView, status: str | None = None) -> dict[str, Any]:
         info["title"] = value["title"]
     if v.kind == Kind.PUT:
         if not isinstance(value, str):
-            info["value"] = _jsonable(value)
+            info["value"] = jsonable(value)
     elif not (isinstance(value, dict) and set(value) <= NOTE_TEXT_KEYS
               and all(isinstance(x, str) for x in value.values())):
-        info["value"] = _jsonable(value)
+        info["value"] = jsonable(value)
     if v.sources:
         info["sources"] = [s.hex() for s in sorted(v.sources)]
     if status == "conflict":
@@ -216,7 +218,8 @@ def vmem_info(v: RecordView, status: str | None = None) -> dict[str, Any]:
 
 def confidence(v: RecordView) -> float:
     c = v.effective_class if v.effective_class is not None else v.claimed_class
-    return {Authority.USER: 1.0, Authority.OBSERVED: 0.9, Authority.INFERRED: 0.7}.get(c, 0.5)
+    by_class: dict[int | None, float] = {Authority.USER: 1.0, Authority.OBSERVED: 0.9, Authority.INFERRED: 0.7}
+    return by_class.get(c, 0.5)
 
 
 def record_text(v: RecordView) -> str:
@@ -245,12 +248,12 @@ def write_file(root: str, rel: str, data: bytes) -> None:
         fh.write(data)
 
 
-def run_export(vault: Vault, kind: str, out: str) -> dict[str, Any]:
+def run_export(vault: Vault, kind: str, out: str) -> ExportSummary:
     """Export ``vault`` to the folder ``out``; returns counts of what was written."""
     import importlib
 
     module = KINDS.get(kind)
     if module is None:
         raise UsageError(f"unknown export format '{kind}'; use one of {', '.join(KINDS)}")
-    writer: Callable[[Vault, str], dict[str, Any]] = importlib.import_module(module).export
+    writer: Callable[[Vault, str], ExportSummary] = importlib.import_module(module).export
     return writer(vault, out)

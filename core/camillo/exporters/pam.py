@@ -32,7 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..importers.safety import digest, iso
 from ..records import Authority, Kind
-from . import confidence, generator, jcs, prepare_out, record_text, snapshot, vmem_info, write_file
+from . import (
+    ExportSummary,
+    confidence,
+    generator,
+    jcs,
+    prepare_out,
+    record_text,
+    snapshot,
+    vmem_info,
+    write_file,
+)
 
 if TYPE_CHECKING:
     from ..state import RecordView
@@ -94,7 +104,7 @@ def _role(v: RecordView) -> str:
     return "user" if c == Authority.USER else "assistant" if c == Authority.INFERRED else "tool"
 
 
-def export(vault: Vault, out: str) -> dict[str, Any]:
+def export(vault: Vault, out: str) -> ExportSummary:
     snap = snapshot(vault)
     prepare_out(out)
     memories = [_memory(v, status) for v, status in snap.facts]

@@ -33,7 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..importers.safety import first_line, iso, slug
 from ..records import Kind
-from . import canonical_json, confidence, generator, prepare_out, record_text, snapshot, vmem_info, write_file
+from . import (
+    ExportSummary,
+    canonical_json,
+    confidence,
+    generator,
+    prepare_out,
+    record_text,
+    snapshot,
+    vmem_info,
+    write_file,
+)
 
 if TYPE_CHECKING:
     from ..state import RecordView
@@ -98,7 +108,7 @@ def _tombstone(v: RecordView, when: int | None) -> dict[str, Any]:
             "targetKind": kind}
 
 
-def export(vault: Vault, out: str) -> dict[str, Any]:
+def export(vault: Vault, out: str) -> ExportSummary:
     snap = snapshot(vault)
     prepare_out(out)
     items: dict[str, list[dict[str, Any]]] = {}

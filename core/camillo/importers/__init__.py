@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VaultError
+from ..records import KEYED_TYPES, awaits_confirmation
 from ..vault import NewRecord
 
 if TYPE_CHECKING:
@@ -97,14 +98,14 @@ def reader_for(kind: str) -> Reader:
     module = KINDS.get(kind)
     if module is None:
         raise UsageError(f"unknown import kind '{kind}'; use one of {', '.join(KINDS)}")
-    return importlib.import_module(module).read
+    read: Reader = importlib.import_module(module).read
+    return read
 
 
 def _proposal(r: NewRecord) -> bool:
-    """Whether the record will wait in the inbox (the rule of ``State._compute_facts``)."""
-    if r.type not in ("fact", "preference", "instruction") or r.authority is None or r.authority >= 3:
-        return False
-    return r.type in ("preference", "instruction") or r.authority <= 1
+    """Whether the record will wait in the inbox: a keyed value (fact, preference, instruction) that
+    :func:`~camillo.records.awaits_confirmation`, with the authority it will claim."""
+    return r.type in KEYED_TYPES and awaits_confirmation(r.type, r.default_authority())
 
 
 def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "personal",

@@ -48,6 +48,8 @@ from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .safety import (
     FileSource,
+    as_dict,
+    as_str,
     clean_text,
     clip,
     digest,
@@ -163,7 +165,7 @@ def _render(content: dict[str, Any], meta: dict[str, Any]) -> str:
     ctype = content.get("content_type")
     refs: list[str] = []
     if ctype in ("code", "execution_output"):
-        text = content.get("text") if isinstance(content.get("text"), str) else ""
+        text = as_str(content.get("text"), "")
         if isinstance(content.get("language"), str) and content["language"] not in ("", "unknown"):
             meta["language"] = short(content["language"], 50)
     elif ctype == "tether_quote":
@@ -180,7 +182,7 @@ def _render(content: dict[str, Any], meta: dict[str, Any]) -> str:
     elif isinstance(content.get("parts"), list):
         text = _parts_text(content["parts"], refs)
     else:
-        text = content.get("text") if isinstance(content.get("text"), str) else ""
+        text = as_str(content.get("text"), "")
     if refs:
         meta["attachments"] = len(refs)
         meta["attachment_refs"] = " ".join(refs)[:1000]
@@ -216,11 +218,11 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
         msg = mapping[nid].get("message")
         if not isinstance(msg, dict):
             continue
-        author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+        author = as_dict(msg.get("author"))
         role = author.get("role")
-        content = msg.get("content") if isinstance(msg.get("content"), dict) else {}
-        ctype = content.get("content_type") if isinstance(content.get("content_type"), str) else "text"
-        md = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+        content = as_dict(msg.get("content"))
+        ctype = as_str(content.get("content_type"), "text")
+        md = as_dict(msg.get("metadata"))
         mid = short(msg.get("id") or nid, 200) or f"{conv_id}:{n}"
         ts = unix_ts(msg.get("create_time")) or conv_ts
         if ctype == "user_editable_context":
@@ -337,10 +339,10 @@ def _memory_unit(mem: _Memories, source_name: str) -> ImportUnit | None:
         ts, profile, instructions, mid = mem.custom
         for raw, typ, key, tag in ((instructions, "instruction", "user/custom_instructions", "custom_instructions"),
                                    (profile, "preference", "user/chatgpt_profile", "profile")):
-            text = clean_text(raw)
-            if not text or not _unwrap(text):
+            cleaned = clean_text(raw)
+            if not cleaned or not _unwrap(cleaned):
                 continue
-            text = _unwrap(text)
+            text = _unwrap(cleaned)
             meta = {"import": f"{KIND}:{tag}:{digest(text)}", "source": source_name, "from_message": mid,
                     "via": "user_editable_context"}
             records.append(NewRecord(type=typ, key=key, value=clip(text, meta), authority=Authority.OBSERVED,

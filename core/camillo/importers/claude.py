@@ -45,6 +45,7 @@ from . import ImportFailed, ImportUnit
 from .safety import (
     FileSource,
     Source,
+    as_list,
     clean_text,
     clip,
     digest,
@@ -147,7 +148,7 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str) -> ImportU
                                  authority=Authority.INFERRED, ts=unix_ts(conv.get("updated_at")) or conv_ts,
                                  meta=smeta))
     thinking = empty = other = 0
-    messages = conv.get("chat_messages") if isinstance(conv.get("chat_messages"), list) else []
+    messages = as_list(conv.get("chat_messages"))
     for n, msg in enumerate(messages):
         if not isinstance(msg, dict):
             other += 1
@@ -175,8 +176,7 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str) -> ImportU
         meta: dict[str, Any] = {"import": f"{KIND}:{mid}", "source": source_name, "original_id": mid}
         if ts:
             meta["original_ts"] = ts
-        files = [short(f.get("file_name"), 200) for f in msg.get("files", []) if isinstance(f, dict)] \
-            if isinstance(msg.get("files"), list) else []
+        files = [short(f.get("file_name"), 200) for f in as_list(msg.get("files")) if isinstance(f, dict)]
         if any(files):
             meta["files"] = ", ".join(f for f in files if f)[:1000]
         text = clean_text("\n\n".join(t for t in texts if t.strip())) or ""
@@ -191,7 +191,7 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str) -> ImportU
             records.append(NewRecord(type="message", text=clip(clean_text(_tool_text(block)) or "", tmeta),
                                      conversation=conv_id, role="tool", authority=Authority.EXTERNAL, ts=ts,
                                      meta=tmeta))
-        attachments = msg.get("attachments") if isinstance(msg.get("attachments"), list) else []
+        attachments = as_list(msg.get("attachments"))
         for a, att in enumerate(attachments):
             if not isinstance(att, dict):
                 continue
@@ -239,7 +239,7 @@ def _project(proj: dict[str, Any], index: int, source_name: str) -> ImportUnit:
                             "original_id": pid, "project": name[:200]}
     records = [NewRecord(type="summary", value={"title": name, "text": clip(text, meta)},
                          authority=Authority.USER, ts=ts, meta=meta)]
-    docs = proj.get("docs") if isinstance(proj.get("docs"), list) else []
+    docs = as_list(proj.get("docs"))
     for d, doc in enumerate(docs):
         if not isinstance(doc, dict):
             continue
@@ -287,9 +287,9 @@ def _memories(items: list[dict[str, Any]], source_name: str, project_names: dict
         pm = item.get("project_memories")
         if isinstance(pm, dict):
             for pid, body in pm.items():
-                text = clean_text(body)
-                if text and text.strip() and isinstance(pid, str):
-                    projects[pid] = text.strip()
+                body_text = clean_text(body)
+                if body_text and body_text.strip() and isinstance(pid, str):
+                    projects[pid] = body_text.strip()
     pkeys = unique_keys("project/claude_", projects)
     for pid, text in projects.items():
         meta: dict[str, Any] = {"import": f"{KIND}:project_memory:{digest(pid)}:{digest(text)}",

@@ -43,7 +43,9 @@ from .portable_memory import NOTE_TYPES, authority_of, base_meta, valid_key
 from .safety import (
     FileSource,
     Source,
-    _bad_name,
+    as_dict,
+    as_str,
+    bad_name,
     clean_text,
     clip,
     expect,
@@ -115,7 +117,7 @@ def _read(src: Source) -> Iterator[ImportUnit]:
             storage = entry.get("storage") if isinstance(entry, dict) else None
             if isinstance(storage, dict) and storage.get("type") == "file" and isinstance(storage.get("ref"), str):
                 ref = storage["ref"]
-                if _bad_name(ref):
+                if bad_name(ref):
                     raise ImportFailed(f"{where} names the conversation file '{ref[:200]}', outside the export; "
                                        "refused")
                 if root + ref in src.names():
@@ -153,12 +155,12 @@ def _memories(memories: list[Any], source: str) -> ImportUnit:
             skipped[str(status)] = skipped.get(str(status), 0) + 1
             continue
         content = clean_text(m.get("content"))
-        md = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
-        vm = md.get("vmem") if isinstance(md.get("vmem"), dict) else {}
+        md = as_dict(m.get("metadata"))
+        vm = as_dict(md.get("vmem"))
         if not content and "value" not in vm:
             skipped["empty"] = skipped.get("empty", 0) + 1
             continue
-        ptype = m.get("type") if isinstance(m.get("type"), str) else "fact"
+        ptype = as_str(m.get("type"), "fact")
         if vm.get("type") in KEYED_TYPES or vm.get("type") in NOTE_TYPES:
             typ = vm["type"]
         elif ptype in ("preference", "instruction"):
@@ -169,12 +171,12 @@ def _memories(memories: list[Any], source: str) -> ImportUnit:
             typ = m["custom_type"]
         else:
             typ = "fact"
-        prov = m.get("provenance") if isinstance(m.get("provenance"), dict) else {}
+        prov = as_dict(m.get("provenance"))
         method = prov.get("extraction_method")
         fallback = Authority.OBSERVED if method in ("explicit_user_input", "manual") else Authority.INFERRED
         keyed = typ in KEYED_TYPES
         authority = authority_of(vm, fallback, keyed=keyed)
-        temporal = m.get("temporal") if isinstance(m.get("temporal"), dict) else {}
+        temporal = as_dict(m.get("temporal"))
         ts = unix_ts(temporal.get("created_at"))
         meta = base_meta(vm, f"{KIND}:{mid}", source, mid)
         meta["pam_type"] = short(ptype, 40) or "fact"
@@ -204,15 +206,15 @@ def _conversation(doc: Any, where: str, fname: str) -> ImportUnit:
             or not isinstance(doc.get("messages"), list):
         return ImportUnit(fname, [], notes=["not a PAM conversation file; skipped"], skipped=1)
     file_id = short(doc.get("id"), 200) or fname
-    raw = doc.get("raw_metadata") if isinstance(doc.get("raw_metadata"), dict) else {}
-    cvm = raw.get("vmem") if isinstance(raw.get("vmem"), dict) else {}
-    provider = doc.get("provider") if isinstance(doc.get("provider"), dict) else {}
+    raw = as_dict(doc.get("raw_metadata"))
+    cvm = as_dict(raw.get("vmem"))
+    provider = as_dict(doc.get("provider"))
     if cvm:
-        conv_id = cvm.get("conversation") if isinstance(cvm.get("conversation"), str) else None
+        conv_id = as_str(cvm.get("conversation"))
     else:
         conv_id = short(provider.get("conversation_id"), 200) or file_id
     title = clean_text(doc.get("title"))
-    temporal = doc.get("temporal") if isinstance(doc.get("temporal"), dict) else {}
+    temporal = as_dict(doc.get("temporal"))
     conv_ts = unix_ts(temporal.get("created_at"))
     records: list[NewRecord] = []
     label = f"conversation '{(title or file_id)[:60]}'"
@@ -220,7 +222,7 @@ def _conversation(doc: Any, where: str, fname: str) -> ImportUnit:
         meta = base_meta(cvm, f"{KIND}:conversation:{file_id}", fname, file_id)
         if isinstance(provider.get("name"), str):
             meta["platform"] = short(provider["name"], 32)
-        ctitle = cvm.get("title") if isinstance(cvm.get("title"), str) else title or "(untitled)"
+        ctitle = as_str(cvm.get("title"), title or "(untitled)")
         records.append(NewRecord(type="conversation", title=clip(ctitle, meta), conversation=conv_id,
                                  authority=authority_of(cvm, Authority.INFERRED, keyed=False), ts=conv_ts, meta=meta))
     thoughts = empty = 0
@@ -231,25 +233,25 @@ def _conversation(doc: Any, where: str, fname: str) -> ImportUnit:
         if msg.get("is_thought") is True:
             thoughts += 1
             continue
-        content = msg.get("content") if isinstance(msg.get("content"), dict) else {}
-        text = content.get("text") if isinstance(content.get("text"), str) else None
+        content = as_dict(msg.get("content"))
+        text = as_str(content.get("text"))
         if text is None and isinstance(content.get("parts"), list):
             text = "\n".join(p["text"] for p in content["parts"] if isinstance(p, dict) and isinstance(p.get("text"), str))
         text = clean_text(text) or ""
-        mraw = msg.get("raw_metadata") if isinstance(msg.get("raw_metadata"), dict) else {}
-        vm = mraw.get("vmem") if isinstance(mraw.get("vmem"), dict) else {}
+        mraw = as_dict(msg.get("raw_metadata"))
+        vm = as_dict(mraw.get("vmem"))
         if not text.strip() and "value" not in vm:
             empty += 1
             continue
-        prole = msg.get("role") if msg.get("role") in ("user", "assistant", "system", "tool") else "tool"
-        role = (vm.get("role") if isinstance(vm.get("role"), str) else None) if vm else prole
+        prole: str = msg["role"] if msg.get("role") in ("user", "assistant", "system", "tool") else "tool"
+        role = as_str(vm.get("role")) if vm else prole
         fallback = {"user": Authority.USER, "assistant": Authority.INFERRED}.get(prole, Authority.EXTERNAL)
         authority = authority_of(vm, fallback, keyed=False)
         mid = short(msg.get("id"), 200) or str(n)
         meta = base_meta(vm, f"{KIND}:msg:{file_id}:{mid}", fname, short(msg.get("provider_message_id"), 200) or mid)
         ts = unix_ts(msg.get("created_at")) or conv_ts
-        mconv = (vm.get("conversation") if isinstance(vm.get("conversation"), str) else None) if vm else conv_id
-        typ = vm.get("type") if vm.get("type") in NOTE_TYPES else "message"
+        mconv = as_str(vm.get("conversation")) if vm else conv_id
+        typ: str = vm["type"] if vm.get("type") in NOTE_TYPES else "message"
         if "value" in vm:
             records.append(NewRecord(type=typ, value=json_safe(vm["value"]), authority=authority, ts=ts, meta=meta))
         else:

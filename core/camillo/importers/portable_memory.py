@@ -49,7 +49,10 @@ from . import ImportFailed, ImportUnit
 from .safety import (
     FileSource,
     Source,
-    _bad_name,
+    as_dict,
+    as_list,
+    as_str,
+    bad_name,
     clean_text,
     clip,
     digest,
@@ -127,7 +130,7 @@ def verify(src: Source, root: str) -> tuple[dict[str, Any], dict[str, bytes]]:
                 or not isinstance(entry.get("sha256"), str) or not _HEX64.match(entry["sha256"]):
             raise ImportFailed(f"{src.where(mname)} lists a file entry without a path and a SHA-256")
         rel = entry["path"]
-        if _bad_name(rel) or any(p in ("", ".") for p in rel.split("/")):
+        if bad_name(rel) or any(p in ("", ".") for p in rel.split("/")):
             raise ImportFailed(f"{src.where(mname)} lists '{rel[:200]}', which points outside the bundle; refused")
         if rel in data:
             raise ImportFailed(f"{src.where(mname)} lists '{rel[:200]}' twice")
@@ -213,11 +216,11 @@ def _read(src: Source) -> Iterator[ImportUnit]:
             continue
         vm = vmem_of(line)
         text = clean_text(line.get("text")) or clean_text(line.get("object"))
-        value = json_safe(vm["value"]) if "value" in vm else text
+        value: Any = json_safe(vm["value"]) if "value" in vm else text
         if value is None or value == "":
             counts["empty"] += 1
             continue
-        typ = vm.get("type") if vm.get("type") in KEYED_TYPES else "fact"
+        typ: str = vm["type"] if vm.get("type") in KEYED_TYPES else "fact"
         meta = base_meta(vm, f"{KIND}:{fid}", label, fid)
         if isinstance(value, str):
             value = clip(value, meta)
@@ -254,9 +257,9 @@ def _read(src: Source) -> Iterator[ImportUnit]:
             counts["tombstoned"] += 1
             continue
         vm = vmem_of(line)
-        steps = [s for s in line.get("steps", []) if isinstance(s, str)] if isinstance(line.get("steps"), list) else []
+        steps = [s for s in as_list(line.get("steps")) if isinstance(s, str)]
         if "value" in vm:
-            value: Any = json_safe(vm["value"])
+            value = json_safe(vm["value"])
         elif vm:
             value = clean_text("\n".join(steps))
         else:
@@ -317,14 +320,14 @@ def _episode(line: dict[str, Any], tomb_ids: set[str], counts: dict[str, int], l
         return None
     vm = vmem_of(line)
     text = clean_text(line.get("details")) or clean_text(line.get("summary")) or ""
-    typ = vm.get("type") if vm.get("type") in NOTE_TYPES else "event"
-    speaker = line.get("speaker") if isinstance(line.get("speaker"), str) else None
+    typ: str = vm["type"] if vm.get("type") in NOTE_TYPES else "event"
+    speaker = as_str(line.get("speaker"))
     role = vm.get("role") if vm else speaker
     role = short(role, 50) if isinstance(role, str) else None
     fallback = {"user": Authority.USER, "human": Authority.USER, "assistant": Authority.INFERRED}.get(
         speaker or "", Authority.OBSERVED)
     authority = authority_of(vm, fallback, keyed=False)
-    md = line.get("metadata") if isinstance(line.get("metadata"), dict) else {}
+    md = as_dict(line.get("metadata"))
     conversation = vm.get("conversation") if vm else md.get("conversation")
     conversation = short(conversation, 200) if isinstance(conversation, str) else None
     meta = base_meta(vm, f"{KIND}:{eid}", label, eid)
@@ -337,12 +340,12 @@ def _episode(line: dict[str, Any], tomb_ids: set[str], counts: dict[str, int], l
             value["text"] = clip(value["text"], meta)
         return NewRecord(type=typ, value=value, authority=authority, ts=ts, meta=meta)
     if typ == "conversation":
-        title = vm.get("title") if isinstance(vm.get("title"), str) else text
+        title: str | None = as_str(vm.get("title"), text)
         return NewRecord(type="conversation", title=clip(title or "(untitled)", meta), conversation=conversation,
                          role=role, authority=authority, ts=ts, meta=meta)
     if not text.strip():
         counts["empty"] += 1
         return None
-    title = vm.get("title") if isinstance(vm.get("title"), str) else None
+    title = as_str(vm.get("title"))
     return NewRecord(type=typ, text=clip(text, meta), conversation=conversation, role=role, title=title,
                      authority=authority, ts=ts, meta=meta)

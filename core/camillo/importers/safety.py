@@ -36,9 +36,9 @@ import stat
 import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
@@ -59,7 +59,8 @@ def _failed(message: str) -> Exception:
     return ImportFailed(message)
 
 
-def _bad_name(name: str) -> bool:
+def bad_name(name: str) -> bool:
+    """Whether an archive or folder member name could point outside it (absolute, ``..``, a drive)."""
     if not name or name.startswith(("/", "\\", "~")) or "\\" in name or "\x00" in name:
         return True
     if re.match(r"^[A-Za-z]:", name):
@@ -116,7 +117,7 @@ class ZipSource(Source):
         self._infos: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
             name = info.filename
-            if _bad_name(name):
+            if bad_name(name):
                 self.zf.close()
                 raise _failed(f"{self.label} holds a file named '{name[:200]}' that points outside the archive; "
                               "it was refused whole")
@@ -176,8 +177,9 @@ class DirSource(Source):
         self.label = os.path.basename(path.rstrip("/")) or path
         self._names: list[str] | None = None
 
-    def _resolve(self, name: str) -> str:
-        if _bad_name(name):
+    def resolve(self, name: str) -> str:
+        """The real path of member ``name``; ImportFailed if it leads outside the folder."""
+        if bad_name(name):
             raise _failed(f"'{name[:200]}' points outside {self.label}; refused")
         full = os.path.realpath(os.path.join(self.root, *name.split("/")))
         if full != self.root and not full.startswith(self.root + os.sep):
@@ -199,7 +201,7 @@ class DirSource(Source):
         return self._names
 
     def read(self, name: str, limit: int | None = None) -> bytes:
-        full = self._resolve(name)
+        full = self.resolve(name)
         cap = MAX_MEMBER_BYTES if limit is None else min(limit, MAX_MEMBER_BYTES)
         try:
             st = os.stat(full)
@@ -323,6 +325,25 @@ def parse_jsonl(data: bytes, where: str) -> list[Any]:
     return out
 
 
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (an optional object of an export)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
+@overload
+def as_str(value: Any) -> str | None: ...
+@overload
+def as_str(value: Any, default: str) -> str: ...
+def as_str(value: Any, default: str | None = None) -> str | None:
+    """``value`` if it is a text, else ``default``."""
+    return value if isinstance(value, str) else default
+
+
 def expect(obj: Any, typ: type | tuple[type, ...], where: str, what: str) -> Any:
     """``obj`` if it has the type an export of this kind has at this place, else ImportFailed."""
     if not isinstance(obj, typ):
@@ -418,19 +439,6 @@ def unique_keys(prefix: str, seeds: Iterable[str]) -> dict[str, str]:
     return {s: prefix + (h if counts[h] == 1 else digest(s, 16)) for s, h in short_of.items()}
 
 
-def meta_value(value: Any) -> str | int | bool | None:
-    """A value the record ``meta`` map accepts (text, unsigned integer, boolean), else None."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value if 0 <= value < 2**63 else str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        return short(value, 1000)
-    return None
-
-
 def json_safe(value: Any) -> Any:
     """A JSON value as VMEM can store it: floats that are not whole numbers become text."""
     if isinstance(value, float):
@@ -449,11 +457,3 @@ def json_safe(value: Any) -> Any:
 def first_line(text: str, limit: int = 200) -> str:
     line = text.strip().split("\n", 1)[0].strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def iter_dicts(items: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, item) for the dict items of a list (other items are left to the caller to count)."""
-    if isinstance(items, list):
-        for i, item in enumerate(items):
-            if isinstance(item, dict):
-                yield i, item

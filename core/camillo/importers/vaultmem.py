@@ -53,7 +53,7 @@ from typing import Any
 from ..records import Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
-from .safety import DirSource, clean_text, clip, parse_json, short, unique_keys, unix_ts
+from .safety import DirSource, as_str, clean_text, clip, parse_json, short, unique_keys, unix_ts
 
 KIND = "vaultmem"
 HEADER = struct.Struct(">4sHBBBBHIIII16sI")
@@ -61,7 +61,7 @@ AAD_MEK = b"vmem-mek-v1"
 MAX_MEMORY_COST = 1024 * 1024  # KiB
 MAX_BLOCK = 64 * 1024 * 1024
 MAX_INFLATED = 64 * 1024 * 1024
-TYPES = {"EPISODIC": "event", "SEMANTIC": "fact", "PERSONA": "preference", "PROCEDURAL": "instruction"}
+TYPES: dict[object, str] = {"EPISODIC": "event", "SEMANTIC": "fact", "PERSONA": "preference", "PROCEDURAL": "instruction"}
 
 
 def _b64(slot: dict[str, Any], name: str, size: int | None, where: str) -> bytes:
@@ -159,7 +159,7 @@ def _read_atoms(src: DirSource, passphrase: str) -> tuple[list[dict[str, Any]], 
         raise ImportFailed(f"{vwhere}: the header counts {atom_count} atoms, the index {len(atom_map)}")
     awhere = src.where("current.atoms")
     full = os.path.join(src.root, "current.atoms")
-    src._resolve("current.atoms")
+    src.resolve("current.atoms")  # refused if it leads outside the folder
     atoms: list[dict[str, Any]] = []
     try:
         fh = open(full, "rb")  # noqa: SIM115 - read block by block below: an atoms file may be large
@@ -232,8 +232,8 @@ def _unit(atoms: list[dict[str, Any]], index: dict[str, Any], vmeta: dict[str, A
         if not content or not content.strip():
             empty += 1
             continue
-        vtype = atom.get("type") if isinstance(atom.get("type"), str) else "EPISODIC"
-        granularity = atom.get("granularity") if isinstance(atom.get("granularity"), str) else "ATOM"
+        vtype = as_str(atom.get("type"), "EPISODIC")
+        granularity = as_str(atom.get("granularity"), "ATOM")
         meta: dict[str, Any] = {"import": f"{KIND}:{aid}", "source": label, "original_id": aid,
                                 "vaultmem_type": vtype[:40], "granularity": granularity[:40]}
         for name in ("significance", "confidence"):
