@@ -11,7 +11,7 @@ import sys
 
 from .cli import _fmt_time, _json, _one_line, _open, _out, extra_commands
 from .errors import UsageError
-from .state import FactView, RecordView
+from .values import FactView, RecordView
 from .vault import Vault
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .records import Authority
+from .values import Authority
 from .vault import NewRecord, Unlock, Vault
 
 DEMO_PASSPHRASE = "camillo demo passphrase"  # noqa: S105 - public on purpose: this vault is a demo
@@ -178,16 +178,16 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
             vault.erase([secret])
     if access:
         # The planner agent proposes inferences: they wait in the inbox.
-        with Vault.open(path, Unlock.grant(info.grants["planner"]), home=homes["planner"]) as agent:
-            src = agent.search("morning meetings") or agent.search("morning")
-            agent.append([NewRecord(type="preference", key="user/meeting_time", value="mornings",
-                                    sources=[src[0].id] if src else [], ts=_ts(now, 25))])
-            agent.append([NewRecord(type="instruction", key="user/reply_style", value="short, in bullet points",
-                                    ts=_ts(now, 35))])
-            agent.append([NewRecord(type="fact", key="user/knee_injury", value="pain after long runs",
-                                    authority=Authority.OBSERVED, ts=_ts(now, 12))])
-        with Vault.open(path, Unlock.grant(info.grants["coding-assistant"]), home=homes["coder"]) as agent:
-            agent.append([NewRecord(type="summary", text="The user leads Project Artemis and prefers concise answers.",
+        with Vault.open(path, Unlock.grant(info.grants["planner"]), home=homes["planner"]) as planner:
+            src = planner.search("morning meetings") or planner.search("morning")
+            planner.append([NewRecord(type="preference", key="user/meeting_time", value="mornings",
+                                      sources=[src[0].id] if src else [], ts=_ts(now, 25))])
+            planner.append([NewRecord(type="instruction", key="user/reply_style", value="short, in bullet points",
+                                      ts=_ts(now, 35))])
+            planner.append([NewRecord(type="fact", key="user/knee_injury", value="pain after long runs",
+                                      authority=Authority.OBSERVED, ts=_ts(now, 12))])
+        with Vault.open(path, Unlock.grant(info.grants["coding-assistant"]), home=homes["coder"]) as coder:
+            coder.append([NewRecord(type="summary", text="The user leads Project Artemis and prefers concise answers.",
                                     meta={"frequency": 4}, ts=_ts(now, 27))], compartment="work")
         # The laptop: a second device, which edits the same fact while offline (a conflict).
         say("a second device and a conflict")
@@ -215,7 +215,7 @@ def add_bulk(path: str, count: int, *, seed: int = 7, homes: dict[str, str] | No
     rng = random.Random(seed)  # noqa: S311 - demo content, reproducible on purpose
     now = now or int(time.time())
     homes = homes or {}
-    writers = [h for h in (homes.get("desktop"), homes.get("laptop")) if h] or [None]
+    writers: list[str | None] = [h for h in (homes.get("desktop"), homes.get("laptop")) if h] or [None]
     written = 0
     per_writer = [count // len(writers) + (1 if i < count % len(writers) else 0) for i in range(len(writers))]
     for home, n in zip(writers, per_writer):

@@ -28,8 +28,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from .errors import AccessDenied, Revoked, UsageError, VaultError
-from .records import Authority
-from .state import FactView, RecordView
+from .values import Authority, FactView, RecordView
 from .vault import NewRecord, Unlock, Vault
 
 T = TypeVar("T")

@@ -1,5 +1,9 @@
 """The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
 
+This module is also the faces' vocabulary of the format: the authority classes, the record kinds
+and keyed types, the key rule, and the views of records and facts (re-exported from the layers
+that define them), so a face never imports those layers.
+
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
 Any thread may create or read one; none holds a live reference into an open vault (a report's
@@ -16,8 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .changes import Changes
 from .control import Policy
 from .errors import UsageError
-from .records import Authority
-from .state import RecordView
+from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
+from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
     from .credentials import Credential
@@ -393,22 +397,32 @@ class RecoveryPhrase:
 
 __all__ = [
     "DEFAULT_COMPARTMENTS",
+    "KEYED_TYPES",
+    "STANDARD_TYPES",
     "ActivityRow",
+    "Authority",
+    "Changes",
     "CompactionReport",
     "DeviceInfo",
     "ErasurePreview",
+    "FactView",
     "GrantCreated",
     "GrantInfo",
     "HealthReport",
+    "Kind",
     "NewRecord",
     "Policy",
     "Problem",
     "ReachReport",
     "RecordContext",
+    "RecordView",
     "RecoveryPhrase",
     "RevocationReport",
     "SyncStatus",
     "Unlock",
     "VaultStats",
+    "awaits_confirmation",
+    "check_key",
     "json_to_cbor",
+    "jsonable",
 ]

@@ -17,7 +17,7 @@ guard with :func:`set_thread_guard` that raises when a facade method runs on the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from . import hostview, transport
@@ -25,6 +25,7 @@ from .changes import Changes
 from .control import Level
 from .credentials import Credential
 from .errors import VaultError
+from .hostview import HostView
 from .ops import (
     compaction,
     credentials,
@@ -187,7 +188,7 @@ class Vault:
         return transport.merge_into(path, other)
 
     @staticmethod
-    def host_view(path: str) -> dict[str, Any]:
+    def host_view(path: str) -> HostView:
         """What the host of the folder sees, without any key (``camillo info``)."""
         return hostview.host_view(path)
 
@@ -444,7 +445,7 @@ class Vault:
     # ------------------------------------------------------------------------------ access
 
     @checked
-    def create_grant(self, agent: str, scopes: dict[str, str | Level], out_path: str, *,
+    def create_grant(self, agent: str, scopes: Mapping[str, str | Level], out_path: str, *,
                      max_class: str | int = "inferred", expires: int | None = None) -> GrantCreated:
         """Give an agent access: ``scopes`` maps compartment names to read, write or append.  Writes
         the grant file (the agent's credential, mode 0600)."""

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..records import Authority, Kind
-from ..state import RecordView, jsonable
+from ..values import Authority, Kind, RecordView, jsonable
 
 if TYPE_CHECKING:
     from ..vault import Vault

@@ -31,7 +31,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..importers.safety import digest, iso
-from ..records import Authority, Kind
+from ..values import Authority, Kind
 from . import (
     ExportSummary,
     confidence,
@@ -45,7 +45,7 @@ from . import (
 )
 
 if TYPE_CHECKING:
-    from ..state import RecordView
+    from ..values import RecordView
     from ..vault import Vault
 
 PLATFORM = "camillo"

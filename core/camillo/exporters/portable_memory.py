@@ -32,7 +32,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from ..importers.safety import first_line, iso, slug
-from ..records import Kind
+from ..values import Kind
 from . import (
     ExportSummary,
     canonical_json,
@@ -46,7 +46,7 @@ from . import (
 )
 
 if TYPE_CHECKING:
-    from ..state import RecordView
+    from ..values import RecordView
     from ..vault import Vault
 
 FORMAT = "1.1.0"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import VaultError
-from ..records import KEYED_TYPES, awaits_confirmation
+from ..values import KEYED_TYPES, awaits_confirmation
 from ..vault import NewRecord
 
 if TYPE_CHECKING:

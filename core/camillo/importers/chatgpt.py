@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import Authority
+from ..values import Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .safety import (

@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..records import Authority
+from ..values import Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .safety import (

@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from ..records import KEYED_TYPES, Authority
+from ..values import KEYED_TYPES, Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .portable_memory import NOTE_TYPES, authority_of, base_meta, valid_key

@@ -43,7 +43,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..records import KEYED_TYPES, STANDARD_TYPES, Authority, check_key
+from ..values import KEYED_TYPES, STANDARD_TYPES, Authority, check_key
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .safety import (

@@ -40,6 +40,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, overload
 
+from ..values import json_to_cbor
+
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
 MAX_TOTAL_BYTES = 512 * 1024 * 1024
@@ -440,18 +442,9 @@ def unique_keys(prefix: str, seeds: Iterable[str]) -> dict[str, str]:
 
 
 def json_safe(value: Any) -> Any:
-    """A JSON value as VMEM can store it: floats that are not whole numbers become text."""
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
-            return int(value)
-        return repr(value)
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, str):
-        return clean_text(value)
-    return value
+    """A JSON value as VMEM can store it: floats that are not whole numbers become text, and text is
+    cleaned of control characters (the one JSON-to-CBOR conversion, lenient for exports)."""
+    return json_to_cbor(value, fractions="text", text=lambda s: clean_text(s) or "")
 
 
 def first_line(text: str, limit: int = 200) -> str:

@@ -50,7 +50,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..records import Authority
+from ..values import Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
 from .safety import DirSource, as_str, clean_text, clip, parse_json, short, unique_keys, unix_ts
