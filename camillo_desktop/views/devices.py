@@ -18,24 +18,12 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QPushButto
 
 from ..dialogs import Ask
 from ..flows import protected
+from ..keychain import keychain_name
 from ..models import fmt_time
 from ..text import safe_text
 from .base import View
 
 COLUMNS = ("Name", "Platform", "Enrolled", "Last seen", "Status")
-
-
-def keychain_name(backend: str) -> str:
-    """A person's name for a keyring backend class (``keyring.backends.SecretService.Keyring``)."""
-    if "SecretService" in backend or "libsecret" in backend:
-        return "the desktop's Secret Service (GNOME Keyring or KWallet)"
-    if "macOS" in backend:
-        return "the macOS Keychain"
-    if "Windows" in backend:
-        return "the Windows Credential Manager"
-    if "kwallet" in backend.lower():
-        return "KWallet"
-    return backend
 
 
 class DevicesView(View):
