@@ -83,10 +83,6 @@ class JobContext:
             raise camillo.VaultError("no vault is open (it was locked)")
         return self._worker.vault
 
-    @property
-    def has_vault(self) -> bool:
-        return self._worker.vault is not None
-
     def set_vault(self, vault: camillo.Vault | None) -> None:
         old = self._worker.vault
         try:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
-from ..models import Col, RecordTableModel, Role
+from ..models import Col, RecordTableModel
 from ..text import safe_text
 from ..widgets import BadgeDelegate
 from .base import View
@@ -112,10 +112,6 @@ class RecordListView(View):
             idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
         self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
         return True
-
-    def current_record(self):
-        idx = self.table.currentIndex()
-        return self.model.data(self.model.index(idx.row(), 0), Role.RECORD) if idx.isValid() else None
 
     def clear(self) -> None:
         super().clear()
