@@ -171,13 +171,13 @@ class MainWindow(QMainWindow):
         outer.addWidget(right, 1)
         self.setCentralWidget(central)
 
-        self.views: dict[str, View] = {}
+        self.pages: dict[str, View] = {}  # the views the stack shows, by name (search included)
         for cls in VIEW_CLASSES:
             self._add_view(cls)
         self.search_view = SearchView(client, self)
         self._wire_view(self.search_view)
         self.stack.addWidget(self.search_view)
-        self.views["search"] = self.search_view
+        self.pages["search"] = self.search_view
         self.nav.currentRowChanged.connect(self._nav_changed)
 
         sb = self.statusBar()
@@ -285,7 +285,7 @@ class MainWindow(QMainWindow):
     def _add_view(self, cls: type[View]) -> None:
         view = cls(self.client, self)
         self._wire_view(view)
-        self.views[view.name] = view
+        self.pages[view.name] = view
         self.stack.addWidget(view)
         item = QListWidgetItem(icons.icon(view.icon), view.title)
         item.setData(Qt.ItemDataRole.UserRole, view.name)
@@ -315,10 +315,10 @@ class MainWindow(QMainWindow):
         self._show_lock_action(locked=False)
         self.search.setEnabled(True)
         self._update_status(info)
-        timeline = self.views.get("timeline")
+        timeline = self.pages.get("timeline")
         if isinstance(timeline, TimelineView):
             timeline.set_compartments(info["compartments"])
-        for v in self.views.values():
+        for v in self.pages.values():
             v._stale = True
         self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES))
         for a, spec in SPECS.items():
@@ -326,7 +326,7 @@ class MainWindow(QMainWindow):
         self.import_menu.setEnabled(not info.get("read_only") and not info.get("agent"))
         self.export_menu.setEnabled(True)
         last = self.settings.get(Setting.LAST_VIEW)
-        self.show_view(last if last in self.views and last != "search" else "timeline")
+        self.show_view(last if last in self.pages and last != "search" else "timeline")
 
     def _update_status(self, info: dict[str, Any]) -> None:
         name = safe_text(info["name"], 80, single_line=True)
@@ -385,7 +385,7 @@ class MainWindow(QMainWindow):
         self.import_menu.setEnabled(False)
         self.export_menu.setEnabled(False)
         self._close_record_windows()
-        for v in self.views.values():
+        for v in self.pages.values():
             v.clear()
         self.search.clear()
         self.search.setEnabled(False)
@@ -450,13 +450,13 @@ class MainWindow(QMainWindow):
             self.vault_opened(info)
 
     def _changed(self, changes: Any) -> None:
-        for v in self.views.values():
+        for v in self.pages.values():
             v.on_changes(changes)
 
     # ------------------------------------------------------------------ navigation
 
     def show_view(self, name: str, argument: Any = None) -> None:
-        view = self.views.get(name)
+        view = self.pages.get(name)
         if view is None:
             return
         if self.locked:  # nothing to show: the sidebar and the shortcuts lead to the unlock dialog
@@ -604,7 +604,7 @@ class MainWindow(QMainWindow):
         ellipsis = "\u2026"
         rows = [f"{shortcut_text(spec):<14} {spec.label.replace('&', '').rstrip(ellipsis)}" for spec in SPECS.values()
                 if spec.shortcut is not None]
-        rows += [f"{v.shortcut:<14} {v.title}" for v in self.views.values() if v.shortcut]
+        rows += [f"{v.shortcut:<14} {v.title}" for v in self.pages.values() if v.shortcut]
         rows.append(f"{'Esc':<14} Clear the search field")
         Ask.inform(self, "Keyboard shortcuts", "\n".join(rows))
 

@@ -141,7 +141,7 @@ def test_create_a_vault_with_the_wizard_and_land_on_the_timeline(qtbot, client, 
     window = make_window()
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
     assert window.current_view().name == "timeline"
-    assert window.views["timeline"].count.text() == "0 records"
+    assert window.pages["timeline"].count.text() == "0 records"
     assert window.windowTitle() == "My memory \u2014 Camillo"
 
     # The phrase really opens it.
@@ -408,7 +408,7 @@ def test_timeline_shows_the_demo_with_authority_badges(qtbot, demo_window):
     from camillo_desktop.models import Col
     from camillo_desktop.widgets import BADGE_ROLE
 
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     model = view.model
     assert demo_window.current_view() is view
     assert model.total() > 40
@@ -428,7 +428,7 @@ def test_timeline_shows_the_demo_with_authority_badges(qtbot, demo_window):
 def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
     from camillo_desktop.models import Col
 
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     model = view.model
     row = next(r for r in range(model.rowCount())
                if model.record(r).type == "fact" and model.record(r).key == "user/diet")
@@ -463,7 +463,7 @@ def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, cli
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=10_000)
     shown = view.detail.text.toPlainText()
@@ -498,7 +498,7 @@ def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=10_000)
     cell = view.model.data(view.model.index(view.model.row_of(rid), Col.TYPE), DISPLAY)
@@ -517,7 +517,7 @@ def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_v
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     stalls = StallMeter()
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=15_000)
@@ -575,7 +575,7 @@ def test_a_table_cell_of_a_huge_message_does_not_scan_all_of_it(monkeypatch):
 
 def show_facts(qtbot, window):
     wait_view(qtbot, window, "facts", lambda: window.show_view("facts"))
-    return window.views["facts"]
+    return window.pages["facts"]
 
 
 def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
@@ -641,7 +641,7 @@ def test_why_does_the_agent_believe_this_opens_the_source_message(qtbot, demo_wi
 
 def search(qtbot, window, query: str):
     """Type the query in the search field, press Enter, wait for its results (or its error)."""
-    view = window.views["search"]
+    view = window.pages["search"]
     window.search.clear()
     qtbot.keyClicks(window.search, query)
     qtbot.keyClick(window.search, Qt.Key.Key_Return)
@@ -650,7 +650,7 @@ def search(qtbot, window, query: str):
 
 
 def test_the_first_search_reports_ready_only_with_its_results(qtbot, demo_window):
-    view = demo_window.views["search"]
+    view = demo_window.pages["search"]
     seen: list[str] = []
     demo_window.view_ready.connect(lambda name: seen.append(view.count.text()) if name == "search" else None)
     qtbot.keyClicks(demo_window.search, "morning")
@@ -698,7 +698,7 @@ def test_escape_clears_the_search_field(qtbot, demo_window):
 
 
 def timeline_cleared(window) -> bool:
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     return view.model.rowCount() == 0 and view.detail.record is None
 
 
@@ -720,7 +720,7 @@ def test_ctrl_l_locks_clears_the_views_and_asks_to_unlock(qtbot, client, demo_wi
         dlg = dialogs[0]
         seen["driven"] = True
         seen["cleared"] = timeline_cleared(window)
-        seen["facts_cleared"] = window.views["facts"].model.rowCount() == 0
+        seen["facts_cleared"] = window.pages["facts"].model.rowCount() == 0
         seen["status"] = window.status_sync.text()
         seen["path"] = dlg.path
         seen["title"] = dlg.windowTitle()
@@ -734,7 +734,7 @@ def test_ctrl_l_locks_clears_the_views_and_asks_to_unlock(qtbot, client, demo_wi
         with qtbot.waitSignal(client.vault_locked, timeout=10_000):
             QTest.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda: "driven" in seen, timeout=10_000)
-        qtbot.waitUntil(lambda: client.is_open and window.views["timeline"].model.rowCount() > 0, timeout=20_000)
+        qtbot.waitUntil(lambda: client.is_open and window.pages["timeline"].model.rowCount() > 0, timeout=20_000)
     finally:
         driver.stop()
     assert seen["cleared"] and seen["facts_cleared"]
@@ -830,7 +830,7 @@ def test_copy_button_of_the_detail_pane(qtbot, demo_window, settings):
     from camillo_desktop.settings import Setting
 
     settings.set(Setting.CLIPBOARD_SECONDS, 30)
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     qtbot.waitUntil(lambda: view.detail.record is not None, timeout=5000)
     assert view.detail.copy_button.isEnabled()
     qtbot.mouseClick(view.detail.copy_button, Qt.MouseButton.LeftButton)
@@ -908,7 +908,7 @@ def test_lock_clears_search_results(qtbot, client, demo_window):
     with qtbot.waitSignal(client.vault_locked, timeout=10_000):
         demo_window.lock()
     assert view.model.rowCount() == 0 and view.detail.record is None
-    facts = demo_window.views["facts"]
+    facts = demo_window.pages["facts"]
     assert facts.model.rowCount() == 0 and facts.history.rowCount() == 0 and facts.value_label.text() == ""
 
 

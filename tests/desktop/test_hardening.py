@@ -226,7 +226,7 @@ def test_after_lock_and_cancel_the_window_offers_to_unlock(qtbot, client, demo_w
     with qtbot.waitSignal(window.view_ready, timeout=20_000, check_params_cb=lambda n: n == "facts"):
         window.nav.setCurrentRow(facts_row)
     assert len(unlock_prompts.asked) == 5
-    assert client.is_open and window.current_view() is window.views["facts"]
+    assert client.is_open and window.current_view() is window.pages["facts"]
     assert window.actions_[Action.LOCK].text() == "&Lock" and window.search.isEnabled()
 
 
@@ -249,7 +249,7 @@ def test_lock_clears_the_search_field_the_results_and_our_clipboard(qtbot, clien
 
     settings.set(Setting.CLIPBOARD_SECONDS, 60)
     window = demo_window
-    view = window.views["search"]
+    view = window.pages["search"]
     window.search.setText("morning")
     with qtbot.waitSignal(window.view_ready, timeout=15_000, check_params_cb=lambda n: n == "search"):
         window._search()
@@ -304,7 +304,7 @@ def test_a_lock_callback_given_while_locking_is_called(qtbot, client, open_demo)
 
 def test_only_the_latest_search_is_shown(qtbot, demo_window):
     window = demo_window
-    view = window.views["search"]
+    view = window.pages["search"]
     ready: list[str] = []
     window.view_ready.connect(lambda n: ready.append(view.count.text()) if n == "search" else None)
     window.search.setText("morning")
@@ -348,7 +348,7 @@ def test_the_view_names_of_the_command_line_are_the_main_windows(make_window):
     from camillo_desktop.app import VIEW_NAMES
 
     window = make_window(show=False)
-    assert set(VIEW_NAMES) == set(window.views)
+    assert set(VIEW_NAMES) == set(window.pages)
 
 
 DEMO_FROM_WELCOME_THEN_QUIT = """
