@@ -14,20 +14,19 @@ from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QSplitter,
-    QTableView,
     QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
-from ..models import FactsModel, HistoryModel, Role
+from .. import theme
+from ..models import FactColumn, FactsModel, HistoryModel, Role
 from ..text import safe_text
-from ..widgets import Badge, BadgeDelegate
-from .base import View
+from ..widgets import Badge
+from .base import SelectionMode, Table, View, apply_columns
 from .detail import MEANING
 
 STATUS_TEXT = {
@@ -53,12 +52,7 @@ class FactsView(View):
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.tree.setItemDelegateForColumn(FactsModel.FCol.STATUS, BadgeDelegate(self.tree))
-        self.tree.setItemDelegateForColumn(FactsModel.FCol.AUTHORITY, BadgeDelegate(self.tree))
-        self.tree.header().setStretchLastSection(False)
-        self.tree.header().setSectionResizeMode(FactsModel.FCol.VALUE, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((0, 170), (2, 86), (3, 88), (4, 104)):
-            self.tree.setColumnWidth(col, width)
+        apply_columns(self.tree, FactColumn)
         self.tree.setAccessibleName("facts")
         self.tree.selectionModel().currentChanged.connect(self._selected)
 
@@ -103,21 +97,10 @@ class FactsView(View):
         history_title.setObjectName("Muted")
         rl.addWidget(history_title)
         self.history = HistoryModel(self)
-        self.history_view = QTableView()
-        self.history_view.setModel(self.history)
-        self.history_view.verticalHeader().hide()
-        self.history_view.setShowGrid(False)
-        self.history_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.history_view.setItemDelegateForColumn(3, BadgeDelegate(self.history_view))
-        hh = self.history_view.horizontalHeader()
         # Every column but the value fits its contents (headers included); the value takes the rest.
-        for col in (0, 1, 4):
-            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        hh.setSectionResizeMode(3, QHeaderView.ResizeMode.Fixed)
-        self.history_view.setColumnWidth(3, 92)
-        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        hh.setMinimumSectionSize(60)
-        self.history_view.setAccessibleName("fact history")
+        self.history_view = Table(self.history, name="fact history", selection=SelectionMode.ExtendedSelection,
+                                  grid=False, alternating=False)
+        self.history_view.horizontalHeader().setMinimumSectionSize(60)
         self.history_view.doubleClicked.connect(self._open_history)
         rl.addWidget(self.history_view, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -180,8 +163,6 @@ class FactsView(View):
                 b.hide()
             self.history.set_records([])
             return
-        from .. import theme
-
         cur = f.current
         self.key_label.setText(safe_text(f"{f.key}  ·  {f.compartment}", 120, single_line=True))
         self.status_badge.set(f.status, theme.STATUS_COLORS.get(f.status))

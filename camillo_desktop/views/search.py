@@ -50,7 +50,7 @@ class SearchView(RecordListView):
         query = self.query
         if not query.strip():
             self.count.setText("Type in the search field above (Ctrl+F).")
-            self.model.set_records([])
+            self.model.set_rows([])
             self.detail.show_record(None)
             return  # nothing was loaded: no ``loaded``
 
@@ -59,7 +59,7 @@ class SearchView(RecordListView):
                 return  # a newer search is running
             shown = safe_text(query, 120, single_line=True)
             self.count.setText(f"{len(views)} result{'s' if len(views) != 1 else ''} for \u201c{shown}\u201d")
-            self.model.set_records(views)
+            self.model.set_rows(views)
             self.loaded.emit()
 
         def failed(exc: BaseException) -> None:
@@ -74,7 +74,7 @@ class SearchView(RecordListView):
         if isinstance(exc, Cancelled):
             return
         self.count.setText(safe_text(str(exc), 400, single_line=True))
-        self.model.set_records([])
+        self.model.set_rows([])
         self.loaded.emit()
 
     def clear(self) -> None:
