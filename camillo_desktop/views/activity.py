@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtGui import QColor
 
 from ..models import Column, ColumnSpec, Sizing, fmt_time
@@ -31,6 +30,7 @@ class ActivityView(TableView):
     title = "Activity"
     icon = "activity"
     shortcut = "Ctrl+7"
+    depends_on = ("batches",)  # one row per batch
     columns = ActivityColumn
     selection = SelectionMode.ExtendedSelection
 
@@ -49,6 +49,3 @@ class ActivityView(TableView):
     def show_rows(self, rows: list[dict[str, Any]]) -> None:
         super().show_rows(rows)
         self.title_label.setText(f"Activity  ({len(rows)} writes)")
-
-    def relevant(self, changes: Changes) -> bool:
-        return True

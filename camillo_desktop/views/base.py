@@ -1,9 +1,12 @@
 """What every main-window view has, and the table the table views share.
 
-:class:`View`: a name, a title, a load on demand and a reaction to Changes.  Views load lazily (the
-first time they are shown) and defer refreshes while hidden (Electrum's ``maybe_defer_update``): a
-hidden view only marks itself stale.  ``loaded`` is emitted when the view's data has arrived (the
-screenshot mode waits for it).
+:class:`View`: a name, a title, a load on demand and a reaction to Changes.  Each view declares in
+``depends_on`` what it shows, by the names of :class:`camillo.Changes` (``records``, ``keys``,
+``grants``, ``timeline`` ...): a Changes that names none of them leaves it alone, one that names
+any of them (or says ``reloaded``) reloads it.  Views load lazily (the first time they are shown)
+and defer refreshes while hidden (Electrum's ``maybe_defer_update``): a hidden view only marks itself
+stale.  ``loaded`` is emitted when the view's data has arrived (the screenshot mode waits for it).
+:class:`MovedFacts` tells a view showing one fact whether that fact moved since it was shown.
 
 :class:`Table`: the app's table widget, its columns sized and badged as the model's column enum
 (:class:`camillo_desktop.models.Column`) says.  :class:`TableView`: a view around one such table,
@@ -14,6 +17,7 @@ whose rows are fetched on the worker at each load (activity, grants, devices; th
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 from camillo import Changes
@@ -38,14 +42,28 @@ RESIZE_MODES = {Sizing.INTERACTIVE: QHeaderView.ResizeMode.Interactive, Sizing.F
                 Sizing.STRETCH: QHeaderView.ResizeMode.Stretch}
 
 
+# What a view may depend on: the fields of Changes and its derived properties (timeline, facts, roster).
+CHANGE_NAMES = frozenset({f.name for f in dataclasses.fields(Changes) if f.name != "note"}
+                         | {name for name, value in vars(Changes).items() if isinstance(value, property)})
+
+
 class View(QWidget):
     name = "view"
     title = "View"
     icon = "timeline"
     shortcut = ""
+    # What the view shows, by the names of Changes: it reloads when a Changes names one of them, and
+    # on ``reloaded`` (everything was read again), whatever it declares.
+    depends_on: ClassVar[tuple[str, ...]] = ()
     loaded = Signal()
     status_message = Signal(str)
     navigate = Signal(str, object)  # view name, argument (e.g. a record id to select)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(set(cls.depends_on) - CHANGE_NAMES)
+        if unknown:
+            raise TypeError(f"{cls.__name__}.depends_on names what Changes does not have: {unknown}")
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__()
@@ -81,9 +99,11 @@ class View(QWidget):
         self.loaded.emit()
 
     def relevant(self, changes: Changes) -> bool:
-        return changes.timeline or changes.facts or changes.roster
+        """Does ``changes`` name something this view shows?"""
+        return changes.reloaded or any(getattr(changes, name) for name in self.depends_on)
 
     def on_changes(self, changes: Changes) -> None:
+        """Reload if ``changes`` concerns this view: now if it is shown, when next shown if not."""
         if not self.relevant(changes):
             return
         if self.isVisible():
@@ -94,6 +114,31 @@ class View(QWidget):
     def clear(self) -> None:
         """The vault was locked: forget what is shown."""
         self._stale = True
+
+
+class MovedFacts:
+    """The facts (compartment name, key) that moved since a view last showed its facts, gathered from
+    the Changes it was given: a view showing one fact redraws it only when that fact moved."""
+
+    def __init__(self) -> None:
+        self._keys: set[tuple[str, str]] | None = None  # None: any fact may have moved
+
+    def add(self, changes: Changes) -> None:
+        if changes.reloaded or self._keys is None:
+            self._keys = None
+        else:
+            self._keys |= changes.keys
+
+    def __contains__(self, fact: tuple[str, str]) -> bool:
+        return self._keys is None or fact in self._keys
+
+    def shown(self) -> None:
+        """The view shows the facts as they are now."""
+        self._keys = set()
+
+    def forget(self) -> None:
+        """The view shows nothing (it was cleared): anything counts as moved."""
+        self._keys = None
 
 
 # ------------------------------------------------------------------------------------------ tables

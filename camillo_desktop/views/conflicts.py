@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes, FactView
+from camillo import FactView
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFrame,
@@ -84,6 +84,7 @@ class ConflictsView(View):
     title = "Conflicts"
     icon = "conflicts"
     shortcut = "Ctrl+3"
+    depends_on = ("keys",)  # the facts in conflict
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -210,9 +211,6 @@ class ConflictsView(View):
             self.client.vault_changed.emit(changes)
 
         self.client.submit(job, done, self.window_.show_error, context=self)
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts
 
     def clear(self) -> None:
         super().clear()

@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 import camillo
-from camillo import Changes
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QPushButton
 
@@ -49,6 +48,7 @@ class DevicesView(TableView):
     title = "Devices"
     icon = "devices"
     shortcut = "Ctrl+6"
+    depends_on = ("devices", "credentials")  # the devices, and where their keys are kept
     columns = DeviceColumn
 
     def __init__(self, client: Any, window: Any) -> None:
@@ -112,6 +112,3 @@ class DevicesView(TableView):
         protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
                   lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.roster

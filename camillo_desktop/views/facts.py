@@ -26,7 +26,7 @@ from .. import theme
 from ..models import FactColumn, FactsModel, HistoryModel, Role
 from ..text import safe_text
 from ..widgets import Badge
-from .base import SelectionMode, Table, View, apply_columns
+from .base import MovedFacts, SelectionMode, Table, View, apply_columns
 from .detail import MEANING
 
 STATUS_TEXT = {
@@ -42,6 +42,7 @@ class FactsView(View):
     title = "Facts"
     icon = "facts"
     shortcut = "Ctrl+2"
+    depends_on = ("keys",)  # every fact (its detail pane: the selected one, see MovedFacts)
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -110,6 +111,7 @@ class FactsView(View):
         self.root.addWidget(self.splitter, 1)
         self._fact: FactView | None = None
         self._select_key: str | None = None
+        self.moved = MovedFacts()  # redraw the selected fact's detail only when it moved
         self._show(None)
 
     def load(self) -> None:
@@ -130,6 +132,7 @@ class FactsView(View):
                 first = self.model.index(0, 0, self.model.index(0, 0))
                 if first.isValid():
                     self.tree.setCurrentIndex(first)
+            self.moved.shown()
             self.loaded.emit()
 
         self.client.submit(lambda ctx: ctx.vault.facts(), done, self.window_.show_error, context=self,
@@ -148,8 +151,17 @@ class FactsView(View):
             else:
                 self._select_key = argument
 
+    def on_changes(self, changes: Changes) -> None:
+        self.moved.add(changes)
+        super().on_changes(changes)
+
     def _selected(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show(self.model.fact(current))
+        f, shown = self.model.fact(current), self._fact
+        if (f is not None and shown is not None and (f.compartment, f.key) == (shown.compartment, shown.key)
+                and (f.compartment, f.key) not in self.moved):
+            self._fact = f  # the fact shown, selected again after a reload: it did not move, its detail stays
+            return
+        self._show(f)
 
     def _show(self, f: FactView | None) -> None:
         self._fact = f
@@ -191,10 +203,8 @@ class FactsView(View):
         if v is not None:
             self.window_.show_record(v.id)
 
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts or changes.roster
-
     def clear(self) -> None:
         super().clear()
+        self.moved.forget()
         self.model.set_facts([])
         self._show(None)

@@ -40,6 +40,7 @@ class GrantsView(TableView):
     title = "Grants"
     icon = "grants"
     shortcut = "Ctrl+5"
+    depends_on = ("grants",)
     columns = GrantColumn
 
     def __init__(self, client: Any, window: Any) -> None:
@@ -98,9 +99,6 @@ class GrantsView(TableView):
                   lambda ctx, unlock: _revoke_job(ctx, gid, unlock),
                   lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke", working="Revoking: making new keys\u2026")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.roster
 
 
 def _revoke_job(ctx: Any, grant_id: str, unlock: Any) -> Any:

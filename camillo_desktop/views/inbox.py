@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtWidgets import QPushButton
 
 from .base import SelectionMode
@@ -21,6 +20,7 @@ class InboxView(RecordListView):
     title = "Inbox"
     icon = "inbox"
     shortcut = "Ctrl+4"
+    depends_on = ("keys",)  # the pending facts
     selection = SelectionMode.ExtendedSelection  # several at once
 
     def __init__(self, client: Any, window: Any) -> None:
@@ -79,6 +79,3 @@ class InboxView(RecordListView):
             self.status_message.emit(f"{verb} {len(ids)} inference{'s' if len(ids) != 1 else ''}.")
 
         self.client.mutate(job, done, self.window_.show_error, context=self)
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts or changes.timeline

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtWidgets import QLabel
 
 from ..text import safe_text
@@ -26,6 +25,7 @@ class SearchView(RecordListView):
     title = "Search"
     icon = "search"
     shortcut = ""
+    depends_on = ("timeline",)  # records came or went
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -81,6 +81,3 @@ class SearchView(RecordListView):
         super().clear()
         self.query = ""
         self.count.setText("")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.timeline or changes.facts

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt
 from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QLabel, QSplitter, QWidget
 
@@ -101,6 +100,7 @@ class TimelineView(RecordListView):
     title = "Timeline"
     icon = "timeline"
     shortcut = "Ctrl+1"
+    depends_on = ("timeline",)  # records came or went
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -146,9 +146,6 @@ class TimelineView(RecordListView):
             self._set_ids(ids)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="loading the timeline")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.timeline or changes.roster
 
     def show_argument(self, argument: Any) -> None:
         if isinstance(argument, bytes):
