@@ -54,6 +54,7 @@ from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
 from .widgets import Clipboard, muted_label
+from .worker import Changed, describe
 
 # The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
 VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView, ConflictsView, InboxView, GrantsView, DevicesView,
@@ -346,19 +347,14 @@ class MainWindow(QMainWindow):
             return
 
         def job(ctx):
-            from .worker import describe
-
             changes = ctx.vault.refresh()
-            return changes, describe(ctx.vault)
+            return Changed(changes, describe(ctx.vault))
 
-        def done(result) -> None:
-            changes, info = result
-            self.info = info
-            self._update_status(info)
-            if not changes.empty:
-                self.client.vault_changed.emit(changes)
+        def done(result: Changed) -> None:
+            self.info = result.value
+            self._update_status(self.info)
 
-        self.client.submit(job, done, self.show_error, context=self, label="refreshing")
+        self.client.mutate(job, done, self.show_error, context=self, label="refreshing")
 
     @property
     def locked(self) -> bool:
@@ -630,6 +626,3 @@ class MainWindow(QMainWindow):
         self.settings.set(Setting.WINDOW_GEOMETRY, self.saveGeometry())
         self.clipboard.clear_if_ours()
         super().closeEvent(event)
-
-
-

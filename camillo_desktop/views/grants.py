@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
 
@@ -75,9 +74,9 @@ class GrantsView(TableView):
             return
         r = dlg.result_
 
-        def job(ctx):
-            ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"], expires=r["expires"])
-            return Changes(grants=True)
+        def job(ctx):  # (mutate broadcasts what create_grant reports; everything, until it reports Changes)
+            return ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"],
+                                          expires=r["expires"])
 
         self.client.mutate(job, lambda _c: Ask.inform(self, "Grant created",
                                                       f"Saved {r['path']}. Give this file to {r['agent']}; it is its "
@@ -102,4 +101,4 @@ class GrantsView(TableView):
 
 
 def _revoke_job(ctx: Any, grant_id: str, unlock: Any) -> Any:
-    return ctx.vault.revoke(grant_id, reauth=unlock)  # (mutate broadcasts a full Changes for a report)
+    return ctx.vault.revoke(grant_id, reauth=unlock)  # (mutate broadcasts the report's Changes, or everything)

@@ -9,8 +9,9 @@ from collections import Counter
 
 import pytest
 from camillo import Changes, NewRecord
+from PySide6.QtCore import Qt
 
-from .helpers import wait_idle
+from .helpers import call, wait_idle
 
 ALL = {"timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity", "health", "search"}
 NOT_SHOWN_YET = {"enroll"}  # stale from the start (showing it makes an enrollment offer)
@@ -187,6 +188,46 @@ def test_a_result_without_changes_reloads_every_view(qtbot, client, window, monk
     assert changes == Changes(reloaded=True)
     assert loads.counts == {"timeline": 1}
     assert loads.stale() == ALL - {"timeline"}
+
+
+def test_nothing_new_on_refresh_reloads_nothing(qtbot, client, window, monkeypatch):
+    loads = Loads(window, monkeypatch)
+    with qtbot.waitSignal(client.vault_changed, timeout=20_000) as blocker:
+        window.refresh()
+    wait_idle(qtbot, client)
+    assert blocker.args[0].empty
+    assert sum(loads.counts.values()) == 0
+    assert loads.stale() == NOT_SHOWN_YET
+
+
+# ------------------------------------------------------------------------------------------ the jobs
+
+
+def test_the_desktops_jobs_broadcast_the_changes_the_vault_returned(qtbot, client, window):
+    def broadcast(act) -> Changes:
+        with qtbot.waitSignal(client.vault_changed, timeout=30_000) as blocker:
+            act()
+        wait_idle(qtbot, client)
+        return blocker.args[0]
+
+    inbox = wait_view(qtbot, window, "inbox")
+    inbox.table.selectRow(0)
+    assert len(inbox.selected_ids()) == 1
+    confirmed = broadcast(lambda: qtbot.mouseClick(inbox.confirm_button, Qt.MouseButton.LeftButton))
+    assert confirmed.keys and confirmed.records and not confirmed.reloaded
+
+    conflicts = wait_view(qtbot, window, "conflicts")
+    wait_idle(qtbot, client)
+    fact = conflicts._fact
+    resolved = broadcast(lambda: conflicts.resolve(fact, value="Braga"))
+    assert (fact.compartment, fact.key) in resolved.keys and not resolved.reloaded
+    qtbot.waitUntil(lambda: "Braga" in conflicts.result.text(), timeout=10_000)
+
+    timeline = wait_view(qtbot, window, "timeline")
+    rid = timeline.detail.record.id
+    forgotten = broadcast(timeline.detail.forget_button.click)
+    assert forgotten.records and not forgotten.reloaded and not forgotten.roster
+    assert call(qtbot, client, lambda ctx: ctx.vault.record(rid)).hidden
 
 
 # ------------------------------------------------------------------------------------------ declared
