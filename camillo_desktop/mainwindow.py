@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from camillo.errors import Cancelled
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -34,10 +36,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import icons, theme
+from . import flows, icons, theme
 from .actions import SPECS, Action, shortcut_text
+from .create_wizard import CreateVaultWizard
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
-from .flows import ReauthDialog
 from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
 from .settings import Setting, Settings
@@ -419,7 +421,7 @@ class MainWindow(QMainWindow):
         for dlg in self.findChildren(RecordsDialog):
             dlg.wipe()
             dlg.close()
-        for dlg in self.findChildren(ReauthDialog):  # its question may quote a record; the vault is gone
+        for dlg in self.findChildren(flows.ReauthDialog):  # its question may quote a record; the vault is gone
             dlg.reject()
 
     def _schedule_unlock(self) -> None:
@@ -501,9 +503,7 @@ class MainWindow(QMainWindow):
         self.show_view("search", query)  # the view runs this query (not the one it had) and then reports ready
 
     def erase_record(self, rid: bytes) -> None:
-        from .flows import erase_record
-
-        erase_record(self, rid)
+        flows.erase_record(self, rid)
 
     def import_from(self, kind: str) -> ImportDialog | None:
         """File → Import: the dialog for one kind of export (it runs on the worker)."""
@@ -562,8 +562,6 @@ class MainWindow(QMainWindow):
             self.copy_text(detail.record.text)
 
     def show_error(self, exc: BaseException) -> None:
-        from camillo.errors import Cancelled
-
         if isinstance(exc, Cancelled):
             return
         self.statusBar().showMessage(safe_text(str(exc), 400, single_line=True), 15000)
@@ -579,8 +577,6 @@ class MainWindow(QMainWindow):
             theme.apply(QApplication.instance(), self.settings.get(Setting.THEME))
 
     def _new_vault(self) -> None:
-        from .create_wizard import CreateVaultWizard
-
         if self.client.is_open and not Ask.confirm(self, "New vault", "Lock this vault and create a new one?"):
             return
         info = CreateVaultWizard.run(self.client, self)
@@ -588,8 +584,6 @@ class MainWindow(QMainWindow):
             self.vault_opened(info)
 
     def _open_vault(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
         path = QFileDialog.getExistingDirectory(self, "Open a vault folder")
         if path:
             info = UnlockDialog.ask(self.client, path, self)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import threading
 import traceback
 from collections.abc import Callable
@@ -304,8 +305,6 @@ class VaultClient(QObject):
 
 def describe(vault: camillo.Vault) -> dict[str, Any]:
     """What the status bar and the views need to know about the open vault (worker thread)."""
-    import os
-
     status, details = vault.sync_status()
     return {
         "path": vault.shelf.location,

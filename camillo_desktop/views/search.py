@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from camillo.errors import Cancelled
 from PySide6.QtWidgets import QLabel
 
 from ..text import safe_text
@@ -69,8 +70,6 @@ class SearchView(RecordListView):
         self.client.submit(lambda ctx: ctx.vault.search(query), done, failed, context=self, label="searching")
 
     def _failed(self, exc: BaseException) -> None:
-        from camillo.errors import Cancelled
-
         if isinstance(exc, Cancelled):
             return
         self.count.setText(safe_text(str(exc), 400, single_line=True))
