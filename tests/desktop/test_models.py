@@ -335,3 +335,27 @@ def test_a_table_sizes_and_badges_its_columns_as_the_specs_say(qtbot, client):
     grants = Table(TableModel(row_table_views()["grants"].columns))
     qtbot.addWidget(grants)
     assert grants.horizontalHeader().sectionResizeMode(1) == QHeaderView.ResizeMode.Stretch
+
+
+def test_rejected_writes_are_red_revoked_grants_and_old_devices_dimmed(qapp):
+    import types
+
+    from PySide6.QtGui import QGuiApplication
+
+    from camillo_desktop.models import Role, TableModel
+    from camillo_desktop.views.activity import REJECTED, ActivityView
+    from camillo_desktop.views.devices import DevicesView
+    from camillo_desktop.views.grants import GrantsView
+
+    assert ActivityView.foreground(None, {"status": "rejected: unknown writer"}) == REJECTED
+    assert ActivityView.foreground(None, {"status": "accepted"}) is None
+    dim = QGuiApplication.palette().placeholderText()
+    assert GrantsView.foreground(None, {"revoked": True}) == dim and GrantsView.foreground(None, {"revoked": False}) is None
+    old = types.SimpleNamespace(revoked=False, replaced=True)
+    assert DevicesView.foreground(None, old) == dim
+    model = TableModel(ActivityView.columns, foreground=lambda row: REJECTED)
+    model.set_rows([{"ts": 1, "writer": "w", "writer_kind": "agent", "compartment": "c", "summary": "", "records": 2,
+                     "verified": "signature", "status": "rejected"}])
+    assert model.data(model.index(0, 0), Qt.ItemDataRole.ForegroundRole) == REJECTED
+    assert model.data(model.index(0, 3)) == "2 records"
+    assert model.data(model.index(0, 0), Role.ROW)["status"] == "rejected"
