@@ -35,7 +35,7 @@ import tempfile
 from typing import Any
 
 APP_ID = "org.camillo.Camillo"
-# Every view --view accepts (MainWindow.views; a test checks they agree).  Kept here so that a typo is
+# Every view --view accepts (MainWindow.pages; a test checks they agree).  Kept here so that a typo is
 # refused before Qt starts.
 VIEW_NAMES = ("timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity", "health",
               "search")

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from .guard import qt_virtual
-from .widgets import SecretEdit, StrengthMeter, muted_label, path_field
+from .widgets import SecretEdit, StrengthMeter, muted_label, passphrase_strength, path_field
 
 WARNING = ("Write these 24 words down, in order, and keep them somewhere safe and offline. They are shown only "
            "now. Anyone who has them can open your vault; if you lose them and your passphrase and your devices, "
@@ -123,8 +123,6 @@ class PassphrasePage(QWizardPage):
     def validatePage(self) -> bool:
         if self._created:
             return True
-        from .widgets import passphrase_strength
-
         if passphrase_strength(self.first.text())[0] < 2:
             self.error.setText("This passphrase is too easy to guess. Add words until the meter says fair or better.")
             return False

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from .guard import qt_virtual
+from .keychain import keychain_name
 from .models import HistoryModel
 from .settings import Setting, Settings
 from .text import safe_text
@@ -244,8 +245,6 @@ class SettingsDialog(BaseDialog):
 
     def _keychain(self, st: Any) -> None:
         if st.usable:
-            from .views.devices import keychain_name
-
             self.keychain.setText(f"Kept in {keychain_name(st.backend)} ({st.backend}).")
         else:
             self.keychain.setText(f"Not in an OS keychain: {st.reason}. This computer's device key is sealed in "

@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from camillo.errors import Cancelled
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -34,10 +36,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from . import icons, theme
+from . import flows, icons, theme
 from .actions import SPECS, Action, shortcut_text
+from .create_wizard import CreateVaultWizard
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
-from .flows import ReauthDialog
 from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
 from .settings import Setting, Settings
@@ -54,6 +56,7 @@ from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
 from .widgets import Clipboard, muted_label
+from .worker import Changed, describe
 
 # The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
 VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView, ConflictsView, InboxView, GrantsView, DevicesView,
@@ -171,13 +174,13 @@ class MainWindow(QMainWindow):
         outer.addWidget(right, 1)
         self.setCentralWidget(central)
 
-        self.views: dict[str, View] = {}
+        self.pages: dict[str, View] = {}  # the views the stack shows, by name (search included)
         for cls in VIEW_CLASSES:
             self._add_view(cls)
         self.search_view = SearchView(client, self)
         self._wire_view(self.search_view)
         self.stack.addWidget(self.search_view)
-        self.views["search"] = self.search_view
+        self.pages["search"] = self.search_view
         self.nav.currentRowChanged.connect(self._nav_changed)
 
         sb = self.statusBar()
@@ -285,7 +288,7 @@ class MainWindow(QMainWindow):
     def _add_view(self, cls: type[View]) -> None:
         view = cls(self.client, self)
         self._wire_view(view)
-        self.views[view.name] = view
+        self.pages[view.name] = view
         self.stack.addWidget(view)
         item = QListWidgetItem(icons.icon(view.icon), view.title)
         item.setData(Qt.ItemDataRole.UserRole, view.name)
@@ -315,10 +318,10 @@ class MainWindow(QMainWindow):
         self._show_lock_action(locked=False)
         self.search.setEnabled(True)
         self._update_status(info)
-        timeline = self.views.get("timeline")
+        timeline = self.pages.get("timeline")
         if isinstance(timeline, TimelineView):
             timeline.set_compartments(info["compartments"])
-        for v in self.views.values():
+        for v in self.pages.values():
             v._stale = True
         self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES))
         for a, spec in SPECS.items():
@@ -326,7 +329,7 @@ class MainWindow(QMainWindow):
         self.import_menu.setEnabled(not info.get("read_only") and not info.get("agent"))
         self.export_menu.setEnabled(True)
         last = self.settings.get(Setting.LAST_VIEW)
-        self.show_view(last if last in self.views and last != "search" else "timeline")
+        self.show_view(last if last in self.pages and last != "search" else "timeline")
 
     def _update_status(self, info: dict[str, Any]) -> None:
         name = safe_text(info["name"], 80, single_line=True)
@@ -346,19 +349,14 @@ class MainWindow(QMainWindow):
             return
 
         def job(ctx):
-            from .worker import describe
-
             changes = ctx.vault.refresh()
-            return changes, describe(ctx.vault)
+            return Changed(changes, describe(ctx.vault))
 
-        def done(result) -> None:
-            changes, info = result
-            self.info = info
-            self._update_status(info)
-            if not changes.empty:
-                self.client.vault_changed.emit(changes)
+        def done(result: Changed) -> None:
+            self.info = result.value
+            self._update_status(self.info)
 
-        self.client.submit(job, done, self.show_error, context=self, label="refreshing")
+        self.client.mutate(job, done, self.show_error, context=self, label="refreshing")
 
     @property
     def locked(self) -> bool:
@@ -385,7 +383,7 @@ class MainWindow(QMainWindow):
         self.import_menu.setEnabled(False)
         self.export_menu.setEnabled(False)
         self._close_record_windows()
-        for v in self.views.values():
+        for v in self.pages.values():
             v.clear()
         self.search.clear()
         self.search.setEnabled(False)
@@ -423,7 +421,7 @@ class MainWindow(QMainWindow):
         for dlg in self.findChildren(RecordsDialog):
             dlg.wipe()
             dlg.close()
-        for dlg in self.findChildren(ReauthDialog):  # its question may quote a record; the vault is gone
+        for dlg in self.findChildren(flows.ReauthDialog):  # its question may quote a record; the vault is gone
             dlg.reject()
 
     def _schedule_unlock(self) -> None:
@@ -450,13 +448,13 @@ class MainWindow(QMainWindow):
             self.vault_opened(info)
 
     def _changed(self, changes: Any) -> None:
-        for v in self.views.values():
+        for v in self.pages.values():
             v.on_changes(changes)
 
     # ------------------------------------------------------------------ navigation
 
     def show_view(self, name: str, argument: Any = None) -> None:
-        view = self.views.get(name)
+        view = self.pages.get(name)
         if view is None:
             return
         if self.locked:  # nothing to show: the sidebar and the shortcuts lead to the unlock dialog
@@ -505,9 +503,7 @@ class MainWindow(QMainWindow):
         self.show_view("search", query)  # the view runs this query (not the one it had) and then reports ready
 
     def erase_record(self, rid: bytes) -> None:
-        from .flows import erase_record
-
-        erase_record(self, rid)
+        flows.erase_record(self, rid)
 
     def import_from(self, kind: str) -> ImportDialog | None:
         """File → Import: the dialog for one kind of export (it runs on the worker)."""
@@ -566,8 +562,6 @@ class MainWindow(QMainWindow):
             self.copy_text(detail.record.text)
 
     def show_error(self, exc: BaseException) -> None:
-        from camillo.errors import Cancelled
-
         if isinstance(exc, Cancelled):
             return
         self.statusBar().showMessage(safe_text(str(exc), 400, single_line=True), 15000)
@@ -583,8 +577,6 @@ class MainWindow(QMainWindow):
             theme.apply(QApplication.instance(), self.settings.get(Setting.THEME))
 
     def _new_vault(self) -> None:
-        from .create_wizard import CreateVaultWizard
-
         if self.client.is_open and not Ask.confirm(self, "New vault", "Lock this vault and create a new one?"):
             return
         info = CreateVaultWizard.run(self.client, self)
@@ -592,8 +584,6 @@ class MainWindow(QMainWindow):
             self.vault_opened(info)
 
     def _open_vault(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
         path = QFileDialog.getExistingDirectory(self, "Open a vault folder")
         if path:
             info = UnlockDialog.ask(self.client, path, self)
@@ -604,7 +594,7 @@ class MainWindow(QMainWindow):
         ellipsis = "\u2026"
         rows = [f"{shortcut_text(spec):<14} {spec.label.replace('&', '').rstrip(ellipsis)}" for spec in SPECS.values()
                 if spec.shortcut is not None]
-        rows += [f"{v.shortcut:<14} {v.title}" for v in self.views.values() if v.shortcut]
+        rows += [f"{v.shortcut:<14} {v.title}" for v in self.pages.values() if v.shortcut]
         rows.append(f"{'Esc':<14} Clear the search field")
         Ask.inform(self, "Keyboard shortcuts", "\n".join(rows))
 
@@ -630,6 +620,3 @@ class MainWindow(QMainWindow):
         self.settings.set(Setting.WINDOW_GEOMETRY, self.saveGeometry())
         self.clipboard.clear_if_ours()
         super().closeEvent(event)
-
-
-

@@ -1,21 +1,32 @@
-"""Qt models of the vault's records and facts (every one passes QAbstractItemModelTester).
+"""Qt models of the vault's records, facts and rosters (every one passes QAbstractItemModelTester).
 
+Every model's columns are an enum of :class:`Column`: a member's value is the column's position and
+its :class:`ColumnSpec` says everything else about it: the header, how a row's value is shown, the
+tooltip, the badge, the alignment, and how wide the column is (applied by
+:class:`camillo_desktop.views.base.Table`).  A view declares its columns once, in one place.
+
+* :class:`ColumnModel`: the base of the tables: ``data`` and ``headerData`` from the column enum,
+  the rows from :meth:`ColumnModel.row`.
+* :class:`TableModel`: rows held in memory (activity, grants, devices).
 * :class:`RecordTableModel`: a lazy table of record ids.  It knows only the ids up front;
   ``fetchMore`` reveals rows a page at a time and the rows' contents are decoded on the vault worker
   in pages of :data:`PAGE`, arriving by signal (placeholders until then).  Used by the timeline,
-  search results, the inbox and the activity view.
-* :class:`FactsModel`: a tree, subject → attribute, with value, status, authority, compartment.
+  search results and the inbox.
 * :class:`HistoryModel`: a fact's supersession chain, or any short list of records.
+* :class:`FactsModel`: a tree, subject → attribute, with value, status, authority, compartment.
 
 Untrusted text is given to views as plain text (:func:`camillo_desktop.text.safe_text`), never rich
-text.  GUI thread only; the data comes from the worker through :class:`~camillo_desktop.worker.VaultClient`.
+text: every cell's text goes through it.  GUI thread only; the data comes from the worker through
+:class:`~camillo_desktop.worker.VaultClient`.
 """
 
 from __future__ import annotations
 
 import time
-from enum import IntEnum
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum, IntEnum, auto
+from typing import Any, ClassVar
 
 from camillo import FactView, RecordView
 from PySide6.QtCore import (
@@ -27,6 +38,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
+from PySide6.QtGui import QFont
 
 from . import theme
 from .guard import qt_virtual
@@ -34,46 +46,210 @@ from .text import safe_text, safe_tooltip
 from .widgets import BADGE_COLOR_ROLE, BADGE_ROLE
 
 PAGE = 200
+SUMMARY = 240  # characters of a record's text shown in a table cell
 Index = QModelIndex | QPersistentModelIndex
+DISPLAY = Qt.ItemDataRole.DisplayRole
 
 
 class Role(IntEnum):
     RECORD = Qt.ItemDataRole.UserRole + 1
     RECORD_ID = Qt.ItemDataRole.UserRole + 2
     FACT = Qt.ItemDataRole.UserRole + 3
+    ROW = Qt.ItemDataRole.UserRole + 4  # the row object of a TableModel (a write, a grant, a device)
 
 
 def fmt_time(ts: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else ""
 
 
-def record_summary(v: RecordView, limit: int = 240) -> str:
-    text = v.text[: limit + 1] if v.text else v.text  # never copy more of a huge text than is shown
+def _summary_source(v: RecordView) -> str:
+    text = v.text[: SUMMARY + 1] if v.text else v.text  # never copy more of a huge text than is shown
     if v.key:
-        return safe_text(f"{v.key} = {text}", limit, single_line=True)
+        return f"{v.key} = {text}"
     if v.role:
-        return safe_text(f"{v.role}: {text}", limit, single_line=True)
-    return safe_text(text or f"({v.type or v.kind_name.lower()})", limit, single_line=True)
+        return f"{v.role}: {text}"
+    return text or f"({v.type or v.kind_name.lower()})"
 
 
-class Col(IntEnum):
-    TIME = 0
-    COMPARTMENT = 1
-    TYPE = 2
-    AUTHORITY = 3
-    WRITER = 4
-    TEXT = 5
+def record_summary(v: RecordView) -> str:
+    """A record in one line of at most :data:`SUMMARY` characters, escaped."""
+    return safe_text(_summary_source(v), SUMMARY, single_line=True)
 
 
-HEADERS = {Col.TIME: "Time", Col.COMPARTMENT: "Compartment", Col.TYPE: "Type", Col.AUTHORITY: "Authority",
-           Col.WRITER: "Written by", Col.TEXT: "Text"}
+# ------------------------------------------------------------------------------------------ columns
 
 
-class RecordTableModel(QAbstractTableModel):
+class Sizing(Enum):
+    """How a column's width is decided (by :class:`camillo_desktop.views.base.Table`)."""
+
+    INTERACTIVE = auto()  # starts at ``width`` (without one: fitted to the contents once loaded); draggable
+    FIXED = auto()  # exactly ``width``
+    CONTENTS = auto()  # always as wide as its contents
+    STRETCH = auto()  # takes the width the others leave
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column.  ``text`` gives a row's value as text; it is shown escaped, on one line, cut to
+    ``limit`` characters (everything a writer chose is untrusted).  The optional functions give the
+    tooltip, the text of a badge painted instead of the text (:class:`~camillo_desktop.widgets.BadgeDelegate`),
+    its colour, and what a screen reader says."""
+
+    header: str
+    text: Callable[[Any], str | None]
+    limit: int = 120
+    width: int | None = None
+    sizing: Sizing = Sizing.INTERACTIVE
+    align: Qt.AlignmentFlag | None = None
+    tooltip: Callable[[Any], str | None] | None = None
+    badge: Callable[[Any], str | None] | None = None
+    badge_color: Callable[[Any], str | None] | None = None
+    accessible: Callable[[Any], str | None] | None = None
+
+
+class Column(IntEnum):
+    """The base of every column enum: ``NAME = ColumnSpec(...)``, in the order shown.  A member is
+    the column's position (an int, so it indexes models directly); ``member.spec`` is its spec."""
+
+    spec: ColumnSpec
+
+    def __new__(cls, spec: ColumnSpec) -> Column:
+        position = len(cls.__members__)
+        member = int.__new__(cls, position)
+        member._value_ = position
+        member.spec = spec
+        return member
+
+
+def column_header(columns: type[Column], section: int, orientation: Qt.Orientation, role: int) -> Any:
+    if orientation == Qt.Orientation.Horizontal and role == DISPLAY and 0 <= section < len(columns):
+        return columns(section).spec.header
+    return None
+
+
+def column_data(col: Column, row: Any, role: int) -> Any:
+    """What column ``col`` shows of ``row`` in ``role`` (the roles every column may have)."""
+    spec = col.spec
+    if role == DISPLAY:
+        return safe_text(spec.text(row), spec.limit, single_line=True)
+    if role == Qt.ItemDataRole.ToolTipRole and spec.tooltip is not None:
+        return spec.tooltip(row)
+    if role == BADGE_ROLE and spec.badge is not None:
+        return spec.badge(row)
+    if role == BADGE_COLOR_ROLE and spec.badge_color is not None:
+        return spec.badge_color(row)
+    if role == Qt.ItemDataRole.AccessibleTextRole and spec.accessible is not None:
+        return spec.accessible(row)
+    if role == Qt.ItemDataRole.TextAlignmentRole and spec.align is not None:
+        return spec.align
+    return None
+
+
+class ColumnModel(QAbstractTableModel):
+    """A table whose columns are ``columns``; subclasses hold the rows.  ``row_role`` gives a row's
+    object; a row not available yet shows :meth:`placeholder`."""
+
+    columns: type[Column]
+    row_role: ClassVar[int] = Role.ROW
+
+    def __init__(self, columns: type[Column], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.columns = columns
+
+    def row(self, row: int) -> Any:
+        """The object of row ``row``, or None (out of range, or not decoded yet)."""
+        raise NotImplementedError
+
+    def text(self, item: Any, col: Column) -> str | None:
+        """Row ``item``'s value in column ``col`` (not yet escaped)."""
+        return col.spec.text(item)
+
+    def foreground(self, item: Any) -> Any:
+        """The text colour of a whole row (dimmed, or red), or None for the usual one."""
+        return None
+
+    def placeholder(self, row: int, col: Column, role: int) -> Any:
+        return None
+
+    @qt_virtual(0)
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.columns)
+
+    @qt_virtual()
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = DISPLAY) -> Any:
+        return column_header(self.columns, section, orientation, role)
+
+    @qt_virtual()
+    def data(self, index: Index, role: int = DISPLAY) -> Any:
+        if not index.isValid() or not 0 <= index.row() < self.rowCount() or not 0 <= index.column() < len(self.columns):
+            return None
+        col = self.columns(index.column())
+        item = self.row(index.row())
+        if item is None:
+            return self.placeholder(index.row(), col, role)
+        if role == self.row_role:
+            return item
+        if role == DISPLAY:
+            return safe_text(self.text(item, col), col.spec.limit, single_line=True)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return self.foreground(item)
+        return column_data(col, item, role)
+
+
+class TableModel(ColumnModel):
+    """Rows held in memory, all shown at once.  ``foreground(row)`` may colour a whole row."""
+
+    def __init__(self, columns: type[Column], parent: QObject | None = None, *,
+                 foreground: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(columns, parent)
+        self._rows: list[Any] = []
+        self._foreground = foreground
+
+    def set_rows(self, rows: Sequence[Any]) -> None:
+        self.beginResetModel()
+        self._rows = list(rows)
+        self.endResetModel()
+
+    def rows(self) -> list[Any]:
+        return list(self._rows)
+
+    def row(self, row: int) -> Any:
+        return self._rows[row] if 0 <= row < len(self._rows) else None
+
+    def foreground(self, item: Any) -> Any:
+        return self._foreground(item) if self._foreground is not None else None
+
+    @qt_virtual(0)
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+
+# ------------------------------------------------------------------------------------------ records
+
+
+def _authority_tooltip(v: RecordView) -> str:
+    return (f"claimed {v.class_label}, effective {v.effective_label}: "
+            + ("binds as your own word" if v.effective_label == "user" else "information, not an instruction"))
+
+
+class RecordColumn(Column):
+    TIME = ColumnSpec("Time", lambda v: fmt_time(v.ts), width=122)
+    COMPARTMENT = ColumnSpec("Compartment", lambda v: v.compartment, limit=60, width=104)
+    # agent-controlled: readers accept any type (spec §7.2)
+    TYPE = ColumnSpec("Type", lambda v: v.type or v.kind_name.lower(), limit=60, width=92)
+    AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=86, tooltip=_authority_tooltip,
+                           badge=lambda v: v.effective_label, accessible=lambda v: f"authority {v.effective_label}")
+    WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, width=118)
+    TEXT = ColumnSpec("Text", _summary_source, limit=SUMMARY, sizing=Sizing.STRETCH,
+                      tooltip=lambda v: safe_tooltip(v.text, 1000))
+
+
+class RecordTableModel(ColumnModel):
     rows_arrived = Signal()
+    row_role = Role.RECORD
 
     def __init__(self, client: Any, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(RecordColumn, parent)
         self._client = client
         self._ids: list[bytes] = []
         self._visible = 0
@@ -93,8 +269,8 @@ class RecordTableModel(QAbstractTableModel):
         self._generation += 1
         self.endResetModel()
 
-    def set_records(self, views: list[RecordView]) -> None:
-        """Small lists whose contents are already decoded (the inbox)."""
+    def set_rows(self, views: list[RecordView]) -> None:
+        """Small lists whose contents are already decoded (search results, the inbox)."""
         self.beginResetModel()
         self._ids = [v.id for v in views]
         self._visible = len(views)
@@ -105,6 +281,9 @@ class RecordTableModel(QAbstractTableModel):
 
     def total(self) -> int:
         return len(self._ids)
+
+    def row(self, row: int) -> RecordView | None:
+        return self._cache.get(row)
 
     def record(self, row: int) -> RecordView | None:
         return self._cache.get(row)
@@ -137,18 +316,22 @@ class RecordTableModel(QAbstractTableModel):
                 self._cache[first + offset] = v
         last = min(first + PAGE, self._visible) - 1
         if last >= first:
-            self.dataChanged.emit(self.index(first, 0), self.index(last, len(Col) - 1))
+            self.dataChanged.emit(self.index(first, 0), self.index(last, len(RecordColumn) - 1))
         self.rows_arrived.emit()
+
+    def placeholder(self, row: int, col: Column, role: int) -> Any:
+        if role == Role.RECORD_ID:
+            return self._ids[row]
+        if role == DISPLAY:
+            self._request(row)
+            return "\u2026" if col == RecordColumn.TEXT else ""
+        return None
 
     # -- Qt model
 
     @qt_virtual(0)
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else self._visible
-
-    @qt_virtual(0)
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(Col)
 
     @qt_virtual(False)
     def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
@@ -174,62 +357,79 @@ class RecordTableModel(QAbstractTableModel):
             self._fetching = False
 
     @qt_virtual()
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(Col):
-            return HEADERS[Col(section)]
-        return None
+    def data(self, index: Index, role: int = DISPLAY) -> Any:
+        if role == Role.RECORD_ID and index.isValid() and 0 <= index.row() < self._visible:
+            return self._ids[index.row()]
+        return super().data(index, role)
 
-    @qt_virtual()
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < self._visible or not 0 <= index.column() < len(Col):
-            return None
-        row, col = index.row(), Col(index.column())
-        v = self._cache.get(row)
-        if role == Role.RECORD_ID:
-            return self._ids[row]
-        if v is None:
-            if role == Qt.ItemDataRole.DisplayRole:
-                self._request(row)
-                return "\u2026" if col == Col.TEXT else ""
-            return None
-        if role == Role.RECORD:
-            return v
-        if role == Qt.ItemDataRole.DisplayRole:
-            if col == Col.TIME:
-                return fmt_time(v.ts)
-            if col == Col.COMPARTMENT:
-                return safe_text(v.compartment, 60, single_line=True)
-            if col == Col.TYPE:  # agent-controlled: readers accept any type (spec §7.2)
-                return safe_text(v.type, 60, single_line=True) if v.type else v.kind_name.lower()
-            if col == Col.AUTHORITY:
-                return v.effective_label
-            if col == Col.WRITER:
-                return safe_text(v.writer, 40, single_line=True)
-            return record_summary(v)
-        if role == BADGE_ROLE and col == Col.AUTHORITY:
-            return v.effective_label
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if col == Col.AUTHORITY:
-                return (f"claimed {v.class_label}, effective {v.effective_label}: "
-                        + ("binds as your own word" if v.effective_label == "user" else "information, not an instruction"))
-            if col == Col.TEXT:
-                return safe_tooltip(v.text, 1000)
-        if role == Qt.ItemDataRole.AccessibleTextRole and col == Col.AUTHORITY:
-            return f"authority {v.effective_label}"
-        return None
+
+OPERATIONS = {"PUT": "set", "DEL": "forget", "NOTE": "note"}
+
+
+class HistoryColumn(Column):
+    TIME = ColumnSpec("Time", lambda v: fmt_time(v.ts), sizing=Sizing.CONTENTS)
+    OPERATION = ColumnSpec("Operation", lambda v: OPERATIONS.get(v.kind_name, v.kind_name.lower()),
+                           sizing=Sizing.CONTENTS)
+    VALUE = ColumnSpec("Value", lambda v: "" if v.kind_name == "DEL" else v.text, limit=80, sizing=Sizing.STRETCH)
+    AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=92, sizing=Sizing.FIXED,
+                           badge=lambda v: v.effective_label if v.kind_name != "DEL" else None)
+    WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, sizing=Sizing.CONTENTS)
+
+
+class HistoryModel(TableModel):
+    """A short, fully decoded list of records (a fact's history, a record's sources); ▶ marks the
+    current value."""
+
+    row_role = Role.RECORD
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(HistoryColumn, parent)
+        self._current: bytes | None = None
+
+    def set_records(self, rows: list[RecordView], current: bytes | None = None) -> None:
+        self._current = current
+        self.set_rows(rows)
+
+    def record(self, row: int) -> RecordView | None:
+        return self.row(row)
+
+    def text(self, item: RecordView, col: Column) -> str | None:
+        text = col.spec.text(item)
+        return ("\u25b6 " + text) if col == HistoryColumn.TIME and item.id == self._current else text
+
+
+# ------------------------------------------------------------------------------------------ facts
+
+
+def _fact_value(f: FactView) -> str | None:
+    if f.status == "deleted" or f.current is None:
+        return "(forgotten)"
+    return f.current.text
+
+
+def _fact_authority(f: FactView) -> str:
+    return f.current.effective_label if f.current is not None and f.status != "deleted" else ""
+
+
+STATUS_TIPS = {"ok": "one current value", "conflict": "values written without knowledge of each other: review them",
+               "deleted": "forgotten (a DEL hides it)", "pending": "an inference waiting for your confirmation"}
+
+
+class FactColumn(Column):
+    KEY = ColumnSpec("Key", lambda f: f.key.split("/", 1)[1] if "/" in f.key else f.key, limit=200, width=170)
+    VALUE = ColumnSpec("Current value", _fact_value, sizing=Sizing.STRETCH)
+    STATUS = ColumnSpec("Status", lambda f: f.status, width=86, badge=lambda f: f.status,
+                        badge_color=lambda f: theme.STATUS_COLORS.get(f.status),
+                        tooltip=lambda f: STATUS_TIPS.get(f.status))
+    AUTHORITY = ColumnSpec("Authority", _fact_authority, width=88, badge=lambda f: _fact_authority(f) or None)
+    COMPARTMENT = ColumnSpec("Compartment", lambda f: f.compartment, limit=60, width=104)
 
 
 class FactsModel(QAbstractItemModel):
-    """Subject → attribute.  Internal id 0 marks a subject row; n > 0 a fact under subject n-1."""
+    """Subject → attribute.  Internal id 0 marks a subject row; n > 0 a fact under subject n-1.  A
+    fact's row shows the :class:`FactColumn` columns; a subject's row, its name and count in bold."""
 
-    class FCol(IntEnum):
-        KEY = 0
-        VALUE = 1
-        STATUS = 2
-        AUTHORITY = 3
-        COMPARTMENT = 4
-
-    FHEADERS = ("Key", "Current value", "Status", "Authority", "Compartment")
+    columns = FactColumn
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -284,107 +484,27 @@ class FactsModel(QAbstractItemModel):
 
     @qt_virtual(0)
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return len(self.FCol)
+        return len(FactColumn)
 
     @qt_virtual()
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self.FCol):
-            return self.FHEADERS[section]
-        return None
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = DISPLAY) -> Any:
+        return column_header(FactColumn, section, orientation, role)
 
     @qt_virtual()
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = DISPLAY) -> Any:
         if not index.isValid():
             return None
         col = index.column()
         if index.internalId() == 0:
-            if role == Qt.ItemDataRole.DisplayRole and col == 0:
+            if role == DISPLAY and col == 0:
                 facts = self._facts[index.row()]
                 return f"{safe_text(self._subjects[index.row()], 120, single_line=True)}  ({len(facts)})"
             if role == Qt.ItemDataRole.FontRole and col == 0:
-                from PySide6.QtGui import QFont
-
                 font = QFont()
                 font.setBold(True)
                 return font
             return None
         f = self._facts[index.internalId() - 1][index.row()]
-        cur = f.current
         if role == Role.FACT:
             return f
-        if role == Qt.ItemDataRole.DisplayRole:
-            if col == self.FCol.KEY:
-                return safe_text(f.key.split("/", 1)[1] if "/" in f.key else f.key, 200, single_line=True)
-            if col == self.FCol.VALUE:
-                if f.status == "deleted" or cur is None:
-                    return "(forgotten)"
-                return safe_text(cur.text, 120, single_line=True)
-            if col == self.FCol.STATUS:
-                return f.status
-            if col == self.FCol.AUTHORITY:
-                return cur.effective_label if cur is not None and f.status != "deleted" else ""
-            if col == self.FCol.COMPARTMENT:
-                return safe_text(f.compartment, 60, single_line=True)
-        if role == BADGE_ROLE:
-            if col == self.FCol.AUTHORITY and cur is not None and f.status != "deleted":
-                return cur.effective_label
-            if col == self.FCol.STATUS:
-                return f.status
-        if role == BADGE_COLOR_ROLE and col == self.FCol.STATUS:
-            return theme.STATUS_COLORS.get(f.status)
-        if role == Qt.ItemDataRole.ToolTipRole and col == self.FCol.STATUS:
-            return {"ok": "one current value", "conflict": "values written without knowledge of each other: review them",
-                    "deleted": "forgotten (a DEL hides it)",
-                    "pending": "an inference waiting for your confirmation"}.get(f.status)
-        return None
-
-
-class HistoryModel(QAbstractTableModel):
-    """A short, fully decoded list of records (a fact's history, a record's sources)."""
-
-    HEADERS = ("Time", "Operation", "Value", "Authority", "Written by")
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._rows: list[RecordView] = []
-        self._current: bytes | None = None
-
-    def set_records(self, rows: list[RecordView], current: bytes | None = None) -> None:
-        self.beginResetModel()
-        self._rows = list(rows)
-        self._current = current
-        self.endResetModel()
-
-    def record(self, row: int) -> RecordView | None:
-        return self._rows[row] if 0 <= row < len(self._rows) else None
-
-    @qt_virtual(0)
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._rows)
-
-    @qt_virtual(0)
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    @qt_virtual()
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole and 0 <= section < len(self.HEADERS):
-            return self.HEADERS[section]
-        return None
-
-    @qt_virtual()
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < len(self._rows):
-            return None
-        v = self._rows[index.row()]
-        col = index.column()
-        if role == Role.RECORD:
-            return v
-        if role == Qt.ItemDataRole.DisplayRole:
-            mark = "\u25b6 " if v.id == self._current else ""
-            return [mark + fmt_time(v.ts), {"PUT": "set", "DEL": "forget", "NOTE": "note"}.get(v.kind_name, v.kind_name.lower()),
-                    "" if v.kind_name == "DEL" else safe_text(v.text, 80, single_line=True), v.effective_label,
-                    safe_text(v.writer, 40, single_line=True)][col]
-        if role == BADGE_ROLE and col == 3 and v.kind_name != "DEL":
-            return v.effective_label
-        return None
+        return column_data(FactColumn(col), f, role)

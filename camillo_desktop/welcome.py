@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import icons
+from .create_wizard import CreateVaultWizard
 from .dialogs import UnlockDialog
 from .settings import Settings
 from .text import safe_text
@@ -91,8 +92,6 @@ class WelcomeWindow(QWidget):
             self.opened.emit(info)
 
     def _create(self) -> None:
-        from .create_wizard import CreateVaultWizard
-
         info = CreateVaultWizard.run(self.client, self)
         if info:
             self.opened.emit(info)

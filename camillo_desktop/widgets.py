@@ -270,6 +270,3 @@ def muted_label(text: str) -> QLabel:
     label.setObjectName("Muted")
     label.setWordWrap(True)
     return label
-
-
-

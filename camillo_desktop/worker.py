@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import threading
 import traceback
 from collections.abc import Callable
@@ -70,6 +71,15 @@ class Job:
         self.cancelled.set()
 
 
+@dataclass(frozen=True)
+class Changed:
+    """A job's result that carries the :class:`camillo.Changes` the vault returned (which
+    :meth:`VaultClient.mutate` broadcasts) and, in ``value``, what else the job's caller needs."""
+
+    changes: camillo.Changes
+    value: Any = None
+
+
 class JobContext:
     """What a job function gets on the worker thread."""
 
@@ -82,10 +92,6 @@ class JobContext:
         if self._worker.vault is None:
             raise camillo.VaultError("no vault is open (it was locked)")
         return self._worker.vault
-
-    @property
-    def has_vault(self) -> bool:
-        return self._worker.vault is not None
 
     def set_vault(self, vault: camillo.Vault | None) -> None:
         old = self._worker.vault
@@ -174,8 +180,10 @@ class VaultClient(QObject):
 
     def mutate(self, fn: Callable[[JobContext], Any], on_success: Callable[[Any], None] | None = None,
                on_error: Callable[[BaseException], None] | None = None, **kw: Any) -> Job:
-        """A job that changes the vault: its result (a Changes, or an object carrying one in
-        ``.changes``) is broadcast to every view through ``vault_changed``."""
+        """A job that changes the vault: its result (the Changes the vault returned, or an object
+        carrying them in ``.changes``, such as :class:`Changed`) is broadcast to every view through
+        ``vault_changed``; each view reloads only if it shows something the Changes name.  A result
+        without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
 
         def done(result: Any) -> None:
             changes = result if isinstance(result, camillo.Changes) else getattr(result, "changes", None)
@@ -297,8 +305,6 @@ class VaultClient(QObject):
 
 def describe(vault: camillo.Vault) -> dict[str, Any]:
     """What the status bar and the views need to know about the open vault (worker thread)."""
-    import os
-
     status, details = vault.sync_status()
     return {
         "path": vault.shelf.location,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes, FactView
+from camillo import FactView
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFrame,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from ..models import fmt_time
 from ..text import safe_text
 from ..widgets import Badge, muted_label
+from ..worker import Changed
 from .base import View
 from .detail import MEANING
 
@@ -84,6 +85,7 @@ class ConflictsView(View):
     title = "Conflicts"
     icon = "conflicts"
     shortcut = "Ctrl+3"
+    depends_on = ("keys",)  # the facts in conflict
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -199,20 +201,16 @@ class ConflictsView(View):
                 changes = ctx.vault.resolve(key, compartment=comp, pick=pick)
             else:
                 changes = ctx.vault.resolve(key, compartment=comp, value=value, value_given=True)
-            return changes, ctx.vault.fact(key, comp)
+            return Changed(changes, ctx.vault.fact(key, comp))
 
-        def done(result) -> None:
-            changes, after = result
+        def done(result: Changed) -> None:
+            after = result.value
             self.result.setText(f"Resolved: {safe_text(key, 200, single_line=True)} is now \u201c{safe_text(after.current.text, 120)}\u201d "
                                 f"({after.current.effective_label} authority). One new record names all "
                                 f"{len(fact.candidates)} candidates, so every copy of the vault agrees once it syncs.")
             self.new_value.clear()
-            self.client.vault_changed.emit(changes)
 
-        self.client.submit(job, done, self.window_.show_error, context=self)
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts
+        self.client.mutate(job, done, self.window_.show_error, context=self)
 
     def clear(self) -> None:
         super().clear()

@@ -11,38 +11,45 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from camillo import Changes
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QPushButton, QTableView
+import camillo
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLabel, QPushButton
 
 from ..dialogs import Ask
 from ..flows import protected
-from ..models import fmt_time
+from ..keychain import keychain_name
+from ..models import Column, ColumnSpec, Sizing, fmt_time
 from ..text import safe_text
-from .base import View
-
-COLUMNS = ("Name", "Platform", "Enrolled", "Last seen", "Status")
+from .base import TableView
 
 
-def keychain_name(backend: str) -> str:
-    """A person's name for a keyring backend class (``keyring.backends.SecretService.Keyring``)."""
-    if "SecretService" in backend or "libsecret" in backend:
-        return "the desktop's Secret Service (GNOME Keyring or KWallet)"
-    if "macOS" in backend:
-        return "the macOS Keychain"
-    if "Windows" in backend:
-        return "the Windows Credential Manager"
-    if "kwallet" in backend.lower():
-        return "KWallet"
-    return backend
+def device_status(d: Any) -> str:
+    if d.replaced:
+        return "old key, replaced"
+    if d.revoked:
+        return "revoked"
+    if d.this_device:
+        return "this device"
+    if d.last_seen and time.time() - d.last_seen > 30 * 86400:
+        return "not seen for 30 days"
+    return "active"
 
 
-class DevicesView(View):
+class DeviceColumn(Column):  # a row: a Vault.DeviceInfo; its name and platform are what its certificate says
+    NAME = ColumnSpec("Name", lambda d: d.name, sizing=Sizing.STRETCH)
+    PLATFORM = ColumnSpec("Platform", lambda d: d.platform)
+    ENROLLED = ColumnSpec("Enrolled", lambda d: fmt_time(d.enrolled))
+    LAST_SEEN = ColumnSpec("Last seen", lambda d: fmt_time(d.last_seen) or "never")
+    STATUS = ColumnSpec("Status", device_status)
+
+
+class DevicesView(TableView):
     name = "devices"
     title = "Devices"
     icon = "devices"
     shortcut = "Ctrl+6"
+    depends_on = ("devices", "credentials")  # the devices, and where their keys are kept
+    columns = DeviceColumn
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -56,72 +63,34 @@ class DevicesView(View):
         self.revoke_button.clicked.connect(self._revoke)
         self.header.addWidget(self.add_button)
         self.header.addWidget(self.revoke_button)
-        self.model = QStandardItemModel(0, len(COLUMNS), self)
-        self.model.setHorizontalHeaderLabels(COLUMNS)
-        self.table = QTableView()
-        self.table.setModel(self.model)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.setAlternatingRowColors(True)
-        self.table.setAccessibleName("devices")
-        self.root.addWidget(self.table, 1)
         self.keychain = QLabel("")
         self.keychain.setObjectName("Muted")
         self.keychain.setWordWrap(True)
         self.root.addWidget(self.keychain)
-        self._devices: list[Any] = []
 
-    def load(self) -> None:
-        def job(ctx):
-            import camillo
+    @staticmethod
+    def fetch(vault: Any) -> Any:
+        return vault.devices(), camillo.keychain.status()
 
-            return ctx.vault.devices(), camillo.keychain.status()
+    def foreground(self, d: Any) -> Any:
+        return QGuiApplication.palette().placeholderText() if d.revoked or d.replaced else None
 
-        def done(result) -> None:
-            devices, kc = result
-            self._devices = devices
-            self.model.removeRows(0, self.model.rowCount())
-            now = time.time()
-            for d in devices:
-                if d.replaced:
-                    status = "old key, replaced"
-                elif d.revoked:
-                    status = "revoked"
-                elif d.this_device:
-                    status = "this device"
-                elif d.last_seen and now - d.last_seen > 30 * 86400:
-                    status = "not seen for 30 days"
-                else:
-                    status = "active"
-                # A device's name and platform are what its certificate says: shown escaped.
-                items = [QStandardItem(safe_text(x, 120, single_line=True))
-                         for x in (d.name, d.platform, fmt_time(d.enrolled), fmt_time(d.last_seen) or "never", status)]
-                items[0].setData(d.writer_id.hex(), Qt.ItemDataRole.UserRole)
-                if d.revoked or d.replaced:
-                    for it in items:
-                        it.setForeground(self.palette().placeholderText())
-                self.model.appendRow(items)
-            self.table.resizeColumnsToContents()
-            self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-            self.title_label.setText(f"Devices  ({sum(1 for d in devices if not d.revoked and not d.replaced)} active)")
-            self.keychain.setText(f"This computer keeps its device key in {keychain_name(kc.backend)}." if kc.usable else
-                                  f"This computer has no OS keychain in use ({kc.reason}); its device key is "
-                                  "sealed under the vault's keys in its local state.")
-            owner = bool(self.window_.info.get("is_owner"))
-            self.add_button.setEnabled(owner)
-            self.revoke_button.setEnabled(owner)
-            self.loaded.emit()
-
-        self.client.submit(job, done, self.window_.show_error, context=self)
+    def show_rows(self, result: Any) -> None:
+        devices, kc = result
+        super().show_rows(devices)
+        self.title_label.setText(f"Devices  ({sum(1 for d in devices if not d.revoked and not d.replaced)} active)")
+        self.keychain.setText(f"This computer keeps its device key in {keychain_name(kc.backend)}." if kc.usable else
+                              f"This computer has no OS keychain in use ({kc.reason}); its device key is "
+                              "sealed under the vault's keys in its local state.")
+        owner = bool(self.window_.info.get("is_owner"))
+        self.add_button.setEnabled(owner)
+        self.revoke_button.setEnabled(owner)
 
     def _revoke(self) -> None:
-        idx = self.table.currentIndex()
-        if not idx.isValid():
+        d = self.selected()
+        if d is None:
             Ask.inform(self, "Revoke a device", "Select the lost device in the list first.")
             return
-        d = self._devices[idx.row()]
         if d.revoked or d.replaced:
             return
         if d.this_device:
@@ -143,11 +112,3 @@ class DevicesView(View):
         protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
                   lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.roster
-
-    def clear(self) -> None:
-        super().clear()
-        self._devices = []
-        self.model.removeRows(0, self.model.rowCount())

@@ -14,20 +14,19 @@ from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QSplitter,
-    QTableView,
     QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
-from ..models import FactsModel, HistoryModel, Role
+from .. import theme
+from ..models import FactColumn, FactsModel, HistoryModel, Role
 from ..text import safe_text
-from ..widgets import Badge, BadgeDelegate
-from .base import View
+from ..widgets import Badge
+from .base import MovedFacts, SelectionMode, Table, View, apply_columns
 from .detail import MEANING
 
 STATUS_TEXT = {
@@ -43,6 +42,7 @@ class FactsView(View):
     title = "Facts"
     icon = "facts"
     shortcut = "Ctrl+2"
+    depends_on = ("keys",)  # every fact (its detail pane: the selected one, see MovedFacts)
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -53,12 +53,7 @@ class FactsView(View):
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.tree.setItemDelegateForColumn(FactsModel.FCol.STATUS, BadgeDelegate(self.tree))
-        self.tree.setItemDelegateForColumn(FactsModel.FCol.AUTHORITY, BadgeDelegate(self.tree))
-        self.tree.header().setStretchLastSection(False)
-        self.tree.header().setSectionResizeMode(FactsModel.FCol.VALUE, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((0, 170), (2, 86), (3, 88), (4, 104)):
-            self.tree.setColumnWidth(col, width)
+        apply_columns(self.tree, FactColumn)
         self.tree.setAccessibleName("facts")
         self.tree.selectionModel().currentChanged.connect(self._selected)
 
@@ -103,21 +98,10 @@ class FactsView(View):
         history_title.setObjectName("Muted")
         rl.addWidget(history_title)
         self.history = HistoryModel(self)
-        self.history_view = QTableView()
-        self.history_view.setModel(self.history)
-        self.history_view.verticalHeader().hide()
-        self.history_view.setShowGrid(False)
-        self.history_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.history_view.setItemDelegateForColumn(3, BadgeDelegate(self.history_view))
-        hh = self.history_view.horizontalHeader()
         # Every column but the value fits its contents (headers included); the value takes the rest.
-        for col in (0, 1, 4):
-            hh.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        hh.setSectionResizeMode(3, QHeaderView.ResizeMode.Fixed)
-        self.history_view.setColumnWidth(3, 92)
-        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        hh.setMinimumSectionSize(60)
-        self.history_view.setAccessibleName("fact history")
+        self.history_view = Table(self.history, name="fact history", selection=SelectionMode.ExtendedSelection,
+                                  grid=False, alternating=False)
+        self.history_view.horizontalHeader().setMinimumSectionSize(60)
         self.history_view.doubleClicked.connect(self._open_history)
         rl.addWidget(self.history_view, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -127,6 +111,7 @@ class FactsView(View):
         self.root.addWidget(self.splitter, 1)
         self._fact: FactView | None = None
         self._select_key: str | None = None
+        self.moved = MovedFacts()  # redraw the selected fact's detail only when it moved
         self._show(None)
 
     def load(self) -> None:
@@ -147,6 +132,7 @@ class FactsView(View):
                 first = self.model.index(0, 0, self.model.index(0, 0))
                 if first.isValid():
                     self.tree.setCurrentIndex(first)
+            self.moved.shown()
             self.loaded.emit()
 
         self.client.submit(lambda ctx: ctx.vault.facts(), done, self.window_.show_error, context=self,
@@ -165,8 +151,17 @@ class FactsView(View):
             else:
                 self._select_key = argument
 
+    def on_changes(self, changes: Changes) -> None:
+        self.moved.add(changes)
+        super().on_changes(changes)
+
     def _selected(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show(self.model.fact(current))
+        f, shown = self.model.fact(current), self._fact
+        if (f is not None and shown is not None and (f.compartment, f.key) == (shown.compartment, shown.key)
+                and (f.compartment, f.key) not in self.moved):
+            self._fact = f  # the fact shown, selected again after a reload: it did not move, its detail stays
+            return
+        self._show(f)
 
     def _show(self, f: FactView | None) -> None:
         self._fact = f
@@ -180,8 +175,6 @@ class FactsView(View):
                 b.hide()
             self.history.set_records([])
             return
-        from .. import theme
-
         cur = f.current
         self.key_label.setText(safe_text(f"{f.key}  ·  {f.compartment}", 120, single_line=True))
         self.status_badge.set(f.status, theme.STATUS_COLORS.get(f.status))
@@ -210,10 +203,8 @@ class FactsView(View):
         if v is not None:
             self.window_.show_record(v.id)
 
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts or changes.roster
-
     def clear(self) -> None:
         super().clear()
+        self.moved.forget()
         self.model.set_facts([])
         self._show(None)

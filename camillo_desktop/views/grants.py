@@ -9,25 +9,38 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from camillo import Changes
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QPushButton, QTableView
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QPushButton
 
 from ..dialogs import Ask
 from ..flows import GrantDialog, protected
-from ..models import fmt_time
+from ..models import Column, ColumnSpec, Sizing, fmt_time
 from ..text import safe_text
-from .base import View
-
-COLUMNS = ("Agent", "Access", "Highest authority", "Expires", "Last used", "Status")
+from .base import TableView
 
 
-class GrantsView(View):
+def grant_status(g: dict[str, Any]) -> str:
+    expired = g["expires"] is not None and g["expires"] < time.time()
+    return "revoked" if g["revoked"] else ("expired" if expired else "active")
+
+
+class GrantColumn(Column):  # a row: a dict of Vault.grants(); agent and compartment names are their creators'
+    AGENT = ColumnSpec("Agent", lambda g: g["agent"], limit=200)
+    ACCESS = ColumnSpec("Access", lambda g: ", ".join(f"{c}: {lv}" for c, lv in g["scopes"].items()), limit=200,
+                        sizing=Sizing.STRETCH)
+    MAX_CLASS = ColumnSpec("Highest authority", lambda g: g["max_class"], limit=200)
+    EXPIRES = ColumnSpec("Expires", lambda g: fmt_time(g["expires"]) or "never", limit=200)
+    LAST_USED = ColumnSpec("Last used", lambda g: fmt_time(g["last_used"]) or "never", limit=200)
+    STATUS = ColumnSpec("Status", grant_status, limit=200)
+
+
+class GrantsView(TableView):
     name = "grants"
     title = "Grants"
     icon = "grants"
     shortcut = "Ctrl+5"
+    depends_on = ("grants",)
+    columns = GrantColumn
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -41,50 +54,19 @@ class GrantsView(View):
         self.revoke_button.clicked.connect(self._revoke)
         self.header.addWidget(self.new_button)
         self.header.addWidget(self.revoke_button)
-        self.model = QStandardItemModel(0, len(COLUMNS), self)
-        self.model.setHorizontalHeaderLabels(COLUMNS)
-        self.table = QTableView()
-        self.table.setModel(self.model)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.setAlternatingRowColors(True)
-        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.table.setAccessibleName("grants")
-        self.root.addWidget(self.table, 1)
-        self._grants: list[dict[str, Any]] = []
 
-    def load(self) -> None:
-        def done(grants: list[dict[str, Any]]) -> None:
-            self._grants = grants
-            self.model.removeRows(0, self.model.rowCount())
-            now = time.time()
-            for g in grants:
-                access = ", ".join(f"{c}: {lv}" for c, lv in g["scopes"].items())
-                expired = g["expires"] is not None and g["expires"] < now
-                status = "revoked" if g["revoked"] else ("expired" if expired else "active")
-                row = [g["agent"], access, g["max_class"], fmt_time(g["expires"]) or "never",
-                       fmt_time(g["last_used"]) or "never", status]
-                # Agent and compartment names are text their creators chose: shown escaped.
-                items = [QStandardItem(safe_text(str(x), 200, single_line=True)) for x in row]
-                items[0].setData(g["grant_id"], Qt.ItemDataRole.UserRole)
-                if g["revoked"]:
-                    for it in items:
-                        it.setForeground(self.palette().placeholderText())
-                self.model.appendRow(items)
-            self.table.resizeColumnsToContents()
-            self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-            active = sum(1 for g in grants if not g["revoked"])
-            self.title_label.setText(f"Grants  ({active} active)")
-            self.new_button.setEnabled(bool(self.window_.info.get("is_owner")))
-            self.loaded.emit()
+    @staticmethod
+    def fetch(vault: Any) -> Any:
+        return vault.grants()
 
-        self.client.submit(lambda ctx: ctx.vault.grants(), done, self.window_.show_error, context=self)
+    def foreground(self, g: dict[str, Any]) -> Any:
+        return QGuiApplication.palette().placeholderText() if g["revoked"] else None
 
-    def _selected(self) -> dict[str, Any] | None:
-        idx = self.table.currentIndex()
-        return self._grants[idx.row()] if idx.isValid() and idx.row() < len(self._grants) else None
+    def show_rows(self, grants: list[dict[str, Any]]) -> None:
+        super().show_rows(grants)
+        active = sum(1 for g in grants if not g["revoked"])
+        self.title_label.setText(f"Grants  ({active} active)")
+        self.new_button.setEnabled(bool(self.window_.info.get("is_owner")))
 
     def _new(self) -> None:
         dlg = GrantDialog(self.window_.info.get("compartments", []), self)
@@ -92,9 +74,9 @@ class GrantsView(View):
             return
         r = dlg.result_
 
-        def job(ctx):
-            ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"], expires=r["expires"])
-            return Changes(grants=True)
+        def job(ctx):  # (mutate broadcasts what create_grant reports; everything, until it reports Changes)
+            return ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"],
+                                          expires=r["expires"])
 
         self.client.mutate(job, lambda _c: Ask.inform(self, "Grant created",
                                                       f"Saved {r['path']}. Give this file to {r['agent']}; it is its "
@@ -102,7 +84,7 @@ class GrantsView(View):
                            self.window_.show_error, context=self)
 
     def _revoke(self) -> None:
-        g = self._selected()
+        g = self.selected()
         if g is None or g["revoked"]:
             return
         access = safe_text(", ".join(f"{c} ({lv})" for c, lv in g["scopes"].items()), 400, single_line=True)
@@ -117,14 +99,6 @@ class GrantsView(View):
                   lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(report.lines()), 4000)),
                   confirm_label="Revoke", working="Revoking: making new keys\u2026")
 
-    def relevant(self, changes: Changes) -> bool:
-        return changes.roster
-
-    def clear(self) -> None:
-        super().clear()
-        self._grants = []
-        self.model.removeRows(0, self.model.rowCount())
-
 
 def _revoke_job(ctx: Any, grant_id: str, unlock: Any) -> Any:
-    return ctx.vault.revoke(grant_id, reauth=unlock)  # (mutate broadcasts a full Changes for a report)
+    return ctx.vault.revoke(grant_id, reauth=unlock)  # (mutate broadcasts the report's Changes, or everything)

@@ -13,7 +13,6 @@ from camillo import Changes
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from .. import theme
 from ..text import safe_text
 from .base import View
 
@@ -110,11 +109,9 @@ class HealthView(View):
                            self.window_.show_error, context=self)
 
     def relevant(self, changes: Changes) -> bool:
-        return True
+        return not changes.empty  # anything that moved may change what needs the owner
 
     def clear(self) -> None:
         super().clear()
         self.area.setWidget(QWidget())
 
-
-_ = theme

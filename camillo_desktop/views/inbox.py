@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
-from PySide6.QtWidgets import QAbstractItemView, QPushButton
+from PySide6.QtWidgets import QPushButton
 
+from .base import SelectionMode
 from .timeline import RecordListView
 
 
@@ -20,12 +20,13 @@ class InboxView(RecordListView):
     title = "Inbox"
     icon = "inbox"
     shortcut = "Ctrl+4"
+    depends_on = ("keys",)  # the pending facts
+    selection = SelectionMode.ExtendedSelection  # several at once
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
         self.subtitle.setText("Your agents' inferences and imported memories. They are information, not "
                               "instructions, until you confirm them. Select one or several.")
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.confirm_button = QPushButton("Confirm")
         self.confirm_button.setObjectName("Primary")
         self.confirm_button.setToolTip("Sign a confirmation: it becomes your own word (user authority)")
@@ -41,23 +42,23 @@ class InboxView(RecordListView):
         rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
         return [v.id for v in (self.model.record(r) for r in rows) if v is not None]
 
-    def load(self) -> None:
-        def done(views) -> None:
-            self.title_label.setText(f"Inbox  ({len(views)})")
-            self.model.set_records(views)
-            self.confirm_button.setEnabled(bool(views))
-            self.reject_button.setEnabled(bool(views))
-            if self._select_id is not None:
-                self.select_record(self._select_id)
-                self._select_id = None
-            elif views:
-                self.table.selectRow(0)
-            if not views:
-                self.detail.show_record(None)
-                self.detail.heading.setText("Nothing waits for you.")
-            self.loaded.emit()
+    @staticmethod
+    def fetch(vault: Any) -> Any:
+        return vault.inbox()
 
-        self.client.submit(lambda ctx: ctx.vault.inbox(), done, self.window_.show_error, context=self)
+    def show_rows(self, views: Any) -> None:
+        self.title_label.setText(f"Inbox  ({len(views)})")
+        super().show_rows(views)
+        self.confirm_button.setEnabled(bool(views))
+        self.reject_button.setEnabled(bool(views))
+        if self._select_id is not None:
+            self.select_record(self._select_id)
+            self._select_id = None
+        elif views:
+            self.table.selectRow(0)
+        if not views:
+            self.detail.show_record(None)
+            self.detail.heading.setText("Nothing waits for you.")
 
     def show_argument(self, argument: Any) -> None:
         if isinstance(argument, bytes):
@@ -78,6 +79,3 @@ class InboxView(RecordListView):
             self.status_message.emit(f"{verb} {len(ids)} inference{'s' if len(ids) != 1 else ''}.")
 
         self.client.mutate(job, done, self.window_.show_error, context=self)
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.facts or changes.timeline

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
+from camillo.errors import Cancelled
 from PySide6.QtWidgets import QLabel
 
 from ..text import safe_text
@@ -26,6 +26,7 @@ class SearchView(RecordListView):
     title = "Search"
     icon = "search"
     shortcut = ""
+    depends_on = ("timeline",)  # records came or went
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -50,7 +51,7 @@ class SearchView(RecordListView):
         query = self.query
         if not query.strip():
             self.count.setText("Type in the search field above (Ctrl+F).")
-            self.model.set_records([])
+            self.model.set_rows([])
             self.detail.show_record(None)
             return  # nothing was loaded: no ``loaded``
 
@@ -59,7 +60,7 @@ class SearchView(RecordListView):
                 return  # a newer search is running
             shown = safe_text(query, 120, single_line=True)
             self.count.setText(f"{len(views)} result{'s' if len(views) != 1 else ''} for \u201c{shown}\u201d")
-            self.model.set_records(views)
+            self.model.set_rows(views)
             self.loaded.emit()
 
         def failed(exc: BaseException) -> None:
@@ -69,18 +70,13 @@ class SearchView(RecordListView):
         self.client.submit(lambda ctx: ctx.vault.search(query), done, failed, context=self, label="searching")
 
     def _failed(self, exc: BaseException) -> None:
-        from camillo.errors import Cancelled
-
         if isinstance(exc, Cancelled):
             return
         self.count.setText(safe_text(str(exc), 400, single_line=True))
-        self.model.set_records([])
+        self.model.set_rows([])
         self.loaded.emit()
 
     def clear(self) -> None:
         super().clear()
         self.query = ""
         self.count.setText("")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.timeline or changes.facts

@@ -9,54 +9,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QCheckBox,
-    QComboBox,
-    QHeaderView,
-    QLabel,
-    QSplitter,
-    QTableView,
-)
+from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QLabel, QSplitter, QWidget
 
-from ..models import Col, RecordTableModel, Role
+from ..models import RecordColumn, RecordTableModel
 from ..text import safe_text
-from ..widgets import BadgeDelegate
-from .base import View
+from .base import TableView
 from .detail import DetailPane
 
 
-class RecordTable(QTableView):
-    def __init__(self, model: RecordTableModel) -> None:
-        super().__init__()
-        self.setModel(model)
-        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setAlternatingRowColors(True)
-        self.setShowGrid(False)
-        self.setWordWrap(False)
-        self.verticalHeader().hide()
-        self.verticalHeader().setDefaultSectionSize(26)
-        self.setItemDelegateForColumn(Col.AUTHORITY, BadgeDelegate(self))
-        h = self.horizontalHeader()
-        h.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        h.setStretchLastSection(True)
-        for col, width in ((Col.TIME, 122), (Col.COMPARTMENT, 104), (Col.TYPE, 92), (Col.AUTHORITY, 86),
-                           (Col.WRITER, 118)):
-            self.setColumnWidth(col, width)
-        self.setAccessibleName("records")
-
-
-class RecordListView(View):
+class RecordListView(TableView):
     """A record table with a detail pane; subclasses decide which ids it shows."""
+
+    columns = RecordColumn
+    grid = False
+    dense = True
+    table_name = "records"
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
-        self.model = RecordTableModel(client, self)
-        self.table = RecordTable(self.model)
-        self.detail = DetailPane(client)
+        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.model.rows_arrived.connect(self._refresh_detail)
+        self._select_after_load: bytes | None = None
+
+    def make_model(self) -> RecordTableModel:
+        return RecordTableModel(self.client, self)
+
+    def body(self) -> QWidget:
+        self.detail = DetailPane(self.client)
         self.detail.source_requested.connect(lambda rid: self.window_.show_record(rid))
         self.detail.copy_requested.connect(lambda text: self.window_.copy_text(text))
         self.detail.forget_requested.connect(self._forget)
@@ -67,10 +47,7 @@ class RecordListView(View):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setSizes([800, 380])
-        self.root.addWidget(self.splitter, 1)
-        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
-        self.model.rows_arrived.connect(self._refresh_detail)
-        self._select_after_load: bytes | None = None
+        return self.splitter
 
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         self.detail.show_record(self.model.record(current.row()) if current.isValid() else None)
@@ -113,13 +90,8 @@ class RecordListView(View):
         self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
         return True
 
-    def current_record(self):
-        idx = self.table.currentIndex()
-        return self.model.data(self.model.index(idx.row(), 0), Role.RECORD) if idx.isValid() else None
-
     def clear(self) -> None:
         super().clear()
-        self.model.set_ids([])
         self.detail.show_record(None)
 
 
@@ -128,6 +100,7 @@ class TimelineView(RecordListView):
     title = "Timeline"
     icon = "timeline"
     shortcut = "Ctrl+1"
+    depends_on = ("timeline",)  # records came or went
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
@@ -173,9 +146,6 @@ class TimelineView(RecordListView):
             self._set_ids(ids)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="loading the timeline")
-
-    def relevant(self, changes: Changes) -> bool:
-        return changes.timeline or changes.roster
 
     def show_argument(self, argument: Any) -> None:
         if isinstance(argument, bytes):

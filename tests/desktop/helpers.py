@@ -33,6 +33,11 @@ def wait_idle(qtbot, client, timeout: int = 15_000) -> None:
     qtbot.waitUntil(lambda: not client._jobs, timeout=timeout)
 
 
+def cell(model, row: int, column: int) -> str:
+    """The text a table shows in a cell."""
+    return model.data(model.index(row, column))
+
+
 def call(qtbot, client, fn: Callable[[Any], Any], timeout: int = 20_000) -> Any:
     """Run ``fn(ctx)`` on the worker, wait, and return its result (or raise its error)."""
     box: dict[str, Any] = {}

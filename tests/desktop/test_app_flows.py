@@ -141,7 +141,7 @@ def test_create_a_vault_with_the_wizard_and_land_on_the_timeline(qtbot, client, 
     window = make_window()
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
     assert window.current_view().name == "timeline"
-    assert window.views["timeline"].count.text() == "0 records"
+    assert window.pages["timeline"].count.text() == "0 records"
     assert window.windowTitle() == "My memory \u2014 Camillo"
 
     # The phrase really opens it.
@@ -405,30 +405,30 @@ def test_a_vmem_file_opens_read_only(qtbot, client, demo_vault, tmp_path):
 
 
 def test_timeline_shows_the_demo_with_authority_badges(qtbot, demo_window):
-    from camillo_desktop.models import Col
+    from camillo_desktop.models import RecordColumn
     from camillo_desktop.widgets import BADGE_ROLE
 
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     model = view.model
     assert demo_window.current_view() is view
     assert model.total() > 40
     assert view.count.text() == f"{model.total():,} records"
-    badges = [model.data(model.index(r, Col.AUTHORITY), BADGE_ROLE) for r in range(model.rowCount())]
+    badges = [model.data(model.index(r, RecordColumn.AUTHORITY), BADGE_ROLE) for r in range(model.rowCount())]
     assert None not in badges
     assert {"user", "inferred", "observed"} <= set(badges)
-    texts = [model.data(model.index(r, Col.TEXT), DISPLAY) for r in range(model.rowCount())]
+    texts = [model.data(model.index(r, RecordColumn.TEXT), DISPLAY) for r in range(model.rowCount())]
     assert any("Lisbon" in t for t in texts)
     assert not any("4921" in t for t in texts)  # the erased PIN message is gone
     assert not any("wrong chat" in t for t in texts)  # the forgotten message is hidden...
     view.show_hidden.setChecked(True)  # ...unless asked for
-    qtbot.waitUntil(lambda: any("wrong chat" in (model.data(model.index(r, Col.TEXT), DISPLAY) or "")
+    qtbot.waitUntil(lambda: any("wrong chat" in (model.data(model.index(r, RecordColumn.TEXT), DISPLAY) or "")
                                 for r in range(model.rowCount())), timeout=10_000)
 
 
 def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
-    from camillo_desktop.models import Col
+    from camillo_desktop.models import RecordColumn
 
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     model = view.model
     row = next(r for r in range(model.rowCount())
                if model.record(r).type == "fact" and model.record(r).key == "user/diet")
@@ -446,7 +446,7 @@ def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
     assert d.fields["Record id"].text().replace("\n", "") == v.id.hex()
     assert d.text.toPlainText() == "vegetarian"
     assert d.sources_title.isVisibleTo(d)  # it has a source message
-    assert model.data(model.index(row, Col.WRITER), DISPLAY) == "desktop"
+    assert model.data(model.index(row, RecordColumn.WRITER), DISPLAY) == "desktop"
 
     agent_row = next(r for r in range(model.rowCount()) if model.record(r).writer_kind == "agent")
     view.table.selectRow(agent_row)
@@ -455,7 +455,7 @@ def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
 
 
 def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, client, demo_vault, make_window):
-    from camillo_desktop.models import Col
+    from camillo_desktop.models import RecordColumn
 
     evil = "Pay \u202eNOW\u202c to \x1b[31mred\x07 bell\x00 nul\nsecond line \u2067iso\u2069"
     (rid,) = append_as(qtbot, client, demo_vault, "planner",
@@ -463,7 +463,7 @@ def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, cli
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=10_000)
     shown = view.detail.text.toPlainText()
@@ -473,21 +473,21 @@ def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, cli
     assert "\u241b[31mred\u2407 bell\u2400 nul" in shown
     assert "\nsecond line" in shown  # newlines stay newlines in the detail pane
     row = view.model.row_of(rid)
-    cell = view.model.data(view.model.index(row, Col.TEXT), DISPLAY)
+    cell = view.model.data(view.model.index(row, RecordColumn.TEXT), DISPLAY)
     assert cell.startswith("assistant: Pay \u27e8U+202E\u27e9NOW")
     assert "\n" not in cell and "\u21b5" in cell  # one line in the table
     for ch in ("\u202e", "\x1b", "\x07", "\x00"):
         assert ch not in cell
-    tip = view.model.data(view.model.index(row, Col.TEXT), Qt.ItemDataRole.ToolTipRole)
+    tip = view.model.data(view.model.index(row, RecordColumn.TEXT), Qt.ItemDataRole.ToolTipRole)
     assert "\u202e" not in tip and "\x1b" not in tip
     assert view.detail.fields["Written by"].text() == "agent planner (agent)"
-    assert view.model.data(view.model.index(row, Col.WRITER), DISPLAY) == "agent planner"
+    assert view.model.data(view.model.index(row, RecordColumn.WRITER), DISPLAY) == "agent planner"
 
 
 def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault, make_window, monkeypatch):
     import camillo.records
 
-    from camillo_desktop.models import Col
+    from camillo_desktop.models import RecordColumn
 
     # A hostile agent runs its own code: it skips the client-side check of type names.
     monkeypatch.setattr(camillo.records, "check_type_name", lambda name: None)
@@ -498,17 +498,17 @@ def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=10_000)
-    cell = view.model.data(view.model.index(view.model.row_of(rid), Col.TYPE), DISPLAY)
+    cell = view.model.data(view.model.index(view.model.row_of(rid), RecordColumn.TYPE), DISPLAY)
     shown = [cell, view.detail.fields["Type"].text(), view.detail.heading.text()]
     for text in shown:
         assert "\u202e" not in text and "\x1b" not in text, repr(text)
 
 
 def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_vault, make_window):
-    from camillo_desktop.models import Col
+    from camillo_desktop.models import RecordColumn
     from camillo_desktop.views.detail import TEXT_PREFIX
 
     big = ("All work and no play makes Jack a dull boy. " * 24_000)[:1_000_000] + "\nTHE END"
@@ -517,7 +517,7 @@ def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_v
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     stalls = StallMeter()
     assert view.select_record(rid)
     qtbot.waitUntil(lambda: view.detail.record is not None and view.detail.record.id == rid, timeout=15_000)
@@ -530,7 +530,7 @@ def test_a_one_megabyte_message_does_not_freeze_the_window(qtbot, client, demo_v
     assert len(shown) == TEXT_PREFIX and big.startswith(shown)
     assert view.detail.truncated and view.detail.more_button.isVisibleTo(view.detail)
     assert f"first {TEXT_PREFIX:,} of {len(big):,} characters" in view.detail.more_label.text()
-    cell = view.model.data(view.model.index(view.model.row_of(rid), Col.TEXT), DISPLAY)
+    cell = view.model.data(view.model.index(view.model.row_of(rid), RecordColumn.TEXT), DISPLAY)
     assert len(cell) <= 240
     print(f"\n1 MB message: largest GUI stall {stalls.worst * 1000:.0f} ms")
     assert stalls.worst < 2.0, f"the GUI froze for {stalls.worst:.2f} s"
@@ -575,11 +575,11 @@ def test_a_table_cell_of_a_huge_message_does_not_scan_all_of_it(monkeypatch):
 
 def show_facts(qtbot, window):
     wait_view(qtbot, window, "facts", lambda: window.show_view("facts"))
-    return window.views["facts"]
+    return window.pages["facts"]
 
 
 def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
-    from camillo_desktop.models import FactsModel
+    from camillo_desktop.models import FactColumn
 
     view = show_facts(qtbot, demo_window)
     model = view.model
@@ -588,7 +588,7 @@ def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
         parent = model.index(s, 0)
         for r in range(model.rowCount(parent)):
             f = model.fact(model.index(r, 0, parent))
-            status[f.key] = model.data(model.index(r, FactsModel.FCol.STATUS, parent), DISPLAY)
+            status[f.key] = model.data(model.index(r, FactColumn.STATUS, parent), DISPLAY)
     assert status["user/favorite_coffee"] == "conflict"
     assert status["user/meeting_time"] == "pending"
     assert status["user/home_city"] == "ok"
@@ -641,7 +641,7 @@ def test_why_does_the_agent_believe_this_opens_the_source_message(qtbot, demo_wi
 
 def search(qtbot, window, query: str):
     """Type the query in the search field, press Enter, wait for its results (or its error)."""
-    view = window.views["search"]
+    view = window.pages["search"]
     window.search.clear()
     qtbot.keyClicks(window.search, query)
     qtbot.keyClick(window.search, Qt.Key.Key_Return)
@@ -650,7 +650,7 @@ def search(qtbot, window, query: str):
 
 
 def test_the_first_search_reports_ready_only_with_its_results(qtbot, demo_window):
-    view = demo_window.views["search"]
+    view = demo_window.pages["search"]
     seen: list[str] = []
     demo_window.view_ready.connect(lambda name: seen.append(view.count.text()) if name == "search" else None)
     qtbot.keyClicks(demo_window.search, "morning")
@@ -698,7 +698,7 @@ def test_escape_clears_the_search_field(qtbot, demo_window):
 
 
 def timeline_cleared(window) -> bool:
-    view = window.views["timeline"]
+    view = window.pages["timeline"]
     return view.model.rowCount() == 0 and view.detail.record is None
 
 
@@ -720,7 +720,7 @@ def test_ctrl_l_locks_clears_the_views_and_asks_to_unlock(qtbot, client, demo_wi
         dlg = dialogs[0]
         seen["driven"] = True
         seen["cleared"] = timeline_cleared(window)
-        seen["facts_cleared"] = window.views["facts"].model.rowCount() == 0
+        seen["facts_cleared"] = window.pages["facts"].model.rowCount() == 0
         seen["status"] = window.status_sync.text()
         seen["path"] = dlg.path
         seen["title"] = dlg.windowTitle()
@@ -734,7 +734,7 @@ def test_ctrl_l_locks_clears_the_views_and_asks_to_unlock(qtbot, client, demo_wi
         with qtbot.waitSignal(client.vault_locked, timeout=10_000):
             QTest.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda: "driven" in seen, timeout=10_000)
-        qtbot.waitUntil(lambda: client.is_open and window.views["timeline"].model.rowCount() > 0, timeout=20_000)
+        qtbot.waitUntil(lambda: client.is_open and window.pages["timeline"].model.rowCount() > 0, timeout=20_000)
     finally:
         driver.stop()
     assert seen["cleared"] and seen["facts_cleared"]
@@ -830,7 +830,7 @@ def test_copy_button_of_the_detail_pane(qtbot, demo_window, settings):
     from camillo_desktop.settings import Setting
 
     settings.set(Setting.CLIPBOARD_SECONDS, 30)
-    view = demo_window.views["timeline"]
+    view = demo_window.pages["timeline"]
     qtbot.waitUntil(lambda: view.detail.record is not None, timeout=5000)
     assert view.detail.copy_button.isEnabled()
     qtbot.mouseClick(view.detail.copy_button, Qt.MouseButton.LeftButton)
@@ -908,7 +908,7 @@ def test_lock_clears_search_results(qtbot, client, demo_window):
     with qtbot.waitSignal(client.vault_locked, timeout=10_000):
         demo_window.lock()
     assert view.model.rowCount() == 0 and view.detail.record is None
-    facts = demo_window.views["facts"]
+    facts = demo_window.pages["facts"]
     assert facts.model.rowCount() == 0 and facts.history.rowCount() == 0 and facts.value_label.text() == ""
 
 

@@ -19,7 +19,10 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence, QUndoStack
 from PySide6.QtWidgets import QApplication, QDialog
 
-from .helpers import call, no_guard, wait_idle
+from camillo_desktop.views.devices import DeviceColumn
+from camillo_desktop.views.grants import GrantColumn
+
+from .helpers import call, cell, no_guard, wait_idle
 
 WRONG = Unlock.passphrase("not the passphrase")
 
@@ -164,9 +167,9 @@ def test_create_a_grant_then_revoke_it(qtbot, client, demo_window, demo_vault, t
     assert os.path.exists(grant_file)
     assert view.model.rowCount() == rows_before + 1
     assert informed.messages[-1][:1] == ("Grant created", )
-    row = next(r for r in range(view.model.rowCount()) if view.model.item(r, 0).text() == "trip-planner-2")
-    assert "work: write" in view.model.item(row, 1).text() and "personal: append" in view.model.item(row, 1).text()
-    assert view.model.item(row, 5).text() == "active"
+    row = next(r for r in range(view.model.rowCount()) if cell(view.model, r, GrantColumn.AGENT) == "trip-planner-2")
+    assert "work: write" in cell(view.model, row, GrantColumn.ACCESS) and "personal: append" in cell(view.model, row, GrantColumn.ACCESS)
+    assert cell(view.model, row, GrantColumn.STATUS) == "active"
 
     # The agent can use it: it writes to work.
     def agent_writes(ctx):
@@ -183,8 +186,8 @@ def test_create_a_grant_then_revoke_it(qtbot, client, demo_window, demo_vault, t
     titles = [t for t, _ in informed.messages]
     assert "Not confirmed" in titles and titles.index("Not confirmed") < titles.index("Revoked")
     assert reauth == []
-    row = next(r for r in range(view.model.rowCount()) if view.model.item(r, 0).text() == "trip-planner-2")
-    assert view.model.item(row, 5).text() == "revoked"
+    row = next(r for r in range(view.model.rowCount()) if cell(view.model, r, GrantColumn.AGENT) == "trip-planner-2")
+    assert cell(view.model, row, GrantColumn.STATUS) == "revoked"
     with no_guard(), pytest.raises(camillo.VaultError, match="revoked"):
         Vault.open(demo_vault.path, Unlock.grant(grant_file))
 
@@ -200,8 +203,8 @@ def test_revoke_grant_dialog_names_what_the_agent_loses_and_keeps(qtbot, client,
         return None  # the user cancels
 
     monkeypatch.setattr(flows.ReauthDialog, "ask", classmethod(lambda cls, *a, **kw: ask(*a, **kw)))
-    active = next(r for r in range(view.model.rowCount()) if view.model.item(r, 5).text() == "active")
-    agent = view.model.item(active, 0).text()
+    active = next(r for r in range(view.model.rowCount()) if cell(view.model, r, GrantColumn.STATUS) == "active")
+    agent = cell(view.model, active, GrantColumn.AGENT)
     view.table.selectRow(active)
     click(qtbot, view.revoke_button)
     assert agent in seen["purpose"]
@@ -283,7 +286,7 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
 
         # The laptop is lost.  On the desktop: Devices -> revoke, after re-authentication.
         devices = wait_view(qtbot, demo_window, "devices")
-        row = next(r for r in range(devices.model.rowCount()) if devices.model.item(r, 0).text() == "Travel laptop")
+        row = next(r for r in range(devices.model.rowCount()) if cell(devices.model, r, DeviceColumn.NAME) == "Travel laptop")
         devices.table.selectRow(row)
         reauth.append(demo_vault.unlock())
         with qtbot.waitSignal(devices.loaded, timeout=60_000):
@@ -291,8 +294,8 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
         qtbot.waitUntil(lambda: any(t == "Device revoked" for t, _ in informed.messages), timeout=60_000)
         summary = dict(informed.messages)["Device revoked"]
         assert "already read stays exposed" in summary
-        row = next(r for r in range(devices.model.rowCount()) if devices.model.item(r, 0).text() == "Travel laptop")
-        assert devices.model.item(row, 4).text() == "revoked"
+        row = next(r for r in range(devices.model.rowCount()) if cell(devices.model, r, DeviceColumn.NAME) == "Travel laptop")
+        assert cell(devices.model, row, DeviceColumn.STATUS) == "revoked"
         call(qtbot, client, lambda ctx: ctx.vault.append([NewRecord(type="message", text="AFTER THE LOSS")]))
 
         # The thief, with the laptop's vault still open, writes: every other copy rejects it.
@@ -399,13 +402,13 @@ def test_irreversible_actions_always_reauthenticate_and_cancel_changes_nothing(q
     qtbot.waitUntil(lambda: len(asked) == 1, timeout=15_000)
     # Revoke a grant: cancel.
     grants = wait_view(qtbot, demo_window, "grants")
-    grants.table.selectRow(next(r for r in range(grants.model.rowCount()) if grants.model.item(r, 5).text() == "active"))
+    grants.table.selectRow(next(r for r in range(grants.model.rowCount()) if cell(grants.model, r, GrantColumn.STATUS) == "active"))
     reauth.append(None)
     click(qtbot, grants.revoke_button)
     # Revoke a device: cancel (the demo has a laptop).
     devices = wait_view(qtbot, demo_window, "devices")
     devices.table.selectRow(next(r for r in range(devices.model.rowCount())
-                                 if devices.model.item(r, 4).text() not in ("this device", "revoked", "old key, replaced")))
+                                 if cell(devices.model, r, DeviceColumn.STATUS) not in ("this device", "revoked", "old key, replaced")))
     reauth.append(None)
     click(qtbot, devices.revoke_button)
     # Change the passphrase and re-issue the recovery phrase: cancel.

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 import unicodedata
 
 import camillo
@@ -149,7 +150,7 @@ def test_every_override_of_a_qt_method_in_the_app_is_guarded():
 
 
 def test_every_field_a_writer_chose_is_shown_escaped(qtbot, client, open_demo):
-    from camillo_desktop.models import Col, FactsModel, HistoryModel, RecordTableModel
+    from camillo_desktop.models import FactsModel, HistoryModel, RecordColumn, RecordTableModel
     from camillo_desktop.views.detail import DetailPane
 
     open_demo()
@@ -157,13 +158,13 @@ def test_every_field_a_writer_chose_is_shown_escaped(qtbot, client, open_demo):
     v = dataclasses.replace(fact.current, type=EVIL, compartment=EVIL, writer=EVIL, key=f"user/{EVIL}", text=EVIL,
                             conversation=EVIL, role=EVIL, reason=EVIL, valid=False)
     model = RecordTableModel(None)
-    model.set_records([v])
-    for col in Col:
+    model.set_rows([v])
+    for col in RecordColumn:
         for role in (DISPLAY, Qt.ItemDataRole.ToolTipRole):
             value = model.data(model.index(0, col), role)
             if value is not None:
                 assert_clean(value)
-    assert "&lt;b&gt;" in model.data(model.index(0, Col.TEXT), Qt.ItemDataRole.ToolTipRole)
+    assert "&lt;b&gt;" in model.data(model.index(0, RecordColumn.TEXT), Qt.ItemDataRole.ToolTipRole)
     history = HistoryModel()
     history.set_records([v])
     for col in range(history.columnCount()):
@@ -174,6 +175,24 @@ def test_every_field_a_writer_chose_is_shown_escaped(qtbot, client, open_demo):
     assert_clean(facts.data(parent, DISPLAY))
     for col in range(facts.columnCount()):
         assert_clean(facts.data(facts.index(0, col, parent), DISPLAY) or "")
+    from camillo_desktop.models import TableModel
+    from camillo_desktop.views.activity import ActivityColumn
+    from camillo_desktop.views.devices import DeviceColumn
+    from camillo_desktop.views.grants import GrantColumn
+
+    rows = {
+        ActivityColumn: {"ts": 1, "writer": EVIL, "writer_kind": EVIL, "compartment": EVIL, "summary": EVIL,
+                         "records": 1, "verified": EVIL, "status": EVIL},
+        GrantColumn: {"agent": EVIL, "scopes": {EVIL: EVIL}, "max_class": EVIL, "expires": None, "last_used": None,
+                      "revoked": False},
+        DeviceColumn: types.SimpleNamespace(name=EVIL, platform=EVIL, enrolled=1, last_seen=None, revoked=False,
+                                            replaced=False, this_device=False),
+    }
+    for columns, row in rows.items():
+        table = TableModel(columns)
+        table.set_rows([row])
+        for col in columns:
+            assert_clean(table.data(table.index(0, col), DISPLAY))
     pane = DetailPane(client)
     qtbot.addWidget(pane)
     pane.show_record(v)
@@ -226,7 +245,7 @@ def test_after_lock_and_cancel_the_window_offers_to_unlock(qtbot, client, demo_w
     with qtbot.waitSignal(window.view_ready, timeout=20_000, check_params_cb=lambda n: n == "facts"):
         window.nav.setCurrentRow(facts_row)
     assert len(unlock_prompts.asked) == 5
-    assert client.is_open and window.current_view() is window.views["facts"]
+    assert client.is_open and window.current_view() is window.pages["facts"]
     assert window.actions_[Action.LOCK].text() == "&Lock" and window.search.isEnabled()
 
 
@@ -249,7 +268,7 @@ def test_lock_clears_the_search_field_the_results_and_our_clipboard(qtbot, clien
 
     settings.set(Setting.CLIPBOARD_SECONDS, 60)
     window = demo_window
-    view = window.views["search"]
+    view = window.pages["search"]
     window.search.setText("morning")
     with qtbot.waitSignal(window.view_ready, timeout=15_000, check_params_cb=lambda n: n == "search"):
         window._search()
@@ -304,7 +323,7 @@ def test_a_lock_callback_given_while_locking_is_called(qtbot, client, open_demo)
 
 def test_only_the_latest_search_is_shown(qtbot, demo_window):
     window = demo_window
-    view = window.views["search"]
+    view = window.pages["search"]
     ready: list[str] = []
     window.view_ready.connect(lambda n: ready.append(view.count.text()) if n == "search" else None)
     window.search.setText("morning")
@@ -348,7 +367,7 @@ def test_the_view_names_of_the_command_line_are_the_main_windows(make_window):
     from camillo_desktop.app import VIEW_NAMES
 
     window = make_window(show=False)
-    assert set(VIEW_NAMES) == set(window.views)
+    assert set(VIEW_NAMES) == set(window.pages)
 
 
 DEMO_FROM_WELCOME_THEN_QUIT = """

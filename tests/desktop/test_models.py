@@ -65,7 +65,7 @@ def decoded_rows(model) -> set[int]:
 
 
 def test_record_table_model_empty_and_with_demo_ids(qtbot, qtmodeltester, client, open_demo):
-    from camillo_desktop.models import Col, RecordTableModel, Role
+    from camillo_desktop.models import RecordColumn, RecordTableModel, Role
     from camillo_desktop.widgets import BADGE_ROLE
 
     open_demo()
@@ -78,8 +78,8 @@ def test_record_table_model_empty_and_with_demo_ids(qtbot, qtmodeltester, client
     # Before any row arrived: placeholders only.
     assert model.rowCount() == len(ids) == model.total()
     assert model.record(0) is None
-    assert model.data(model.index(0, Col.TEXT), DISPLAY) == "\u2026"
-    assert model.data(model.index(0, Col.AUTHORITY), BADGE_ROLE) is None
+    assert model.data(model.index(0, RecordColumn.TEXT), DISPLAY) == "\u2026"
+    assert model.data(model.index(0, RecordColumn.AUTHORITY), BADGE_ROLE) is None
     assert model.data(model.index(0, 0), Role.RECORD_ID) == ids[0]
     qtmodeltester.check(model)
 
@@ -88,10 +88,10 @@ def test_record_table_model_empty_and_with_demo_ids(qtbot, qtmodeltester, client
     wait_idle(qtbot, client)
     qtmodeltester.check(model)
     assert all(model.record(r) is not None for r in range(model.rowCount()))
-    labels = {model.data(model.index(r, Col.AUTHORITY), BADGE_ROLE) for r in range(model.rowCount())}
+    labels = {model.data(model.index(r, RecordColumn.AUTHORITY), BADGE_ROLE) for r in range(model.rowCount())}
     assert {"user", "inferred"} <= labels
     assert model.data(model.index(0, 0), Role.RECORD).id == ids[0]
-    assert model.headerData(Col.WRITER, Qt.Orientation.Horizontal) == "Written by"
+    assert model.headerData(RecordColumn.WRITER, Qt.Orientation.Horizontal) == "Written by"
     qtmodeltester.check(model, force_py=True)
 
 
@@ -133,7 +133,7 @@ def test_fetch_more_with_the_model_tester_attached_never_shows_more_rows_than_id
 
 
 def test_facts_model(qtbot, qtmodeltester, client, open_demo):
-    from camillo_desktop.models import FactsModel, Role
+    from camillo_desktop.models import FactColumn, FactsModel, Role
     from camillo_desktop.widgets import BADGE_COLOR_ROLE, BADGE_ROLE
 
     open_demo()
@@ -147,12 +147,12 @@ def test_facts_model(qtbot, qtmodeltester, client, open_demo):
     assert subjects == ["user  (9)", "work  (1)"]
     coffee = model.find("user/favorite_coffee")
     assert coffee.isValid()
-    assert model.data(coffee.siblingAtColumn(FactsModel.FCol.STATUS), DISPLAY) == "conflict"
-    assert model.data(coffee.siblingAtColumn(FactsModel.FCol.STATUS), BADGE_ROLE) == "conflict"
-    assert model.data(coffee.siblingAtColumn(FactsModel.FCol.STATUS), BADGE_COLOR_ROLE)
+    assert model.data(coffee.siblingAtColumn(FactColumn.STATUS), DISPLAY) == "conflict"
+    assert model.data(coffee.siblingAtColumn(FactColumn.STATUS), BADGE_ROLE) == "conflict"
+    assert model.data(coffee.siblingAtColumn(FactColumn.STATUS), BADGE_COLOR_ROLE)
     assert model.data(coffee, Role.FACT).key == "user/favorite_coffee"
     meeting = model.find("user/meeting_time")
-    assert model.data(meeting.siblingAtColumn(FactsModel.FCol.STATUS), DISPLAY) == "pending"
+    assert model.data(meeting.siblingAtColumn(FactColumn.STATUS), DISPLAY) == "pending"
     assert model.fact(model.index(0, 0)) is None  # a subject row is not a fact
     model.set_facts([])
     qtmodeltester.check(model)
@@ -177,7 +177,7 @@ def test_history_model(qtbot, qtmodeltester, client, open_demo):
 
 
 def test_lazy_paging_decodes_only_requested_pages(qtbot, client, big_vault, monkeypatch):
-    from camillo_desktop.models import PAGE, Col, RecordTableModel
+    from camillo_desktop.models import PAGE, RecordColumn, RecordTableModel
 
     spy = SubmitSpy(client, monkeypatch)
     model = RecordTableModel(client)
@@ -188,8 +188,8 @@ def test_lazy_paging_decodes_only_requested_pages(qtbot, client, big_vault, monk
     assert model.canFetchMore(QModelIndex())
     assert spy.count == 0  # nothing decoded until a row is asked for
 
-    assert model.data(model.index(5, Col.TEXT), DISPLAY) == "\u2026"
-    assert model.data(model.index(150, Col.TEXT), DISPLAY) == "\u2026"
+    assert model.data(model.index(5, RecordColumn.TEXT), DISPLAY) == "\u2026"
+    assert model.data(model.index(150, RecordColumn.TEXT), DISPLAY) == "\u2026"
     assert spy.count == 1  # one job for the whole first page
     with qtbot.waitSignal(model.rows_arrived, timeout=10_000):
         pass
@@ -198,19 +198,19 @@ def test_lazy_paging_decodes_only_requested_pages(qtbot, client, big_vault, monk
     model.fetchMore(QModelIndex())
     assert model.rowCount() == 2 * PAGE
     assert spy.count == 1  # revealing rows does not decode them
-    assert model.data(model.index(PAGE + 10, Col.TEXT), DISPLAY) == "\u2026"
+    assert model.data(model.index(PAGE + 10, RecordColumn.TEXT), DISPLAY) == "\u2026"
     assert spy.count == 2
     with qtbot.waitSignal(model.rows_arrived, timeout=10_000):
         pass
     assert decoded_rows(model) == set(range(2 * PAGE))
-    assert model.data(model.index(PAGE + 10, Col.TEXT), DISPLAY).startswith("user: message number")
+    assert model.data(model.index(PAGE + 10, RecordColumn.TEXT), DISPLAY).startswith("user: message number")
 
     while model.canFetchMore(QModelIndex()):
         model.fetchMore(QModelIndex())
     assert model.rowCount() == total
     assert spy.count == 2
     last = total - 1
-    model.data(model.index(last, Col.TEXT), DISPLAY)
+    model.data(model.index(last, RecordColumn.TEXT), DISPLAY)
     with qtbot.waitSignal(model.rows_arrived, timeout=10_000):
         pass
     assert spy.count == 3
@@ -244,12 +244,118 @@ def test_a_view_only_decodes_what_it_shows(qtbot, client, big_vault, monkeypatch
 
 
 def test_set_ids_drops_pages_of_the_previous_list(qtbot, client, big_vault):
-    from camillo_desktop.models import Col, RecordTableModel
+    from camillo_desktop.models import RecordColumn, RecordTableModel
 
     model = RecordTableModel(client)
     model.set_ids(big_vault)
-    model.data(model.index(0, Col.TEXT), DISPLAY)  # request page 0 of the first list
+    model.data(model.index(0, RecordColumn.TEXT), DISPLAY)  # request page 0 of the first list
     model.set_ids(list(reversed(big_vault)))  # replaced before it arrived
-    model.data(model.index(0, Col.TEXT), DISPLAY)
+    model.data(model.index(0, RecordColumn.TEXT), DISPLAY)
     wait_idle(qtbot, client)
     assert model.record(0).id == big_vault[-1]
+
+
+# --------------------------------------------------------------------------- the column-enum tables
+
+
+def row_table_views():
+    from camillo_desktop.views.activity import ActivityView
+    from camillo_desktop.views.devices import DevicesView
+    from camillo_desktop.views.grants import GrantsView
+
+    return {"activity": ActivityView, "grants": GrantsView, "devices": DevicesView}
+
+
+HEADERS = {
+    "activity": ["Time", "Who", "Compartment", "What", "Verified", "Status"],
+    "grants": ["Agent", "Access", "Highest authority", "Expires", "Last used", "Status"],
+    "devices": ["Name", "Platform", "Enrolled", "Last seen", "Status"],
+}
+
+
+@pytest.mark.parametrize("name", ["activity", "grants", "devices"])
+def test_the_row_tables_pass_the_model_tester(qtbot, qtmodeltester, client, open_demo, name):
+    from camillo_desktop.models import Role, TableModel
+
+    cls = row_table_views()[name]
+    open_demo()
+    fetched = call(qtbot, client, lambda ctx: cls.fetch(ctx.vault))
+    rows = fetched[0] if name == "devices" else fetched  # (devices, keychain status)
+    assert rows
+    model = TableModel(cls.columns)
+    qtmodeltester.check(model)
+    model.set_rows(rows)
+    qtmodeltester.check(model)
+    qtmodeltester.check(model, force_py=True)
+    assert [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())] == HEADERS[name]
+    assert model.rowCount() == len(rows)
+    for r in range(model.rowCount()):
+        assert model.row(r) is rows[r] and model.data(model.index(r, 0), Role.ROW) is rows[r]
+        assert all(isinstance(model.data(model.index(r, c), DISPLAY), str) for c in range(model.columnCount()))
+    assert model.row(len(rows)) is None
+    model.set_rows([])
+    qtmodeltester.check(model)
+
+
+def test_a_column_enum_member_is_its_position_and_carries_its_spec():
+    from camillo_desktop.models import FactColumn, HistoryColumn, RecordColumn, Sizing
+
+    for columns in (RecordColumn, FactColumn, HistoryColumn, *(v.columns for v in row_table_views().values())):
+        assert [int(c) for c in columns] == list(range(len(columns)))
+        assert all(columns(int(c)) is c and c.spec.header for c in columns)
+        assert sum(c.spec.sizing is Sizing.STRETCH for c in columns) == 1  # one column takes the rest
+    assert RecordColumn.TEXT.spec.sizing is Sizing.STRETCH and RecordColumn.TIME.spec.width == 122
+
+
+def test_a_table_sizes_and_badges_its_columns_as_the_specs_say(qtbot, client):
+    from PySide6.QtWidgets import QHeaderView
+
+    from camillo_desktop.models import HistoryModel, RecordColumn, RecordTableModel, TableModel
+    from camillo_desktop.views.base import Table
+    from camillo_desktop.widgets import BadgeDelegate
+
+    records = Table(RecordTableModel(client), dense=True, grid=False)
+    qtbot.addWidget(records)
+    header = records.horizontalHeader()
+    assert [records.columnWidth(c) for c in RecordColumn if c.spec.width] == [122, 104, 92, 86, 118]
+    assert header.stretchLastSection()  # the text: the others stay draggable
+    assert all(header.sectionResizeMode(c) == QHeaderView.ResizeMode.Interactive for c in RecordColumn)
+    assert isinstance(records.itemDelegateForColumn(RecordColumn.AUTHORITY), BadgeDelegate)
+    assert not isinstance(records.itemDelegateForColumn(RecordColumn.TEXT), BadgeDelegate)
+    assert not records.showGrid() and not records.wordWrap() and records.verticalHeader().isHidden()
+
+    history = Table(HistoryModel())
+    qtbot.addWidget(history)
+    modes = [history.horizontalHeader().sectionResizeMode(c) for c in range(5)]
+    assert modes == [QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.ResizeToContents,
+                     QHeaderView.ResizeMode.Stretch, QHeaderView.ResizeMode.Fixed,
+                     QHeaderView.ResizeMode.ResizeToContents]
+    assert history.columnWidth(3) == 92 and not history.horizontalHeader().stretchLastSection()
+
+    grants = Table(TableModel(row_table_views()["grants"].columns))
+    qtbot.addWidget(grants)
+    assert grants.horizontalHeader().sectionResizeMode(1) == QHeaderView.ResizeMode.Stretch
+
+
+def test_rejected_writes_are_red_revoked_grants_and_old_devices_dimmed(qapp):
+    import types
+
+    from PySide6.QtGui import QGuiApplication
+
+    from camillo_desktop.models import Role, TableModel
+    from camillo_desktop.views.activity import REJECTED, ActivityView
+    from camillo_desktop.views.devices import DevicesView
+    from camillo_desktop.views.grants import GrantsView
+
+    assert ActivityView.foreground(None, {"status": "rejected: unknown writer"}) == REJECTED
+    assert ActivityView.foreground(None, {"status": "accepted"}) is None
+    dim = QGuiApplication.palette().placeholderText()
+    assert GrantsView.foreground(None, {"revoked": True}) == dim and GrantsView.foreground(None, {"revoked": False}) is None
+    old = types.SimpleNamespace(revoked=False, replaced=True)
+    assert DevicesView.foreground(None, old) == dim
+    model = TableModel(ActivityView.columns, foreground=lambda row: REJECTED)
+    model.set_rows([{"ts": 1, "writer": "w", "writer_kind": "agent", "compartment": "c", "summary": "", "records": 2,
+                     "verified": "signature", "status": "rejected"}])
+    assert model.data(model.index(0, 0), Qt.ItemDataRole.ForegroundRole) == REJECTED
+    assert model.data(model.index(0, 3)) == "2 records"
+    assert model.data(model.index(0, 0), Role.ROW)["status"] == "rejected"

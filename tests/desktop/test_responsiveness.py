@@ -98,7 +98,7 @@ def test_gui_stays_responsive_with_100k_records(qtbot, client, make_window, big_
     with qtbot.waitSignal(window.view_ready, timeout=60_000, check_params_cb=lambda n: n == "timeline"):
         window.vault_opened(box["info"])
     timeline_seconds = time.perf_counter() - t1
-    timeline = window.views["timeline"]
+    timeline = window.pages["timeline"]
     assert timeline.model.total() >= RECORDS
     for _ in range(3):  # scroll to the end of what is loaded: the view asks for more pages
         timeline.table.scrollToBottom()
@@ -110,9 +110,9 @@ def test_gui_stays_responsive_with_100k_records(qtbot, client, make_window, big_
         t2 = time.perf_counter()
         window.search.setText(query)
         window._search()
-        qtbot.waitUntil(lambda q=query: q in window.views["search"].count.text(), timeout=60_000)
+        qtbot.waitUntil(lambda q=query: q in window.pages["search"].count.text(), timeout=60_000)
         search_seconds.append(time.perf_counter() - t2)
-    assert window.views["search"].model.rowCount() > 0
+    assert window.pages["search"].model.rowCount() > 0
     meter.phase = "idle"
     qtbot.wait(50)
     meter.stop()
