@@ -12,6 +12,9 @@ import-linter contract checks it).
 """
 
 from .changes import Changes
+
+# the faces every other face may call (the desktop imports only this package)
+from .demo import DEMO_PASSPHRASE, build_demo_vault
 from .errors import (
     AccessDenied,
     Cancelled,
@@ -25,6 +28,11 @@ from .errors import (
     VaultError,
     WrongCredential,
 )
+from .exporters import KINDS as EXPORT_KINDS
+from .exporters import run_export
+from .importers import KINDS as IMPORT_KINDS
+from .importers import ImportReport, run_import
+from .keychain import KeychainStatus
 from .ops.enrollment import Offer, OfferState
 from .records import Authority
 from .state import FactView, RecordView
@@ -51,6 +59,9 @@ from .vault import Joining, Vault, set_thread_guard
 
 __all__ = [
     "DEFAULT_COMPARTMENTS",
+    "DEMO_PASSPHRASE",
+    "EXPORT_KINDS",
+    "IMPORT_KINDS",
     "AccessDenied",
     "ActivityRow",
     "Authority",
@@ -65,8 +76,10 @@ __all__ = [
     "GrantCreated",
     "GrantInfo",
     "HealthReport",
+    "ImportReport",
     "Joining",
     "KeychainError",
+    "KeychainStatus",
     "NewRecord",
     "NotAVault",
     "Offer",
@@ -86,5 +99,8 @@ __all__ = [
     "VaultError",
     "VaultStats",
     "WrongCredential",
+    "build_demo_vault",
+    "run_export",
+    "run_import",
     "set_thread_guard",
 ]

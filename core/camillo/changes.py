@@ -40,9 +40,10 @@ class Changes:
     note: str = ""
 
     def __or__(self, other: Changes) -> Changes:
+        have_records, have_batches = set(self.records), set(self.batches)
         return Changes(
-            records=self.records + tuple(r for r in other.records if r not in set(self.records)),
-            batches=self.batches + tuple(b for b in other.batches if b not in set(self.batches)),
+            records=self.records + tuple(r for r in other.records if r not in have_records),
+            batches=self.batches + tuple(b for b in other.batches if b not in have_batches),
             written=self.written + other.written,
             keys=self.keys | other.keys,
             compartments=self.compartments | other.compartments,

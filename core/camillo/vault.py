@@ -20,12 +20,13 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from . import hostview, transport
+from . import hostview, keychain, transport
 from .changes import Changes
 from .control import Level
 from .credentials import Credential
 from .errors import VaultError
 from .hostview import HostView
+from .keychain import KeychainStatus
 from .ops import (
     compaction,
     credentials,
@@ -186,6 +187,12 @@ class Vault:
     def merge(path: str, other: str) -> list[str]:
         """Copy what another copy (a folder or ``.vmem``) has and this folder lacks; the files copied."""
         return transport.merge_into(path, other)
+
+    @staticmethod
+    def keychain_status() -> KeychainStatus:
+        """Whether this machine's OS keychain can hold device keys, and which one it is (blocks on
+        the keychain: call it off the GUI thread)."""
+        return keychain.status()
 
     @staticmethod
     def host_view(path: str) -> HostView:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..changes import Changes
 from ..errors import VaultError
 from ..values import KEYED_TYPES, awaits_confirmation
 from ..vault import NewRecord
@@ -64,9 +65,10 @@ class ImportReport:
     skipped: int = 0
     proposals: int = 0
     reasons: list[str] = field(default_factory=list)
+    changes: Changes = field(default_factory=Changes)  # what the imported records moved
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "changes"}
 
     def lines(self) -> list[str]:
         out = [f"Imported {self.imported} record(s) from {self.units} unit(s) of {self.source} ({self.kind}); "
@@ -138,7 +140,7 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
             report.reasons.append(f"{unit.label}: {already} record(s) already imported")
         if fresh:
             try:
-                vault.append(fresh, compartment=unit.compartment or compartment)
+                report.changes |= vault.append(fresh, compartment=unit.compartment or compartment)
             except VaultError as exc:
                 existing -= {(r.meta or {}).get("import") for r in fresh}
                 report.skipped += len(fresh)
