@@ -212,7 +212,7 @@ def test_revoke_grant_dialog_names_what_the_agent_loses_and_keeps(qtbot, client,
     assert "keeps whatever it has already read" in seen["details"]
     wait_idle(qtbot, client)
     grants = call(qtbot, client, lambda ctx: ctx.vault.grants())
-    assert not next(g for g in grants if g["agent"] == agent)["revoked"]  # cancel changed nothing
+    assert not next(g for g in grants if g.agent == agent).revoked  # cancel changed nothing
 
 
 # -------------------------------------------------------------------------- enroll, then a lost laptop
@@ -223,7 +223,7 @@ def os_keychain(monkeypatch):
     if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
         pytest.skip("no D-Bus session with a Secret Service (run the suite with scripts/test)")
     monkeypatch.setenv("CAMILLO_KEYCHAIN", "os")
-    st = camillo.keychain.status()
+    st = camillo.Vault.keychain_status()
     assert st.usable and "SecretService" in st.backend, st.reason
 
 
@@ -274,14 +274,14 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
         click(qtbot, enroll.match)
         qtbot.waitUntil(lambda: join.info is not None, timeout=30_000)
         qtbot.waitUntil(lambda: "Done" in enroll.state.text(), timeout=15_000)
-        laptop_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.actor.writer_id)
+        laptop_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.writer_id)
         vault_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.vault_id)
         # Its device key went to the OS keychain, not to a file.
         import keyring
 
         assert keyring.get_password("vmem", f"{vault_id.hex()}/{laptop_id.hex()}")
         with no_guard(), Vault.open(demo_vault.path, Unlock.device(), home=laptop_home) as lap:
-            assert lap.actor.writer_id == laptop_id
+            assert lap.writer_id == laptop_id
             assert any(r.text for r in lap.timeline())
 
         # The laptop is lost.  On the desktop: Devices -> revoke, after re-authentication.
@@ -313,20 +313,23 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
 
 
 def test_enroll_screenshot_shows_a_qr_that_decodes_to_the_offer(tmp_path):
-    """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp)."""
+    """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp) to
+    a code a new device can join that vault with."""
     import zxingcpp
-    from camillo.ops.enrollment import parse_code
     from PIL import Image
 
     out = str(tmp_path / "enroll.png")
+    demo_dir = str(tmp_path / "demo")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", CAMILLO_HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "camillo_desktop", "--demo", "--view", "enroll", "--screenshot", out],
-                          env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, "-m", "camillo_desktop", "--demo", "--demo-dir", demo_dir, "--view", "enroll",
+                           "--screenshot", out], env=env, capture_output=True, text=True, timeout=240,
+                          stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     texts = [r.text for r in zxingcpp.read_barcodes(Image.open(out))]
     assert len(texts) == 1 and texts[0].startswith("VMEM1:")
-    parsed = parse_code(texts[0])
-    assert parsed.secret and parsed.vault_id
+    # The code parses, has not expired and names the vault in that folder (joining checks all three).
+    joining = Vault.join(os.path.join(demo_dir, "Demo vault"), texts[0], home=str(tmp_path / "new-device"))
+    assert not joining.done and joining.sas is None
 
 
 # ------------------------------------------------------------------------------------------ erasure
