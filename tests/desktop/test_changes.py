@@ -155,25 +155,42 @@ def test_the_facts_view_redraws_the_selected_fact_only_when_it_moved(qtbot, clie
 # ------------------------------------------------------------------------------------------ the roster
 
 
-def test_a_new_passphrase_reloads_the_devices_not_the_grants_or_the_timeline(qtbot, client, window, demo_vault,
-                                                                            monkeypatch):
+# A roster change writes control records, a copy in every compartment, in batches of their own: the
+# vault's Changes name them in ``records`` (so ``timeline`` is true, though the timeline shows none of
+# them) and ``batches`` (new rows of the activity view).
+CONTROL_BATCHES = {"timeline", "search", "activity", "health"}
+
+
+def change_passphrase(demo_vault):
+    return lambda ctx: ctx.vault.change_passphrase("a brand new passphrase of words", reauth=demo_vault.unlock())
+
+
+def test_a_new_passphrase_reloads_the_devices_not_the_facts(qtbot, client, window, demo_vault, monkeypatch):
     devices = wait_view(qtbot, window, "devices")
     loads = Loads(window, monkeypatch)
-    changes = mutate(qtbot, client, lambda ctx: ctx.vault.change_passphrase("a brand new passphrase of words",
-                                                                            reauth=demo_vault.unlock()))
-    assert changes.credentials and not changes.grants and not changes.records and not changes.reloaded
+    changes = mutate(qtbot, client, change_passphrase(demo_vault))
+    assert changes.credentials and changes.devices and changes.batches and not changes.keys and not changes.reloaded
     assert loads.counts == {"devices": 1}
     assert devices.model.rowCount() > 0
-    assert loads.stale() == NOT_SHOWN_YET | {"health"}
+    # The old passphrase is revoked, and the vault's Changes say any revocation moved the grants too.
+    assert loads.stale() == NOT_SHOWN_YET | CONTROL_BATCHES | {"grants"}
 
 
-def test_a_policy_change_reloads_only_the_health_view(qtbot, client, window, monkeypatch):
+@pytest.mark.xfail(strict=True, reason="the core's Changes of a roster change name its control records in "
+                   "`records` (so `timeline` is true) and, for any REVOKE, `grants` and `devices`; when they name "
+                   "only what moved, make this an ordinary test")
+def test_a_new_passphrase_would_leave_the_timeline_and_the_grants_alone(qtbot, client, window, demo_vault):
+    changes = mutate(qtbot, client, change_passphrase(demo_vault))
+    assert not changes.timeline and not changes.grants
+
+
+def test_a_policy_change_reloads_the_health_view_not_the_grants(qtbot, client, window, monkeypatch):
     wait_view(qtbot, window, "grants")
     loads = Loads(window, monkeypatch)
     changes = mutate(qtbot, client, lambda ctx: ctx.vault.set_policy(erasure=False, reason="legal hold"))
-    assert changes.policy and changes.roster and not changes.grants
+    assert changes.policy and changes.roster and not changes.grants and not changes.devices
     assert sum(loads.counts.values()) == 0  # the grants view shown is not reloaded
-    assert loads.stale() == NOT_SHOWN_YET | {"health"}
+    assert loads.stale() == NOT_SHOWN_YET | CONTROL_BATCHES
     health = wait_view(qtbot, window, "health")
     assert loads.counts == {"health": 1}
     assert any("disabled by policy" in label.text() for label in health.area.widget().findChildren(type(health.subtitle)))
