@@ -38,14 +38,14 @@ def click(qtbot, button) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-def when_modal(qtbot, cls, act) -> dict:
-    """Act on the next modal dialog of type ``cls`` once ``exec()`` shows it; returns a box that
-    receives the dialog (so the test can inspect it after)."""
+def when_modal(qtbot, cls, act, title: str | None = None) -> dict:
+    """Act on the next modal dialog of type ``cls`` (and window ``title``, if given) once ``exec()``
+    shows it; returns a box that receives the dialog (so the test can inspect it after)."""
     box: dict = {}
 
     def poll() -> None:
         dlg = QApplication.activeModalWidget()
-        if isinstance(dlg, cls):
+        if isinstance(dlg, cls) and (title is None or dlg.windowTitle() == title):
             box["dialog"] = dlg
             act(dlg)
         else:
@@ -312,6 +312,21 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
         qapp.processEvents()
 
 
+def test_joining_with_a_bad_code_says_what_is_wrong(qtbot, client, demo_vault, tmp_path):
+    from camillo_desktop.flows import JoinDialog
+
+    join = JoinDialog(client, home=str(tmp_path / "new-device"))
+    qtbot.addWidget(join)
+    join.folder.setText(demo_vault.path)
+    for code, says in (("ABCD-EFGH", "53 characters"), ("VMEM1:not base32!", "damaged")):
+        join.code.setText(code)
+        join.status.setText("")
+        join._start()
+        qtbot.waitUntil(lambda: bool(join.status.text()), timeout=10_000)
+        assert says in join.status.text() and not join.sas.text()
+        assert join._join is None and join.start.isEnabled()
+
+
 def test_enroll_screenshot_shows_a_qr_that_decodes_to_the_offer(tmp_path):
     """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp) to
     a code a new device can join that vault with."""
@@ -422,6 +437,34 @@ def test_irreversible_actions_always_reauthenticate_and_cancel_changes_nothing(q
     assert reauth == []
     assert _vault_files(demo_vault.path) == files_before, "a cancelled action changed the vault"
     assert call(qtbot, client, lambda ctx: ctx.vault.record(rid)) is not None
+
+
+def test_reissue_the_recovery_phrase_shows_the_new_words_once(qtbot, client, demo_window, demo_vault, reauth,
+                                                             tmp_path):
+    import re
+
+    from PySide6.QtWidgets import QLabel
+
+    from camillo_desktop import flows
+    from camillo_desktop.dialogs import BaseDialog
+
+    broadcasts: list = []
+    client.vault_changed.connect(broadcasts.append)
+    reauth.append(demo_vault.unlock())
+    box = when_modal(qtbot, BaseDialog, lambda dlg: dlg.accept(), title="Your new recovery phrase")
+    flows.reissue_recovery(demo_window)
+    qtbot.waitUntil(lambda: "dialog" in box, timeout=60_000)
+    numbered = [m.groups() for m in (re.fullmatch(r"\s*(\d+)\. (\S+)", label.text())
+                                     for label in box["dialog"].findChildren(QLabel)) if m]
+    assert [int(n) for n, _ in numbered] == list(range(1, 25))
+    phrase = " ".join(w for _, w in numbered)
+    wait_idle(qtbot, client)
+    assert broadcasts and broadcasts[0].credentials  # the Changes the vault returned with the phrase
+    home = str(tmp_path / "elsewhere")  # another installation: the desktop's local state is left alone
+    with no_guard(), Vault.open(demo_vault.path, Unlock.recovery(phrase), register=False, home=home) as v:
+        assert v.unlocked_with
+    with no_guard(), pytest.raises(camillo.WrongCredential):
+        Vault.open(demo_vault.path, Unlock.recovery(demo_vault.recovery_phrase), register=False, home=home)
 
 
 def test_a_wrong_passphrase_is_refused_and_nothing_is_erased(qtbot, client, demo_window, reauth, informed):
