@@ -182,8 +182,10 @@ class VaultClient(QObject):
                on_error: Callable[[BaseException], None] | None = None, **kw: Any) -> Job:
         """A job that changes the vault: its result (the Changes the vault returned, or an object
         carrying them in ``.changes``, such as :class:`Changed`) is broadcast to every view through
-        ``vault_changed``; each view reloads only if it shows something the Changes name.  A result
-        without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
+        ``vault_changed``; each view reloads only if it shows something the Changes name.  The
+        desktop's jobs return exactly what the vault returned (a Changes, a report or an
+        :class:`~camillo.ImportReport` holding one, or :class:`Changed`), never a Changes of their
+        own.  A result without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
 
         def done(result: Any) -> None:
             changes = result if isinstance(result, camillo.Changes) else getattr(result, "changes", None)

@@ -105,8 +105,15 @@ class HealthView(View):
         self.loaded.emit()
 
     def _accept_state(self) -> None:
-        self.client.submit(lambda ctx: ctx.vault.accept_current_state(), lambda _r: self.window_.refresh(),
-                           self.window_.show_error, context=self)
+        """After a rollback alert: remember the vault as it is now.  A mutation broadcasting the Changes
+        the vault returned, which name nothing (what this device remembers of the vault is no part
+        of it): this view reloads its own sync card, and the window refreshes its status bar."""
+
+        def done(_changes: Changes) -> None:
+            self.load()
+            self.window_.refresh()
+
+        self.client.mutate(lambda ctx: ctx.vault.accept_current_state(), done, self.window_.show_error, context=self)
 
     def relevant(self, changes: Changes) -> bool:
         return not changes.empty  # anything that moved may change what needs the owner
