@@ -30,7 +30,6 @@ from importlib import metadata
 from ..errors import VaultError
 from . import access, enroll, interop, memory, upkeep, vault_cmds
 from .common import Commands, Handler
-from .common import fmt_time as _fmt_time  # noqa: F401 -- tests/fuzz call camillo.cli._fmt_time on hostile records
 
 
 def version() -> str:
