@@ -160,9 +160,9 @@ def test_the_facts_view_redraws_the_selected_fact_only_when_it_moved(qtbot, clie
 
 
 # A roster change writes control records, a copy in every compartment, in batches of their own: the
-# vault's Changes name them in ``records`` (so ``timeline`` is true, though the timeline shows none of
-# them) and ``batches`` (new rows of the activity view).
-CONTROL_BATCHES = {"activity", "health"}  # a control batch is activity, never a timeline record
+# vault's Changes name their ``batches`` (new rows of the activity view) but not the records, which
+# are no timeline records: they speak through devices, grants, credentials and policy.
+CONTROL_BATCHES = {"activity", "health"}
 
 
 def change_passphrase(demo_vault):
