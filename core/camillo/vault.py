@@ -81,6 +81,11 @@ def set_thread_guard(guard: Callable[[], None] | None) -> None:
     _thread_guard = guard
 
 
+def thread_guard() -> Callable[[], None] | None:
+    """The check installed with :func:`set_thread_guard`, if any."""
+    return _thread_guard
+
+
 def _check_thread() -> None:
     if _thread_guard is not None:
         _thread_guard()

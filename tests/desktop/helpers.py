@@ -20,7 +20,7 @@ def no_guard() -> Iterator[None]:
     """Temporarily lift the GUI-thread guard (to prepare vault files from the test itself)."""
     import camillo.vault as cv
 
-    saved = cv._thread_guard
+    saved = cv.thread_guard()
     cv.set_thread_guard(None)
     try:
         yield
