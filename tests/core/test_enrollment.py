@@ -297,3 +297,46 @@ def test_a_device_killed_while_joining_is_retired_on_its_next_open(existing, tmp
     vault.refresh()
     active = [d.name for d in vault.devices() if not d.revoked]
     assert sorted(active) == ["laptop", "test laptop"]
+
+
+@pytest.mark.regression
+def test_a_confirmation_interrupted_after_its_response_is_finished_by_confirming_again(existing, tmp_path, monkeypatch):
+    """Found by the crash suite (kill after the response was written, before the offer was saved as
+    confirmed): confirming again wrote a new response over the old one ('already exists with
+    different content').  The response is written last, so its presence with the new device
+    certified means the enrollment is done; a response nobody here wrote is refused."""
+    path, vault = existing
+    home = os.environ["CAMILLO_HOME"]
+    offer = Offer(vault.session)
+    secret, expiry = offer.secret, offer.expiry
+    join = _join(monkeypatch, tmp_path, path, offer.qr_text)
+    sas = join.start()
+    switch_home(monkeypatch, home)
+    assert offer.poll() == OfferState.REQUESTED
+    offer.confirm(typed_sas=sas)
+    devices = len(vault.devices())
+    # the same offer as a restarted process reloads it (its state REQUESTED: the save after confirm was lost)
+    replay = Offer(vault.session, secret=secret, expiry=expiry)
+    assert replay.poll() == OfferState.REQUESTED
+    replay.confirm(typed_sas=sas)
+    assert replay.state == OfferState.CONFIRMED and len(vault.devices()) == devices
+    switch_home(monkeypatch, tmp_path / "laptop")
+    new = join.poll()
+    assert new is not None
+    new.lock()
+
+
+@pytest.mark.regression
+def test_a_response_this_device_did_not_write_is_refused(existing, tmp_path, monkeypatch):
+    path, vault = existing
+    home = os.environ["CAMILLO_HOME"]
+    offer = Offer(vault.session)
+    join = _join(monkeypatch, tmp_path, path, offer.qr_text)
+    sas = join.start()
+    switch_home(monkeypatch, home)
+    assert offer.poll() == OfferState.REQUESTED
+    with open(os.path.join(path, *(offer.base + ".resp").split("/")), "wb") as fh:
+        fh.write(b"written by someone who saw the code")
+    with pytest.raises(EnrollmentError, match="did not write it"):
+        offer.confirm(typed_sas=sas)
+    assert len([d for d in vault.devices() if not d.revoked]) == 1

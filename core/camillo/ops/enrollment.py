@@ -281,6 +281,17 @@ class Offer:
         session = self.session
         actor = session.require_writer()
         req = self.request
+        if session.shelf.exists(self.base + ".resp"):
+            # written last by a confirmation of this offer that a crash interrupted: its certificate and
+            # slot are durable, so the enrollment is done; anything else is someone else's response
+            if req.writer_id not in session.roster.principals:
+                self.state = OfferState.REFUSED
+                raise EnrollmentError("a response to this offer is already in the vault folder but this device "
+                                      "did not write it (someone else saw the code?); nothing was enrolled: make "
+                                      "a new offer")
+            self.state = OfferState.CONFIRMED
+            self.secret = bytes(32)
+            return session.reader.changes(note="device enrolled")
         cert = encode_record(
             Kind.DEVICE_CERT, actor.writer_id,
             body={0: owner_entry(CredentialKind.DEVICE, req.sig_public, req.xwing_public, req.name, req.platform),
