@@ -265,10 +265,14 @@ class Vault:
     def refresh(self) -> Changes:
         """Pick up files other devices and agents wrote since the last look."""
         if catch_up_generation(self.session):
-            return Changes(reloaded=True, note="another device changed the vault's keys")
-        reloaded = self.session.refresh()
-        self.session.update_memory()
-        return self.session.reader.changes(reloaded=reloaded)
+            changes = Changes(reloaded=True, note="another device changed the vault's keys")
+        else:
+            reloaded = self.session.refresh()
+            self.session.update_memory()
+            changes = self.session.reader.changes(reloaded=reloaded)
+        if changes.empty:
+            return changes
+        return changes | repair.after_refresh(self.session)
 
     @checked
     def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .. import ids, segments
 from ..devicestate import DeviceState
-from ..errors import AccessDenied, VaultError, WriterFrozen
+from ..errors import AccessDenied, SyncPending, VaultError, WriterFrozen
 from ..records import Batch, BatchHeader, make_batch
 from ..storage import FolderShelf, segment_name
 from .core import Session
@@ -53,9 +53,21 @@ def recently_scanned(session: Session) -> bool:
 
 
 def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
-    """(epoch id, epoch public key) new segments of ``cid`` are sealed to."""
-    epoch = session.roster.current_epoch(cid)
+    """(epoch id, epoch public key) new segments of ``cid`` are sealed to: the current epoch; for
+    a writer that reads (an owner device, a write grant), the current epoch among the heads whose
+    secret it holds, so that it never writes what it cannot read back (another device's new epoch
+    whose key has not arrived yet, spec §16.10)."""
+    roster, keyring = session.roster, session.keyring
+    epoch = roster.current_epoch(cid)
     if epoch is not None:
+        if keyring.epoch_secrets and (cid, epoch.epoch_id) not in keyring.epoch_keys:
+            held = [h for h in roster.epoch_heads(cid) if (cid, h.epoch_id) in keyring.epoch_keys]
+            if not held:
+                raise SyncPending(
+                    f"the newest key of compartment {session.compartment_name(cid)} (a key change by another "
+                    "device) has not reached this device yet, so nothing was written: let the sync finish "
+                    "and try again")
+            epoch = min(held, key=lambda e: e.record_id)
         return epoch.epoch_id, epoch.public
     # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
     keyring = session.keyring
@@ -101,6 +113,9 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         log = session.log
         for cid, raws in per_compartment.items():
             epoch_id, public = sealing_key(session, cid)
+            secret = session.keyring.secret((cid, epoch_id))
+            if secret is not None:  # kept until others read these batches (an erasure may destroy the epoch)
+                session.device_state.kept.setdefault(cid, {}).setdefault(epoch_id, secret)
             seq, prev = session.device_state.counters.get(cid, (0, None))
             on_vault = log.max_seq(actor.writer_id, cid)
             if on_vault > seq:
