@@ -502,6 +502,7 @@ class Session:
         self.grant = None  # an agent's grant file carries its credential's seeds
         self.cache = None  # holds the local cache key
         self.device_state_store = None  # holds the local device-state key
+        self.device_state = DeviceState()  # its kept epoch secrets go with the session
         self.reader.close()
         self.shelf.close()
         self.locked = True
