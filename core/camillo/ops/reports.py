@@ -96,15 +96,18 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
     for bid, why in sorted({**roster.excluded, **log.rejected}.items()):
         v = session.batches.get(bid)
         out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
+    now = int(time.time())
     for a in session.alerts:
         if a.kind == "rollback":
             out.append(Problem("rollback", "", a.message))
-    for g in log.gaps:
-        who = roster.writer_name(g.writer_id) if g.writer_id else "a writer"
-        where = roster.compartment_name(g.compartment_id) if g.compartment_id else "the vault"
-        what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
-        seq = f" (seq {g.seq})" if g.seq else ""
-        out.append(Problem("gap", "", f"{what}{seq} from {who} in {where} is missing: {g.reason}"))
+            continue
+        who = roster.writer_name(a.writer_id) if a.writer_id else "a writer"
+        where = roster.compartment_name(a.compartment_id) if a.compartment_id else "the vault"
+        if a.kind == "syncing":  # within the grace period: the sync may still bring it
+            out.append(Problem("syncing", "", f"{a.message} ({who}, {where}; missing for "
+                               f"{_duration(now - a.since)}, still syncing?)"))
+        else:
+            out.append(Problem("gap", "", f"{a.message} ({who}, {where}; missing for {_duration(now - a.since)})"))
     for f in log.forks:
         out.append(Problem("fork", "", (
             f"{roster.writer_name(f.writer_id)} wrote two different batches at seq {f.seq} in "
@@ -128,6 +131,14 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
                 out.append(Problem("signature", view.segment,
                                    f"batch {bid.hex()[:12]} fails full signature verification"))
     return out
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 90:
+        return f"{max(0, seconds)} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
 def slot_problems(session: Session) -> list[Problem]:

@@ -409,10 +409,7 @@ class Session:
     def update_memory(self) -> None:
         """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
         store = self.device_state_store
-        if store is None or (self.read_only and not self.verifying):
-            self.alerts = []
-            return
-        ds = self.device_state
+        ds = self.device_state  # empty for an open that keeps no memory: gaps still show as syncing
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
@@ -425,7 +422,7 @@ class Session:
                 current = self.roster.current_epoch(cid)
                 if current is not None:
                     epochs[cid] = current.epoch_id
-        if self.verifying:
+        if store is None or self.read_only:
             return
         if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
             with store.locked():

@@ -128,6 +128,13 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             if any(f.writer_id == actor.writer_id for f in log.forks):
                 raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
             deps = tuple(sorted(log.heads.get(cid, set()))[-64:])
+            # a control batch says what its writer had seen of every data compartment, so a reader
+            # that lacks a compartment's batches knows it (spec §17.4)
+            heads: dict[bytes, dict[bytes, int]] = {}
+            if cid == session.roster.control_id:
+                for (w, c), chain in log.chains.items():
+                    if c in session.roster.compartments and chain:
+                        heads.setdefault(c, {})[w] = max(chain)
             chain_writers = {w for (w, c) in log.chains if c == cid}
             frontier = {w: log.max_seq(w, cid) for w in chain_writers}
             # never behind the previous batch's (written by another process of this installation
@@ -144,7 +151,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                 seq += 1
                 frontier[actor.writer_id] = seq - 1
                 header = BatchHeader(session.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
-                                     tuple(ids.record_id(r) for r in chunk), int(time.time()))
+                                     tuple(ids.record_id(r) for r in chunk), int(time.time()), heads=heads)
                 batch = make_batch(header, chunk, actor.signer)
                 size = sum(len(r) for r in chunk) + 512
                 if group and group_size + size > SEGMENT_PAYLOAD:
