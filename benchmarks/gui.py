@@ -45,8 +45,7 @@ def main(argv: list[str]) -> int:
     scratch = params["scratch"]
     launched = params["launched"]
 
-    from camillo.demo import DEMO_PASSPHRASE
-    from camillo.vault import Unlock, Vault
+    from camillo import DEMO_PASSPHRASE, Unlock, Vault
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 

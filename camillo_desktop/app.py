@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(90_000, lambda: (state.update(rc=1), save()))
 
     if args.demo:
-        from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
-        from camillo.vault import Unlock, Vault
+        from camillo import DEMO_PASSPHRASE, Unlock, Vault, build_demo_vault
 
         if args.demo_dir:
             base = os.path.abspath(args.demo_dir)

@@ -240,10 +240,10 @@ class SettingsDialog(BaseDialog):
         buttons.accepted.connect(self._save)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
-        client.submit(lambda ctx: camillo.keychain.status(), self._keychain, lambda e: self.keychain.setText(str(e)),
+        client.submit(lambda ctx: Vault.keychain_status(), self._keychain, lambda e: self.keychain.setText(str(e)),
                       context=self)
 
-    def _keychain(self, st: Any) -> None:
+    def _keychain(self, st: camillo.KeychainStatus) -> None:
         if st.usable:
             self.keychain.setText(f"Kept in {keychain_name(st.backend)} ({st.backend}).")
         else:

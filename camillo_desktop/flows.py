@@ -1,11 +1,12 @@
 """The irreversible flows and their dialogs: re-authentication, erasure, revoking a device or a
-grant, creating a grant, joining a vault from a new device.
+grant, creating a grant, joining a vault from a new device (:meth:`camillo.Vault.join`).
 
 Every irreversible action goes through :func:`protected` (Electrum's ``@protected``): the user
 re-authenticates with the passphrase or the recovery phrase, the dialog says exactly what will
 happen and what will not, the work runs on the vault worker with progress, and a summary says what
 happened.  Nothing here is on an undo stack: these actions cannot be undone, and the dialogs say so.
-GUI thread only.
+Each job returns what the vault returned (a report carrying its Changes), which the client
+broadcasts.  GUI thread only; the jobs (and a :class:`camillo.Joining`) run on the vault worker.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from typing import Any
 
 import camillo
-from camillo import Unlock
+from camillo import ErasurePreview, ReachReport, RecoveryPhrase, Unlock
 from PySide6.QtCore import QDate, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -161,31 +162,31 @@ def protected(window: Any, purpose: str, details: str, job, on_done, *, confirm_
 def erase_record(window: Any, rid: bytes) -> None:
     """From any record: "Erase permanently", distinct from hiding it."""
 
-    def preview(info: dict[str, Any]) -> None:
-        v = info["record"]
-        if not info["allowed"]:
+    def preview(info: ErasurePreview) -> None:
+        v = info.record
+        if not info.allowed:
             Ask.inform(window, "Erasure is disabled",
                        "This vault's policy forbids erasure (an enterprise retention rule"
-                       + (f": {info['policy_reason']}" if info["policy_reason"] else "")
+                       + (f": {info.policy_reason}" if info.policy_reason else "")
                        + "). You can still forget the record, which hides it from agents.")
             return
         text = safe_text(v.text, 300, single_line=True)
-        what = safe_text(f"{v.type or v.kind_name.lower()} in {info['compartment']}", 200, single_line=True)
-        others = safe_text(", ".join(info["other_devices"]), 400, single_line=True)
-        readers = safe_text(", ".join(info["readers"]), 400, single_line=True)
+        what = safe_text(f"{v.type or v.kind_name.lower()} in {info.compartment}", 200, single_line=True)
+        others = safe_text(", ".join(info.other_devices), 400, single_line=True)
+        readers = safe_text(", ".join(info.readers), 400, single_line=True)
         details = (
             f"\u201c{text}\u201d ({what}) will be destroyed.\n\n"
-            f"The {info['batches']} batch(es) that shared its keys are re-encrypted under new keys, the old keys "
-            f"and the {info['segments']} segment file(s) holding it are deleted, the vault master secret rolls and "
+            f"The {info.batches} batch(es) that shared its keys are re-encrypted under new keys, the old keys "
+            f"and the {info.segments} segment file(s) holding it are deleted, the vault master secret rolls and "
             "this device gets a new key.\n\n"
             "What it will not reach: copies of the vault made before now (your sync service's version history, "
             "backups) stay readable with your current passphrase and recovery phrase until you change them"
-            + (f", with your other devices ({others}) until they next open the vault" if info["other_devices"] else "")
-            + (f", and by agents that could read this compartment ({readers})" if info["readers"] else "")
+            + (f", with your other devices ({others}) until they next open the vault" if info.other_devices else "")
+            + (f", and by agents that could read this compartment ({readers})" if info.readers else "")
             + ". Anything already read cannot be recalled."
         )
 
-        def done(report: Any) -> None:
+        def done(report: ReachReport) -> None:
             ReachReportDialog(window, report).exec()
 
         protected(window, "Erase this record permanently?", details,
@@ -196,7 +197,7 @@ def erase_record(window: Any, rid: bytes) -> None:
 
 
 class ReachReportDialog(BaseDialog):
-    def __init__(self, window: Any, report: Any) -> None:
+    def __init__(self, window: Any, report: ReachReport) -> None:
         super().__init__(window, "Erased")
         self.window_ = window
         self.setMinimumWidth(620)
@@ -257,7 +258,8 @@ def change_passphrase(window: Any) -> None:
 
 
 def reissue_recovery(window: Any) -> None:
-    def done(phrase: str) -> None:
+    def done(recovery: RecoveryPhrase) -> None:
+        phrase = recovery.phrase
         dlg = BaseDialog(window, "Your new recovery phrase")
         lay = QVBoxLayout(dlg)
         lay.addWidget(muted_label("Write these words down now; they are shown only once. The old phrase no longer "
@@ -429,7 +431,7 @@ class JoinDialog(BaseDialog):
         lay.addWidget(buttons)
         self.timer = QTimer(self)
         self.timer.timeout.connect(self._poll)
-        self._join: Any = None
+        self._join: camillo.Joining | None = None
         self.info: dict[str, Any] | None = None
 
     def _from_image(self) -> None:
@@ -443,18 +445,17 @@ class JoinDialog(BaseDialog):
             self.status.setText("No Camillo QR code was found in that picture; paste the typed code instead.")
 
     def _start(self) -> None:
-        from camillo.enrollment import Join
-
         folder, code, name = self.folder.text().strip(), self.code.text().strip(), self.name.text().strip()
         if not folder or not code:
             self.status.setText("Choose the vault folder and paste the code.")
             return
+        home = self.home
 
-        def job(ctx):
-            join = Join(folder, code, name=name, home=self.home)
-            return join, join.start()
+        def job(ctx: Any) -> tuple[camillo.Joining, str]:
+            joining = camillo.Vault.join(folder, code, name=name or None, home=home)  # EnrollmentError: a bad code
+            return joining, joining.start()
 
-        def started(result) -> None:
+        def started(result: tuple[camillo.Joining, str]) -> None:
             self._join, sas = result
             self.sas.setText(sas)
             self.status.setText("Check that the other device shows exactly this code, then confirm there. "
@@ -466,8 +467,10 @@ class JoinDialog(BaseDialog):
 
     def _poll(self) -> None:
         join = self._join
+        if join is None:
+            return
 
-        def opener(ctx):
+        def opener(ctx: Any) -> camillo.Vault:
             vault = join.poll()
             if vault is None:
                 raise camillo.VaultError("not yet")

@@ -1,10 +1,12 @@
 """Import and export from the desktop: bring a ChatGPT, Claude, VaultMem, Portable Memory or PAM
 export into the vault, or write the vault out as Portable Memory or PAM.
 
-The work is :func:`camillo.importers.run_import` / :func:`camillo.exporters.run_export`, run on the
-vault worker with progress; the dialog shows the report (what was imported, what was skipped and
-why) and leads to the inbox when memories wait for confirmation.  Importing twice adds nothing.
-GUI thread only.
+The work is :func:`camillo.run_import` / :func:`camillo.run_export`, run on the vault worker with
+progress; the dialog shows the report (what was imported, what was skipped and why) and leads to
+the inbox when memories wait for confirmation.  The import job returns the vault's
+:class:`camillo.ImportReport`, whose ``changes`` (what it appended) the client broadcasts, so only
+the views showing what moved reload.  Importing twice adds nothing.  GUI thread only; the jobs run
+on the vault worker.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import camillo
+from camillo import ImportReport
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -92,7 +96,7 @@ class ImportDialog(BaseDialog):
         buttons.accepted.connect(self.run)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
-        self.report: Any = None
+        self.report: ImportReport | None = None
         self.error: BaseException | None = None
 
     def _browse(self) -> None:
@@ -105,8 +109,6 @@ class ImportDialog(BaseDialog):
             self.source.setText(path)
 
     def run(self) -> None:
-        from camillo.importers import run_import
-
         source = self.source.text().strip()
         if not source:
             self.result.setText("Choose the export to import.")
@@ -122,15 +124,15 @@ class ImportDialog(BaseDialog):
         self.bar.show()
         self.result.setText("Reading and checking the whole export before writing anything\u2026")
 
-        def job(ctx):
-            return run_import(ctx.vault, kind, source, compartment=compartment, passphrase=passphrase,
-                              progress=lambda done, total: ctx.progress(done, total, "importing"))
+        def job(ctx: Any) -> ImportReport:
+            return camillo.run_import(ctx.vault, kind, source, compartment=compartment, passphrase=passphrase,
+                                      progress=lambda done, total: ctx.progress(done, total, "importing"))
 
         def progress(done: int, total: int, _what: str) -> None:
             self.bar.setRange(0, max(total, 1))
             self.bar.setValue(done)
 
-        def done(report: Any) -> None:
+        def done(report: ImportReport) -> None:
             self.report = report
             self.bar.hide()
             self.start.setEnabled(True)
@@ -155,8 +157,6 @@ class ImportDialog(BaseDialog):
 
 def export_vault(window: Any, kind: str, out: str | None = None) -> None:
     """Write the vault out (plaintext!) to a new or empty folder, after saying so."""
-    from camillo.exporters import run_export
-
     if out is None:
         out = QFileDialog.getExistingDirectory(window, "Export to an empty folder")
         if not out:
@@ -166,7 +166,7 @@ def export_vault(window: Any, kind: str, out: str | None = None) -> None:
                        "forgot or erased is included. Keep it out of synced or shared folders and delete it when "
                        "done.", yes="Export"):
         return
-    window.client.submit(lambda ctx: run_export(ctx.vault, kind, out),
+    window.client.submit(lambda ctx: camillo.run_export(ctx.vault, kind, out),
                          lambda summary: Ask.inform(window, "Exported", _summary(kind, out, summary)),
                          window.show_error, context=window, label="exporting")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from camillo.errors import Cancelled
+from camillo import Cancelled
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (

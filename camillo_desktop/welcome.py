@@ -8,8 +8,10 @@ and creating run on the vault worker.
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
+from camillo import DEMO_PASSPHRASE, Unlock, Vault, build_demo_vault
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -107,11 +109,6 @@ class WelcomeWindow(QWidget):
             self._unlock(path)
 
     def _demo(self) -> None:
-        import tempfile
-
-        from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
-        from camillo.vault import Unlock, Vault
-
         base = tempfile.mkdtemp(prefix="camillo-demo-")
         self.temp_dir_created.emit(base)
         path = os.path.join(base, "Demo vault")

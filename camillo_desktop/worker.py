@@ -5,7 +5,7 @@ thread calls :meth:`VaultClient.submit` with a function that takes a :class:`Job
 result or the error comes back through queued signals and is delivered to the callbacks on the
 GUI thread, unless the widget given as ``context`` has been destroyed meanwhile (then it is
 dropped, as KeePassXC's AsyncTask does).  Long jobs report progress through the context and can be
-cancelled: :meth:`JobContext.check` raises :class:`camillo.errors.Cancelled` once the GUI asked.
+cancelled: :meth:`JobContext.check` raises :class:`camillo.Cancelled` once the GUI asked.
 
 Locking runs on the worker too: it drops the vault's keys there (``Vault.lock`` wipes them) and
 then reports ``vault_locked``.  :meth:`VaultClient.lock` is idempotent: from the call until
@@ -31,7 +31,7 @@ from typing import Any
 
 import camillo
 import shiboken6
-from camillo.errors import Cancelled
+from camillo import Cancelled
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 _ids = itertools.count(1)
@@ -182,8 +182,10 @@ class VaultClient(QObject):
                on_error: Callable[[BaseException], None] | None = None, **kw: Any) -> Job:
         """A job that changes the vault: its result (the Changes the vault returned, or an object
         carrying them in ``.changes``, such as :class:`Changed`) is broadcast to every view through
-        ``vault_changed``; each view reloads only if it shows something the Changes name.  A result
-        without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
+        ``vault_changed``; each view reloads only if it shows something the Changes name.  The
+        desktop's jobs return exactly what the vault returned (a Changes, a report or an
+        :class:`~camillo.ImportReport` holding one, or :class:`Changed`), never a Changes of their
+        own.  A result without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
 
         def done(result: Any) -> None:
             changes = result if isinstance(result, camillo.Changes) else getattr(result, "changes", None)
@@ -305,16 +307,17 @@ class VaultClient(QObject):
 
 def describe(vault: camillo.Vault) -> dict[str, Any]:
     """What the status bar and the views need to know about the open vault (worker thread)."""
-    status, details = vault.sync_status()
+    sync = vault.sync_status()
+    grant = vault.agent_grant
     return {
-        "path": vault.shelf.location,
-        "name": os.path.basename(vault.shelf.location.rstrip("/")) or vault.shelf.location,
+        "path": vault.location,
+        "name": os.path.basename(vault.location.rstrip("/")) or vault.location,
         "vault_id": vault.vault_id.hex(),
         "credential": vault.unlocked_with,
         "read_only": vault.read_only,
-        "agent": vault.grant.agent if vault.grant is not None else None,
-        "sync": status,
-        "sync_details": details,
+        "agent": grant.agent if grant is not None else None,
+        "sync": sync.state,
+        "sync_details": sync.details,
         "compartments": list(vault.compartments),
-        "is_owner": vault.actor is not None and vault.grant is None and not vault.read_only,
+        "is_owner": vault.is_owner,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from camillo import ActivityRow
 from PySide6.QtGui import QColor
 
 from ..models import Column, ColumnSpec, Sizing, fmt_time
@@ -16,13 +17,13 @@ from .base import SelectionMode, TableView
 REJECTED = QColor("#b91c1c")
 
 
-class ActivityColumn(Column):  # a row: a dict of Vault.activity()
-    TIME = ColumnSpec("Time", lambda r: fmt_time(r["ts"]))
-    WHO = ColumnSpec("Who", lambda r: f"{r['writer']} ({r['writer_kind']})")
-    COMPARTMENT = ColumnSpec("Compartment", lambda r: r["compartment"])
-    WHAT = ColumnSpec("What", lambda r: r["summary"] or f"{r['records']} records", sizing=Sizing.STRETCH)
-    VERIFIED = ColumnSpec("Verified", lambda r: r["verified"])
-    STATUS = ColumnSpec("Status", lambda r: r["status"])
+class ActivityColumn(Column):  # a row: a camillo.ActivityRow
+    TIME = ColumnSpec("Time", lambda r: fmt_time(r.ts))
+    WHO = ColumnSpec("Who", lambda r: f"{r.writer} ({r.writer_kind})")
+    COMPARTMENT = ColumnSpec("Compartment", lambda r: r.compartment)
+    WHAT = ColumnSpec("What", lambda r: r.summary or f"{r.records} records", sizing=Sizing.STRETCH)
+    VERIFIED = ColumnSpec("Verified", lambda r: r.verified)
+    STATUS = ColumnSpec("Status", lambda r: r.status)
 
 
 class ActivityView(TableView):
@@ -43,9 +44,9 @@ class ActivityView(TableView):
     def fetch(vault: Any) -> Any:
         return vault.activity()
 
-    def foreground(self, row: dict[str, Any]) -> Any:
-        return REJECTED if row["status"] != "accepted" else None
+    def foreground(self, row: ActivityRow) -> Any:
+        return REJECTED if row.status != "accepted" else None
 
-    def show_rows(self, rows: list[dict[str, Any]]) -> None:
+    def show_rows(self, rows: list[ActivityRow]) -> None:
         super().show_rows(rows)
         self.title_label.setText(f"Activity  ({len(rows)} writes)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import FactView
+from camillo import FactView, RecordContext
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFrame,
@@ -35,7 +35,7 @@ from .detail import MEANING
 
 
 class CandidateCard(QFrame):
-    def __init__(self, view: ConflictsView, fact: FactView, index: int, context: dict[str, Any]) -> None:
+    def __init__(self, view: ConflictsView, fact: FactView, index: int, context: RecordContext) -> None:
         super().__init__()
         self.setObjectName("Card")
         c = fact.candidates[index]
@@ -53,7 +53,7 @@ class CandidateCard(QFrame):
         value.setStyleSheet("font-size: 17px; font-weight: 600; padding: 6px 0;")
         value.setAccessibleName(f"candidate value {index + 1}")
         lay.addWidget(value)
-        seen = context.get("seen") or {}
+        seen = context.seen
         facts = [
             ("Written by", safe_text(f"{c.writer} ({c.writer_kind})", 80, single_line=True)),
             ("When", fmt_time(c.ts)),
@@ -175,7 +175,7 @@ class ConflictsView(View):
         def job(ctx):
             return [ctx.vault.record_context(c.id) for c in f.candidates]
 
-        def show(contexts: list[dict[str, Any]]) -> None:
+        def show(contexts: list[RecordContext]) -> None:
             if self._fact is not f:
                 return
             holder = QWidget()

@@ -23,7 +23,7 @@ from ..text import safe_text
 from .base import TableView
 
 
-def device_status(d: Any) -> str:
+def device_status(d: camillo.DeviceInfo) -> str:
     if d.replaced:
         return "old key, replaced"
     if d.revoked:
@@ -35,7 +35,7 @@ def device_status(d: Any) -> str:
     return "active"
 
 
-class DeviceColumn(Column):  # a row: a Vault.DeviceInfo; its name and platform are what its certificate says
+class DeviceColumn(Column):  # a row: a camillo.DeviceInfo; its name and platform are what its certificate says
     NAME = ColumnSpec("Name", lambda d: d.name, sizing=Sizing.STRETCH)
     PLATFORM = ColumnSpec("Platform", lambda d: d.platform)
     ENROLLED = ColumnSpec("Enrolled", lambda d: fmt_time(d.enrolled))
@@ -70,7 +70,7 @@ class DevicesView(TableView):
 
     @staticmethod
     def fetch(vault: Any) -> Any:
-        return vault.devices(), camillo.keychain.status()
+        return vault.devices(), camillo.Vault.keychain_status()
 
     def foreground(self, d: Any) -> Any:
         return QGuiApplication.palette().placeholderText() if d.revoked or d.replaced else None

@@ -1,16 +1,18 @@
 """Add a device: the QR code (painted crisp at any DPI), the typed-code fallback, the expiry
 countdown, then the 6-digit code to compare and the confirmation.
 
-It renders :class:`camillo.enrollment.Offer`, a state machine of the core; this view only shows its
-states and polls it on the worker once a second.  GUI thread only.
+It renders :class:`camillo.Offer` (made by :meth:`camillo.Vault.offer_device`), a state machine of
+the core; this view only shows its states and polls it on the worker once a second.  Confirming is
+a mutation: its job returns the :class:`camillo.Changes` the offer's ``confirm`` returned (a device
+and its key were added).  GUI thread only: the offer's methods run on the vault worker, and the view
+reads its state (``state``, ``sas``, ``messages``) once a job on it has finished.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
-from camillo.enrollment import Offer, OfferState
+from camillo import Offer, OfferState
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
@@ -80,7 +82,7 @@ class EnrollView(View):
 
     def load(self) -> None:
         def job(ctx):
-            return Offer(ctx.vault)
+            return ctx.vault.offer_device()
 
         def done(offer: Offer) -> None:
             self.offer = offer
@@ -143,11 +145,7 @@ class EnrollView(View):
         if offer is None:
             return
 
-        def job(ctx):
-            offer.confirm()  # (reports no Changes: a device and its key were added)
-            return Changes(devices=True, credentials=True)
-
-        self.client.mutate(job, lambda _c: self._show_state(), self._failed, context=self)
+        self.client.mutate(lambda ctx: offer.confirm(), lambda _c: self._show_state(), self._failed, context=self)
 
     def _cancel(self) -> None:
         offer = self.offer

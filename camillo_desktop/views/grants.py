@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from camillo import GrantCreated, GrantInfo
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
 
@@ -19,18 +20,18 @@ from ..text import safe_text
 from .base import TableView
 
 
-def grant_status(g: dict[str, Any]) -> str:
-    expired = g["expires"] is not None and g["expires"] < time.time()
-    return "revoked" if g["revoked"] else ("expired" if expired else "active")
+def grant_status(g: GrantInfo) -> str:
+    expired = g.expires is not None and g.expires < time.time()
+    return "revoked" if g.revoked else ("expired" if expired else "active")
 
 
-class GrantColumn(Column):  # a row: a dict of Vault.grants(); agent and compartment names are their creators'
-    AGENT = ColumnSpec("Agent", lambda g: g["agent"], limit=200)
-    ACCESS = ColumnSpec("Access", lambda g: ", ".join(f"{c}: {lv}" for c, lv in g["scopes"].items()), limit=200,
+class GrantColumn(Column):  # a row: a camillo.GrantInfo; agent and compartment names are their creators'
+    AGENT = ColumnSpec("Agent", lambda g: g.agent, limit=200)
+    ACCESS = ColumnSpec("Access", lambda g: ", ".join(f"{c}: {lv}" for c, lv in g.scopes.items()), limit=200,
                         sizing=Sizing.STRETCH)
-    MAX_CLASS = ColumnSpec("Highest authority", lambda g: g["max_class"], limit=200)
-    EXPIRES = ColumnSpec("Expires", lambda g: fmt_time(g["expires"]) or "never", limit=200)
-    LAST_USED = ColumnSpec("Last used", lambda g: fmt_time(g["last_used"]) or "never", limit=200)
+    MAX_CLASS = ColumnSpec("Highest authority", lambda g: g.max_class, limit=200)
+    EXPIRES = ColumnSpec("Expires", lambda g: fmt_time(g.expires) or "never", limit=200)
+    LAST_USED = ColumnSpec("Last used", lambda g: fmt_time(g.last_used) or "never", limit=200)
     STATUS = ColumnSpec("Status", grant_status, limit=200)
 
 
@@ -59,12 +60,12 @@ class GrantsView(TableView):
     def fetch(vault: Any) -> Any:
         return vault.grants()
 
-    def foreground(self, g: dict[str, Any]) -> Any:
-        return QGuiApplication.palette().placeholderText() if g["revoked"] else None
+    def foreground(self, g: GrantInfo) -> Any:
+        return QGuiApplication.palette().placeholderText() if g.revoked else None
 
-    def show_rows(self, grants: list[dict[str, Any]]) -> None:
+    def show_rows(self, grants: list[GrantInfo]) -> None:
         super().show_rows(grants)
-        active = sum(1 for g in grants if not g["revoked"])
+        active = sum(1 for g in grants if not g.revoked)
         self.title_label.setText(f"Grants  ({active} active)")
         self.new_button.setEnabled(bool(self.window_.info.get("is_owner")))
 
@@ -74,26 +75,27 @@ class GrantsView(TableView):
             return
         r = dlg.result_
 
-        def job(ctx):  # (mutate broadcasts what create_grant reports; everything, until it reports Changes)
+        def job(ctx):  # the GrantCreated the vault returns (mutate broadcasts its .changes)
             return ctx.vault.create_grant(r["agent"], r["scopes"], r["path"], max_class=r["max_class"],
                                           expires=r["expires"])
 
-        self.client.mutate(job, lambda _c: Ask.inform(self, "Grant created",
-                                                      f"Saved {r['path']}. Give this file to {r['agent']}; it is its "
-                                                      "key to your vault, so handle it like a password."),
-                           self.window_.show_error, context=self)
+        def done(created: GrantCreated) -> None:
+            Ask.inform(self, "Grant created", f"Saved {created.path}. Give this file to {created.grant.agent}; it is "
+                       "its key to your vault, so handle it like a password.")
+
+        self.client.mutate(job, done, self.window_.show_error, context=self)
 
     def _revoke(self) -> None:
         g = self.selected()
-        if g is None or g["revoked"]:
+        if g is None or g.revoked:
             return
-        access = safe_text(", ".join(f"{c} ({lv})" for c, lv in g["scopes"].items()), 400, single_line=True)
-        agent = safe_text(g["agent"], 80, single_line=True)
+        access = safe_text(", ".join(f"{c} ({lv})" for c, lv in g.scopes.items()), 400, single_line=True)
+        agent = safe_text(g.agent, 80, single_line=True)
         details = (f"{agent} loses its access to {access}: new keys are made that it does not have, so it "
                    "cannot read anything written from now on, and anything it writes after this is rejected by "
                    "every copy of your vault.\n\nIt keeps whatever it has already read: revocation cannot recall "
                    "copies an agent made.")
-        gid = g["grant_id"]
+        gid = g.grant_id.hex()
         protected(self.window_, f"Revoke the grant of {agent}?", details,
                   lambda ctx, unlock: _revoke_job(ctx, gid, unlock),
                   lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(report.lines()), 4000)),
@@ -101,4 +103,4 @@ class GrantsView(TableView):
 
 
 def _revoke_job(ctx: Any, grant_id: str, unlock: Any) -> Any:
-    return ctx.vault.revoke(grant_id, reauth=unlock)  # (mutate broadcasts the report's Changes, or everything)
+    return ctx.vault.revoke(grant_id, reauth=unlock)  # the RevocationReport (mutate broadcasts its .changes)

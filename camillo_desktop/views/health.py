@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes
+from camillo import Changes, HealthReport
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
@@ -61,52 +61,59 @@ class HealthView(View):
             lay.addWidget(b, 0, Qt.AlignmentFlag.AlignVCenter)
         return card
 
-    def _show(self, h: dict[str, Any]) -> None:
+    def _show(self, h: HealthReport) -> None:
         holder = QWidget()
         lay = QVBoxLayout(holder)
-        n = len(h["conflicts"])
+        n = len(h.conflicts)
         lay.addWidget(self._card(not n, f"{n} open conflict{'s' if n != 1 else ''}",
-                                 ", ".join(h["conflicts"]) or "Every fact has one current value.", "Review", "conflicts"))
-        n = len(h["pending"])
+                                 ", ".join(h.conflicts) or "Every fact has one current value.", "Review", "conflicts"))
+        n = len(h.pending)
         lay.addWidget(self._card(not n, f"{n} inference{'s' if n != 1 else ''} waiting for you",
-                                 ", ".join(h["pending"]) or "Nothing an agent inferred is waiting.", "Open the inbox",
+                                 ", ".join(h.pending) or "Nothing an agent inferred is waiting.", "Open the inbox",
                                  "inbox"))
-        sync = h["sync"]
+        sync = h.sync
         lay.addWidget(self._card(sync == "up to date", f"Sync: {sync}",
-                                 safe_text("; ".join(h["sync_details"][:4]), 600) or
+                                 safe_text("; ".join(h.sync_details[:4]), 600) or
                                  "Every batch this device knows of is here, and nothing it saw has vanished.",
                                  "Accept the vault as it is" if sync == "rollback alert" else "Refresh",
                                  handler=self._accept_state if sync == "rollback alert" else self.window_.refresh))
-        problems = [p for p in h["problems"] if p["kind"] not in ("gap", "rollback")]
+        problems = [p for p in h.problems if p.kind not in ("gap", "rollback")]
         lay.addWidget(self._card(not problems, f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the files",
-                                 safe_text("; ".join(p["message"] for p in problems[:4]), 800) or
+                                 safe_text("; ".join(p.message for p in problems[:4]), 800) or
                                  "Every file, signature and link verifies.", "See activity", "activity"))
-        n = len(h["stale_grants"])
+        n = len(h.stale_grants)
         lay.addWidget(self._card(not n, f"{n} grant{'s' if n != 1 else ''} unused for 30 days",
-                                 ", ".join(h["stale_grants"]) or f"All {h['grants']} active grants are in use.",
+                                 ", ".join(h.stale_grants) or f"All {h.grants} active grants are in use.",
                                  "Review grants", "grants"))
-        n = len(h["stale_devices"])
+        n = len(h.stale_devices)
         lay.addWidget(self._card(not n, f"{n} device{'s' if n != 1 else ''} not seen for 30 days",
-                                 ", ".join(h["stale_devices"]) or f"All {h['devices']} devices were seen recently. "
+                                 ", ".join(h.stale_devices) or f"All {h.devices} devices were seen recently. "
                                  "A device you no longer use should be revoked.", "Review devices", "devices"))
-        crowded = h["crowded_compartments"]
+        crowded = h.crowded_compartments
         lay.addWidget(self._card(not crowded, "Compartments many agents can read",
                                  "; ".join(f"{c}: {', '.join(a)}" for c, a in crowded.items()) or
                                  "No compartment is readable by three or more agents.", "Review grants", "grants"))
-        lay.addWidget(self._card(True, "Erasure " + ("enabled" if h["erasure_enabled"] else "disabled by policy"),
+        lay.addWidget(self._card(True, "Erasure " + ("enabled" if h.erasure_enabled else "disabled by policy"),
                                  "Records can be erased for real from the timeline (\u201cErase permanently\u201d)."
-                                 if h["erasure_enabled"] else
+                                 if h.erasure_enabled else
                                  "This vault's policy keeps records (retention); forgetting still hides them."))
         lay.addStretch(1)
         self.area.setWidget(holder)
-        issues = sum(1 for v in (h["conflicts"], h["pending"], h["stale_grants"], h["stale_devices"], crowded, problems)
+        issues = sum(1 for v in (h.conflicts, h.pending, h.stale_grants, h.stale_devices, crowded, problems)
                      if v) + (sync != "up to date")
         self.title_label.setText("Health" + (f"  ({issues} to look at)" if issues else "  (all good)"))
         self.loaded.emit()
 
     def _accept_state(self) -> None:
-        self.client.submit(lambda ctx: ctx.vault.accept_current_state(), lambda _r: self.window_.refresh(),
-                           self.window_.show_error, context=self)
+        """After a rollback alert: remember the vault as it is now.  A mutation broadcasting the Changes
+        the vault returned, which name nothing (what this device remembers of the vault is no part
+        of it): this view reloads its own sync card, and the window refreshes its status bar."""
+
+        def done(_changes: Changes) -> None:
+            self.load()
+            self.window_.refresh()
+
+        self.client.mutate(lambda ctx: ctx.vault.accept_current_state(), done, self.window_.show_error, context=self)
 
     def relevant(self, changes: Changes) -> bool:
         return not changes.empty  # anything that moved may change what needs the owner

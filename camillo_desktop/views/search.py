@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from camillo.errors import Cancelled
+from camillo import Cancelled
 from PySide6.QtWidgets import QLabel
 
 from ..text import safe_text

@@ -3,8 +3,9 @@
 Like Anki's ``OpChanges``: the desktop routes one of these to each view after an operation and a
 view reloads only when something it shows is named.  A ``Changes`` names exactly what moved:
 
-* ``records`` and ``batches``: records written (or newly arrived from other devices) and the
-  batches that carry them; ``compartments`` names where they went; ``written`` is the part of
+* ``records`` and ``batches``: memory records (messages, facts, notes, decisions) written or newly
+  arrived from other devices, and the batches that carry them (control records too: they speak
+  through the flags below); ``compartments`` names where they went; ``written`` is the part of
   ``records`` this operation wrote itself, in order (an append's new record ids);
 * ``keys``: the facts (compartment name, key) whose value, status or history moved;
 * ``devices``, ``grants``, ``credentials`` and ``policy``: the roster changed in that respect

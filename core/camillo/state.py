@@ -30,7 +30,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
 from .control import BatchView, Level, Roster
@@ -127,7 +127,11 @@ def value_text(value: Any) -> str:
     return json.dumps(jsonable(value), ensure_ascii=False, sort_keys=True)
 
 
-def jsonable(v: Any) -> Any:
+# A JSON value, as json.dumps writes it.
+JSON: TypeAlias = "bool | int | float | str | list[JSON] | dict[str, JSON] | None"
+
+
+def jsonable(v: object) -> JSON:
     """A record value in JSON terms: byte strings become ``{"bytes": hex}``, map keys text."""
     if isinstance(v, bytes):
         return {"bytes": v.hex()}
@@ -135,7 +139,29 @@ def jsonable(v: Any) -> Any:
         return [jsonable(x) for x in v]
     if isinstance(v, dict):
         return {str(k): jsonable(x) for k, x in v.items()}
-    return v
+    return cast(JSON, v)  # None, bool, int or text: the CBOR profile has nothing else (no floats, no tags)
+
+
+# The JSON view of a record (RecordView.to_json): what ``camillo log --json`` prints, and what the other
+# faces derive theirs from (the MCP server's records, the exporters' provenance).  "kind" is a Kind name
+# (or ERASED, UNKNOWN(n)), "class" the claimed authority class, "effective_class" that class raised by a
+# CONFIRM, "writer" the writer id in hex; the optional fields appear only when set (text: not empty).
+RecordJSON = TypedDict("RecordJSON", {
+    "id": str, "kind": str, "type": str | None, "compartment": str, "class": str | None,
+    "effective_class": str | None, "writer": str, "writer_name": str, "writer_kind": str, "ts": int | None,
+    "batch": str, "verified": str, "key": NotRequired[str], "value": NotRequired[JSON], "text": NotRequired[str],
+    "conversation": NotRequired[str], "role": NotRequired[str], "sources": NotRequired[list[str]],
+    "pred": NotRequired[list[str]], "target": NotRequired[str], "meta": NotRequired[JSON],
+    "rejected": NotRequired[str | None], "hidden": NotRequired[bool], "unknown_fields": NotRequired[list[int]],
+})
+
+# The JSON view of a fact (FactView.to_json): its current value's fields, taken from that record's
+# RecordJSON ("writer" is the writer's name), and the record ids of its history.
+FactJSON = TypedDict("FactJSON", {
+    "key": str, "compartment": str, "value": JSON, "type": str | None, "class": str | None,
+    "effective_class": str | None, "status": str, "record": str | None, "writer": str | None,
+    "history": list[str], "candidates": list[str], "discarded": list[str],
+})
 
 
 @dataclass(frozen=True)
@@ -179,20 +205,14 @@ class RecordView:
     def effective_label(self) -> str:
         return Authority(self.effective_class).label if self.effective_class is not None else "-"
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id.hex(),
-            "kind": self.kind_name,
-            "type": self.type,
-            "compartment": self.compartment,
+    def to_json(self) -> RecordJSON:
+        """The one JSON view of a record (see RecordJSON): the faces print it or derive theirs from it."""
+        out: RecordJSON = {
+            "id": self.id.hex(), "kind": self.kind_name, "type": self.type, "compartment": self.compartment,
             "class": self.class_label if self.claimed_class is not None else None,
             "effective_class": self.effective_label if self.effective_class is not None else None,
-            "writer": self.writer_id.hex(),
-            "writer_name": self.writer,
-            "writer_kind": self.writer_kind,
-            "ts": self.ts,
-            "batch": self.batch_id.hex(),
-            "verified": self.verified,
+            "writer": self.writer_id.hex(), "writer_name": self.writer, "writer_kind": self.writer_kind,
+            "ts": self.ts, "batch": self.batch_id.hex(), "verified": self.verified,
         }
         if self.key is not None:
             out["key"] = self.key
@@ -232,18 +252,19 @@ class FactView:
     discarded: tuple[RecordView, ...]
     history: tuple[RecordView, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        cur = self.current
+    def to_json(self) -> FactJSON:
+        """The fact as JSON: its current value's fields (from the record's JSON) and record ids."""
+        cur = self.current.to_json() if self.current is not None else None
         return {
             "key": self.key,
             "compartment": self.compartment,
-            "value": jsonable(cur.value) if cur and cur.kind == Kind.PUT else None,
-            "type": cur.type if cur else None,
-            "class": cur.class_label if cur and cur.claimed_class is not None else None,
-            "effective_class": cur.effective_label if cur and cur.effective_class is not None else None,
+            "value": cur.get("value") if cur is not None and cur["kind"] == Kind.PUT.name else None,
+            "type": cur["type"] if cur is not None else None,
+            "class": cur["class"] if cur is not None else None,
+            "effective_class": cur["effective_class"] if cur is not None else None,
             "status": self.status,
-            "record": cur.id.hex() if cur else None,
-            "writer": cur.writer if cur else None,
+            "record": cur["id"] if cur is not None else None,
+            "writer": cur["writer_name"] if cur is not None else None,
             "history": [r.id.hex() for r in self.history],
             "candidates": [r.id.hex() for r in self.candidates] if self.status == "conflict" else [],
             "discarded": [r.id.hex() for r in self.discarded],

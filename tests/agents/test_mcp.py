@@ -167,3 +167,38 @@ def test_mcp_without_a_grant_is_a_usage_error(vault_with_grants):
     proc = subprocess.run([sys.executable, "-m", "camillo.cli", "mcp", path], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and "needs --grant" in proc.stderr
+
+
+def test_records_and_facts_the_server_returns_are_derived_from_their_json(new_vault):
+    """record_json and fact_json regroup RecordView.to_json / FactView.to_json: same ids, classes,
+    writer and text; a scalar value as is, a list or a byte string as its text, a map left out."""
+    from camillo.mcp_server import fact_json, record_json
+
+    _, vault, _ = new_vault
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon", ts=1700000000),
+                  NewRecord(type="fact", key="user/shoe", value=43),
+                  NewRecord(type="fact", key="user/blob", value=b"\x00raw"),
+                  NewRecord(type="fact", key="user/like_bytes", value={"bytes": "0072617700"}),
+                  NewRecord(type="fact", key="user/list", value=[1, "two"]),
+                  NewRecord(type="preference", key="user/units", value="metric", role="assistant"),
+                  NewRecord(type="message", conversation="c1", role="user", text="hello")])
+    by_key = {}
+    for v in vault.timeline():
+        j, r = v.to_json(), record_json(v)
+        assert (r["id"], r["type"], r["kind"], r["compartment"]) == (j["id"], j["type"], j["kind"], j["compartment"])
+        assert r["writer"] == {"name": j["writer_name"], "kind": j["writer_kind"], "id": j["writer"]}
+        assert r["authority"]["effective"] == j["effective_class"]
+        assert r.get("text") == j.get("text") and r.get("key") == j.get("key") and r.get("role") == j.get("role")
+        by_key[v.key or v.text] = r
+    assert by_key["user/city"]["time"] == "2023-11-14T22:13:20Z" and by_key["user/city"]["value"] == "Lisbon"
+    assert by_key["user/shoe"]["value"] == 43
+    assert by_key["user/blob"]["value"] == json.dumps({"bytes": b"\x00raw".hex()})  # a byte string: its text
+    assert "value" not in by_key["user/like_bytes"]  # a map that looks the same in JSON: left out
+    assert by_key["user/list"]["value"] == '[1, "two"]'
+    for f in vault.facts():
+        j, out = f.to_json(), fact_json(f, detail=True)
+        assert (out["key"], out["status"], out["record"], out["writer"]) == (j["key"], j["status"], j["record"],
+                                                                            j["writer"])
+        assert [h["id"] for h in out["history"]] == j["history"]
+        assert out["authority"]["binding"] is (j["effective_class"] == "user" and j["status"] == "ok")
+        assert out["value"] == f.current.text

@@ -126,3 +126,37 @@ def test_info_shows_only_host_visible_fields(vault_dir):
                    "generation", "kdf", "tag", "compartment_id", "epoch_id"}
         assert set(f) <= allowed, f
     assert sum(1 for f in info["files"] if f.get("credential_type") == "passphrase") == 1
+
+
+# ---------------------------------------------------------------------------------------------- the parser, in process
+
+COMMANDS = ["init", "add", "log", "verify", "pack", "unpack", "passwd", "info",
+            "facts", "fact", "conflicts", "resolve", "inbox", "confirm", "reject", "forget", "search", "merge",
+            "grant", "grants", "devices", "revoke", "policy", "enroll", "erase", "compact", "recovery",
+            "mcp", "import", "export"]
+
+
+def test_every_command_is_registered_once_in_the_order_help_lists_them():
+    import argparse
+
+    from camillo.cli import build_parser
+
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == COMMANDS
+    assert all(callable(p.get_default("func")) for name, p in sub.choices.items() if name != "enroll")
+
+
+def test_emit_prints_json_lines_or_text_lines(capsys):
+    import argparse
+
+    from camillo.cli.common import emit, emit_one
+
+    items = [{"b": 1, "a": "é"}, {"b": 2, "a": "x"}]
+    emit(argparse.Namespace(json=True), items, lambda d: d, lambda d: "unused")
+    assert capsys.readouterr().out == '{"a": "é", "b": 1}\n{"a": "x", "b": 2}\n'  # sorted keys, UTF-8 as is
+    emit(argparse.Namespace(json=False), items, lambda d: d, lambda d: f"{d['a']} {d['b']}")
+    assert capsys.readouterr().out == "é 1\nx 2\n"
+    emit(argparse.Namespace(), items, lambda d: d, lambda d: [f"{d['a']}", "  more"])  # no --json option at all
+    assert capsys.readouterr().out == "é\n  more\nx\n  more\n"
+    emit_one(argparse.Namespace(json=False), items, lambda d: d, lambda d: [])
+    assert capsys.readouterr().out == ""

@@ -251,3 +251,31 @@ def test_cli_export_both_formats(new_vault, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "camillo.cli", "export", "pam", path, str(tmp_path / "pam")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "not empty" in proc.stderr
+
+
+def test_vmem_info_is_a_selection_of_the_records_json(new_vault):
+    """The exporters' provenance is derived from RecordView.to_json, the one JSON view of a record."""
+    from camillo.exporters import vmem_info
+
+    _, vault, _ = new_vault
+    build(vault)
+    vault.append([NewRecord(type="fact", key="user/blob", value=b"\x00raw"),
+                  NewRecord(type="com.example/list", value=[1, "two", b"3"]),
+                  NewRecord(type="com.example/map", value={"text": "t", "n": 1})])
+    own = {"title", "conflict", "pending", "sources", "value"}
+    for v in vault.timeline(include_hidden=True):
+        j = v.to_json()
+        for status in (None, "conflict", "pending"):
+            info = vmem_info(v, status)
+            assert {k: x for k, x in info.items() if k not in own} == {
+                k: j[k] for k in ("id", "writer", "writer_name", "compartment", "class", "effective_class", "type",
+                                  "key", "role", "conversation") if j.get(k) is not None}
+            assert info.get("sources", []) == sorted(j.get("sources", []))
+            if "value" in info:
+                assert info["value"] == j["value"]
+            assert info.get("conflict", False) is (status == "conflict")
+    values = {v.key or v.type: vmem_info(v).get("value") for v in vault.timeline()}
+    assert values["user/blob"] == {"bytes": b"\x00raw".hex()}
+    assert values["com.example/list"] == [1, "two", {"bytes": "33"}]
+    assert values["com.example/map"] == {"text": "t", "n": 1}  # not only text: the value travels
+    assert values["user/city"] is None  # a text value is the target's own text

@@ -100,7 +100,7 @@ _build_lock = threading.Lock()
 
 def build_demo(directory: str, records: int = 0) -> DemoVault:
     """Build a demo vault (with the keychain off, whatever the caller's environment)."""
-    from camillo.demo import DEMO_PASSPHRASE, build_demo_vault
+    from camillo import DEMO_PASSPHRASE, build_demo_vault
 
     path = os.path.join(directory, DEMO_DIR)
     with _build_lock, no_guard(), pytest.MonkeyPatch.context() as mp:

@@ -10,7 +10,7 @@ import time
 import camillo
 import pytest
 import shiboken6
-from camillo import NewRecord, Unlock
+from camillo import NewRecord, Unlock, Vault
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
@@ -54,8 +54,6 @@ def try_unlock(qtbot, client, dlg, secret: str | None, *, method: str = "pass") 
 
 def append_as(qtbot, client, demo, who: str, items, compartment: str = "personal") -> list[bytes]:
     """Write records as an agent (``who`` = a grant name) or as the demo desktop, on the worker."""
-    from camillo import Vault
-
     def job(ctx):
         unlock = Unlock.grant(demo.grants[who]) if who in demo.grants else demo.unlock()
         home = demo.homes["planner" if who == "planner" else "desktop"]
@@ -391,10 +389,8 @@ def test_a_vmem_of_a_newer_format_shows_a_specific_message(qtbot, client, demo_v
 
 
 def test_a_vmem_file_opens_read_only(qtbot, client, demo_vault, tmp_path):
-    from camillo.transport import pack_vault
-
     out = str(tmp_path / "copy.vmem")
-    pack_vault(demo_vault.path, out)
+    Vault.pack(demo_vault.path, out)
     dlg = make_unlock_dialog(qtbot, client, out)
     try_unlock(qtbot, client, dlg, demo_vault.passphrase)
     assert dlg.result() == QDialog.DialogCode.Accepted, dlg.error.text()
@@ -848,15 +844,13 @@ def test_status_bar_shows_vault_credential_and_sync(qtbot, demo_window):
 
 
 def test_status_bar_of_an_agent_and_of_a_read_only_vault(qtbot, client, demo_vault, make_window, tmp_path):
-    from camillo.transport import pack_vault
-
     window = make_window()
     info = open_vault(qtbot, client, demo_vault.path, Unlock.grant(demo_vault.grants["planner"]),
                       home=demo_vault.homes["planner"])
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
     assert window.status_cred.text() == "Unlocked with: agent planner"
     out = str(tmp_path / "demo.vmem")
-    pack_vault(demo_vault.path, out)
+    Vault.pack(demo_vault.path, out)
     info = open_vault(qtbot, client, out, demo_vault.unlock())
     wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
     assert window.status_vault.text() == "Vault: demo.vmem (read-only)"

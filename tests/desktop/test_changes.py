@@ -61,14 +61,18 @@ def window(qtbot, demo_window):
 
 
 def mutate(qtbot, client, fn) -> Changes:
-    """Run ``fn(ctx)`` as a mutation; wait for it and for the reloads it caused; return what was broadcast."""
+    """Run ``fn(ctx)`` as a mutation; wait for it and for the reloads it caused; return what was broadcast
+    (the very Changes the vault returned, when it returned one)."""
     box: dict = {}
     with qtbot.waitSignal(client.vault_changed, timeout=30_000) as blocker:
         client.mutate(fn, lambda r: box.setdefault("ok", r), lambda e: box.setdefault("err", e))
     wait_idle(qtbot, client)
     if "err" in box:
         raise box["err"]
-    return blocker.args[0]
+    broadcast = blocker.args[0]
+    returned = box["ok"] if isinstance(box["ok"], Changes) else getattr(box["ok"], "changes", None)
+    assert returned is None or broadcast is returned
+    return broadcast
 
 
 def append(qtbot, client, *records: NewRecord, compartment: str = "personal") -> Changes:
@@ -155,25 +159,39 @@ def test_the_facts_view_redraws_the_selected_fact_only_when_it_moved(qtbot, clie
 # ------------------------------------------------------------------------------------------ the roster
 
 
-def test_a_new_passphrase_reloads_the_devices_not_the_grants_or_the_timeline(qtbot, client, window, demo_vault,
-                                                                            monkeypatch):
+# A roster change writes control records, a copy in every compartment, in batches of their own: the
+# vault's Changes name them in ``records`` (so ``timeline`` is true, though the timeline shows none of
+# them) and ``batches`` (new rows of the activity view).
+CONTROL_BATCHES = {"activity", "health"}  # a control batch is activity, never a timeline record
+
+
+def change_passphrase(demo_vault):
+    return lambda ctx: ctx.vault.change_passphrase("a brand new passphrase of words", reauth=demo_vault.unlock())
+
+
+def test_a_new_passphrase_reloads_the_devices_not_the_facts(qtbot, client, window, demo_vault, monkeypatch):
     devices = wait_view(qtbot, window, "devices")
     loads = Loads(window, monkeypatch)
-    changes = mutate(qtbot, client, lambda ctx: ctx.vault.change_passphrase("a brand new passphrase of words",
-                                                                            reauth=demo_vault.unlock()))
-    assert changes.credentials and not changes.grants and not changes.records and not changes.reloaded
-    assert loads.counts == {"devices": 1}
+    changes = mutate(qtbot, client, change_passphrase(demo_vault))
+    assert changes.credentials and changes.batches and not changes.keys and not changes.reloaded
+    assert loads.counts == {"devices": 1}  # the devices view lists the credentials too
     assert devices.model.rowCount() > 0
-    assert loads.stale() == NOT_SHOWN_YET | {"health"}
+    assert loads.stale() == NOT_SHOWN_YET | CONTROL_BATCHES
 
 
-def test_a_policy_change_reloads_only_the_health_view(qtbot, client, window, monkeypatch):
+def test_a_new_passphrase_leaves_the_timeline_the_devices_and_the_grants_alone(qtbot, client, window, demo_vault):
+    changes = mutate(qtbot, client, change_passphrase(demo_vault))
+    assert changes.credentials and changes.batches
+    assert not changes.timeline and not changes.records and not changes.grants and not changes.devices
+
+
+def test_a_policy_change_reloads_the_health_view_not_the_grants(qtbot, client, window, monkeypatch):
     wait_view(qtbot, window, "grants")
     loads = Loads(window, monkeypatch)
     changes = mutate(qtbot, client, lambda ctx: ctx.vault.set_policy(erasure=False, reason="legal hold"))
-    assert changes.policy and changes.roster and not changes.grants
+    assert changes.policy and changes.roster and not changes.grants and not changes.devices
     assert sum(loads.counts.values()) == 0  # the grants view shown is not reloaded
-    assert loads.stale() == NOT_SHOWN_YET | {"health"}
+    assert loads.stale() == NOT_SHOWN_YET | CONTROL_BATCHES
     health = wait_view(qtbot, window, "health")
     assert loads.counts == {"health": 1}
     assert any("disabled by policy" in label.text() for label in health.area.widget().findChildren(type(health.subtitle)))
@@ -228,6 +246,45 @@ def test_the_desktops_jobs_broadcast_the_changes_the_vault_returned(qtbot, clien
     forgotten = broadcast(timeline.detail.forget_button.click)
     assert forgotten.records and not forgotten.reloaded and not forgotten.roster
     assert call(qtbot, client, lambda ctx: ctx.vault.record(rid)).hidden
+
+
+def test_accepting_a_rollback_broadcasts_what_the_vault_returned_and_redraws_the_health_view(
+        qtbot, client, make_window, open_demo, demo_vault, monkeypatch, tmp_path):
+    import shutil
+
+    import camillo.log
+    from PySide6.QtWidgets import QLabel, QPushButton
+
+    monkeypatch.setattr(camillo.log, "SYNC_GRACE_SECONDS", -1)  # a batch that vanished is a rollback at once
+    before = str(tmp_path / "before")
+    shutil.copytree(demo_vault.path, before)
+    open_demo()
+    call(qtbot, client, lambda ctx: ctx.vault.append([MESSAGE]))  # this device sees a batch ...
+    with qtbot.waitSignal(client.vault_locked, timeout=10_000):
+        client.lock()
+    shutil.rmtree(demo_vault.path)
+    shutil.copytree(before, demo_vault.path)  # ... which the storage then rolls back
+    window = make_window()
+    with qtbot.waitSignal(window.view_ready, timeout=20_000, check_params_cb=lambda name: name == "timeline"):
+        window.vault_opened(open_demo())
+    assert window.status_sync.text() == "\u25cf rollback alert"
+    health = wait_view(qtbot, window, "health")
+
+    def titles() -> list[str]:
+        return [label.text() for label in health.area.widget().findChildren(QLabel)]
+
+    assert "Sync: rollback alert" in titles()
+    (accept,) = [b for b in health.area.widget().findChildren(QPushButton) if b.text() == "Accept the vault as it is"]
+    broadcasts: list[Changes] = []
+    client.vault_changed.connect(broadcasts.append)
+    with qtbot.waitSignal(health.loaded, timeout=20_000):
+        qtbot.mouseClick(accept, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, client)
+    # What the vault returned (it names nothing: what this device remembers is no part of the vault),
+    # then the refresh's; the health view redrew its sync card all the same, and the status bar.
+    assert broadcasts[0].empty and "remembered" in broadcasts[0].note
+    assert "Sync: up to date" in titles()
+    assert window.status_sync.text() == "\u25cf up to date"
 
 
 # ------------------------------------------------------------------------------------------ declared

@@ -38,14 +38,14 @@ def click(qtbot, button) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-def when_modal(qtbot, cls, act) -> dict:
-    """Act on the next modal dialog of type ``cls`` once ``exec()`` shows it; returns a box that
-    receives the dialog (so the test can inspect it after)."""
+def when_modal(qtbot, cls, act, title: str | None = None) -> dict:
+    """Act on the next modal dialog of type ``cls`` (and window ``title``, if given) once ``exec()``
+    shows it; returns a box that receives the dialog (so the test can inspect it after)."""
     box: dict = {}
 
     def poll() -> None:
         dlg = QApplication.activeModalWidget()
-        if isinstance(dlg, cls):
+        if isinstance(dlg, cls) and (title is None or dlg.windowTitle() == title):
             box["dialog"] = dlg
             act(dlg)
         else:
@@ -212,7 +212,7 @@ def test_revoke_grant_dialog_names_what_the_agent_loses_and_keeps(qtbot, client,
     assert "keeps whatever it has already read" in seen["details"]
     wait_idle(qtbot, client)
     grants = call(qtbot, client, lambda ctx: ctx.vault.grants())
-    assert not next(g for g in grants if g["agent"] == agent)["revoked"]  # cancel changed nothing
+    assert not next(g for g in grants if g.agent == agent).revoked  # cancel changed nothing
 
 
 # -------------------------------------------------------------------------- enroll, then a lost laptop
@@ -223,7 +223,7 @@ def os_keychain(monkeypatch):
     if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
         pytest.skip("no D-Bus session with a Secret Service (run the suite with scripts/test)")
     monkeypatch.setenv("CAMILLO_KEYCHAIN", "os")
-    st = camillo.keychain.status()
+    st = camillo.Vault.keychain_status()
     assert st.usable and "SecretService" in st.backend, st.reason
 
 
@@ -271,17 +271,23 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
         qtbot.waitUntil(lambda: enroll.match.isVisible(), timeout=15_000)
         assert enroll.sas.text() == join.sas.text() and len(join.sas.text().replace(" ", "")) == 6
         assert "Travel laptop" in enroll.state.text()
+        broadcasts: list = []
+        client.vault_changed.connect(broadcasts.append)
         click(qtbot, enroll.match)
+        qtbot.waitUntil(lambda: bool(broadcasts), timeout=15_000)
+        # What the offer's confirm returned: the certificate's batches, a new device and its key.
+        assert broadcasts[0].devices and broadcasts[0].credentials and broadcasts[0].batches
+        assert not broadcasts[0].reloaded
         qtbot.waitUntil(lambda: join.info is not None, timeout=30_000)
         qtbot.waitUntil(lambda: "Done" in enroll.state.text(), timeout=15_000)
-        laptop_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.actor.writer_id)
+        laptop_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.writer_id)
         vault_id = call(qtbot, laptop_client, lambda ctx: ctx.vault.vault_id)
         # Its device key went to the OS keychain, not to a file.
         import keyring
 
         assert keyring.get_password("vmem", f"{vault_id.hex()}/{laptop_id.hex()}")
         with no_guard(), Vault.open(demo_vault.path, Unlock.device(), home=laptop_home) as lap:
-            assert lap.actor.writer_id == laptop_id
+            assert lap.writer_id == laptop_id
             assert any(r.text for r in lap.timeline())
 
         # The laptop is lost.  On the desktop: Devices -> revoke, after re-authentication.
@@ -312,21 +318,39 @@ def test_enroll_a_second_device_by_qr_then_revoke_it_as_a_lost_laptop(qtbot, qap
         qapp.processEvents()
 
 
+def test_joining_with_a_bad_code_says_what_is_wrong(qtbot, client, demo_vault, tmp_path):
+    from camillo_desktop.flows import JoinDialog
+
+    join = JoinDialog(client, home=str(tmp_path / "new-device"))
+    qtbot.addWidget(join)
+    join.folder.setText(demo_vault.path)
+    for code, says in (("ABCD-EFGH", "53 characters"), ("VMEM1:not base32!", "damaged")):
+        join.code.setText(code)
+        join.status.setText("")
+        join._start()
+        qtbot.waitUntil(lambda: bool(join.status.text()), timeout=10_000)
+        assert says in join.status.text() and not join.sas.text()
+        assert join._join is None and join.start.isEnabled()
+
+
 def test_enroll_screenshot_shows_a_qr_that_decodes_to_the_offer(tmp_path):
-    """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp)."""
+    """The real app, in its own process, renders the enroll view; the PNG's QR decodes (zxing-cpp) to
+    a code a new device can join that vault with."""
     import zxingcpp
-    from camillo.ops.enrollment import parse_code
     from PIL import Image
 
     out = str(tmp_path / "enroll.png")
+    demo_dir = str(tmp_path / "demo")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", CAMILLO_HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "camillo_desktop", "--demo", "--view", "enroll", "--screenshot", out],
-                          env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, "-m", "camillo_desktop", "--demo", "--demo-dir", demo_dir, "--view", "enroll",
+                           "--screenshot", out], env=env, capture_output=True, text=True, timeout=240,
+                          stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     texts = [r.text for r in zxingcpp.read_barcodes(Image.open(out))]
     assert len(texts) == 1 and texts[0].startswith("VMEM1:")
-    parsed = parse_code(texts[0])
-    assert parsed.secret and parsed.vault_id
+    # The code parses, has not expired and names the vault in that folder (joining checks all three).
+    joining = Vault.join(os.path.join(demo_dir, "Demo vault"), texts[0], home=str(tmp_path / "new-device"))
+    assert not joining.done and joining.sas is None
 
 
 # ------------------------------------------------------------------------------------------ erasure
@@ -419,6 +443,34 @@ def test_irreversible_actions_always_reauthenticate_and_cancel_changes_nothing(q
     assert reauth == []
     assert _vault_files(demo_vault.path) == files_before, "a cancelled action changed the vault"
     assert call(qtbot, client, lambda ctx: ctx.vault.record(rid)) is not None
+
+
+def test_reissue_the_recovery_phrase_shows_the_new_words_once(qtbot, client, demo_window, demo_vault, reauth,
+                                                             tmp_path):
+    import re
+
+    from PySide6.QtWidgets import QLabel
+
+    from camillo_desktop import flows
+    from camillo_desktop.dialogs import BaseDialog
+
+    broadcasts: list = []
+    client.vault_changed.connect(broadcasts.append)
+    reauth.append(demo_vault.unlock())
+    box = when_modal(qtbot, BaseDialog, lambda dlg: dlg.accept(), title="Your new recovery phrase")
+    flows.reissue_recovery(demo_window)
+    qtbot.waitUntil(lambda: "dialog" in box, timeout=60_000)
+    numbered = [m.groups() for m in (re.fullmatch(r"\s*(\d+)\. (\S+)", label.text())
+                                     for label in box["dialog"].findChildren(QLabel)) if m]
+    assert [int(n) for n, _ in numbered] == list(range(1, 25))
+    phrase = " ".join(w for _, w in numbered)
+    wait_idle(qtbot, client)
+    assert broadcasts and broadcasts[0].credentials  # the Changes the vault returned with the phrase
+    home = str(tmp_path / "elsewhere")  # another installation: the desktop's local state is left alone
+    with no_guard(), Vault.open(demo_vault.path, Unlock.recovery(phrase), register=False, home=home) as v:
+        assert v.unlocked_with
+    with no_guard(), pytest.raises(camillo.WrongCredential):
+        Vault.open(demo_vault.path, Unlock.recovery(demo_vault.recovery_phrase), register=False, home=home)
 
 
 def test_a_wrong_passphrase_is_refused_and_nothing_is_erased(qtbot, client, demo_window, reauth, informed):

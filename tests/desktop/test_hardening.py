@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 import unicodedata
 
 import camillo
@@ -181,12 +180,12 @@ def test_every_field_a_writer_chose_is_shown_escaped(qtbot, client, open_demo):
     from camillo_desktop.views.grants import GrantColumn
 
     rows = {
-        ActivityColumn: {"ts": 1, "writer": EVIL, "writer_kind": EVIL, "compartment": EVIL, "summary": EVIL,
-                         "records": 1, "verified": EVIL, "status": EVIL},
-        GrantColumn: {"agent": EVIL, "scopes": {EVIL: EVIL}, "max_class": EVIL, "expires": None, "last_used": None,
-                      "revoked": False},
-        DeviceColumn: types.SimpleNamespace(name=EVIL, platform=EVIL, enrolled=1, last_seen=None, revoked=False,
-                                            replaced=False, this_device=False),
+        ActivityColumn: camillo.ActivityRow(batch=b"\1" * 32, ts=1, writer=EVIL, writer_kind=EVIL, compartment=EVIL,
+                                            seq=1, records=1, summary=EVIL, verified=EVIL, status=EVIL),
+        GrantColumn: camillo.GrantInfo(grant_id=b"\2" * 16, agent=EVIL, writer_id=b"\3" * 32, scopes={EVIL: EVIL},
+                                       max_class=EVIL, expires=None, created=1),
+        DeviceColumn: camillo.DeviceInfo(writer_id=b"\3" * 32, name=EVIL, platform=EVIL, kind=EVIL, enrolled=1,
+                                         last_seen=None, revoked=False, this_device=False),
     }
     for columns, row in rows.items():
         table = TableModel(columns)

@@ -29,12 +29,17 @@ def test_import_a_chatgpt_export_from_the_menu(qtbot, client, demo_window):
     labels = [a.text() for a in demo_window.import_menu.actions()]
     assert any("ChatGPT" in t for t in labels) and any("VaultMem" in t for t in labels)
     before = _records(qtbot, client)
+    broadcasts: list = []
+    client.vault_changed.connect(broadcasts.append)
     dlg = demo_window.import_from("chatgpt")
     qtbot.addWidget(dlg)
     dlg.source.setText(str(FIX / "chatgpt" / "conversations.json"))
     _run(qtbot, dlg)
     report = dlg.report
     assert report is not None and report.imported > 0 and report.proposals > 0
+    # The views were told what the import appended (the report's Changes), not "reload everything".
+    assert broadcasts == [report.changes] and broadcasts[0] is report.changes
+    assert len(report.changes.written) == report.imported and report.changes.keys and not report.changes.reloaded
     assert f"Imported {report.imported} record(s)" in dlg.result.text()
     assert _records(qtbot, client) > before
     # The memories ChatGPT kept wait in the inbox; the button leads there.
@@ -51,6 +56,7 @@ def test_import_a_chatgpt_export_from_the_menu(qtbot, client, demo_window):
     after_first = _records(qtbot, client)
     _run(qtbot, again)
     assert again.report.imported == 0 and _records(qtbot, client) == after_first
+    assert broadcasts[-1] is again.report.changes and again.report.changes.empty  # no view reloads
 
 
 def test_a_hostile_export_is_refused_and_nothing_is_written(qtbot, client, demo_window, demo_vault, tmp_path):

@@ -4,7 +4,7 @@ time, on the worker."""
 from __future__ import annotations
 
 import pytest
-from camillo import NewRecord, Unlock, Vault
+from camillo import ActivityRow, GrantInfo, NewRecord, Unlock, Vault
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import QTableView
 
@@ -347,15 +347,22 @@ def test_rejected_writes_are_red_revoked_grants_and_old_devices_dimmed(qapp):
     from camillo_desktop.views.devices import DevicesView
     from camillo_desktop.views.grants import GrantsView
 
-    assert ActivityView.foreground(None, {"status": "rejected: unknown writer"}) == REJECTED
-    assert ActivityView.foreground(None, {"status": "accepted"}) is None
+    def activity(status: str) -> ActivityRow:
+        return ActivityRow(batch=b"\1" * 32, ts=1, writer="w", writer_kind="agent", compartment="c", seq=1, records=2,
+                           summary="", verified="signature", status=status)
+
+    def grant(revoked: bool) -> GrantInfo:
+        return GrantInfo(grant_id=b"\2" * 16, agent="a", writer_id=b"\3" * 32, scopes={"work": "read"},
+                         max_class="inferred", expires=None, created=1, revoked=revoked)
+
+    assert ActivityView.foreground(None, activity("rejected: unknown writer")) == REJECTED
+    assert ActivityView.foreground(None, activity("accepted")) is None
     dim = QGuiApplication.palette().placeholderText()
-    assert GrantsView.foreground(None, {"revoked": True}) == dim and GrantsView.foreground(None, {"revoked": False}) is None
+    assert GrantsView.foreground(None, grant(True)) == dim and GrantsView.foreground(None, grant(False)) is None
     old = types.SimpleNamespace(revoked=False, replaced=True)
     assert DevicesView.foreground(None, old) == dim
     model = TableModel(ActivityView.columns, foreground=lambda row: REJECTED)
-    model.set_rows([{"ts": 1, "writer": "w", "writer_kind": "agent", "compartment": "c", "summary": "", "records": 2,
-                     "verified": "signature", "status": "rejected"}])
+    model.set_rows([activity("rejected")])
     assert model.data(model.index(0, 0), Qt.ItemDataRole.ForegroundRole) == REJECTED
     assert model.data(model.index(0, 3)) == "2 records"
-    assert model.data(model.index(0, 0), Role.ROW)["status"] == "rejected"
+    assert model.data(model.index(0, 0), Role.ROW).status == "rejected"

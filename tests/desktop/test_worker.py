@@ -8,7 +8,7 @@ import time
 import camillo
 import pytest
 import shiboken6
-from camillo.errors import Cancelled
+from camillo import Cancelled
 from PySide6.QtCore import QThread
 from PySide6.QtWidgets import QWidget
 
@@ -180,8 +180,9 @@ def test_lock_wipes_the_keys_on_the_worker_and_reports_it(qtbot, client, open_de
     info = open_demo()
     assert client.is_open and info["name"] == "Demo vault"
     vault = call(qtbot, client, lambda ctx: ctx.vault)
-    secrets = call(qtbot, client, lambda ctx: list(ctx.vault._epoch_secrets.values()))
-    vms = vault._vms
+    keyring = vault.session.keyring  # the machinery behind the facade: what locking must wipe
+    secrets = call(qtbot, client, lambda ctx: list(keyring.epoch_secrets.values()))
+    vms = keyring.master
     assert secrets and not any(s.wiped for s in secrets) and not vms.wiped
     lock_threads: list[int] = []
     original = camillo.Vault.lock
@@ -197,7 +198,8 @@ def test_lock_wipes_the_keys_on_the_worker_and_reports_it(qtbot, client, open_de
     assert vault.locked
     assert all(s.wiped for s in secrets)
     assert vms.wiped
-    assert vault._epoch_secrets == {} and vault._epoch_keys == {} and vault.actor is None
+    assert keyring.epoch_secrets == {} and keyring.epoch_keys == {} and keyring.master is None
+    assert vault.writer_id is None
     assert not client.is_open
     with pytest.raises(camillo.VaultError, match="no vault is open"):
         call(qtbot, client, lambda ctx: ctx.vault)

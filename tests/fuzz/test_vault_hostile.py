@@ -173,7 +173,7 @@ class Insiders:
 
     def read_everything(self) -> dict[str, Any]:
         """Open as the owner and use every reading surface; return what the problems said."""
-        from camillo.cli import _fmt_time
+        from camillo.cli.common import fmt_time as _fmt_time
         from camillo.mcp_server import fact_json, record_json
 
         with core_environment(self.home):

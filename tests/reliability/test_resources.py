@@ -231,11 +231,11 @@ def test_an_erasure_whose_control_batch_does_not_fit_changes_nothing(template, m
     control batch did not.  The new files stayed behind, never announced, and this installation had
     already switched to its new key and forgotten the old one, leaving an active device nobody held.
     Here the disk fills up exactly when the installation switches keys."""
-    from camillo import erasure
+    from camillo.ops import erasure
 
     disk = mounts.tmpfs("4m")
     path, home = place(template, disk, home_in=str(tmp_path / "h"))
-    real_become = erasure.become
+    real_become = erasure.switch_key
     fillers = []
 
     def become_then_fill(*args, **kwargs):
@@ -243,7 +243,7 @@ def test_an_erasure_whose_control_batch_does_not_fit_changes_nothing(template, m
         fillers.append(fill(disk, 0))
         return out
 
-    monkeypatch.setattr(erasure, "become", become_then_fill)
+    monkeypatch.setattr(erasure, "switch_key", become_then_fill)
     target = bytes.fromhex(template["target"])
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=home) as v:
         writer = v.writer_id
@@ -254,7 +254,7 @@ def test_an_erasure_whose_control_batch_does_not_fit_changes_nothing(template, m
         assert fillers, "the disk never filled up"
         os.unlink(fillers[0])
         assert files_of(path) == before, "the failed erasure left files behind"
-    monkeypatch.setattr(erasure, "become", real_become)
+    monkeypatch.setattr(erasure, "switch_key", real_become)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), home=home) as v:
         assert v.session.actor is not None and v.writer_id == writer, "the installation lost its device key"
         v.erase([target])

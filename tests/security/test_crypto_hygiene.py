@@ -154,7 +154,7 @@ REVIEWED = {
         "a content-addressed file's hash against its public name",
     ("records.py", "k != sig_key"):
         "an integer map key (the signatures' field number), not a signature",
-    ("cli.py", "_prompt_secret('Repeat it: ') != first"):
+    ("cli/common.py", "prompt_secret('Repeat it: ') != first"):
         "the user typing a new passphrase twice on their own terminal (no attacker measures it)",
 }
 

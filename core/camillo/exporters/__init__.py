@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..values import Authority, Kind, RecordView, jsonable
+from ..values import Authority, Kind, RecordView
 
 if TYPE_CHECKING:
     from ..vault import Vault
@@ -180,34 +180,37 @@ def snapshot(vault: Vault) -> Snapshot:
     return snap
 
 
-def vmem_info(v: RecordView, status: str | None = None) -> dict[str, Any]:
-    """The record's VMEM identity and provenance, carried in the target's extension field."""
-    info: dict[str, Any] = {
-        "id": v.id.hex(),
-        "writer": v.writer_id.hex(),
-        "writer_name": v.writer,
-        "compartment": v.compartment,
-        "class": v.class_label if v.claimed_class is not None else None,
-        "effective_class": v.effective_label if v.effective_class is not None else None,
-        "type": v.type,
+def vmem_info(v: RecordView, status: str | None = None) -> dict[str, object]:
+    """The record's VMEM identity and provenance, carried in the target's extension field: the
+    record's JSON (:meth:`RecordView.to_json`) without what the target format carries itself
+    (time, text; the value when it is the text), with sorted sources and the fact's status."""
+    j = v.to_json()
+    value = j.get("value")
+    info: dict[str, object] = {
+        "id": j["id"],
+        "writer": j["writer"],
+        "writer_name": j["writer_name"],
+        "compartment": j["compartment"],
+        "class": j["class"],
+        "effective_class": j["effective_class"],
+        "type": j["type"],
     }
-    if v.key is not None:
-        info["key"] = v.key
-    if v.role is not None:
-        info["role"] = v.role
-    if v.conversation is not None:
-        info["conversation"] = v.conversation
-    value = v.value
+    if "key" in j:
+        info["key"] = j["key"]
+    if "role" in j:
+        info["role"] = j["role"]
+    if "conversation" in j:
+        info["conversation"] = j["conversation"]
     if isinstance(value, dict) and isinstance(value.get("title"), str):
         info["title"] = value["title"]
-    if v.kind == Kind.PUT:
+    if j["kind"] == Kind.PUT.name:
         if not isinstance(value, str):
-            info["value"] = jsonable(value)
+            info["value"] = value
     elif not (isinstance(value, dict) and set(value) <= NOTE_TEXT_KEYS
               and all(isinstance(x, str) for x in value.values())):
-        info["value"] = jsonable(value)
-    if v.sources:
-        info["sources"] = [s.hex() for s in sorted(v.sources)]
+        info["value"] = value
+    if "sources" in j:
+        info["sources"] = sorted(j["sources"])  # hex sorts as the ids do
     if status == "conflict":
         info["conflict"] = True
     if status == "pending":

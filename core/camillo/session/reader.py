@@ -25,6 +25,7 @@ import cbor2
 from .. import encoding, envelopes, ids, keys, segments
 from ..changes import Changes
 from ..control import BatchView, Roster, build_roster
+from ..credentials import CredentialKind
 from ..errors import StorageError, VaultError
 from ..log import CausalLog, build_log, extend_log
 from ..names import kind_of
@@ -187,10 +188,12 @@ class Reader:
         views = [self.batches[b] for b in new]
         moved, self.moved_keys = self.moved_keys, set()
         controls = [r for v in views for r in v.records if r is not None]
-        return Changes(records=tuple(r for v in views for r in v.header.records), batches=tuple(new),
+        # the memory records; control records speak through devices, grants, credentials and policy
+        records = tuple(rid for v in views for rid, rec in zip(v.header.records, v.records) if rec is None)
+        return Changes(records=records, batches=tuple(new),
                        keys=frozenset((self.roster.compartment_name(c), k) for c, k in moved),
                        compartments=frozenset(self.roster.compartment_name(v.header.compartment_id) for v in views),
-                       **{**control_changes(controls), **flags})
+                       **{**control_changes(controls, self.roster), **flags})
 
     def forget_segments(self, names: Sequence[str]) -> None:
         """Segments that went away (a prune deletes thousands at once): their batches are forgotten
@@ -462,12 +465,28 @@ class Reader:
         self.batches = {}
 
 
-def control_changes(records: Sequence[Record]) -> dict[str, bool]:
-    """Which parts of the roster these control records touch (for :class:`Changes`)."""
-    kinds = {r.kind for r in records}
-    return {
-        "devices": bool(kinds & {Kind.GENESIS, Kind.DEVICE_CERT, Kind.REVOKE}),
-        "grants": bool(kinds & {Kind.GRANT, Kind.REVOKE}),
-        "credentials": bool(kinds & {Kind.CRED_ANCHOR, Kind.REVOKE, Kind.DEVICE_CERT}),
-        "policy": Kind.POLICY in kinds,
-    }
+def control_changes(records: Sequence[Record], roster: Roster) -> dict[str, bool]:
+    """Which parts of the roster these control records touch (for :class:`Changes`): a revocation
+    touches what its subject is (a device, a grant, a passphrase or recovery phrase)."""
+    out = {"devices": False, "grants": False, "credentials": False, "policy": False}
+    for r in records:
+        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT):
+            out["devices"] = True
+        if r.kind in (Kind.GENESIS, Kind.CRED_ANCHOR):
+            out["credentials"] = True
+        if r.kind == Kind.GRANT:
+            out["grants"] = True
+        if r.kind == Kind.POLICY:
+            out["policy"] = True
+        if r.kind == Kind.REVOKE:
+            who = r.body.get(0)
+            subject = roster.principals.get(who) if isinstance(who, bytes) else None
+            if subject is None:
+                out["devices"] = out["credentials"] = True  # not known here yet: say what it can be
+            elif subject.grant is not None:
+                out["grants"] = True
+            elif subject.kind == CredentialKind.DEVICE:
+                out["devices"] = True
+            else:
+                out["credentials"] = True
+    return out

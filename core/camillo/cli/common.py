@@ -1,0 +1,160 @@
+"""What every ``camillo`` command shares: the credential options and opening a vault from them,
+passphrase prompts, time and text formatting, and printing results as JSON lines or as text.
+
+Runs on the main thread of the CLI process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from ..changes import Changes
+from ..errors import UsageError
+from ..vault import Unlock, Vault
+
+T = TypeVar("T")
+Handler = Callable[[argparse.Namespace], int]
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def print_json(obj: object) -> None:
+    """One JSON line: sorted keys, UTF-8 as is."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def emit(args: argparse.Namespace, items: Iterable[T], to_json: Callable[[T], object],
+         to_text: Callable[[T], str | Iterable[str]]) -> None:
+    """Print each item as one JSON line when the command was given ``--json``, otherwise as its
+    text: one line, or several (``to_text`` returns a string or an iterable of lines).  Items are
+    printed as they come, so a long listing streams."""
+    as_json = bool(getattr(args, "json", False))
+    for item in items:
+        if as_json:
+            print_json(to_json(item))
+            continue
+        text = to_text(item)
+        for line in [text] if isinstance(text, str) else text:
+            out(line)
+
+
+def emit_one(args: argparse.Namespace, item: T, to_json: Callable[[T], object],
+             to_text: Callable[[T], str | Iterable[str]]) -> None:
+    """:func:`emit` for a command that prints one result (a report, a summary)."""
+    emit(args, [item], to_json, to_text)
+
+
+def print_written(changes: Changes) -> None:
+    """The ids of the records a command wrote, one ``{"id": ...}`` JSON line each."""
+    for rid in changes.written:
+        print_json({"id": rid.hex()})
+
+
+def fmt_time(ts: int | None) -> str:
+    if ts is None:
+        return "-" * 16
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def one_line(text: str, width: int = 80) -> str:
+    cleaned = "".join(c if c.isprintable() else "\u2423" for c in text.replace("\n", " "))
+    return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------- credentials
+
+
+def prompt_secret(prompt: str) -> str:
+    if not sys.stdin or not sys.stdin.isatty():
+        raise UsageError(f"{prompt.rstrip(': ')} is needed but there is no terminal to ask on; "
+                         "set it in the environment (see camillo --help)")
+    return getpass.getpass(prompt)
+
+
+def passphrase(env: str = "CAMILLO_PASSPHRASE", prompt: str = "Passphrase: ") -> str:
+    value = os.environ.get(env)
+    if value:
+        return value
+    return prompt_secret(prompt)
+
+
+def new_passphrase(env: str) -> str:
+    value = os.environ.get(env)
+    if value:
+        return value
+    first = prompt_secret("New passphrase: ")
+    if prompt_secret("Repeat it: ") != first:
+        raise UsageError("the two passphrases differ; nothing was changed")
+    return first
+
+
+def add_credential_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("credential (default: passphrase from CAMILLO_PASSPHRASE or a prompt)")
+    g.add_argument("--recovery", action="store_true", help="unlock with the recovery phrase (CAMILLO_RECOVERY_PHRASE)")
+    g.add_argument("--device", action="store_true", help="unlock with this installation's key in the OS keychain")
+    g.add_argument("--grant", metavar="FILE", help="act as the agent holding this grant file")
+
+
+def unlock(args: argparse.Namespace) -> Unlock:
+    """The credential the options name (the passphrase when none does)."""
+    chosen = [n for n in ("recovery", "device", "grant") if getattr(args, n, None)]
+    if len(chosen) > 1:
+        raise UsageError("choose one of --recovery, --device and --grant")
+    grant: str | None = getattr(args, "grant", None)
+    if grant:
+        return Unlock.grant(grant)
+    if getattr(args, "device", False):
+        return Unlock.device()
+    if getattr(args, "recovery", False):
+        phrase = os.environ.get("CAMILLO_RECOVERY_PHRASE") or prompt_secret("Recovery phrase: ")
+        return Unlock.recovery(phrase)
+    return Unlock.passphrase(passphrase())
+
+
+def open_vault(args: argparse.Namespace, *, register: bool = True, cache: bool = True,
+               read_only: bool = False) -> Vault:
+    """The vault ``args.vault``, opened with the credential the options name."""
+    path: str = args.vault
+    return Vault.open(path, unlock(args), register=register, cache=cache, read_only=read_only)
+
+
+def find_id(vault: Vault, text: str) -> bytes:
+    """A record id from its hex form or a unique prefix of at least 8 digits."""
+    return vault.find_record(text).id
+
+
+# ---------------------------------------------------------------------------------------------- the command table
+
+
+class Commands:
+    """The subcommands being added to the ``camillo`` parser: each area of commands adds its own."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        self.sub.required = True
+
+    def add(self, name: str, fn: Handler, help_: str, *, cred: bool = True,
+            vault_arg: bool = True) -> argparse.ArgumentParser:
+        """A command ``camillo NAME [DIR] [credential options]`` run by ``fn``."""
+        p = self.sub.add_parser(name, help=help_, description=help_)
+        if vault_arg:
+            p.add_argument("vault", metavar="DIR", help="the vault folder (or a .vmem file where reading is enough)")
+        if cred:
+            add_credential_options(p)
+        p.set_defaults(func=fn)
+        return p
+
+    def plain(self, name: str, help_: str) -> argparse.ArgumentParser:
+        """A command whose arguments the caller adds (and its ``func``)."""
+        return self.sub.add_parser(name, help=help_)

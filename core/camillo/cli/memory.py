@@ -1,0 +1,205 @@
+"""``camillo`` commands that read and act on memory: facts, fact, conflicts, resolve, inbox,
+confirm, reject, forget, search and merge.
+
+Runs on the main thread of the CLI process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import UsageError
+from ..values import FactView, RecordView
+from ..vault import Vault
+from .common import (
+    Commands,
+    emit,
+    emit_one,
+    find_id,
+    fmt_time,
+    one_line,
+    open_vault,
+    print_written,
+)
+
+
+def fact_line(f: FactView) -> str:
+    cur = f.current
+    value = "-" if cur is None or cur.kind_name != "PUT" else one_line(cur.text, 50)
+    cls = f"[{cur.effective_label}]" if cur is not None and cur.kind_name == "PUT" else ""
+    return f"{f.key:<32} {f.compartment:<9} {f.status:<8} {cls:<11} {value}"
+
+
+def record_line(v: RecordView) -> str:
+    what = v.type or v.kind_name.lower()
+    body = f"{v.key} = {one_line(v.text, 50)}" if v.key else one_line(v.text, 70)
+    return (f"{fmt_time(v.ts)}  {v.id.hex()[:12]}  {v.compartment:<9} {what:<12} [{v.effective_label:<8}] "
+            f"{v.writer:<16} {body}")
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        filters: dict[str, Any] = {}
+        if args.compartment:
+            filters["compartments"] = [vault.compartment_id(args.compartment)]
+        if args.subject:
+            filters["subject"] = args.subject
+        emit(args, vault.facts(**filters), FactView.to_json, fact_line)
+    return 0
+
+
+def cmd_fact(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+
+        def with_history(f: FactView) -> dict[str, object]:
+            return {**f.to_json(), "history_records": [r.to_json() for r in f.history],
+                    "sources": {r.id.hex(): [s.to_json() for s in vault.records(r.sources)]
+                                for r in f.history if r.sources}}
+
+        def lines(f: FactView) -> list[str]:
+            text = [fact_line(f)]
+            for r in f.history:
+                mark = "*" if f.current is not None and r.id == f.current.id else " "
+                text.append(f" {mark} {fmt_time(r.ts)} {r.id.hex()[:12]} {r.kind_name:<4} [{r.effective_label:<8}] "
+                            f"{r.writer:<16} {one_line(r.text, 40)}")
+                text += [f"       because of {s.id.hex()[:12]} {s.type}: {one_line(s.text, 50)}"
+                         for s in vault.records(r.sources)]
+            return text
+
+        emit_one(args, vault.fact(args.key, args.compartment), with_history, lines)
+    return 0
+
+
+def with_candidates(f: FactView) -> dict[str, object]:
+    return {**f.to_json(), "candidates_records": [c.to_json() for c in f.candidates]}
+
+
+def conflict_lines(f: FactView) -> list[str]:
+    return [f"{f.key} in {f.compartment}: {len(f.candidates)} concurrent values (preferred first)"] + [
+        f"   {c.id.hex()[:12]}  [{c.effective_label:<8}] {c.writer:<16} {one_line(c.text, 50)}" for c in f.candidates]
+
+
+def cmd_conflicts(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        emit(args, vault.conflicts(), with_candidates, conflict_lines)
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    if (args.pick is None) == (args.value is None):
+        raise UsageError("give exactly one of --pick RECORD_ID and --value JSON")
+    with open_vault(args) as vault:
+        if args.pick is not None:
+            changes = vault.resolve(args.key, compartment=args.compartment, pick=find_id(vault, args.pick))
+        else:
+            try:
+                value = json.loads(args.value)
+            except json.JSONDecodeError:
+                value = args.value  # a bare word is taken as text
+            changes = vault.resolve(args.key, compartment=args.compartment, value=value, value_given=True)
+        print_written(changes)
+    return 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+
+        def with_sources(v: RecordView) -> dict[str, object]:
+            return {**v.to_json(), "sources_records": [s.to_json() for s in vault.records(v.sources)]}
+
+        emit(args, vault.inbox(), with_sources, record_line)
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        print_written(vault.confirm([find_id(vault, r) for r in args.record]))
+    return 0
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        print_written(vault.reject([find_id(vault, r) for r in args.record]))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    if (args.key is None) == (args.record is None):
+        raise UsageError("give exactly one of --key KEY and --record ID")
+    with open_vault(args) as vault:
+        if args.key is not None:
+            changes = vault.forget(key=args.key, compartment=args.compartment)
+        else:
+            changes = vault.forget(record=find_id(vault, args.record))
+        print_written(changes)
+    sys.stderr.write("Hidden. It remains in the encrypted history; use 'camillo erase' to destroy it.\n")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        emit(args, vault.search(args.query, limit=args.limit), RecordView.to_json, record_line)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    copied = Vault.merge(args.vault, args.other)
+    with open_vault(args) as vault:
+        conflicts = vault.conflicts()
+        problems = vault.problems()
+        discarded = [f.key for f in vault.facts(status="deleted") if f.discarded]
+
+        def summary(_: object) -> dict[str, object]:
+            return {"copied": len(copied), "conflicts": [f.key for f in conflicts], "discarded_edits": discarded,
+                    "problems": [p.to_json() for p in problems]}
+
+        def lines(_: object) -> list[str]:
+            text = [f"merged: {len(copied)} files copied from {args.other}"]
+            text += [f"conflict: {f.key} in {f.compartment} has {len(f.candidates)} concurrent values "
+                     f"(resolve with: camillo resolve {args.vault} {f.key} --pick ID)" for f in conflicts]
+            text += [f"deleted: {key} was deleted concurrently with an edit; the edit was discarded"
+                     for key in discarded]
+            text += [f"{p.kind}: {p.message}" for p in problems]
+            return text
+
+        emit_one(args, copied, summary, lines)
+    return 0
+
+
+def register(commands: Commands) -> None:
+    p = commands.add("facts", cmd_facts, "facts by key: value, authority, status (ok, conflict, deleted, pending)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--compartment")
+    p.add_argument("--subject", help="only keys <subject>/...")
+    p = commands.add("fact", cmd_fact, "one fact with its history and provenance")
+    p.add_argument("key")
+    p.add_argument("--compartment")
+    p.add_argument("--json", action="store_true")
+    p = commands.add("conflicts", cmd_conflicts, "open conflicts and their candidates")
+    p.add_argument("--json", action="store_true")
+    p = commands.add("resolve", cmd_resolve, "resolve a conflict: pick a candidate or write a new value")
+    p.add_argument("key")
+    p.add_argument("--pick", metavar="RECORD_ID")
+    p.add_argument("--value", metavar="JSON")
+    p.add_argument("--compartment")
+    p = commands.add("inbox", cmd_inbox, "inferences awaiting confirmation")
+    p.add_argument("--json", action="store_true")
+    p = commands.add("confirm", cmd_confirm, "confirm inferences (a signed CONFIRM raises them to user authority)")
+    p.add_argument("record", nargs="+", metavar="RECORD_ID")
+    p = commands.add("reject", cmd_reject, "reject inferences (a DEL hides them; an earlier value is restored)")
+    p.add_argument("record", nargs="+", metavar="RECORD_ID")
+    p = commands.add("forget", cmd_forget, "hide a fact or a message (a DEL; erase destroys)")
+    p.add_argument("--key")
+    p.add_argument("--record", metavar="ID")
+    p.add_argument("--compartment")
+    p = commands.add("search", cmd_search, "full-text search with modifiers (type: key: agent: compartment: class: "
+                     "is:conflict is:pending before: after:)")
+    p.add_argument("query")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=200)
+    p = commands.add("merge", cmd_merge, "merge another copy (folder or .vmem) of the same vault into DIR")
+    p.add_argument("other", metavar="OTHER")
+    p.add_argument("--json", action="store_true")
