@@ -98,13 +98,6 @@ class WriterFrozen(VaultError):
     exit_code = 4
 
 
-class SyncPending(VaultError):
-    """What this needs has not reached this copy of the vault yet (another device's key change is
-    still syncing): nothing was changed; try again once the sync has caught up."""
-
-    exit_code = 1
-
-
 class ReadOnlyVault(VaultError):
     """The vault was opened read-only (a .vmem file or a read grant) and cannot be changed."""
 

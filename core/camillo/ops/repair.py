@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .. import keys, segments
 from ..changes import Changes
-from ..errors import SyncPending, VaultError
+from ..errors import VaultError
 from ..records import Batch, Kind
 from ..session import Session
 from ..session.keyring import EpochRef
@@ -107,14 +107,11 @@ def rescue_batches(session: Session) -> Changes:
                 rescue.setdefault(cid, {})[batch.id] = batch
         settled.append(name)
     written = 0
-    try:
-        for cid, found in sorted(rescue.items()):
-            eid, epk = sealing_key(session, cid)
-            ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-            files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered)]
-            written += len(session.write_files(files))
-    except SyncPending:
-        return Changes()  # the current epoch's key is still on its way: try at the next refresh
+    for cid, found in sorted(rescue.items()):
+        eid, epk = sealing_key(session, cid)
+        ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
+        files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered)]
+        written += len(session.write_files(files))
     if written:
         session.refresh()
     removed = 0

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .. import ids, segments
 from ..devicestate import DeviceState
-from ..errors import AccessDenied, SyncPending, VaultError, WriterFrozen
+from ..errors import AccessDenied, VaultError, WriterFrozen
 from ..records import Batch, BatchHeader, make_batch
 from ..storage import FolderShelf, segment_name
 from .core import Session
@@ -53,21 +53,18 @@ def recently_scanned(session: Session) -> bool:
 
 
 def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
-    """(epoch id, epoch public key) new segments of ``cid`` are sealed to: the current epoch; for
-    a writer that reads (an owner device, a write grant), the current epoch among the heads whose
-    secret it holds, so that it never writes what it cannot read back (another device's new epoch
-    whose key has not arrived yet, spec §16.10)."""
+    """(epoch id, epoch public key) new segments of ``cid`` are sealed to: the current epoch (spec
+    §15.2).  A writer that reads (an owner device, a write grant) prefers, among concurrent heads, one
+    whose secret it holds, so that it can read back what it writes (spec §16.10); when it holds none
+    (another device's new epoch whose key is still on its way) it seals to the current one, which
+    everyone else can read and this writer too once the key arrives."""
     roster, keyring = session.roster, session.keyring
     epoch = roster.current_epoch(cid)
     if epoch is not None:
         if keyring.epoch_secrets and (cid, epoch.epoch_id) not in keyring.epoch_keys:
             held = [h for h in roster.epoch_heads(cid) if (cid, h.epoch_id) in keyring.epoch_keys]
-            if not held:
-                raise SyncPending(
-                    f"the newest key of compartment {session.compartment_name(cid)} (a key change by another "
-                    "device) has not reached this device yet, so nothing was written: let the sync finish "
-                    "and try again")
-            epoch = min(held, key=lambda e: e.record_id)
+            if held:
+                epoch = min(held, key=lambda e: e.record_id)
         return epoch.epoch_id, epoch.public
     # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
     keyring = session.keyring
