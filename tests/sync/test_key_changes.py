@@ -8,8 +8,9 @@ offline), waits until the two folders are quiescent and identical, lets both dev
 arrived, and then checks that every record an append acknowledged (``changes.written``) is readable
 on both sides and that ``problems()`` is empty, except what a revocation names as rejected.
 
-Scenarios the core does not implement yet are marked ``xfail(strict=True)`` with the missing rule:
-the marker flips (XPASS fails the run) when the core lands, and is then removed.
+The erasure scenarios (b, c, d) failed before the rules of spec §16.10: the other device's writes
+became unreadable for good, and two concurrent erasures split the master secret and brought an
+erased record back.
 
 pytest main thread only.
 """
