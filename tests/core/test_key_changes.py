@@ -152,3 +152,86 @@ def test_two_concurrent_erasures_both_hold_and_the_vault_stays_writable(two_devi
         with open_(who) as v:
             assert {"written on the laptop", "written on the desktop", "an ordinary day"} <= texts(v), who
             assert serious(v) == [], who
+
+
+# ---------------------------------------------------------------------------------- nothing silent
+
+
+def test_a_revoked_device_is_told_and_does_not_register_again_silently(two_devices):
+    from camillo import DeviceRevoked
+
+    sync, open_ = two_devices
+    with open_("desktop") as desk:
+        desk_name = next(d.name for d in desk.devices() if d.this_device)
+    with open_("desktop") as desk:  # offline: it does not know yet
+        late = desk.append([NewRecord(type="message", text="written after my revocation")]).written
+    with open_("laptop") as lap:
+        lap.revoke(desk_name, reason="lost on a train")
+    sync.sync()
+    with pytest.raises(DeviceRevoked) as info:
+        open_("desktop")
+    message = info.value.message
+    assert "revoked by" in message and "lost on a train" in message and "--re-register" in message
+    # reading without registering tells it too, and names its rejected writes
+    b = two_devices[0].b
+    with Vault.open(b, Unlock.passphrase(PASSPHRASE), register=False, read_only=True,
+                    home=os.path.join(os.path.dirname(b), "home-desktop")) as v:
+        kinds = {n.kind: n.message for n in v.notices()}
+        assert "revoked" in kinds and "lost on a train" in kinds["revoked"]
+        assert "rejected-writes" in kinds and "1 write(s)" in kinds["rejected-writes"]
+        assert late[0] not in {r.id for r in v.timeline()}
+    # on purpose, it registers as a new device
+    with Vault.open(b, Unlock.passphrase(PASSPHRASE), re_register=True,
+                    home=os.path.join(os.path.dirname(b), "home-desktop")) as v:
+        assert v.writer_id is not None and not any(d.revoked for d in v.devices() if d.this_device)
+
+
+def test_a_device_whose_key_an_erasure_replaced_is_told_once(two_devices):
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        target = lap.append([NewRecord(type="message", text="erase me")]).written[0]
+    sync.sync()
+    with open_("laptop") as lap:
+        lap.erase([target])
+    sync.sync()
+    with open_("desktop") as desk:
+        rotated = [n.message for n in desk.notices() if n.kind == "key-rotated"]
+        assert len(rotated) == 1 and "laptop" in rotated[0]
+    with open_("desktop") as desk:
+        assert not [n for n in desk.notices() if n.kind == "key-rotated"]
+
+
+def test_the_command_line_says_so(two_devices, tmp_path):
+    """A reading command warns on stderr when its view is incomplete (stdout unchanged); a revoked
+    device's command exits 3 naming who revoked it, and --re-register registers it on purpose."""
+    import json
+    import subprocess
+    import sys
+
+    sync, open_ = two_devices
+    b = sync.b
+    env = dict(os.environ, CAMILLO_PASSPHRASE=PASSPHRASE, CAMILLO_HOME=os.path.join(os.path.dirname(b), "home-desktop"))
+
+    def camillo(*args):
+        return subprocess.run([sys.executable, "-m", "camillo.cli", *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    with open_("laptop") as lap:
+        for i in range(3):
+            lap.append([NewRecord(type="message", text=f"m{i}")])
+        segs = sorted(lap.session.reader.segment_batches)  # the machinery: which file holds which batch
+        middle = next(n for n in segs if lap.session.batches[lap.session.reader.segment_batches[n][0]].header.seq == 3
+                      and lap.session.reader.segment_epochs[n][0] == lap.compartment_id("personal"))
+    sync.sync()
+    os.unlink(os.path.join(b, middle))  # the desktop's copy lacks one batch (its sync has not brought it yet)
+    plain = camillo("log", b, "--json")
+    assert plain.returncode == 0 and "may be incomplete (syncing)" in plain.stderr
+    assert all(json.loads(line) for line in plain.stdout.splitlines())
+    sync.sync()
+    with open_("laptop") as lap:
+        lap.revoke("desktop", reason="stolen")
+    sync.sync()
+    refused = camillo("log", b)
+    assert refused.returncode == 3 and "revoked by" in refused.stderr and "--re-register" in refused.stderr
+    again = camillo("log", b, "--re-register")
+    assert again.returncode == 0, again.stderr

@@ -40,7 +40,7 @@ from ..session.installation import forget_key, seal_device_key_for, switch_back,
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import segment_name
-from ..values import ReachReport, Unlock
+from ..values import Notice, ReachReport, Unlock
 from .credentials import authenticate
 from .policy import require_erasure_allowed
 from .rekey import (
@@ -169,6 +169,11 @@ def rotate_if_erasure_seen(session: Session) -> bool:
         session.shelf.delete(name)
     forget_key(session, old)
     session.unlocking = new if session.unlocking is old else session.unlocking
+    carriers = {m.record_id for m in unseen}
+    by = sorted({session.roster.writer_name(v.header.writer_id) for v in session.batches.values()
+                 if carriers & set(v.header.records)} or {"another device"})
+    session.notices.append(Notice("key-rotated", f"this device's key was replaced: an erasure on {', '.join(by)} "
+                                  "destroyed keys the old one held (it can no longer open old copies of the vault)"))
     return True
 
 

@@ -26,6 +26,7 @@ from ..records import Batch, Kind
 from ..session import Session
 from ..session.keyring import EpochRef
 from ..session.writer import sealing_key
+from ..values import Notice
 from .credentials import finish_credential_changes
 from .erasure import erase, reseal, rotate_if_erasure_seen
 
@@ -124,6 +125,10 @@ def rescue_batches(session: Session) -> Changes:
     if removed:
         session.refresh()
     _drop_kept(session, destroyed, {ref for name, ref in candidates if name not in settled})
+    count = sum(len(found) for found in rescue.values())
+    if count:
+        session.notices.append(Notice("sealed-again", f"{count} write(s) made while another device erased records "
+                                      "were sealed again under the new keys, so every device can read them"))
     return session.reader.changes(files_written=written, files_removed=removed,
                                             note="batches written during another device's erasure sealed again"
                                             if written else "")

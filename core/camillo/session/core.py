@@ -35,7 +35,7 @@ from ..primitives import KdfParams, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
 from ..state import State
 from ..storage import FolderShelf, PackShelf
-from ..values import Problem
+from ..values import Notice, Problem
 from .grantfile import GrantFile
 from .keyring import KeyRing
 from .reader import Reader
@@ -65,6 +65,7 @@ class Session:
         self.cache_problem = ""
         self.use_cache = True
         self.alerts: list[Alert] = []
+        self.notices: list[Notice] = []  # said once to the person (a key rotated, writes sealed again)
         self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
