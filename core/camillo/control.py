@@ -268,15 +268,18 @@ class Roster:
     def epochs_of(self, cid: bytes) -> list[EpochInfo]:
         return sorted((e for (c, _), e in self.epochs.items() if c == cid), key=lambda e: (e.ts, e.record_id))
 
+    def epoch_heads(self, cid: bytes) -> list[EpochInfo]:
+        """The epochs of ``cid`` no other EPOCH record names as its predecessor (every epoch, if
+        each one is named)."""
+        mine = [e for (c, _), e in self.epochs.items() if c == cid]
+        superseded = {e.prev for e in mine if e.prev is not None}
+        return [e for e in mine if e.epoch_id not in superseded] or mine
+
     def current_epoch(self, cid: bytes) -> EpochInfo | None:
         """The epoch new writes use: a head of the epoch chain; among concurrent heads, the one
         whose EPOCH record id is smallest (spec §15.2)."""
-        mine = [e for (c, _), e in self.epochs.items() if c == cid]
-        if not mine:
-            return None
-        superseded = {e.prev for e in mine if e.prev is not None}
-        heads = [e for e in mine if e.epoch_id not in superseded]
-        return min(heads or mine, key=lambda e: e.record_id)
+        heads = self.epoch_heads(cid)
+        return min(heads, key=lambda e: e.record_id) if heads else None
 
     @property
     def policy(self) -> Policy:

@@ -9,7 +9,10 @@ It holds what must survive restarts and must never come from the host:
   plus the epochs and the master-secret generation; on the next open anything remembered that has
   vanished without a signed manifest is a rollback alert (spec §17.5);
 * ``first_missing``: when each missing batch was first noticed, so sync lag shows as "syncing"
-  for ten minutes before it becomes "missing".
+  for ten minutes before it becomes "missing";
+* ``kept``: the secrets of the epochs this writer sealed its own batches to, until every other
+  device has read them (another device's erasure may destroy such an epoch first; the writer then
+  seals its batches again under the current epoch, spec §16.10).
 
 The file is sealed under a key derived from the actor's own signing seed, and writers hold an
 exclusive lock on ``write.lock`` beside it while they allocate a ``seq``, so two processes of one
@@ -42,6 +45,10 @@ class DeviceState:
     first_missing: dict[bytes, int] = field(default_factory=dict)
     manifests: list[bytes] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # compartment -> epoch -> secret: the epochs this writer sealed batches to, kept until every other
+    # device has read those batches, so that if another device's erasure destroys such an epoch
+    # meanwhile, this writer can still open its own batches and seal them again (spec §16.10)
+    kept: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict, repr=False)
 
     def to_map(self) -> dict[str, Any]:
         return {
@@ -50,6 +57,7 @@ class DeviceState:
             "extra": self.extra,
             "first_missing": dict(self.first_missing),
             "generation": self.generation,
+            "kept": {c: dict(m) for c, m in self.kept.items()},
             "manifests": list(self.manifests),
             "remembered": {c: {w: [s, b] for w, (s, b) in m.items()} for c, m in self.remembered.items()},
         }
@@ -64,6 +72,7 @@ class DeviceState:
             first_missing=dict(m.get("first_missing", {})),
             manifests=list(m.get("manifests", [])),
             extra=dict(m.get("extra", {})),
+            kept={c: dict(mm) for c, mm in m.get("kept", {}).items()},
         )
 
 

@@ -43,6 +43,11 @@ class WrongCredential(VaultError):
     exit_code = 3
 
 
+class DeviceRevoked(WrongCredential):
+    """This installation's device was revoked by another device: it does not register again unless
+    asked to (the message says by whom, when, and how)."""
+
+
 class KeychainError(VaultError):
     """The OS keychain is missing, locked, or is a backend we refuse (plaintext or fail)."""
 

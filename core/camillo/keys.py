@@ -24,6 +24,12 @@ def owner_kem(vms: bytes, vault_id: bytes, generation: int) -> RecipientKey:
     return RecipientKey.from_seed(hkdf(vms, labelled("vmem/v1/vms/owner-kem", vault_id, generation.to_bytes(4, "big"))))
 
 
+def next_master(vms: bytes, vault_id: bytes, generation: int) -> bytes:
+    """The master secret an erasure rolls to from ``vms`` (spec §16.4): derived, so that two devices
+    erasing concurrently from one generation arrive at one master secret, not two."""
+    return hkdf(vms, labelled("vmem/v1/vms/next", vault_id, generation.to_bytes(4, "big")))
+
+
 def epoch_key(secret: bytes, vault_id: bytes, compartment_id: bytes, epoch_id: bytes) -> RecipientKey:
     return RecipientKey.from_seed(hkdf(secret, labelled("vmem/v1/epoch/kem-seed", vault_id, compartment_id, epoch_id)))
 

@@ -151,6 +151,12 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
         for w, s in h.frontier.items():
             key = (w, h.compartment_id)
             claimed[key] = max(claimed.get(key, 0), s)
+        if h.compartment_id == roster.control_id:  # what a control batch's writer had seen everywhere
+            for c, per in h.heads.items():
+                if c in roster.compartments:
+                    for w, s in per.items():
+                        if w not in roster.revocations:  # a revoked writer's later batches are rejected anyway
+                            claimed[(w, c)] = max(claimed.get((w, c), 0), s)
         for d in h.deps:
             referenced.setdefault(d, h.compartment_id)
         if h.prev:

@@ -147,6 +147,7 @@ class H:
     RECORDS = 8
     TS = 9
     SIG_ALGS = 10
+    HEADS = 11  # control batches: what the writer had seen of every data compartment (spec §8.1, §17.4)
 
 
 def check_type_name(name: str) -> None:
@@ -490,9 +491,11 @@ class BatchHeader:
     records: tuple[bytes, ...]
     ts: int
     sig_algs: tuple[int, ...] = (SIG_ED25519,)
+    # compartment id -> writer id -> highest seq the writer had seen there (control batches only)
+    heads: dict[bytes, dict[bytes, int]] = field(default_factory=dict, hash=False)
 
     def to_map(self) -> dict[int, Any]:
-        return {
+        m: dict[int, Any] = {
             H.V: 1,
             H.VAULT: self.vault_id,
             H.COMPARTMENT: self.compartment_id,
@@ -505,6 +508,9 @@ class BatchHeader:
             H.TS: self.ts,
             H.SIG_ALGS: list(self.sig_algs),
         }
+        if self.heads:
+            m[H.HEADS] = {c: dict(per) for c, per in self.heads.items()}
+        return m
 
     def encode(self) -> bytes:
         return encoding.encode(self.to_map())
@@ -558,7 +564,29 @@ def _header_from_map(m: Any) -> BatchHeader:
     algs = need(H.SIG_ALGS, list, "sig_algs")
     if not algs or any(type(a) is not int or a < 0 for a in algs):
         raise CanonicalError("sig_algs must list algorithm ids")
-    return BatchHeader(vault, comp, writer, seq, prev, tuple(deps), frontier, tuple(records), ts, tuple(algs))
+    heads = _heads(m.get(H.HEADS))
+    return BatchHeader(vault, comp, writer, seq, prev, tuple(deps), frontier, tuple(records), ts, tuple(algs),
+                       heads)
+
+
+MAX_HEADS_COMPARTMENTS = 256
+
+
+def _heads(value: Any) -> dict[bytes, dict[bytes, int]]:
+    """Header key 11 (optional): compartment id -> writer id -> seq, each inner map a frontier."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_HEADS_COMPARTMENTS:
+        raise CanonicalError(f"batch header field heads must map at most {MAX_HEADS_COMPARTMENTS} compartments")
+    out: dict[bytes, dict[bytes, int]] = {}
+    for c, per in value.items():
+        if not isinstance(c, bytes) or len(c) != 16 or not isinstance(per, dict) or len(per) > MAX_FRONTIER:
+            raise CanonicalError("batch header field heads maps compartment ids to frontiers")
+        for w, s in per.items():
+            if not isinstance(w, bytes) or len(w) != 32 or type(s) is not int or not 0 <= s < 2**63:
+                raise CanonicalError("heads entries are writer_id -> seq")
+        out[c] = dict(per)
+    return out
 
 
 @dataclass(frozen=True, eq=False)

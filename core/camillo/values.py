@@ -170,6 +170,18 @@ class NewRecord:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the person should be told about this device: its writes that were rejected or
+    sealed again, its key that an erasure replaced, this device revoked, a view still syncing."""
+
+    kind: str  # rejected-writes | sealed-again | key-rotated | revoked | incomplete
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+@dataclass(frozen=True)
 class Problem:
     """Something wrong or incomplete about this copy of the vault, with the file it concerns."""
 
@@ -411,6 +423,7 @@ __all__ = [
     "HealthReport",
     "Kind",
     "NewRecord",
+    "Notice",
     "Policy",
     "Problem",
     "ReachReport",

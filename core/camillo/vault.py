@@ -24,7 +24,7 @@ from . import hostview, keychain, transport
 from .changes import Changes
 from .control import Level
 from .credentials import Credential
-from .errors import VaultError
+from .errors import DeviceRevoked, VaultError
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
@@ -58,6 +58,7 @@ from .values import (
     GrantInfo,
     HealthReport,
     NewRecord,
+    Notice,
     Policy,
     Problem,
     ReachReport,
@@ -136,7 +137,7 @@ class Vault:
     @classmethod
     def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
              progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
-             read_only: bool = False) -> Vault:
+             read_only: bool = False, re_register: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
         verifies every file instead of resuming from the local cache (``camillo verify``).
@@ -145,7 +146,9 @@ class Vault:
         no device memory (which is still compared, so rollback alerts are reported; ``camillo verify``).
         ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
         called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
-        the open before anything is written."""
+        the open before anything is written.  An installation whose device another device revoked
+        is not registered again without ``re_register=True`` (it raises :class:`DeviceRevoked`, saying by
+        whom and when)."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
         try:
@@ -153,6 +156,11 @@ class Vault:
                 repair.finish_open(session, enrolling=unlock.enrolling)
                 if (register and session.shelf.writable and not read_only and session.actor is None
                         and not session.keychain_problem):
+                    revoked = reports.installation_revocation(session)
+                    if revoked is not None and not re_register:
+                        raise DeviceRevoked(f"{reports.revoked_message(session, revoked)}. Nothing was written. To use this "
+                                      "vault on this device again, open it with the option to register it anew "
+                                      "(camillo: --re-register)")
                     registration.certify_installation(session, device_name)
         except BaseException:
             session.close()
@@ -270,10 +278,14 @@ class Vault:
     def refresh(self) -> Changes:
         """Pick up files other devices and agents wrote since the last look."""
         if catch_up_generation(self.session):
-            return Changes(reloaded=True, note="another device changed the vault's keys")
-        reloaded = self.session.refresh()
-        self.session.update_memory()
-        return self.session.reader.changes(reloaded=reloaded)
+            changes = Changes(reloaded=True, note="another device changed the vault's keys")
+        else:
+            reloaded = self.session.refresh()
+            self.session.update_memory()
+            changes = self.session.reader.changes(reloaded=reloaded)
+        if changes.empty:
+            return changes
+        return changes | repair.after_refresh(self.session)
 
     @checked
     def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
@@ -364,6 +376,12 @@ class Vault:
         """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
         gaps, forks and rejected records."""
         return reports.problems(self.session, full=full)
+
+    @checked
+    def notices(self) -> list[Notice]:
+        """What to tell the person about this device: its rejected writes, writes sealed again, a
+        key an erasure replaced, this device revoked, a view still syncing."""
+        return reports.notices(self.session)
 
     @checked
     def stats(self) -> VaultStats:

@@ -541,12 +541,13 @@ def gap(out: Out) -> None:
     out.state_scenario(
         "gap",
         "A writer's middle batch is missing while its later batches are present, so a gap naming the missing "
-        "batch id and seq is reported and only that batch's record is absent.",
+        "batch id and seq is reported (still syncing: the reader noticed it just now) and only that batch's "
+        "record is absent.",
         path,
         {
             "facts": [],
             "timeline": tl.of(written[0][0], written[2][0], written[3][0]),
-            "problems": [problem("gap", f"batch {missing.hex()[:12]} (seq {seq})")],
+            "problems": [problem("syncing", f"batch {missing.hex()[:12]} (seq {seq})")],
         },
         orders=ORDERS,
         labels={"m0": written[0][0], "m1_missing": written[1][0], "m2": written[2][0], "m3": written[3][0],
@@ -628,10 +629,12 @@ def rollback(out: Out) -> None:
         },
     ]
     ok = {"sync_status": "up to date", "problems": []}
+    seen_not_here = problem("syncing", f"batch {batches[-1].hex()[:12]} (seq {len(batches) + 1}) that this device "
+                                       "saw is not here yet")
     expect = {
         "no-manifest": [
             ok, ok,
-            {"sync_status": "syncing", "problems": []},
+            {"sync_status": "syncing", "problems": [seen_not_here]},
             {"sync_status": "rollback alert",
              "problems": [problem("rollback", f"batch {batches[-1].hex()[:12]} (seq {len(batches) + 1}) that this "
                                               "device saw has vanished without a signed manifest")]},
@@ -639,8 +642,8 @@ def rollback(out: Out) -> None:
         ],
         "compaction-manifest": [
             ok, ok,
-            {"sync_status": "syncing", "problems": []},
-            {"sync_status": "syncing", "problems": []},
+            {"sync_status": "syncing", "problems": [seen_not_here]},
+            {"sync_status": "syncing", "problems": [seen_not_here]},  # covered by the manifest: never a rollback
             ok, ok,
         ],
     }

@@ -183,7 +183,12 @@ def test_merge_a_vmem_resolve_with_a_value_and_a_concurrent_delete(vault_dir, tm
     proc = run("merge", a, other, check=None)
     assert proc.returncode != 0 and "different vault" in proc.stderr
     verify_ok(a)
-    verify_ok(vmem)
+    # the .vmem is older than what this device has seen since: verify says which batches it lacks,
+    # as still syncing (spec §17.5), and exits 1
+    proc = run("verify", vmem, "--json", check=1)
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False and report["problems"]
+    assert {p["kind"] for p in report["problems"]} == {"syncing"}, report["problems"]
 
 
 # ---------------------------------------------------------------------------------------------- inbox

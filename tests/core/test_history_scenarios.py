@@ -41,11 +41,11 @@ def test_gap_is_named_then_syncing_then_missing(new_vault, monkeypatch):
     missing_id = vault.session.log.chains[(wid, vault.compartment_id("personal"))][3]
     vault.lock()
     os.unlink(os.path.join(path, middle))
-    with open_vault(path, cache=False) as v:
-        gaps = [p for p in v.problems() if p.kind == "gap"]
-        assert len(gaps) == 1
-        assert missing_id.hex()[:12] in gaps[0].message and "seq 3" in gaps[0].message
-        assert "personal" in gaps[0].message
+    with open_vault(path, cache=False) as v:  # within the grace period: still syncing, named
+        problems = v.problems()
+        assert [p.kind for p in problems] == ["syncing"], problems
+        assert missing_id.hex()[:12] in problems[0].message and "seq 3" in problems[0].message
+        assert "personal" in problems[0].message
         status, details = v.sync_status()
         assert status == "syncing" and details
         assert {r.text for r in v.timeline()} == {"m0", "m2", "m3"}  # seq 1 is the genesis batch
@@ -54,6 +54,8 @@ def test_gap_is_named_then_syncing_then_missing(new_vault, monkeypatch):
     monkeypatch.setattr(time, "time", lambda: real() + log_mod.SYNC_GRACE_SECONDS + 5)
     with open_vault(path, cache=False) as v:
         assert v.sync_status()[0] == "missing batches"
+        gaps = [p for p in v.problems() if p.kind == "gap"]
+        assert len(gaps) == 1 and missing_id.hex()[:12] in gaps[0].message and "personal" in gaps[0].message
 
 
 def test_restored_device_refuses_to_write(new_vault, tmp_path):

@@ -111,7 +111,7 @@ def message(text: str) -> NewRecord:
 # ---------------------------------------------------------------------------------------------- checks
 
 
-TOLERATED_WHILE_SYNCING = {"gap", "waiting"}
+TOLERATED_WHILE_SYNCING = {"gap", "syncing", "waiting"}
 
 
 def fresh_reader(world: World, *, path: str | None = None) -> Vault:

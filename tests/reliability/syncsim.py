@@ -233,7 +233,7 @@ class Replica:
         partial = [up.files[i - 1] for i in sorted(self.partial)]
         text = "\n".join(details)
         if not rolled_back:
-            bad = [p for p in problems if p.kind not in ("gap", "damaged", "waiting")
+            bad = [p for p in problems if p.kind not in ("gap", "syncing", "damaged", "waiting")
                    or (p.kind == "damaged" and "does not match its name" not in p.message)]
             assert not bad, f"unexpected problems: {[(p.kind, p.message) for p in bad]}"
             damaged = {p.file for p in problems if p.kind == "damaged"}

@@ -8,8 +8,9 @@ offline), waits until the two folders are quiescent and identical, lets both dev
 arrived, and then checks that every record an append acknowledged (``changes.written``) is readable
 on both sides and that ``problems()`` is empty, except what a revocation names as rejected.
 
-Scenarios the core does not implement yet are marked ``xfail(strict=True)`` with the missing rule:
-the marker flips (XPASS fails the run) when the core lands, and is then removed.
+The erasure scenarios (b, c, d) failed before the rules of spec §16.10: the other device's writes
+became unreadable for good, and two concurrent erasures split the master secret and brought an
+erased record back.
 
 pytest main thread only.
 """
@@ -163,8 +164,6 @@ def test_concurrent_writers(devices):
     assert_clean(devices)
 
 
-@pytest.mark.xfail(strict=True, reason="an erasure does not rescue batches another device sealed under the erased "
-                                       "epoch before it saw the erasure: they stay 'unreadable' on both sides")
 def test_erasure_while_the_other_device_is_offline(devices):
     """b. The desktop is offline (its folder paused) and appends 5 records; meanwhile the laptop
     erases an old record of the same compartment.  Back online, the desktop's 5 records are
@@ -188,8 +187,6 @@ def test_erasure_while_the_other_device_is_offline(devices):
     assert_clean(devices)
 
 
-@pytest.mark.xfail(strict=True, reason="batches sealed under the epoch a concurrent erasure destroyed stay "
-                                       "'unreadable', and the writer's later batches wait behind them as gaps")
 def test_erasure_while_the_other_device_writes(devices):
     """c. The desktop appends in a loop while the laptop erases an old record, both online."""
     old = devices.a.append(note("erase me")).written
@@ -212,8 +209,6 @@ def test_erasure_while_the_other_device_writes(devices):
     assert_clean(devices)
 
 
-@pytest.mark.xfail(strict=True, reason="two concurrent erasures both roll to master-secret generation 2 and do not "
-                                       "merge: slots 'damaged', re-sealed segments unreadable, an erased record returns")
 def test_two_concurrent_erasures(devices):
     """d. Both sides offline from each other; the laptop erases R1 and the desktop R2; back online:
     both gone on both sides, nothing damaged or unreadable, and both devices still write."""

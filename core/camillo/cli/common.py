@@ -104,6 +104,8 @@ def add_credential_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recovery", action="store_true", help="unlock with the recovery phrase (CAMILLO_RECOVERY_PHRASE)")
     g.add_argument("--device", action="store_true", help="unlock with this installation's key in the OS keychain")
     g.add_argument("--grant", metavar="FILE", help="act as the agent holding this grant file")
+    g.add_argument("--re-register", action="store_true",
+                   help="register this installation anew even though another device revoked it")
 
 
 def unlock(args: argparse.Namespace) -> Unlock:
@@ -124,9 +126,26 @@ def unlock(args: argparse.Namespace) -> Unlock:
 
 def open_vault(args: argparse.Namespace, *, register: bool = True, cache: bool = True,
                read_only: bool = False) -> Vault:
-    """The vault ``args.vault``, opened with the credential the options name."""
+    """The vault ``args.vault``, opened with the credential the options name.  What the person
+    must be told about this device (its rejected writes, a key an erasure replaced …) goes to stderr,
+    one line each; a view still syncing is said by the reading commands (:func:`warn_if_incomplete`)."""
     path: str = args.vault
-    return Vault.open(path, unlock(args), register=register, cache=cache, read_only=read_only)
+    vault = Vault.open(path, unlock(args), register=register, cache=cache, read_only=read_only,
+                       re_register=bool(getattr(args, "re_register", False)))
+    for notice in vault.notices():
+        if notice.kind != "incomplete":
+            sys.stderr.write(f"camillo: {notice.message}\n")
+    return vault
+
+
+def warn_if_incomplete(vault: Vault) -> None:
+    """One line on stderr when what a reading command shows may be incomplete or rolled back
+    (stdout, JSON included, is unchanged)."""
+    state, details = vault.sync_status()
+    if state != "up to date":
+        detail = f": {details[0]}" if details else ""
+        sys.stderr.write(f"camillo: warning: this view of the vault may be incomplete ({state}){detail}; "
+                         "run 'camillo verify' for the details\n")
 
 
 def find_id(vault: Vault, text: str) -> bytes:

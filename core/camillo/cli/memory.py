@@ -23,6 +23,7 @@ from .common import (
     one_line,
     open_vault,
     print_written,
+    warn_if_incomplete,
 )
 
 
@@ -47,6 +48,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
             filters["compartments"] = [vault.compartment_id(args.compartment)]
         if args.subject:
             filters["subject"] = args.subject
+        warn_if_incomplete(vault)
         emit(args, vault.facts(**filters), FactView.to_json, fact_line)
     return 0
 
@@ -69,6 +71,7 @@ def cmd_fact(args: argparse.Namespace) -> int:
                          for s in vault.records(r.sources)]
             return text
 
+        warn_if_incomplete(vault)
         emit_one(args, vault.fact(args.key, args.compartment), with_history, lines)
     return 0
 
@@ -84,6 +87,7 @@ def conflict_lines(f: FactView) -> list[str]:
 
 def cmd_conflicts(args: argparse.Namespace) -> int:
     with open_vault(args) as vault:
+        warn_if_incomplete(vault)
         emit(args, vault.conflicts(), with_candidates, conflict_lines)
     return 0
 
@@ -110,6 +114,7 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         def with_sources(v: RecordView) -> dict[str, object]:
             return {**v.to_json(), "sources_records": [s.to_json() for s in vault.records(v.sources)]}
 
+        warn_if_incomplete(vault)
         emit(args, vault.inbox(), with_sources, record_line)
     return 0
 
@@ -141,6 +146,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     with open_vault(args) as vault:
+        warn_if_incomplete(vault)
         emit(args, vault.search(args.query, limit=args.limit), RecordView.to_json, record_line)
     return 0
 

@@ -23,6 +23,7 @@ from .common import (
     open_vault,
     out,
     print_written,
+    warn_if_incomplete,
 )
 
 
@@ -84,6 +85,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             filters["compartments"] = [vault.compartment_id(args.compartment)]
         if args.conversation:
             filters["conversation"] = args.conversation
+        warn_if_incomplete(vault)
         emit(args, vault.timeline(**filters), RecordView.to_json, timeline_line)
     return 0
 

@@ -37,9 +37,10 @@ from ..errors import UsageError, VaultError
 from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
+from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import segment_name
-from ..values import ReachReport, Unlock
+from ..values import Notice, ReachReport, Unlock
 from .credentials import authenticate
 from .policy import require_erasure_allowed
 from .rekey import (
@@ -168,6 +169,11 @@ def rotate_if_erasure_seen(session: Session) -> bool:
         session.shelf.delete(name)
     forget_key(session, old)
     session.unlocking = new if session.unlocking is old else session.unlocking
+    carriers = {m.record_id for m in unseen}
+    by = sorted({session.roster.writer_name(v.header.writer_id) for v in session.batches.values()
+                 if carriers & set(v.header.records)} or {"another device"})
+    session.notices.append(Notice("key-rotated", f"this device's key was replaced: an erasure on {', '.join(by)} "
+                                  "destroyed keys the old one held (it can no longer open old copies of the vault)"))
     return True
 
 
@@ -189,10 +195,18 @@ def finish_pending_erasures(session: Session) -> int:
     return deleted
 
 
-def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None) -> ReachReport:
+def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None,
+          follow_up: bool = False) -> ReachReport:
+    """Erase records for real.  ``follow_up``: complete an erasure the vault already records (its
+    targets still have a copy here, under a key it did not destroy: two devices erased concurrently,
+    spec §16.10); it needs no re-authentication and is signed by this device alone."""
     session.require_owner("erasing")
-    require_erasure_allowed(session)
-    cred = authenticate(session, reauth)
+    catch_up_generation(session)  # build on the newest keys (another device's roll)
+    session.refresh()
+    cred = None
+    if not follow_up:
+        require_erasure_allowed(session)
+        cred = authenticate(session, reauth)
     session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(session)
     r, reader = session.roster, session.reader
@@ -209,13 +223,16 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     if cid == r.control_id:
         raise UsageError("control records cannot be erased")
     target_batches = {b for _, b, _ in views}
+    held = session.keyring.epoch_keys
     affected = {reader.segment_epochs[name][1] for name, bids in reader.segment_batches.items()
-                if reader.segment_epochs.get(name, (None, None))[0] == cid and target_batches & set(bids)}
+                if name not in reader.unreadable and reader.segment_epochs.get(name, (None, None))[0] == cid
+                and (cid, reader.segment_epochs[name][1]) in held and target_batches & set(bids)}
     if not affected:
         raise UsageError("the records to erase are not in any readable segment here (already erased?)")
-    if session.materialized.erased(record_ids) == set(record_ids):
+    if not follow_up and session.materialized.erased(record_ids) == set(record_ids):
         raise UsageError("these records are already erased")
-    old_segments = sorted(name for name, (c, e) in reader.segment_epochs.items() if c == cid and e in affected)
+    old_segments = sorted(name for name, (c, e) in reader.segment_epochs.items()
+                          if c == cid and e in affected and name not in reader.unreadable)
     targets = set(record_ids)
     target_keys = {(r.compartment_name(cid), k) for k in session.materialized.keys_of(targets)}
 
@@ -226,7 +243,8 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     session.actor = new_dev
     try:
         rekey = Rekey(session)
-        roll_keyring(session, rekey, exclude={old_actor.writer_id}, destroyed={(cid, e) for e in affected})
+        roll_keyring(session, rekey, exclude={old_actor.writer_id}, destroyed={(cid, e) for e in affected},
+                     derived=True)
         owner = rekey.new_owner_kem()
         eid = new_epoch(session, rekey, cid, "erasure", exclude=set(), owner=owner)
         secret = rekey.new_secrets[(cid, eid)]
@@ -252,14 +270,15 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
             seen[b.id] = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
     new_segments = reseal(session, cid, eid, epk, list(seen.values()))
 
-    erase_record = encode_record(Kind.ERASE, cred.writer_id,
-                                 body={0: cid, 1: sorted(targets), 2: sorted(affected)},
-                                 signers=[cred.signer, old_actor.signer])
+    signer = cred or old_actor
+    signers = [cred.signer, old_actor.signer] if cred is not None else [old_actor.signer]
+    erase_record = encode_record(Kind.ERASE, signer.writer_id,
+                                 body={0: cid, 1: sorted(targets), 2: sorted(affected)}, signers=signers)
     manifest = encode_record(
-        Kind.ERASURE_MANIFEST, cred.writer_id,
+        Kind.ERASURE_MANIFEST, signer.writer_id,
         body={0: cid, 1: sorted(segment_id(n) for n in old_segments),
               2: sorted(segment_id(n) for n, _, _ in new_segments), 3: sorted(seen)},
-        signers=[cred.signer, old_actor.signer],
+        signers=signers,
     )
     # 1. new key files and the re-encrypted segments (all deleted again if one cannot be written),
     #    their names noted first in the local state: if a crash comes before the control batch that
@@ -288,6 +307,8 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
             switch_back(session, old_actor, new_dev)
 
         write_batches(session, {control: per.pop(control)}, undo=undo)
+    for ref, new_secret in rekey.new_secrets.items():  # the epochs it announced: the writes below seal to them
+        session.keyring.hold(ref, new_secret)
     per[cid] = [*per[cid], erase_record, manifest]
     try:
         write_batches(session, per)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from .. import envelopes, ids, keys, slots
 from ..control import Level, Principal, pop_message
 from ..credentials import Credential, CredentialKind
+from ..errors import VaultError
 from ..primitives import RecipientKey, random_bytes, verify_signature
 from ..records import Kind, encode_record
 from ..session import Session
@@ -130,14 +131,23 @@ def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclud
 
 
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
-                 destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset()) -> None:
+                 destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
+                 derived: bool = False) -> None:
     """Roll the master secret: new slots for every remaining user credential, every surviving epoch
-    secret wrapped to the new owner KEM key and the remaining grants; every other slot and envelope
-    is deleted after the new ones exist."""
+    secret wrapped to the new owner KEM key and the remaining grants; the older slots and the
+    envelopes of the old keyring are deleted after the new ones exist.
+
+    ``derived`` (an erasure, spec §16.4): the next master secret is derived from the current one, so
+    that two devices erasing concurrently from one generation roll to the same one.  Otherwise (a
+    revocation) it is random: the revoked credential must not be able to compute it."""
     keyring, r = session.keyring, session.roster
-    new_vms = random_bytes(32)
     headers = session.slot_headers()[0]
-    generation = max(keyring.generation, max((h.generation for h in headers), default=0)) + 1
+    if derived:
+        generation = keyring.generation + 1
+        new_vms = keys.next_master(keyring.master_secret(), session.vault_id, generation)
+    else:
+        generation = max(keyring.generation, max((h.generation for h in headers), default=0)) + 1
+        new_vms = random_bytes(32)
     owner = keys.owner_kem(new_vms, session.vault_id, generation)
     rekey.new_vms, rekey.new_generation = new_vms, generation
     erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
@@ -162,11 +172,19 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name,
                                               kdf=kdf_by_recipient.get(p.recipient_id), generation=generation,
                                               vms=new_vms))
+    # Deleted after the new files exist: the slots of older generations, and the envelopes found now
+    # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}
+    new_owner = ids.recipient_id(owner.public)
+    rekey.delete += [h.name for h in headers if h.generation < generation]
     for name in session.shelf.list():
-        kind = name.split("/", 1)[0]
-        if kind in ("slots", "env") and name not in new_names:
-            rekey.delete.append(name)
+        if name.startswith("env/") and name not in new_names:
+            try:
+                data = session.shelf.read(name)
+            except (FileNotFoundError, VaultError):
+                continue
+            if not envelopes.is_for(data, new_owner):
+                rekey.delete.append(name)
 
 
 def apply(session: Session, rekey: Rekey) -> None:

@@ -1,22 +1,34 @@
-"""What an open finishes: the work a crash or another device left for this installation.
+"""What an open (and a refresh) finishes: the work a crash or another device left for this installation.
 
 Run by the facade after every writable unlock, in this order:
 
 1. files of an operation of this installation that a crash stopped before the record announcing
    them are deleted (spec §12.4, §16.4);
-2. a device certified before an erasure it has not seen replaces its key (its old key could open
+2. batches that sit only in segments sealed under an epoch another device's erasure destroyed
+   (they were written concurrently with it) are sealed again under the current epoch, with the
+   epoch secrets this writer kept for that purpose (spec §16.10);
+3. a device certified before an erasure it has not seen replaces its key (its old key could open
    the pre-erasure copies through its old slot, §16.4);
-3. the current generation's dead slots are deleted: those of revoked credentials, whose deletion a
-   crash interrupted (the last step of a credential change, §16.7).
+4. the current generation's dead slots are deleted: those of revoked credentials, whose deletion a
+   crash interrupted (the last step of a credential change, §16.7);
+5. an erasure that another device's concurrent erasure left incomplete (a copy of an erased record
+   under a key that erasure did not destroy) is completed (spec §16.10).
 
-Confined to the thread that owns the vault.
+A refresh that finds new files runs steps 2 and 5 again.  Confined to the thread that owns the vault.
 """
 
 from __future__ import annotations
 
+from .. import keys, segments
+from ..changes import Changes
+from ..errors import VaultError
+from ..records import Batch, Kind
 from ..session import Session
+from ..session.keyring import EpochRef
+from ..session.writer import sealing_key
+from ..values import Notice
 from .credentials import finish_credential_changes
-from .erasure import rotate_if_erasure_seen
+from .erasure import erase, reseal, rotate_if_erasure_seen
 
 
 def finish_open(session: Session, *, enrolling: bool = False) -> None:
@@ -27,6 +39,164 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
     session.finish_unannounced()
     if session.actor is None:
         return
+    rescue_batches(session)
     if not enrolling:
         rotate_if_erasure_seen(session)
     finish_credential_changes(session)
+    complete_erasures(session)
+
+
+def after_refresh(session: Session) -> Changes:
+    """What a refresh that found something new finishes (steps 2 and 5 above)."""
+    if session.read_only or session.actor is None:
+        return Changes()
+    changes = rescue_batches(session)
+    if session.is_owner:
+        changes |= complete_erasures(session)
+    return changes
+
+
+# ---------------------------------------------------------------------------------- step 2
+
+
+def destroyed_epochs(session: Session) -> set[EpochRef]:
+    """Every (compartment, epoch) an applied ERASE destroyed."""
+    return {(e.compartment_id, ep) for e in session.roster.erasures.values() for ep in e.epochs}
+
+
+def rescue_batches(session: Session) -> Changes:
+    """Seal again, under the compartment's current epoch, every batch found only in segments sealed
+    under an epoch an erasure destroyed, when this writer kept that epoch's secret (it sealed its own
+    batches to it): the batches of writers that did not know of the erasure yet.  Batches an erasure
+    re-encrypted (its manifest lists them) are never sealed again: they may hold what it erased.
+    Then the old segments, which nobody can read any more, are deleted, and the kept secret with them."""
+    kept = session.device_state.kept
+    if session.read_only or not kept or session.actor is None:
+        return Changes()
+    reader, roster = session.reader, session.roster
+    destroyed = destroyed_epochs(session)
+    if not destroyed:
+        return Changes()
+    covered: set[bytes] = set()
+    for m in roster.manifests.values():
+        if m.kind == Kind.ERASURE_MANIFEST:
+            covered |= m.batches
+    segment_refs = {**reader.segment_epochs, **reader.unreadable}
+    candidates = sorted((name, ref) for name, ref in segment_refs.items()
+                        if ref in destroyed and ref[1] in kept.get(ref[0], {}))
+    if not candidates:
+        _drop_kept(session, destroyed, set())
+        return Changes()
+    alive_holders: dict[bytes, set[str]] = {}  # batch id -> readable segments under live epochs
+    for name, bids in reader.segment_batches.items():
+        ref = reader.segment_epochs.get(name)
+        if ref is not None and ref not in destroyed and name not in reader.unreadable:
+            for b in bids:
+                alive_holders.setdefault(b, set()).add(name)
+    rescue: dict[bytes, dict[bytes, Batch]] = {}  # compartment -> batches to seal again
+    settled: list[str] = []  # old segments whose every batch is covered or safe elsewhere
+    for name, (cid, eid) in candidates:
+        try:
+            data = session.shelf.read(name)
+            payload = segments.open_segment(data, name, session.vault_id,
+                                            keys.epoch_key(kept[cid][eid], session.vault_id, cid, eid))
+            batches = segments.decode_payload(payload, name)
+        except (FileNotFoundError, VaultError):
+            continue
+        for batch in batches:
+            if batch.id not in covered and not alive_holders.get(batch.id):
+                rescue.setdefault(cid, {})[batch.id] = batch
+        settled.append(name)
+    written = 0
+    for cid, found in sorted(rescue.items()):
+        eid, epk = sealing_key(session, cid)
+        ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
+        files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered)]
+        written += len(session.write_files(files))
+    if written:
+        session.refresh()
+    removed = 0
+    for name in settled:
+        try:
+            session.shelf.delete(name)
+            removed += 1
+        except VaultError:
+            continue
+    if removed:
+        session.refresh()
+    _drop_kept(session, destroyed, {ref for name, ref in candidates if name not in settled})
+    count = sum(len(found) for found in rescue.values())
+    if count:
+        session.notices.append(Notice("sealed-again", f"{count} write(s) made while another device erased records "
+                                      "were sealed again under the new keys, so every device can read them"))
+    return session.reader.changes(files_written=written, files_removed=removed,
+                                            note="batches written during another device's erasure sealed again"
+                                            if written else "")
+
+
+def _drop_kept(session: Session, destroyed: set[EpochRef], still_needed: set[EpochRef]) -> None:
+    """Forget the kept secrets of destroyed epochs once nothing here is left to seal again."""
+    ds = session.device_state
+    drop = [(c, e) for c, per in ds.kept.items() for e in per if (c, e) in destroyed and (c, e) not in still_needed]
+    if not drop or session.device_state_store is None:
+        return
+    with session.device_state_store.locked():
+        on_disk = session.device_state_store.load() or ds
+        for c, e in drop:
+            on_disk.kept.get(c, {}).pop(e, None)
+        on_disk.kept = {c: per for c, per in on_disk.kept.items() if per}
+        session.save_device_state(on_disk)
+
+
+# ---------------------------------------------------------------------------------- step 5
+
+
+def incomplete_erasures(session: Session) -> dict[bytes, set[bytes]]:
+    """Per compartment, the records an applied ERASE names that still have a copy here (a readable
+    segment under a live epoch holds their bytes): left by a concurrent erasure elsewhere."""
+    reader, state = session.reader, session.materialized
+    destroyed = destroyed_epochs(session)
+    holders: dict[bytes, list[str]] = {}
+    for name, bids in reader.segment_batches.items():
+        ref = reader.segment_epochs.get(name)
+        if ref is None or ref in destroyed or name in reader.unreadable or ref not in session.keyring.epoch_keys:
+            continue
+        for b in bids:
+            holders.setdefault(b, []).append(name)
+    out: dict[bytes, set[bytes]] = {}
+    for e in session.roster.erasures.values():
+        for target in e.targets:
+            where = state.record_location(target)
+            if where is None:
+                continue
+            batch_id = where[0]
+            for name in holders.get(batch_id, []):
+                if (name, target) in reader.erasure_checked:
+                    continue
+                if _holds_bytes(session, name, batch_id, target):
+                    out.setdefault(e.compartment_id, set()).add(target)
+                else:
+                    reader.erasure_checked.add((name, target))
+    return out
+
+
+def _holds_bytes(session: Session, name: str, batch_id: bytes, target: bytes) -> bool:
+    try:
+        batches = session.reader.batches_of_segment(name)
+    except (FileNotFoundError, VaultError, KeyError):
+        return False
+    for b in batches:
+        if b.id == batch_id:
+            return any(rid == target and raw is not None for rid, raw in zip(b.header.records, b.records))
+    return False
+
+
+def complete_erasures(session: Session) -> Changes:
+    """Erase again, here, what an applied ERASE names and a segment under a live epoch still holds."""
+    if not session.is_owner or session.read_only:
+        return Changes()
+    changes = Changes()
+    for _cid, targets in sorted(incomplete_erasures(session).items()):
+        report = erase(session, sorted(targets), follow_up=True)
+        changes |= report.changes
+    return changes

@@ -12,6 +12,7 @@ import os
 import time
 
 from .. import slots
+from ..control import Revocation
 from ..credentials import CredentialKind
 from ..errors import UsageError, VaultError
 from ..names import kind_of
@@ -26,6 +27,7 @@ from ..values import (
     ErasurePreview,
     GrantInfo,
     HealthReport,
+    Notice,
     Problem,
     RecordContext,
     SyncStatus,
@@ -96,15 +98,18 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
     for bid, why in sorted({**roster.excluded, **log.rejected}.items()):
         v = session.batches.get(bid)
         out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))
+    now = int(time.time())
     for a in session.alerts:
         if a.kind == "rollback":
             out.append(Problem("rollback", "", a.message))
-    for g in log.gaps:
-        who = roster.writer_name(g.writer_id) if g.writer_id else "a writer"
-        where = roster.compartment_name(g.compartment_id) if g.compartment_id else "the vault"
-        what = f"batch {g.batch_id.hex()[:12]}" if g.batch_id else "a batch"
-        seq = f" (seq {g.seq})" if g.seq else ""
-        out.append(Problem("gap", "", f"{what}{seq} from {who} in {where} is missing: {g.reason}"))
+            continue
+        who = roster.writer_name(a.writer_id) if a.writer_id else "a writer"
+        where = roster.compartment_name(a.compartment_id) if a.compartment_id else "the vault"
+        if a.kind == "syncing":  # within the grace period: the sync may still bring it
+            out.append(Problem("syncing", "", f"{a.message} ({who}, {where}; missing for "
+                               f"{_duration(now - a.since)}, still syncing?)"))
+        else:
+            out.append(Problem("gap", "", f"{a.message} ({who}, {where}; missing for {_duration(now - a.since)})"))
     for f in log.forks:
         out.append(Problem("fork", "", (
             f"{roster.writer_name(f.writer_id)} wrote two different batches at seq {f.seq} in "
@@ -128,6 +133,14 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
                 out.append(Problem("signature", view.segment,
                                    f"batch {bid.hex()[:12]} fails full signature verification"))
     return out
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 90:
+        return f"{max(0, seconds)} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
 def slot_problems(session: Session) -> list[Problem]:
@@ -286,3 +299,69 @@ def erasure_preview(session: Session, rid: bytes) -> ErasurePreview:
                           batches=len(batches),
                           other_devices=[d.name for d in devices(session) if not d.revoked and not d.this_device],
                           readers=readers, allowed=policy.erasure_enabled, policy_reason=policy.reason)
+
+
+# ---------------------------------------------------------------------------------- notices
+
+
+def lineage(session: Session) -> set[bytes]:
+    """The writer ids this installation has written as: its key now, and the keys it replaced."""
+    roster = session.roster
+    out: set[bytes] = set()
+    inst = session.local.load_installation()
+    start = [w for w in (session.actor.writer_id if session.actor else None,
+                         inst.writer_id if inst else None, inst.replaces if inst else None) if w is not None]
+    for first in start:
+        w: bytes | None = first
+        while w is not None and w not in out:
+            out.add(w)
+            p = roster.principals.get(w)
+            w = p.replaces if p is not None else None
+    return out
+
+
+def installation_revocation(session: Session) -> Revocation | None:
+    """The revocation of this installation's device by another credential (a lost laptop found
+    again), if there is one; a key this installation retired itself (a rotation) does not count."""
+    inst = session.local.load_installation()
+    if inst is None:
+        return None
+    rev = session.roster.revocations.get(inst.writer_id)
+    if rev is None or inst.writer_id in rev.signers:
+        return None
+    return rev
+
+
+def revoked_message(session: Session, rev: Revocation) -> str:
+    roster = session.roster
+    name = roster.writer_name(rev.subject)
+    who = " and ".join(roster.writer_name(s) for s in rev.signers) or "another device"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rev.ts)) if rev.ts else "an unknown date"
+    why = f" ({rev.reason})" if rev.reason else ""
+    return (f"this device ({name}) was revoked by {who} on {when}{why}: every copy of the vault rejects what it "
+            "writes from then on")
+
+
+def notices(session: Session) -> list[Notice]:
+    """What the person should be told about this device (one-time notices of this session first)."""
+    out = list(session.notices)
+    roster, log = session.roster, session.log
+    mine = lineage(session)
+    rejected: dict[str, list[tuple[bytes, str]]] = {}
+    for bid, why in sorted({**roster.excluded, **log.rejected}.items()):
+        v = session.batches.get(bid)
+        if v is not None and v.header.writer_id in mine:
+            rejected.setdefault(roster.compartment_name(v.header.compartment_id), []).append((bid, why))
+    for comp, items in sorted(rejected.items()):
+        reasons = sorted({why for _, why in items})
+        ids_ = ", ".join(b.hex()[:12] for b, _ in items[:5]) + (" …" if len(items) > 5 else "")
+        out.append(Notice("rejected-writes", f"{len(items)} write(s) of this device in {comp} were rejected "
+                          f"({'; '.join(reasons)}): batches {ids_}"))
+    rev = installation_revocation(session)
+    if rev is not None:
+        out.append(Notice("revoked", revoked_message(session, rev)))
+    status = sync_status(session)
+    if status.state != "up to date":
+        detail = f": {status.details[0]}" if status.details else ""
+        out.append(Notice("incomplete", f"this view of the vault may be incomplete ({status.state}){detail}"))
+    return out

@@ -35,7 +35,7 @@ from ..primitives import KdfParams, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
 from ..state import State
 from ..storage import FolderShelf, PackShelf
-from ..values import Problem
+from ..values import Notice, Problem
 from .grantfile import GrantFile
 from .keyring import KeyRing
 from .reader import Reader
@@ -65,6 +65,7 @@ class Session:
         self.cache_problem = ""
         self.use_cache = True
         self.alerts: list[Alert] = []
+        self.notices: list[Notice] = []  # said once to the person (a key rotated, writes sealed again)
         self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
@@ -409,10 +410,7 @@ class Session:
     def update_memory(self) -> None:
         """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
         store = self.device_state_store
-        if store is None or (self.read_only and not self.verifying):
-            self.alerts = []
-            return
-        ds = self.device_state
+        ds = self.device_state  # empty for an open that keeps no memory: gaps still show as syncing
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
@@ -425,7 +423,7 @@ class Session:
                 current = self.roster.current_epoch(cid)
                 if current is not None:
                     epochs[cid] = current.epoch_id
-        if self.verifying:
+        if store is None or self.read_only:
             return
         if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
             with store.locked():
@@ -502,6 +500,7 @@ class Session:
         self.grant = None  # an agent's grant file carries its credential's seeds
         self.cache = None  # holds the local cache key
         self.device_state_store = None  # holds the local device-state key
+        self.device_state = DeviceState()  # its kept epoch secrets go with the session
         self.reader.close()
         self.shelf.close()
         self.locked = True

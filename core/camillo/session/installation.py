@@ -129,9 +129,16 @@ def load_local_device_key(session: Session) -> Credential | None:
         return None
 
 
+DERIVED_AHEAD = 3  # generations an erasure's derived roll can reach before this device next opens
+
+
 def save_local_device_key(session: Session, cred: Credential, vms: bytes | None = None,
                           generation: int | None = None) -> None:
-    """Seal the device seeds under the master secret of ``generation`` (default: the current one)."""
+    """Seal the device seeds under the master secret of ``generation`` (default: the current one),
+    and under the master secrets the next erasures would derive from it (spec §16.4): an erasure by
+    another device while this one is closed must not make it lose its key (and with it the epoch
+    secrets it kept to seal its own writes again, §16.10).  A revocation's random roll is not
+    foreseen: after one the device is certified anew (§12.4)."""
     data = read_file(session.local.device_key_path)
     table: dict[int, bytes] = {}
     if data is not None:
@@ -142,7 +149,10 @@ def save_local_device_key(session: Session, cred: Credential, vms: bytes | None 
     if vms is None or generation is None:
         vms, generation = session.keyring.master_secret(), session.keyring.generation
     payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
-    table[generation] = seal_local(_blob_key(session, vms, generation), "device-key", session.vault_id, payload)
+    for _ in range(DERIVED_AHEAD + 1):
+        table[generation] = seal_local(_blob_key(session, vms, generation), "device-key", session.vault_id, payload)
+        generation += 1
+        vms = keys.next_master(vms, session.vault_id, generation)
     atomic_write(session.local.device_key_path, encoding.encode(table))
 
 
@@ -215,12 +225,14 @@ def switch_key(session: Session, new: Credential, *, seen_manifests: Sequence[by
         save_local_device_key(session, new)
     session.actor = new
     session.local.save_installation(Installation(new.writer_id, keystore, int(time.time()), old.writer_id))
+    kept = session.device_state.kept  # the old key's batches may still need sealing again (spec §16.10)
     session.discard_cache()
     session.cache = session.open_cache(new)
     session.reader.dirty = True
     session.open_device_state()
     session.save_device_state(DeviceState(generation=session.keyring.generation,
-                                          manifests=sorted({*session.erasure_manifests(), *seen_manifests})))
+                                          manifests=sorted({*session.erasure_manifests(), *seen_manifests}),
+                                          kept=kept))
     return old
 
 

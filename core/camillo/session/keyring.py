@@ -82,6 +82,12 @@ class KeyRing:
         self.envelope_sources[key] = payload
         return True
 
+    def hold(self, ref: EpochRef, secret: bytes) -> None:
+        """An epoch secret this session made itself (a new epoch it is announcing)."""
+        if ref not in self.epoch_secrets:
+            self.epoch_secrets[ref] = SecretBytes(secret)
+            self.epoch_keys[ref] = keys.epoch_key(secret, self.vault_id, *ref)
+
     def forget(self, refs: Iterable[EpochRef]) -> None:
         """Drop these epochs' secrets (an erasure destroyed them, or no owner vouched for them)."""
         for ref in refs:

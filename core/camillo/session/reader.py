@@ -83,6 +83,8 @@ class Reader:
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
+        # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
+        self.erasure_checked: set[tuple[str, bytes]] = set()
         self.dirty = True  # read something the local cache does not hold yet
 
     def forget_cached_roster(self) -> None:

@@ -53,9 +53,18 @@ def recently_scanned(session: Session) -> bool:
 
 
 def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
-    """(epoch id, epoch public key) new segments of ``cid`` are sealed to."""
-    epoch = session.roster.current_epoch(cid)
+    """(epoch id, epoch public key) new segments of ``cid`` are sealed to: the current epoch (spec
+    §15.2).  A writer that reads (an owner device, a write grant) prefers, among concurrent heads, one
+    whose secret it holds, so that it can read back what it writes (spec §16.10); when it holds none
+    (another device's new epoch whose key is still on its way) it seals to the current one, which
+    everyone else can read and this writer too once the key arrives."""
+    roster, keyring = session.roster, session.keyring
+    epoch = roster.current_epoch(cid)
     if epoch is not None:
+        if keyring.epoch_secrets and (cid, epoch.epoch_id) not in keyring.epoch_keys:
+            held = [h for h in roster.epoch_heads(cid) if (cid, h.epoch_id) in keyring.epoch_keys]
+            if held:
+                epoch = min(held, key=lambda e: e.record_id)
         return epoch.epoch_id, epoch.public
     # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
     keyring = session.keyring
@@ -101,6 +110,9 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         log = session.log
         for cid, raws in per_compartment.items():
             epoch_id, public = sealing_key(session, cid)
+            secret = session.keyring.secret((cid, epoch_id))
+            if secret is not None:  # kept until others read these batches (an erasure may destroy the epoch)
+                session.device_state.kept.setdefault(cid, {}).setdefault(epoch_id, secret)
             seq, prev = session.device_state.counters.get(cid, (0, None))
             on_vault = log.max_seq(actor.writer_id, cid)
             if on_vault > seq:
@@ -113,6 +125,13 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             if any(f.writer_id == actor.writer_id for f in log.forks):
                 raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
             deps = tuple(sorted(log.heads.get(cid, set()))[-64:])
+            # a control batch says what its writer had seen of every data compartment, so a reader
+            # that lacks a compartment's batches knows it (spec §17.4)
+            heads: dict[bytes, dict[bytes, int]] = {}
+            if cid == session.roster.control_id:
+                for (w, c), chain in log.chains.items():
+                    if c in session.roster.compartments and chain:
+                        heads.setdefault(c, {})[w] = max(chain)
             chain_writers = {w for (w, c) in log.chains if c == cid}
             frontier = {w: log.max_seq(w, cid) for w in chain_writers}
             # never behind the previous batch's (written by another process of this installation
@@ -129,7 +148,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                 seq += 1
                 frontier[actor.writer_id] = seq - 1
                 header = BatchHeader(session.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
-                                     tuple(ids.record_id(r) for r in chunk), int(time.time()))
+                                     tuple(ids.record_id(r) for r in chunk), int(time.time()), heads=heads)
                 batch = make_batch(header, chunk, actor.signer)
                 size = sum(len(r) for r in chunk) + 512
                 if group and group_size + size > SEGMENT_PAYLOAD:
