@@ -476,7 +476,7 @@ class State:
             if batch not in accepted:
                 updates.append((0, "its batch is not accepted", klass, rid))
                 continue
-            if erased:
+            if erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
                 ok = rid in erased_targets
                 updates.append((0, "erased" if ok else "removed without an erasure record", None, rid))
                 if not ok:
@@ -893,6 +893,7 @@ class State:
 
     def rejected(self) -> list[RecordView]:
         rows = self.db.execute(
-            f"SELECT {self._COLUMNS} FROM records WHERE valid = 0 AND erased = 0 AND reason != 'its batch is not accepted'"
+            f"SELECT {self._COLUMNS} FROM records WHERE valid = 0 AND erased = 0 "
+            "AND reason NOT IN ('its batch is not accepted', 'erased')"
         ).fetchall()
         return [v for v in (self._view(r) for r in rows) if v is not None]

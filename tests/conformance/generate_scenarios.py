@@ -917,12 +917,60 @@ def run_steps(d: Path, scenario: dict[str, Any]) -> dict[str, list[dict[str, Any
     return results
 
 
-def main() -> int:
+# ---------------------------------------------------------------------------------------------
+# Concurrent key changes (spec §16.10)
+
+
+def concurrent_erasures(out: Out) -> None:
+    """Two devices erase one record each, concurrently, from the same generation; the folders are then
+    merged, before either completes the other's erasure.  Each new epoch holds the record the other
+    device erased; both rolls derived the same master secret."""
+    world = World(out.work / "concurrent-erasures")
+    path, v = world.create()
+    tl = Timeline()
+    r1 = tl.add(only(v.append([message("secret one", T0 + 1)]).written), T0 + 1)
+    r2 = tl.add(only(v.append([message("secret two", T0 + 2)]).written), T0 + 2)
+    kept = tl.add(only(v.append([message("an ordinary day", T0 + 3)]).written), T0 + 3)
+    v.lock()
+    copy = world.path("laptop-copy")
+    shutil.copytree(path, copy)
+    world.open(copy, "laptop").lock()  # the laptop registers in its copy
+    transport.merge_into(path, copy)
+    transport.merge_into(copy, path)
+    with world.open(path, "desktop") as desk:
+        desk.erase([r1])
+    with world.open(copy, "laptop") as lap:
+        lap.erase([r2])
+    transport.merge_into(path, copy)
+    out.state_scenario(
+        "concurrent-erasures",
+        "Two devices erase one record each at the same time from one generation, and a reader of the merged "
+        "folder opens it through either device's slots and shows neither erased record, although each new "
+        "epoch still holds the one the other device erased.",
+        path,
+        {"facts": [], "timeline": tl.of(kept), "problems": []},
+        orders=ORDERS,
+        labels={"erased_by_desktop": r1, "erased_by_laptop": r2, "kept": kept},
+        notes="A record an applied ERASE names does not count wherever its bytes still are (spec §16.10 rule 3): "
+              "the devices then complete each other's erasure, which a reader need not wait for.",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every scenario, or (with names) only those, leaving the others as they are."""
+    only_names = set(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="vmem-scenarios-") as tmp:
         work = Path(tmp)
         os.environ["CAMILLO_INSECURE_TEST_KDF"] = "1"
         os.environ["CAMILLO_KEYCHAIN"] = "none"
         out = Out(SCENARIOS, work)
+        if only_names:
+            for name in only_names:
+                shutil.rmtree(SCENARIOS / name, ignore_errors=True)
+            for name in sorted(only_names):
+                GENERATORS[name](out)
+            print(f"wrote {', '.join(sorted(only_names))} to {SCENARIOS}")
+            return 1 if out.disagreements else 0
         out.clean()
         diverged = diverged_with_smaller_inferred_id(out)
         concurrent_supersession(out, diverged)
@@ -937,11 +985,15 @@ def main() -> int:
         appender_supersedes_foreign(out)
         beyond_revocation_pin(out)
         enrollment_wrong_secret(out)
+        concurrent_erasures(out)
     print(f"wrote {len(out.names)} scenarios to {SCENARIOS}")
     if out.disagreements:
         print(f"Camillo disagrees with {len(out.disagreements)} scenario(s): {', '.join(sorted(out.disagreements))}; "
               "mark them xfail(strict=True) in test_scenarios.py with the bug", file=sys.stderr)
     return 0
+
+
+GENERATORS: dict[str, Callable[[Out], None]] = {"concurrent-erasures": concurrent_erasures}
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ SCENARIO_DIRS = sorted(p for p in SCENARIOS.iterdir() if p.is_dir()) if SCENARIO
 EXPECTED_SCENARIOS = {
     "concurrent-supersession", "tombstone-vs-edit", "resurrection", "conflict-resolved", "fork", "gap", "rollback",
     "agent-user-record", "derived-above-sources", "appender-supersedes-foreign", "beyond-revocation-pin",
-    "enrollment-wrong-secret",
+    "enrollment-wrong-secret", "concurrent-erasures",
 }
 
 # scenario name -> the bug that makes Camillo disagree with it (the test is then a strict xfail).

@@ -186,6 +186,12 @@ def check_unlocking_credential(session: Session) -> None:
         raise WrongCredential(f"this {cred.kind.label} was replaced or revoked in vault {vid}; use the current one")
     if session.unlock_slot is not None:
         st = slots.read_statement(session.unlock_slot, session.vault_id, session.keyring.master_secret())
+        if st.recipient_id == cred.recipient_id and not any(sig[0] in roster.principals for sig in st.signatures):
+            # signed by a device whose certificate has not arrived (a new key, after a key change elsewhere)
+            raise DamagedFile(
+                f"vault {vid} is incomplete: slot {session.unlock_slot.name} is signed by a device whose "
+                "certificate has not arrived yet (wait for the sync to finish, or run 'camillo verify')",
+                file=session.unlock_slot.name)
         if st.recipient_id != cred.recipient_id or not session.statement_signed(st.signatures, st.message):
             raise WrongCredential(
                 f"slot {session.unlock_slot.name} is not signed by an owner of this vault; it was not used"
