@@ -7,6 +7,11 @@ GUI thread, unless the widget given as ``context`` has been destroyed meanwhile 
 dropped, as KeePassXC's AsyncTask does).  Long jobs report progress through the context and can be
 cancelled: :meth:`JobContext.check` raises :class:`camillo.Cancelled` once the GUI asked.
 
+After every open and every job that changes the vault (:meth:`VaultClient.mutate`, refreshing
+included), the worker asks the vault what the person must be told (:func:`report`: its sync state
+and ``Vault.notices()``) and the client reports it through ``status_reported`` (the open's is in
+the info that ``vault_opened`` carries).
+
 Locking runs on the worker too: it drops the vault's keys there (``Vault.lock`` wipes them) and
 then reports ``vault_locked``.  :meth:`VaultClient.lock` is idempotent: from the call until
 ``vault_locked`` the client is ``locking``, and a second call (a double press, auto-lock at the same
@@ -109,6 +114,17 @@ class JobContext:
         self.check()
         self._worker.progress_made.emit(self._job.id, done, total, what)
 
+    def report(self) -> dict[str, Any] | None:
+        """:func:`report` of the open vault; None when none is open (the job locked it) or when the
+        vault cannot say (the job's own result stands: it happened)."""
+        vault = self._worker.vault
+        if vault is None or vault.locked:
+            return None
+        try:
+            return report(vault)
+        except camillo.VaultError:
+            return None
+
 
 class VaultWorker(QObject):
     result_ready = Signal(int, object)
@@ -138,6 +154,7 @@ class VaultClient(QObject):
     vault_changed = Signal(object)  # camillo.Changes
     vault_opened = Signal(object)  # a dict describing the open vault
     vault_locked = Signal()
+    status_reported = Signal(object)  # report(): sync state and notices, after every mutation
     busy_changed = Signal(bool)
     job_failed = Signal(object, str)  # unexpected errors (bugs), for a log or a dialog
     _submit = Signal(object)
@@ -185,15 +202,23 @@ class VaultClient(QObject):
         ``vault_changed``; each view reloads only if it shows something the Changes name.  The
         desktop's jobs return exactly what the vault returned (a Changes, a report or an
         :class:`~camillo.ImportReport` holding one, or :class:`Changed`), never a Changes of their
-        own.  A result without Changes broadcasts ``Changes(reloaded=True)``: every view reloads."""
+        own.  A result without Changes broadcasts ``Changes(reloaded=True)``: every view reloads.
+        Then the vault's :func:`report` (asked on the worker after ``fn``) goes out through
+        ``status_reported``."""
 
-        def done(result: Any) -> None:
+        def job(ctx: JobContext) -> tuple[Any, dict[str, Any] | None]:
+            return fn(ctx), ctx.report()
+
+        def done(outcome: tuple[Any, dict[str, Any] | None]) -> None:
+            result, status = outcome
             changes = result if isinstance(result, camillo.Changes) else getattr(result, "changes", None)
             self.vault_changed.emit(changes if changes is not None else camillo.Changes(reloaded=True))
+            if status is not None:
+                self.status_reported.emit(status)
             if on_success is not None:
                 on_success(result)
 
-        return self.submit(fn, done, on_error, **kw)
+        return self.submit(job, done, on_error, **kw)
 
     def _alive(self, job: Job) -> bool:
         return job.context is None or shiboken6.isValid(job.context)
@@ -305,9 +330,18 @@ class VaultClient(QObject):
         self._thread.wait(10_000)
 
 
-def describe(vault: camillo.Vault) -> dict[str, Any]:
-    """What the status bar and the views need to know about the open vault (worker thread)."""
+def report(vault: camillo.Vault) -> dict[str, Any]:
+    """What the person must be told about the open vault now (worker thread): its sync state for
+    the status bar (``sync``, ``sync_details``) and ``Vault.notices()`` (``notices``, a list of
+    ``camillo.Notice``) for the notice bar, with the ``vault_id`` they concern."""
     sync = vault.sync_status()
+    return {"vault_id": vault.vault_id.hex(), "sync": sync.state, "sync_details": list(sync.details),
+            "notices": list(vault.notices())}
+
+
+def describe(vault: camillo.Vault) -> dict[str, Any]:
+    """What the status bar and the views need to know about the open vault, its :func:`report`
+    included (worker thread)."""
     grant = vault.agent_grant
     return {
         "path": vault.location,
@@ -316,8 +350,7 @@ def describe(vault: camillo.Vault) -> dict[str, Any]:
         "credential": vault.unlocked_with,
         "read_only": vault.read_only,
         "agent": grant.agent if grant is not None else None,
-        "sync": sync.state,
-        "sync_details": sync.details,
         "compartments": list(vault.compartments),
         "is_owner": vault.is_owner,
+        **report(vault),
     }
