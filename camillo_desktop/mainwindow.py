@@ -1,4 +1,4 @@
-"""The main window: a sidebar of views, a search field, a status bar, lock and auto-lock.
+"""The main window: a sidebar of views, a search field, a notice bar, a status bar, lock and auto-lock.
 
 Layout only, plus the routing of events: the client's ``vault_changed`` goes to every view (each
 refreshes only if the Changes concern it, and only when visible), ``vault_locked`` clears them,
@@ -6,7 +6,12 @@ closes the record windows, clears the search field and the clipboard (if it stil
 app copied), shows the locked page (with "Unlock…") and asks to unlock again.  While locked, the
 Lock action, the sidebar and the view shortcuts lead to the unlock dialog.  Locking is idempotent:
 a double press or auto-lock at the same moment locks once and asks once.  Auto-lock watches
-keyboard and mouse activity application-wide and locks after the configured idle time.  GUI thread
+keyboard and mouse activity application-wide and locks after the configured idle time.
+
+What the person must be told about this device and this copy comes with every open (the info) and
+after every change (the client's ``status_reported``): the sync state goes to the status bar, in
+the desktop's own words (never "up to date" unless the vault says so), the notices to the notice
+bar above the view (:mod:`camillo_desktop.notices`), each shown once until dismissed.  GUI thread
 only.
 """
 
@@ -42,6 +47,7 @@ from .create_wizard import CreateVaultWizard
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
 from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
+from .notices import NoticeBar, sync_explanation, sync_label
 from .settings import Setting, Settings
 from .text import safe_text
 from .views.activity import ActivityView
@@ -165,6 +171,8 @@ class MainWindow(QMainWindow):
         self.busy.hide()
         bl.addWidget(self.busy)
         rl.addWidget(bar)
+        self.notice_bar = NoticeBar()
+        rl.addWidget(self.notice_bar)
         self.stack = QStackedWidget()
         rl.addWidget(self.stack, 1)
         self.locked_page = self._build_locked_page()
@@ -198,6 +206,7 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.status_clip)
 
         client.vault_changed.connect(self._changed)
+        client.status_reported.connect(self._reported)
         client.vault_locked.connect(self._locked)
         client.busy_changed.connect(self._busy_changed)
         client.job_failed.connect(self._unexpected)
@@ -318,6 +327,7 @@ class MainWindow(QMainWindow):
         self._show_lock_action(locked=False)
         self.search.setEnabled(True)
         self._update_status(info)
+        self.notice_bar.show_notices(info["vault_id"], info.get("notices", []))
         timeline = self.pages.get("timeline")
         if isinstance(timeline, TimelineView):
             timeline.set_compartments(info["compartments"])
@@ -336,13 +346,20 @@ class MainWindow(QMainWindow):
         self.status_vault.setText(f"Vault: {name}" + (" (read-only)" if info.get("read_only") else ""))
         who = f"agent {info['agent']}" if info.get("agent") else info.get("credential", "")
         self.status_cred.setText(f"Unlocked with: {safe_text(who, 80, single_line=True)}")
-        sync = info.get("sync", "up to date")
-        color = theme.SYNC_COLORS.get(sync, "#6b7280")
-        self.status_sync.setText(f"\u25cf {sync}")
-        self.status_sync.setStyleSheet(f"color: {color}; font-weight: 600;")
-        details = info.get("sync_details") or []
-        self.status_sync.setToolTip(safe_text("\n".join(details[:10]), 2000) if details
-                                    else "every batch this device knows of is here")
+        # The core's details name batches and epochs: the person gets the desktop's own words.
+        sync = info.get("sync", "")
+        self.status_sync.setText(f"\u25cf {sync_label(sync)}")
+        self.status_sync.setStyleSheet(f"color: {theme.SYNC_COLORS.get(sync, theme.UNKNOWN_SYNC_COLOR)}; "
+                                       "font-weight: 600;")
+        self.status_sync.setToolTip(sync_explanation(sync))
+
+    def _reported(self, report: dict[str, Any]) -> None:
+        """After a change: the vault's sync state and notices (the window's vault only, while open)."""
+        if not self.client.is_open or self._locked_path is not None or report["vault_id"] != self.info.get("vault_id"):
+            return
+        self.info = {**self.info, **report}
+        self._update_status(self.info)
+        self.notice_bar.show_notices(report["vault_id"], report["notices"])
 
     def refresh(self) -> None:
         if not self.client.is_open:
@@ -390,6 +407,7 @@ class MainWindow(QMainWindow):
         self.clipboard.clear_if_ours()  # only if it still holds what the app copied
         self._clip_timer.stop()
         self.status_clip.setText("")
+        self.notice_bar.hide_for_lock()
         self.status_sync.setText("\u25cf locked")
         self.status_sync.setStyleSheet("color: #6b7280;")
         self.status_sync.setToolTip("")

@@ -1,7 +1,8 @@
 """Light and dark appearance: follow the system scheme, or force one (settings, --theme).
 
 Uses Qt's Fusion style with a palette per scheme, so the app looks the same on every desktop and
-in offscreen screenshots.  Badge colours for authority classes live here too.  GUI thread only.
+in offscreen screenshots.  Badge colours for authority classes, the sync states' colours and the
+notice bar's tones live here too.  GUI thread only.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from PySide6.QtWidgets import QApplication, QStyleFactory
 LIGHT = {
     "window": "#f6f7f9", "base": "#ffffff", "alt": "#f1f3f6", "text": "#1d2330", "muted": "#5d6677",
     "accent": "#3d5afe", "border": "#d9dde5", "sidebar": "#eceff4", "highlight_text": "#ffffff",
+    "warn_bg": "#fff4e0", "warn_border": "#f0b45a", "info_bg": "#eaf2fc", "info_border": "#9cc0ea",
 }
 DARK = {
     "window": "#1d2027", "base": "#23272f", "alt": "#282c35", "text": "#e6e9ef", "muted": "#9aa3b2",
     "accent": "#7c8cff", "border": "#3a3f4b", "sidebar": "#191c22", "highlight_text": "#ffffff",
+    "warn_bg": "#3a2c16", "warn_border": "#8a6425", "info_bg": "#1d2c40", "info_border": "#3f638f",
 }
 AUTHORITY_COLORS = {  # (background, text) per class, readable on both schemes
     "user": ("#1e7d4f", "#ffffff"),
@@ -27,7 +30,8 @@ AUTHORITY_COLORS = {  # (background, text) per class, readable on both schemes
 }
 STATUS_COLORS = {"ok": "#1e7d4f", "conflict": "#c2410c", "deleted": "#6b7280", "pending": "#b7791f"}
 SYNC_COLORS = {"up to date": "#1e7d4f", "syncing": "#2a6fb0", "missing batches": "#c2410c",
-               "rollback alert": "#b91c1c"}
+               "rollback alert": "#b91c1c"}  # by sync_status().state; any other state is never green
+UNKNOWN_SYNC_COLOR = "#c2410c"
 
 
 def system_is_dark() -> bool:
@@ -83,6 +87,11 @@ def apply(app: QApplication, mode: str = "system") -> bool:
                               font-weight: 600; }}
         QPushButton#Danger {{ background: #b91c1c; color: white; border-radius: 6px; padding: 6px 14px;
                              font-weight: 600; }}
+        QFrame#Notice[tone="warn"] {{ background: {c['warn_bg']}; border: 1px solid {c['warn_border']};
+                                     border-radius: 8px; }}
+        QFrame#Notice[tone="info"] {{ background: {c['info_bg']}; border: 1px solid {c['info_border']};
+                                     border-radius: 8px; }}
+        QFrame#Notice QLabel {{ background: transparent; border: none; }}
         QPlainTextEdit#RecordText {{ border: 1px solid {c['border']}; border-radius: 6px; background: {c['alt']}; }}
     """)
     return dark

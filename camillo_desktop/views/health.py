@@ -13,6 +13,7 @@ from camillo import Changes, HealthReport
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from ..notices import sync_explanation, sync_label
 from ..text import safe_text
 from .base import View
 
@@ -72,9 +73,8 @@ class HealthView(View):
                                  ", ".join(h.pending) or "Nothing an agent inferred is waiting.", "Open the inbox",
                                  "inbox"))
         sync = h.sync
-        lay.addWidget(self._card(sync == "up to date", f"Sync: {sync}",
-                                 safe_text("; ".join(h.sync_details[:4]), 600) or
-                                 "Every batch this device knows of is here, and nothing it saw has vanished.",
+        # In the desktop's words, as in the status bar (the core's details name batches and epochs).
+        lay.addWidget(self._card(sync == "up to date", f"Sync: {sync_label(sync)}", sync_explanation(sync),
                                  "Accept the vault as it is" if sync == "rollback alert" else "Refresh",
                                  handler=self._accept_state if sync == "rollback alert" else self.window_.refresh))
         problems = [p for p in h.problems if p.kind not in ("gap", "rollback")]

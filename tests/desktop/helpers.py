@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -63,6 +64,39 @@ def open_vault(qtbot, client, path: str, unlock: Any, *, home: str | None = None
     if "err" in box:
         raise box["err"]
     return box["ok"]
+
+
+# The file format's words, which the person is never shown (the GUI says what they mean instead):
+# lowercase ones in any case, the record types only in capitals ("put" and "note" are English too).
+JARGON_WORDS = re.compile(r"\b(batch(es)?|epochs?|segments?|generations?|units?|device_cert|control|seq)\b"
+                          r"|camillo passwd|--re-register", re.IGNORECASE)
+JARGON_TYPES = re.compile(r"\b(PUT|NOTE)\b")
+
+
+def jargon_in(texts: list[str]) -> list[str]:
+    """The texts that use a word of the file format (an empty list when none does)."""
+    return [t for t in texts if JARGON_WORDS.search(t) or JARGON_TYPES.search(t)]
+
+
+def visible_texts(root) -> list[str]:
+    """Every text ``root`` and its visible descendants show or say: labels, buttons, tooltips, the
+    names screen readers read, placeholders, window titles."""
+    from PySide6.QtWidgets import QAbstractButton, QLabel, QLineEdit, QWidget
+
+    out: list[str] = []
+    for w in [root, *root.findChildren(QWidget)]:
+        if w is not root and not w.isVisibleTo(root):
+            continue
+        if isinstance(w, QLabel):
+            out.append(w.text())
+        elif isinstance(w, QAbstractButton):
+            out.append(w.text().replace("&", ""))
+        elif isinstance(w, QLineEdit):
+            out.append(w.placeholderText())
+        out += [w.toolTip(), w.accessibleName(), w.accessibleDescription()]
+        if w.isWindow():
+            out.append(w.windowTitle())
+    return [t for t in out if t]
 
 
 @dataclass
