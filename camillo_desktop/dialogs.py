@@ -100,9 +100,17 @@ def device_key_available(path: str) -> bool:
     return Vault.device_unlock_available(path)
 
 
+REVOKED_TEXT = ("Another of your devices revoked this one, so your other devices refuse what it writes. Nothing "
+                "was written. If this computer is still yours, you can register it again: it joins the vault as a "
+                "new device, with a new key.")
+
+
 class UnlockDialog(BaseDialog):
     """Passphrase, recovery phrase, or this device's key (offered when the keychain holds one).
-    A wrong credential says so and lets the user retry; a damaged vault names the file."""
+    A wrong credential says so and lets the user retry; a damaged vault names the file.  A device
+    another device revoked is never registered again unless the person chooses it: the dialog says
+    what happened and offers "Register this device again" (the same credential, ``re_register=True``)
+    or "Cancel"."""
 
     def __init__(self, client: Any, path: str, parent: QWidget | None = None) -> None:
         super().__init__(parent, f"Unlock {safe_text(os.path.basename(path.rstrip('/')) or path, 80, single_line=True)}")
@@ -139,13 +147,26 @@ class UnlockDialog(BaseDialog):
         self.progress.setRange(0, 0)
         self.progress.hide()
         lay.addWidget(self.progress)
-        buttons = QDialogButtonBox()
+        self.buttons = buttons = QDialogButtonBox()
         self.unlock_button = buttons.addButton("Unlock", QDialogButtonBox.ButtonRole.AcceptRole)
         self.unlock_button.setObjectName("Primary")
         buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.unlock)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        # Shown instead of the buttons above when this device was revoked (DeviceRevoked).
+        self.revoked_buttons = QDialogButtonBox()
+        self.register_again_button = self.revoked_buttons.addButton("Register this device again",
+                                                                    QDialogButtonBox.ButtonRole.AcceptRole)
+        self.register_again_button.setObjectName("Primary")
+        self.register_again_button.setToolTip("Open the vault with the same credential and register this computer "
+                                              "as a new device")
+        self.revoked_buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.revoked_buttons.accepted.connect(self.register_again)
+        self.revoked_buttons.rejected.connect(self.reject)
+        self.revoked_buttons.hide()
+        lay.addWidget(self.revoked_buttons)
+        self._revoked_unlock: Unlock | None = None  # the credential that was refused as revoked
         self.info: dict[str, Any] | None = None
         client.submit(lambda ctx: device_key_available(path), self._device_available, lambda _e: None, context=self)
 
@@ -169,15 +190,42 @@ class UnlockDialog(BaseDialog):
             self.error.setText("Type your " + ("passphrase." if method == 0 else "recovery phrase."))
             return
         unlock = [Unlock.passphrase, Unlock.recovery, lambda _s: Unlock.device()][method](secret)
+        self._open(unlock, re_register=False)
+
+    def register_again(self) -> None:
+        """The person chose to register this revoked device again: the same credential, once more,
+        with ``re_register=True``."""
+        unlock = self._revoked_unlock
+        if unlock is None:
+            return
+        self._open(unlock, re_register=True)
+
+    def _open(self, unlock: Unlock, *, re_register: bool) -> None:
         self.unlock_button.setEnabled(False)
+        self.register_again_button.setEnabled(False)
         self.progress.show()
         self.error.setText("")
         path = self.path
 
         def opener(ctx):
-            return Vault.open(path, unlock, progress=lambda d, t: ctx.progress(d, t, "reading the vault"))
+            return Vault.open(path, unlock, re_register=re_register,
+                              progress=lambda d, t: ctx.progress(d, t, "reading the vault"))
 
-        self.client.open_vault(opener, self._opened, self._failed, context=self, on_progress=self._progress)
+        def failed(exc: BaseException) -> None:
+            self._failed(exc, unlock)
+
+        self.client.open_vault(opener, self._opened, failed, context=self, on_progress=self._progress)
+
+    def _show_revoked(self, unlock: Unlock | None) -> None:
+        """Ask whether to register this revoked device again (``unlock`` None: back to the form)."""
+        self._revoked_unlock = unlock
+        revoked = unlock is not None
+        for w in (self.by_pass, self.by_phrase, self.by_device, self.secret, self.buttons):
+            w.setVisible(not revoked and (w is not self.secret or self.methods.checkedId() != 2))
+        self.revoked_buttons.setVisible(revoked)
+        self.register_again_button.setEnabled(revoked)
+        if revoked:
+            self.register_again_button.setFocus()
 
     def _progress(self, done: int, total: int, _what: str) -> None:
         if total:
@@ -187,14 +235,20 @@ class UnlockDialog(BaseDialog):
     def _opened(self, info: dict[str, Any]) -> None:
         self.info = info
         self.secret.clear()
+        self._revoked_unlock = None
         self.accept()
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, unlock: Unlock | None = None) -> None:
         self.progress.hide()
         self.progress.setRange(0, 0)
         self.unlock_button.setEnabled(True)
+        self._show_revoked(None)
         # Messages name files of the vault folder, whose names anyone with access to it chose.
-        if isinstance(exc, camillo.WrongCredential):
+        if isinstance(exc, camillo.DeviceRevoked):
+            # Its message speaks the command line's language ("--re-register"): the desktop's own words.
+            self.error.setText(REVOKED_TEXT)
+            self._show_revoked(unlock)
+        elif isinstance(exc, camillo.WrongCredential):
             self.error.setText(safe_text(f"{exc}", 1000))
             self.secret.edit.selectAll()
             self.secret.setFocus()
@@ -202,6 +256,11 @@ class UnlockDialog(BaseDialog):
             self.error.setText(safe_text(f"This vault cannot be opened: {exc}", 1000))
         else:
             self.error.setText(safe_text(f"Unexpected error: {type(exc).__name__}: {exc}", 1000))
+
+    @qt_virtual()
+    def done(self, result: int) -> None:
+        self._revoked_unlock = None  # the credential is not kept once the dialog closes
+        super().done(result)
 
     @classmethod
     def ask(cls, client: Any, path: str, parent: QWidget | None = None) -> dict[str, Any] | None:

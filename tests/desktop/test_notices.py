@@ -1,8 +1,10 @@
 """What the desktop tells the person about this device ("nothing disappears silently"), with the real
 worker and real vaults shared by two installations (the laptop's and the desktop's, each its own
 home): after another device's erasure replaced this device's key, a notice appears in the notice
-bar once, and stays dismissed; a device revoked while open is told so; the status bar follows
-``sync_status()`` (never "up to date" otherwise); and nothing of this shows the file format's words."""
+bar once, and stays dismissed; a device revoked while open is told so; a device another device
+revoked is not registered again unless the person chooses it in the unlock dialog; the status bar
+follows ``sync_status()`` (never "up to date" otherwise); and nothing of this shows the file
+format's words."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import pytest
 from camillo import NewRecord, Notice, Unlock, Vault
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialog
 
 from .helpers import call, jargon_in, open_vault, visible_texts, wait_idle
 
@@ -188,6 +191,60 @@ def revoke_the_desktop(qtbot, client, path: str, laptop: str) -> None:
     as_laptop(qtbot, client, path, laptop, lambda v: v.revoke("desktop", reason="lost on a train"))
 
 
+def unlock_dialog(qtbot, client, path: str):
+    from camillo_desktop.dialogs import UnlockDialog
+
+    dlg = UnlockDialog(client, path)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    wait_idle(qtbot, client)
+    dlg.by_pass.setChecked(True)
+    dlg.secret.edit.setText(PASSPHRASE)
+    qtbot.mouseClick(dlg.unlock_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, client, timeout=30_000)
+    return dlg
+
+
+def devices(qtbot, client, path: str, laptop: str) -> list[tuple[bytes, str, bool]]:
+    return as_laptop(qtbot, client, path, laptop, lambda v: sorted((d.writer_id, d.name, d.revoked)
+                                                                    for d in v.devices()))
+
+
+def test_a_revoked_device_is_asked_and_cancelling_registers_nothing(qtbot, client, two_homes):
+    path, laptop = two_homes
+    revoke_the_desktop(qtbot, client, path, laptop)
+    roster, files = devices(qtbot, client, path, laptop), folder_files(path)
+    dlg = unlock_dialog(qtbot, client, path)
+    assert dlg.isVisible() and not client.is_open
+    assert dlg.register_again_button.isVisible() and dlg.register_again_button.text() == "Register this device again"
+    assert not dlg.unlock_button.isVisible() and not dlg.secret.isVisible()
+    assert "revoked" in dlg.error.text() and "register it again" in dlg.error.text()
+    assert jargon_in(visible_texts(dlg)) == [] and "--re-register" not in dlg.error.text()
+    (cancel,) = [b for b in dlg.revoked_buttons.buttons() if b is not dlg.register_again_button]
+    qtbot.mouseClick(cancel, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, client)
+    assert dlg.result() == QDialog.DialogCode.Rejected and not client.is_open
+    assert devices(qtbot, client, path, laptop) == roster  # nothing registered
+    assert folder_files(path) == files  # nothing written at all
+
+
+def test_a_revoked_device_registers_again_when_the_person_chooses_it(qtbot, client, make_window, two_homes):
+    path, laptop = two_homes
+    revoke_the_desktop(qtbot, client, path, laptop)
+    before = devices(qtbot, client, path, laptop)
+    dlg = unlock_dialog(qtbot, client, path)
+    assert dlg.register_again_button.isVisible()
+    qtbot.mouseClick(dlg.register_again_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, client, timeout=30_000)
+    assert dlg.result() == QDialog.DialogCode.Accepted and client.is_open, dlg.error.text()
+    me = call(qtbot, client, lambda ctx: [d for d in ctx.vault.devices() if d.this_device])
+    assert len(me) == 1 and not me[0].revoked and me[0].writer_id not in {w for w, _n, _r in before}
+    window = make_window()
+    with qtbot.waitSignal(window.view_ready, timeout=20_000, check_params_cb=lambda n: n == "timeline"):
+        window.vault_opened(dlg.info)
+    assert jargon_in(visible_texts(window.notice_bar) + visible_texts(window.statusBar())) == []
+
+
 def test_a_device_revoked_while_open_is_told_in_the_notice_bar(qtbot, client, make_window, two_homes):
     from camillo_desktop.notices import notice_text
 
@@ -201,3 +258,17 @@ def test_a_device_revoked_while_open_is_told_in_the_notice_bar(qtbot, client, ma
     assert jargon_in(visible_texts(window.notice_bar)) == []
 
 
+def test_a_wrong_passphrase_of_a_revoked_device_is_only_a_wrong_passphrase(qtbot, client, two_homes):
+    path, laptop = two_homes
+    revoke_the_desktop(qtbot, client, path, laptop)
+    from camillo_desktop.dialogs import UnlockDialog
+
+    dlg = UnlockDialog(client, path)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    wait_idle(qtbot, client)
+    dlg.secret.edit.setText("not the passphrase")
+    qtbot.mouseClick(dlg.unlock_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, client, timeout=30_000)
+    assert not dlg.register_again_button.isVisible() and dlg.unlock_button.isVisible()
+    assert dlg.error.text() and "register" not in dlg.error.text()
