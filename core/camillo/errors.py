@@ -60,6 +60,14 @@ class DamagedFile(VaultError):
     exit_code = 4
 
 
+class Incomplete(DamagedFile):
+    """This copy of the vault lacks what the operation needs, most likely because the sync has not
+    brought it yet (another device's key change arriving in pieces): nothing was changed; wait for the
+    sync and try again (``camillo verify`` names what is missing)."""
+
+    exit_code = 1
+
+
 class UnsupportedVersion(VaultError):
     """The vault or file uses a format version or suite this Camillo does not know."""
 

@@ -12,16 +12,20 @@ Run by the facade after every writable unlock, in this order:
 4. the current generation's dead slots are deleted: those of revoked credentials, whose deletion a
    crash interrupted (the last step of a credential change, §16.7);
 5. an erasure that another device's concurrent erasure left incomplete (a copy of an erased record
-   under a key that erasure did not destroy) is completed (spec §16.10).
+   under a key that erasure did not destroy) is completed (spec §16.10);
 
-A refresh that finds new files runs steps 2 and 5 again.  Confined to the thread that owns the vault.
+and, after step 2, the live epoch secrets this device holds that the current keyring lacks (another
+device rolled the master secret concurrently, without them) are delivered to the current owner key.
+A refresh that finds new files runs these again.  Confined to the thread that owns the vault.
 """
 
 from __future__ import annotations
 
 from .. import keys, segments
 from ..changes import Changes
+from ..envelopes import EnvelopeKind
 from ..errors import VaultError
+from ..primitives import constant_time_equal
 from ..records import Batch, Kind
 from ..session import Session
 from ..session.keyring import EpochRef
@@ -29,6 +33,7 @@ from ..session.writer import sealing_key
 from ..values import Notice
 from .credentials import finish_credential_changes
 from .erasure import erase, reseal, rotate_if_erasure_seen
+from .rekey import Rekey, active_grants, envelope, grant_envelopes
 
 
 def finish_open(session: Session, *, enrolling: bool = False) -> None:
@@ -40,6 +45,7 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
     if session.actor is None:
         return
     rescue_batches(session)
+    wrap_missing_epochs(session)
     if not enrolling:
         rotate_if_erasure_seen(session)
     finish_credential_changes(session)
@@ -52,6 +58,7 @@ def after_refresh(session: Session) -> Changes:
         return Changes()
     changes = rescue_batches(session)
     if session.is_owner:
+        changes |= wrap_missing_epochs(session)
         changes |= complete_erasures(session)
     return changes
 
@@ -146,6 +153,45 @@ def _drop_kept(session: Session, destroyed: set[EpochRef], still_needed: set[Epo
             on_disk.kept.get(c, {}).pop(e, None)
         on_disk.kept = {c: per for c, per in on_disk.kept.items() if per}
         session.save_device_state(on_disk)
+
+
+# ---------------------------------------------------------------------------------- live epochs a roll missed
+
+
+def wrap_missing_epochs(session: Session) -> Changes:
+    """Deliver to the current owner key every live epoch secret this device holds that the current
+    keyring lacks: another device rolled the master secret without knowing an epoch this one made or
+    received concurrently (spec §16.10 rule 7).  The secrets come from the keyring this session held
+    before it moved to the newer master secret, and from the epochs this writer kept; each must match
+    its signed EPOCH record."""
+    owner = session.keyring.owner_kem
+    if not session.is_owner or session.read_only or owner is None:
+        return Changes()
+    roster, keyring = session.roster, session.keyring
+    destroyed = destroyed_epochs(session)
+    offered: dict[EpochRef, bytes] = dict(session.carried)
+    for cid, per in session.device_state.kept.items():
+        for eid, secret in per.items():
+            offered.setdefault((cid, eid), secret)
+    rekey = Rekey(session)
+    for ref, secret in sorted(offered.items()):
+        info = roster.epochs.get(ref)
+        if ref in keyring.epoch_secrets or ref in destroyed or info is None:
+            continue
+        if not constant_time_equal(keys.epoch_commit(secret, session.vault_id, *ref), info.commit):
+            continue
+        cid, eid = ref
+        rekey.files.append(envelope(session, EnvelopeKind.EPOCH_SECRET, cid, eid, owner.public, secret))
+        current = roster.current_epoch(cid)
+        for g in active_grants(session, set()):
+            rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev,
+                                           current=current is not None and current.epoch_id == eid)
+    session.carried = {ref: s for ref, s in session.carried.items() if ref not in roster.epochs}
+    if not rekey.files:
+        return Changes()
+    written = session.write_files(rekey.files)
+    session.reread_keys()
+    return session.reader.changes(files_written=len(written), note="keys another device's change missed were added")
 
 
 # ---------------------------------------------------------------------------------- step 5

@@ -66,6 +66,8 @@ class Session:
         self.use_cache = True
         self.alerts: list[Alert] = []
         self.notices: list[Notice] = []  # said once to the person (a key rotated, writes sealed again)
+        # epoch secrets held before moving to a newer master secret, which its keyring may lack
+        self.carried: dict[tuple[bytes, bytes], bytes] = {}
         self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
@@ -494,6 +496,7 @@ class Session:
         except VaultError:
             pass  # the cache is disposable; failing to save it loses nothing
         self.keyring.wipe()
+        self.carried = {}
         self.unlocking = None
         self.unlock_slot = None
         self.actor = None

@@ -23,7 +23,16 @@ from collections.abc import Callable
 from .. import descriptor, slots
 from ..control import Level
 from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
-from ..errors import DamagedFile, LimitExceeded, NotAVault, Revoked, UsageError, VaultError, WrongCredential
+from ..errors import (
+    DamagedFile,
+    Incomplete,
+    LimitExceeded,
+    NotAVault,
+    Revoked,
+    UsageError,
+    VaultError,
+    WrongCredential,
+)
 from ..primitives import CryptoFailure, KdfParams, SecretBytes
 from ..storage import FolderShelf, PackShelf, open_shelf
 from ..values import Unlock
@@ -141,6 +150,11 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
             raise DamagedFile(
                 f"the {what} slot of vault {vid} is damaged ({broken[0].file}); unlock with another credential "
                 "(recovery phrase, passphrase or a device key)", file=broken[0].file)
+        if not candidates and unlock.method != "device" and headers:
+            # every vault keeps a passphrase and a recovery slot: another device's key change is arriving
+            raise Incomplete(f"vault {vid} has no {what} slot here yet (another device changed the vault's keys "
+                             "and its new key files have not all arrived): wait for the sync to finish, or unlock "
+                             "with another credential")
         if not candidates:
             raise WrongCredential(f"vault {vid} has no {what} slot; unlock with another credential")
         if unlock.method == "device":
@@ -169,7 +183,7 @@ def check_unlocking_credential(session: Session) -> None:
     of this vault (a planted slot or an old passphrase fails here)."""
     roster, vid = session.roster, session.vault_id.hex()[:12]
     if roster.genesis is None:
-        raise DamagedFile(
+        raise Incomplete(
             f"vault {vid} is incomplete or damaged: its genesis record is missing "
             "(wait for the sync to finish, or run 'camillo verify')"
         )
@@ -188,7 +202,7 @@ def check_unlocking_credential(session: Session) -> None:
         st = slots.read_statement(session.unlock_slot, session.vault_id, session.keyring.master_secret())
         if st.recipient_id == cred.recipient_id and not any(sig[0] in roster.principals for sig in st.signatures):
             # signed by a device whose certificate has not arrived (a new key, after a key change elsewhere)
-            raise DamagedFile(
+            raise Incomplete(
                 f"vault {vid} is incomplete: slot {session.unlock_slot.name} is signed by a device whose "
                 "certificate has not arrived yet (wait for the sync to finish, or run 'camillo verify')",
                 file=session.unlock_slot.name)
@@ -226,10 +240,12 @@ def catch_up_generation(session: Session) -> bool:
             continue
         if any(w == actor.writer_id for w, *_ in st.signatures):
             continue  # written by this device: its own operation in flight, or one a crash interrupted
+        held = session.keyring.secrets()  # what the newer keyring may lack (a concurrent change, §16.10)
         session.adopt_master_secret(vms, h.generation)
         roster = session.roster
         vouched = st.recipient_id == actor.recipient_id and session.statement_signed(st.signatures, st.message)
         if vouched and actor.writer_id in roster.principals and actor.writer_id not in roster.revocations:
+            session.carried.update(held)
             after_generation_roll(session)
             session.update_memory()
             return True

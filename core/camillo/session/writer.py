@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .. import ids, segments
 from ..devicestate import DeviceState
-from ..errors import AccessDenied, VaultError, WriterFrozen
+from ..errors import AccessDenied, Incomplete, VaultError, WriterFrozen
 from ..records import Batch, BatchHeader, make_batch
 from ..storage import FolderShelf, segment_name
 from .core import Session
@@ -76,6 +76,10 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
                 f"the append grant of agent {session.grant.agent} finds no key to write to compartment {name} "
                 "signed by an owner device it trusts: those devices changed their keys since the grant was made "
                 "(after an erasure, or when devices were replaced). Ask the vault's owner for a new grant file")
+        if session.keyring.unlocked:  # an owner that cannot read its compartment's epochs yet
+            raise Incomplete(f"this copy of the vault cannot be read in full yet (the keys of another device's "
+                             f"change have not all arrived), so nothing was written to {name}: let the sync "
+                             "finish and try again")
         raise AccessDenied(f"no key to write to compartment {name} is available here")
     prevs = {keyring.envelope_sources[(cid, e)].prev_epoch for e in mine}
     heads = sorted(e for e in mine if e not in prevs) or sorted(mine)
