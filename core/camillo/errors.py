@@ -45,7 +45,11 @@ class WrongCredential(VaultError):
 
 class DeviceRevoked(WrongCredential):
     """This installation's device was revoked by another device: it does not register again unless
-    asked to (the message says by whom, when, and how)."""
+    asked to (the message says by whom, when, and how; ``who``, ``when`` and ``why`` carry them)."""
+
+    def __init__(self, message: str, *, who: str = "", when: int | None = None, why: str = "") -> None:
+        super().__init__(message)
+        self.who, self.when, self.why = who, when, why
 
 
 class KeychainError(VaultError):

@@ -176,9 +176,16 @@ class Notice:
 
     kind: str  # rejected-writes | sealed-again | key-rotated | revoked | incomplete
     message: str
+    # what a face needs to say it in its own words (empty where it does not apply)
+    count: int = 0  # writes rejected or sealed again
+    compartment: str = ""
+    who: str = ""  # the device(s) that erased or revoked
+    when: int | None = None  # when it was revoked
+    why: str = ""  # the reason given, or the rule that rejected
 
-    def to_json(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message}
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "message": self.message, "count": self.count, "compartment": self.compartment,
+                "who": self.who, "when": self.when, "why": self.why}
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,9 @@ class Vault:
                     revoked = reports.installation_revocation(session)
                     if revoked is not None and not re_register:
                         raise DeviceRevoked(f"{reports.revoked_message(session, revoked)}. Nothing was written. To use this "
-                                      "vault on this device again, open it with the option to register it anew "
-                                      "(camillo: --re-register)")
+                                            "vault on this device again, open it with the option to register it "
+                                            "anew (camillo: --re-register)", who=reports.revoker_names(session, revoked),
+                                            when=revoked.ts, why=revoked.reason)
                     registration.certify_installation(session, device_name)
         except BaseException:
             session.close()

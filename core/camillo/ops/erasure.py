@@ -173,7 +173,8 @@ def rotate_if_erasure_seen(session: Session) -> bool:
     by = sorted({session.roster.writer_name(v.header.writer_id) for v in session.batches.values()
                  if carriers & set(v.header.records)} or {"another device"})
     session.notices.append(Notice("key-rotated", f"this device's key was replaced: an erasure on {', '.join(by)} "
-                                  "destroyed keys the old one held (it can no longer open old copies of the vault)"))
+                                  "destroyed keys the old one held (it can no longer open old copies of the vault)",
+                                  who=", ".join(by)))
     return True
 
 

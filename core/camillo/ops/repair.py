@@ -135,7 +135,8 @@ def rescue_batches(session: Session) -> Changes:
     count = sum(len(found) for found in rescue.values())
     if count:
         session.notices.append(Notice("sealed-again", f"{count} write(s) made while another device erased records "
-                                      "were sealed again under the new keys, so every device can read them"))
+                                      "were sealed again under the new keys, so every device can read them",
+                                      count=count))
     return session.reader.changes(files_written=written, files_removed=removed,
                                             note="batches written during another device's erasure sealed again"
                                             if written else "")

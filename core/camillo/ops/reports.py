@@ -332,10 +332,14 @@ def installation_revocation(session: Session) -> Revocation | None:
     return rev
 
 
+def revoker_names(session: Session, rev: Revocation) -> str:
+    return " and ".join(session.roster.writer_name(s) for s in rev.signers)
+
+
 def revoked_message(session: Session, rev: Revocation) -> str:
     roster = session.roster
     name = roster.writer_name(rev.subject)
-    who = " and ".join(roster.writer_name(s) for s in rev.signers) or "another device"
+    who = revoker_names(session, rev) or "another device"
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rev.ts)) if rev.ts else "an unknown date"
     why = f" ({rev.reason})" if rev.reason else ""
     return (f"this device ({name}) was revoked by {who} on {when}{why}: every copy of the vault rejects what it "
@@ -356,10 +360,12 @@ def notices(session: Session) -> list[Notice]:
         reasons = sorted({why for _, why in items})
         ids_ = ", ".join(b.hex()[:12] for b, _ in items[:5]) + (" …" if len(items) > 5 else "")
         out.append(Notice("rejected-writes", f"{len(items)} write(s) of this device in {comp} were rejected "
-                          f"({'; '.join(reasons)}): batches {ids_}"))
+                          f"({'; '.join(reasons)}): batches {ids_}", count=len(items), compartment=comp,
+                          why="; ".join(reasons)))
     rev = installation_revocation(session)
     if rev is not None:
-        out.append(Notice("revoked", revoked_message(session, rev)))
+        out.append(Notice("revoked", revoked_message(session, rev), who=revoker_names(session, rev), when=rev.ts,
+                          why=rev.reason))
     status = sync_status(session)
     if status.state != "up to date":
         detail = f": {status.details[0]}" if status.details else ""
