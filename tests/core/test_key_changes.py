@@ -344,3 +344,33 @@ def test_writes_and_erasures_in_any_interleaving_converge_and_lose_nothing(tmp_p
         with Vault.open(dst, Unlock.passphrase(PASSPHRASE), register=False, cache=False,
                         home=str(root / f"reader-home-{k}")) as r:
             assert _summary(r) == states["laptop"]
+
+
+def test_a_copy_without_one_compartment_says_so(tmp_path):
+    """Every control batch says what its writer had seen of every compartment (header key 11), so a
+    fresh device that received everything but the work compartment's files reports them as still
+    syncing instead of showing work empty and complete."""
+    from camillo.segments import read_header
+    from camillo.storage import FolderShelf
+
+    a = str(tmp_path / "A")
+    with Vault.create(a, PASSPHRASE, device_name="laptop", home=str(tmp_path / "hl"))[0] as v:
+        v.append([NewRecord(type="message", text="at work")], compartment="work")
+        v.create_grant("helper", {"personal": "read"}, str(tmp_path / "helper.grant"))  # a later control batch
+        work = v.compartment_id("work")
+    b = str(tmp_path / "B")
+    shelf = FolderShelf(a)
+    try:
+        for name in shelf.list():
+            data = shelf.read(name)
+            if name.startswith("segments/") and read_header(data, name).compartment_id == work:
+                continue  # the work compartment's files have not arrived
+            os.makedirs(os.path.dirname(os.path.join(b, name)) or b, exist_ok=True)
+            with open(os.path.join(b, name), "wb") as fh:
+                fh.write(data)
+    finally:
+        shelf.close()
+    with Vault.open(b, Unlock.passphrase(PASSPHRASE), register=False, read_only=True, home=str(tmp_path / "hb")) as r:
+        assert r.sync_status()[0] == "syncing"
+        syncing = [p.message for p in r.problems() if p.kind == "syncing"]
+        assert syncing and all("work" in m for m in syncing), syncing
