@@ -29,13 +29,14 @@ def child_env() -> dict[str, str]:
 
 
 def run_child(params: dict[str, Any], *, scratch_root: str, timeout: float = 3600,
-              module: str = "benchmarks.child") -> dict[str, Any]:
-    """Run one operation in a fresh interpreter; return its result (raises on failure)."""
+              module: str = "benchmarks.child", env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one operation in a fresh interpreter; return its result (raises on failure).  ``env``
+    adds to the child's environment (the keychanges group puts older code first on PYTHONPATH)."""
     os.makedirs(scratch_root, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch_root, prefix=f"{params['op']}-") as scratch:
         params = {**params, "scratch": scratch, "launched": time.time()}
         proc = subprocess.run([sys.executable, "-m", module, json.dumps(params)], capture_output=True, text=True,
-                              env=child_env(), timeout=timeout, check=False)
+                              env={**child_env(), **(env or {})}, timeout=timeout, check=False)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARK):
             return json.loads(line[len(MARK):])

@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
 import time
 from typing import Any
 
 from . import floor as fl
+from . import keychanges as kc
 from .child import run_child
 from .corpus import Corpus, erasure_epoch_records, merge_divergence
 from .stats import machine, percentile, summary
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-GROUPS = ("open", "append", "bulk", "search", "merge", "pack", "compaction", "erasure", "revoke", "gui", "vaultmem")
+GROUPS = ("open", "append", "bulk", "search", "merge", "pack", "compaction", "erasure", "revoke", "gui", "vaultmem",
+          "keychanges", "sync")
 PROFILED = ("cold_open", "warm_open", "reopen", "search", "append", "merge", "erasure", "bulk_import")
 
 
@@ -49,6 +53,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--search-rounds", type=int, default=5, help="rounds over the 20-query set per run")
     p.add_argument("--profile", metavar="DIR", help="also write a cProfile of each main operation to DIR (one extra run)")
     p.add_argument("--quick", action="store_true", help="fewer samples everywhere (the smoke test)")
+    p.add_argument("--before-rev", default="",
+                   help="keychanges: the code to compare with (default: the first parent of the merge of branch "
+                        "keychanges into main)")
+    p.add_argument("--before-tree", default=kc.BEFORE_TREE,
+                   help="keychanges: the git worktree of that code, created when missing (default: %(default)s)")
+    p.add_argument("--sync-samples", type=int, default=30,
+                   help="sync: appends timed through Syncthing (erasures and revocations: a sixth, at least 2)")
     return p.parse_args(argv)
 
 
@@ -67,13 +78,44 @@ class Bench:
         self.corpus = Corpus(self.work, self.n, rebuild=args.rebuild, quick=args.quick, say=self.say)
         self.raw: dict[str, list[dict[str, Any]]] = {}
         self.t0 = time.perf_counter()
+        self.skipped: dict[str, str] = {}  # group or part of one -> why it did not run
+        self.before: dict[str, str] | None = None  # keychanges: the older code (rev, tree, description)
 
     def say(self, msg: str) -> None:
         print(f"[{time.perf_counter() - self.t0:7.1f}s] {msg}", flush=True)
 
     def child(self, params: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        if params.get("code") == "before":  # keychanges: the same operation on the code before the rules
+            assert self.before is not None
+            kw.setdefault("env", kc.before_env(self.before["tree"]))
         return run_child({"work": self.work, "records": self.n, "quick": self.args.quick, **params},
                          scratch_root=self.scratch, **kw)
+
+    def skip(self, what: str, why: str) -> None:
+        self.skipped[what] = why
+        self.say(f"{what}: skipped, {why}")
+
+    def prepare_before(self) -> None:
+        """keychanges: find the code before the rules and its worktree (the comparison is left out,
+        saying why, under --quick or when git cannot provide it)."""
+        if "keychanges" not in self.groups:
+            return
+        if self.args.quick:
+            self.skip("keychanges: before/after", "not run under --quick (it needs a git worktree of the older code)")
+            return
+        try:
+            if self.args.before_rev:
+                rev = kc._git("rev-parse", self.args.before_rev).strip()
+                desc = f"{rev[:7]} (--before-rev {self.args.before_rev})"
+            else:
+                rev, desc = kc.before_rev()
+            tree = kc.ensure_before_tree(rev, self.args.before_tree)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            detail = exc.stderr.strip() if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else exc
+            self.skip("keychanges: before/after", f"no older code to compare with ({detail})")
+            return
+        self.before = {"rev": rev, "tree": tree, "description": desc}
+        self.say(f"keychanges: comparing with {desc}, from {tree}")
 
     # ------------------------------------------------------------------ plan
 
@@ -102,6 +144,21 @@ class Bench:
             out.append(("erasure", {"op": "erasure"}))
         if "revoke" in g:
             out.append(("revoke", {"op": "revoke"}))
+        if "keychanges" in g:
+            rounds = 3 if q else 20
+            # before/after, interleaved so that load on the machine falls on both alike
+            for key, params in (("kc_erasure", {"op": "erasure"}), ("kc_revoke", {"op": "revoke"}),
+                                ("kc_refresh_one", {"op": "kc_refresh_one", "rounds": rounds})):
+                if self.before is not None:
+                    out.append((f"{key}_before", {**params, "code": "before"}))
+                    out.append((key, params))
+                elif key == "kc_refresh_one":
+                    out.append((key, params))
+            for n in (1,) if q else kc.RESEAL_SIZES:
+                if n == 0 and self.before is not None:  # the catch-up after an erasure, both codes
+                    out.append(("kc_reseal_0_before", {"op": "kc_reseal", "n": 0, "code": "before"}))
+                out.append((f"kc_reseal_{n}", {"op": "kc_reseal", "n": n}))
+            out.append(("kc_complete", {"op": "kc_complete"}))
         return out
 
     def bulk_count(self) -> int:
@@ -114,7 +171,7 @@ class Bench:
             need += ["compacted", "reopen"]
         if "merge" in g:
             need.append("merge")
-        if "erasure" in g:
+        if "erasure" in g or "keychanges" in g:
             need.append("erasure")
         return need
 
@@ -131,11 +188,13 @@ class Bench:
         corpus_seconds = time.perf_counter() - t_corpus
         self.say("counting what the floors multiply (one cold open per fixture)")
         counts = {v: self.child({"op": "counts", "variant": v})
-                  for v in ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()))}
+                  for v in ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()),
+                            *(("erasure",) if "keychanges" in self.groups else ()))}
         kdf = tuple(counts["loose"]["kdf"]) if counts["loose"].get("kdf") else None
         self.say("timing the primitives")
         floor_dir = os.path.join(self.scratch, "floor")
         prim_samples = [fl.measure_primitives(kdf, floor_dir, quick=a.quick)]
+        self.prepare_before()
         plan = self.plan()
         for run in range(a.runs):
             for key, params in plan:
@@ -156,6 +215,8 @@ class Bench:
 
             comparison = compare(self.child_raw, count=m, runs=min(a.runs, 3), work=os.path.join(self.work, str(self.n)),
                                  scratch_root=self.scratch, say=self.say)
+        if "sync" in self.groups:
+            self.run_sync()
         if a.profile:
             self.profile(a.profile)
         prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
@@ -169,9 +230,56 @@ class Bench:
             "corpus_seconds": round(corpus_seconds, 1), "counts": counts, "primitives": prim,
             "primitives_samples": prim_samples, "figures": figures, "gui": gui, "vaultmem": comparison,
             "raw": self.raw, "elapsed_seconds": round(time.perf_counter() - self.t0, 1),
-            "notes": self.notes(),
+            "notes": self.notes(), "skipped": self.skipped,
+            "keychanges": self.keychanges_table(), "sync": self.raw.get("sync", [None])[0],
+            "before": self.before,
         }
         return result
+
+    def run_sync(self) -> None:
+        """The sync group: one child with two Syncthing instances (benchmarks.syncbench); once,
+        whatever --runs says (it takes minutes)."""
+        from .syncbench import availability
+
+        if self.args.quick:
+            self.skip("sync", "not run under --quick (it starts two Syncthing instances and takes minutes)")
+            return
+        why = availability()
+        if why:
+            self.skip("sync", why)
+            return
+        self.say(f"sync: two Syncthing instances on loopback, {self.args.sync_samples} appends")
+        try:
+            self.raw["sync"] = [self.child({"op": "sync", "samples": self.args.sync_samples}, timeout=3600)]
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.skip("sync", f"failed: {str(exc)[:3000]}")
+
+    def keychanges_table(self) -> dict[str, Any] | None:
+        """Before and after the rules of spec §16.10: the same operations, both codes."""
+        if self.before is None:
+            return None
+        rows = []
+        for key, label in (("kc_erasure", f"erase one record (epoch of {erasure_epoch_records(self.n):,} records)"),
+                           ("kc_revoke", "revoke a device (lost laptop)"),
+                           ("kc_refresh_one", "refresh picking up one batch another device wrote (p50)"),
+                           ("kc_reseal_0", "refresh after another device's erasure (reads the vault again)")):
+            if key not in self.raw or f"{key}_before" not in self.raw:
+                continue
+
+            def wall(runs: list[dict[str, Any]]) -> list[float]:
+                return [percentile(r["samples"], 50) if "samples" in r else r["meter"]["seconds"] for r in runs]
+
+            def cpu(runs: list[dict[str, Any]]) -> list[float]:
+                return [percentile(r["samples_cpu"], 50) if "samples_cpu" in r else r["meter"]["cpu_seconds"]
+                        for r in runs]
+
+            before, after = self.raw[f"{key}_before"], self.raw[key]
+            b, a = summary(wall(before)), summary(wall(after))
+            cb, ca = summary(cpu(before)), summary(cpu(after))
+            rows.append({"id": key, "label": label, "before": b, "after": a, "cpu_before": cb, "cpu_after": ca,
+                         "ratio": a["median"] / b["median"] if b["median"] else None,
+                         "cpu_ratio": ca["median"] / cb["median"] if cb["median"] else None})
+        return {"before": self.before, "rows": rows}
 
     def child_raw(self, params: dict[str, Any], *, scratch_root: str) -> dict[str, Any]:
         return run_child(params, scratch_root=scratch_root)
@@ -199,6 +307,13 @@ class Bench:
             "Floors use the fastest of the primitive timings taken at the start, after every run and at the end "
             "(on a busy machine the fastest is the least disturbed).",
             "Targets marked * are defined at 1M records; at other sizes the status is indicative.",
+            *([f"Key changes (spec §16.10): 'before' is {self.before['description']}, run from the worktree "
+               f"{self.before['tree']} with the same venv and corpus; before and after interleaved."]
+              if self.before else []),
+            *(["Sync: two Syncthing instances on loopback (tests/sync/syncthing.py: watcher delay 1 s, rescan 2 s); "
+               "B's refresh polled every 20 ms, file arrival every 2 ms; one run, whatever --runs says."]
+              if "sync" in self.raw else []),
+            *[f"Skipped: {k}: {v}" for k, v in self.skipped.items()],
         ]
 
     # ------------------------------------------------------------------ figures
@@ -350,6 +465,10 @@ class Bench:
             floor = fl.add({"xwing_keygen": (epochs + 1) * p["xwing_keygen"]},
                            fl.write_segments_floor(p, new_files, new_bytes, r0.get("new_segments", {"files": 0})["files"], 0, 0))
             fig("revoke", "Revoke a device (lost laptop)", "s", v, floor=floor, rss=rss, cpu=cpu("revoke"))
+        # -- key changes under concurrency (spec §16.10): the new work on its own
+        self.keychanges_figures(fig, p, counts, avg_record)
+        # -- sync through a real sync engine
+        self.sync_figures(fig)
         # -- GUI
         if gui:
             ok = [g for g in gui if "open_to_rows" in g]
@@ -384,6 +503,82 @@ class Bench:
         return out
 
 
+    def keychanges_figures(self, fig: Any, p: dict[str, float], counts: dict[str, Any], avg_record: float) -> None:
+        raw = self.raw
+
+        def rss(key: str) -> list[float]:
+            return [r["meter"]["peak_rss_mib"] for r in raw[key]]
+
+        if "kc_refresh_one" in raw:
+            runs = raw["kc_refresh_one"]
+            fig("kc_refresh_one_p50", "Refresh picking up one batch another device wrote, p50", "s",
+                [percentile(r["samples"], 50) for r in runs], rss=rss("kc_refresh_one"),
+                floor=fl.new_segments_floor(p, 1, 4096, 1, int(avg_record), 1),
+                cpu=[percentile(r["samples_cpu"], 50) for r in runs])
+        reseals = sorted((k for k in raw if k.startswith("kc_reseal_") and not k.endswith("_before")),
+                         key=lambda k: int(k.rsplit("_", 1)[1]))
+        for key in reseals:
+            runs = raw[key]
+            r0 = runs[0]
+            n = r0["n"]
+            # the catch-up reads the vault again (a cold open's crypto, without Argon2id: the new slot
+            # opens with the device key), then the old segments are opened and the batches sealed again
+            base = {k: v for k, v in fl.cold_open_floor(p, counts["erasure"]).items() if k != "argon2id"}
+            seg = r0["new_segments"]
+            floor = fl.add(base, {"hpke_open": p["hpke_open"] * r0["deleted_files"],
+                                  "aead": fl._aead_open(p, r0["deleted_files"], 4096 * r0["deleted_files"])},
+                           fl.write_segments_floor(p, seg["files"], seg["bytes"], 0, n, int(n * avg_record)))
+            label = (f"Refresh after another device's erasure, sealing again {n} batch{'es' if n != 1 else ''}"
+                     if n else "Refresh after another device's erasure, nothing to seal again (baseline)")
+            fig(key, label, "s", [r["meter"]["seconds"] for r in runs], floor=floor, rss=rss(key),
+                cpu=[r["meter"]["cpu_seconds"] for r in runs],
+                note="the vault's cold-open crypto (the catch-up reads it again) + opening the old segments and "
+                     "sealing the batches again")
+        if "kc_complete" in raw:
+            runs = raw["kc_complete"]
+            r0 = runs[0]
+            old, new = r0["deleted_segments"], r0["new_segments"]
+            new_files = new["files"] + r0["new_env"] + r0["new_slots"]
+            floor = fl.add({"hpke_open": p["hpke_open"] * old["files"], "aead": fl._aead_open(p, old["files"], old["bytes"]),
+                            "xwing_keygen": 3 * p["xwing_keygen"]},
+                           fl.write_segments_floor(p, new_files, new["bytes"], new["files"], 0, 0))
+            fig("kc_complete", "Refresh that completes a concurrent erasure (two devices, one record each, "
+                f"epoch of {r0['epoch_records']:,})", "s", [r["meter"]["seconds"] for r in runs], floor=floor,
+                rss=rss("kc_complete"), cpu=[r["meter"]["cpu_seconds"] for r in runs],
+                note="floor as for an erasure: the re-encrypted segments read, the new files written")
+            fig("kc_complete_other", "  then the other device's refresh, reading that completion", "s",
+                [r["other_refresh_seconds"] for r in runs], cpu=[r["other_refresh_cpu"] for r in runs])
+
+    def sync_figures(self, fig: Any) -> None:
+        runs = self.raw.get("sync")
+        if not runs:
+            return
+        s0 = runs[0]
+        app = [x["seconds"] for x in s0["append"]]
+        flo = [x["seconds"] for x in s0["floor"]]
+        arrived = [x["file"] for x in s0["append"] if x.get("file") is not None]
+        note = "floor: Syncthing alone carrying a file of the same size (no Camillo)"
+        for q, name in ((50, "p50"), (95, "p95"), (100, "max")):
+            fig(f"sync_append_{name}", f"Sync: append on A → in B's refresh, {name} of {len(app)}", "s",
+                [percentile(app, q)], floor={"syncthing_one_file": percentile(flo, q)}, note=note)
+        if arrived:
+            fig("sync_append_file_p50", "  of which Syncthing: the segment in B's folder, p50", "s",
+                [percentile(arrived, 50)], floor={"syncthing_one_file": percentile(flo, 50)}, note=note)
+        for kind, label in (("erase", "erase one message"), ("revoke", "revoke a device")):
+            xs = s0.get(kind) or []
+            if not xs:
+                continue
+            floor = {"syncthing_same_files": statistics.median(x["floor"] for x in xs)}
+            note = "floor: Syncthing alone carrying the same file changes (as many files of the same sizes, deletions)"
+            fig(f"sync_{kind}", f"Sync: {label} on A → in effect in B's refresh, median of {len(xs)}", "s",
+                [statistics.median(x["seconds_effective"] for x in xs)], floor=floor, note=note)
+            fig(f"sync_{kind}_returned", f"  the same, counted from {kind}() returning on A", "s",
+                [statistics.median(x["seconds_effective"] - x["operation"] for x in xs)], floor=floor, note=note)
+            fig(f"sync_{kind}_whole", "  until B's view is whole again (every record, up to date)", "s",
+                [statistics.median(x["seconds_whole"] for x in xs)], floor=floor, note=note)
+            fig(f"sync_{kind}_op", f"  of which {kind}() on A", "s", [statistics.median(x["operation"] for x in xs)])
+
+
 def status(entry: dict[str, Any], target: dict[str, Any], records: int) -> str:
     kind, value = target["kind"], target["value"]
     if kind == "lt":
@@ -415,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.markdown_table(result))
     print()
+    for what, why in result.get("skipped", {}).items():
+        print(f"skipped {what}: {why}")
     for p in paths:
         print(f"wrote {p}")
     print(f"total {result['elapsed_seconds']:.1f} s")

@@ -367,3 +367,8 @@ def counts(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     }
     v.lock()
     return out
+
+
+# The operations of the keychanges and sync groups live in their own modules and register here.
+from . import keychanges as _keychanges  # noqa: E402,F401
+from . import syncbench as _syncbench  # noqa: E402,F401

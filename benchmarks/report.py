@@ -133,6 +133,62 @@ def vaultmem_table(cmp: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def keychanges_table(kc: dict[str, Any]) -> str:
+    """The same operations on the code before the rules of spec §16.10 and on this code."""
+    lines = [f"Before: {kc['before']['description']}; median (min – max) over the runs, CPU median.", "",
+             "| Operation | Before | After | After / before | CPU before | CPU after | CPU after / before |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in kc["rows"]:
+        def cell(x: dict[str, float]) -> str:
+            return f"{fmt(x['median'], 's')} ({fmt(x['min'], 's')} – {fmt(x['max'], 's')})"
+
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
+        cratio = f"{r['cpu_ratio']:.2f}" if r.get("cpu_ratio") is not None else "—"
+        lines.append(f"| {r['label']} | {cell(r['before'])} | {cell(r['after'])} | {ratio} | "
+                     f"{fmt(r['cpu_before']['median'], 's')} | {fmt(r['cpu_after']['median'], 's')} | {cratio} |")
+    return "\n".join(lines)
+
+
+def sync_table(sync: dict[str, Any]) -> str:
+    """Where the time of a change seen through Syncthing goes."""
+    def q(xs: list[float], p: float) -> str:
+        if not xs:
+            return "—"
+        ys = sorted(xs)
+        pos = (len(ys) - 1) * p / 100
+        lo = int(pos)
+        hi = min(lo + 1, len(ys) - 1)
+        return fmt(ys[lo] + (ys[hi] - ys[lo]) * (pos - lo), "s")
+
+    app = sync["append"]
+    rows = [("B's refresh shows the record", [x["seconds"] for x in app]),
+            ("the segment file is in B's folder", [x["file"] for x in app if x.get("file") is not None]),
+            ("floor: Syncthing carries one file of that size", [x["seconds"] for x in sync["floor"]]),
+            ("A's append() itself", [x["append"] for x in app]),
+            ("the refresh on B that found it", [x["last_refresh"] for x in app])]
+    lines = [f"Through two Syncthing instances on loopback ({len(app)} appends; the vault: {sync['records']:,} records, "
+             f"{sync['files']:,} files; watcher delay {sync['syncthing']['watch_delay_s']} s, rescan "
+             f"{sync['syncthing']['rescan_s']} s):", "", "| One append, from the call on A | p50 | p95 | max |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {label} | {q(xs, 50)} | {q(xs, 95)} | {q(xs, 100)} |" for label, xs in rows]
+    for kind in ("erase", "revoke"):
+        xs = sync.get(kind) or []
+        if not xs:
+            continue
+        lines += ["", f"| {kind} on A (one row per sample) | {kind}() | in effect on B | from the return | files on B | "
+                      "B whole again | floor (same file changes) | files new / deleted | refreshes, longest |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for i, x in enumerate(xs, 1):
+            lines.append(f"| {i} | {fmt(x['operation'], 's')} | {fmt(x['seconds_effective'], 's')} | "
+                         f"{fmt(x['seconds_effective'] - x['operation'], 's')} | {fmt(x['files'], 's')} | "
+                         f"{fmt(x['seconds_whole'], 's')} | {fmt(x['floor'], 's')} | {x['new_files']} / "
+                         f"{x['deleted_files']} | {x['refreshes']}, {fmt(x['longest_refresh'], 's')} |")
+    if sync.get("refresh_errors"):
+        lines += ["", f"B's refresh raised {len(sync['refresh_errors'])} time(s) while files arrived: "
+                      + "; ".join(sorted(set(sync["refresh_errors"]))[:5])]
+    return "\n".join(lines)
+
+
 def markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     out = [f"# Camillo benchmarks: {result['records']:,} records", "",
@@ -146,6 +202,12 @@ def markdown(result: dict[str, Any]) -> str:
            "## Primitives on this machine", "", primitives_table(result), ""]
     if result.get("vaultmem"):
         out += ["## Camillo and VaultMem", "", vaultmem_table(result["vaultmem"]), ""]
+    if result.get("keychanges") or result.get("sync"):
+        out += ["## Key changes under concurrency", ""]
+        if result.get("keychanges"):
+            out += [keychanges_table(result["keychanges"]), ""]
+        if result.get("sync"):
+            out += [sync_table(result["sync"]), ""]
     out += ["## Notes", ""] + [f"- {n}" for n in result.get("notes", [])] + [""]
     return "\n".join(out)
 
