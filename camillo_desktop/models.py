@@ -402,9 +402,11 @@ class HistoryModel(TableModel):
 
 
 def _fact_value(f: FactView) -> str | None:
+    if f.status == "pending" or (f.current is None and f.proposed):
+        return "(not set; proposed: " + f.proposed[0].text + ")"
     if f.status == "deleted" or f.current is None:
         return "(forgotten)"
-    return f.current.text
+    return f.current.text + (f"   (+{len(f.proposed)} proposed)" if f.proposed else "")
 
 
 def _fact_authority(f: FactView) -> str:
@@ -412,7 +414,7 @@ def _fact_authority(f: FactView) -> str:
 
 
 STATUS_TIPS = {"ok": "one current value", "conflict": "values written without knowledge of each other: review them",
-               "deleted": "forgotten (a DEL hides it)", "pending": "an inference waiting for your confirmation"}
+               "deleted": "forgotten (a DEL hides it)", "pending": "not set: only proposals, waiting for your confirmation"}
 
 
 class FactColumn(Column):

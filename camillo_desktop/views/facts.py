@@ -33,8 +33,9 @@ STATUS_TEXT = {
     "ok": "One current value.",
     "conflict": "Two or more values were written without knowledge of each other. Review them in Conflicts.",
     "deleted": "Forgotten: hidden from agents. It stays in the encrypted history until you erase it.",
-    "pending": "An inference or a non-user instruction: it does not bind until you confirm it in the Inbox.",
+    "pending": "Not set: an agent proposed a value. It does not bind until you confirm it in the Inbox.",
 }
+PROPOSED_TEXT = "An agent proposed another value (in the Inbox); yours stays until you decide."
 
 
 class FactsView(View):
@@ -88,8 +89,8 @@ class FactsView(View):
         self.review = QPushButton("Review the conflict")
         self.review.clicked.connect(lambda: self.navigate.emit("conflicts", self._fact.key if self._fact else None))
         self.inbox = QPushButton("Open in the Inbox")
-        self.inbox.clicked.connect(lambda: self.navigate.emit("inbox", self._fact.current.id
-                                                              if self._fact and self._fact.current else None))
+        self.inbox.clicked.connect(lambda: self.navigate.emit("inbox", self._fact.proposed[0].id
+                                                              if self._fact and self._fact.proposed else None))
         for b in (self.why, self.review, self.inbox):
             self.act_row.addWidget(b)
         self.act_row.addStretch(1)
@@ -183,14 +184,20 @@ class FactsView(View):
             self.authority_badge.set(cur.effective_label)
             self.authority_badge.show()
             self.value_label.setText(safe_text(cur.text, 2000))
-            self.status_text.setText(STATUS_TEXT.get(f.status, "") + "  " + MEANING.get(cur.effective_label, ""))
+            self.status_text.setText(STATUS_TEXT.get(f.status, "") + "  " + MEANING.get(cur.effective_label, "")
+                                     + ("  " + PROPOSED_TEXT if f.proposed else ""))
+        elif f.status == "pending" and f.proposed:
+            self.authority_badge.set(f.proposed[0].effective_label)
+            self.authority_badge.show()
+            self.value_label.setText(safe_text(f"Proposed: {f.proposed[0].text}", 2000))
+            self.status_text.setText(STATUS_TEXT["pending"])
         else:
             self.authority_badge.hide()
             self.value_label.setText("(forgotten)")
             self.status_text.setText(STATUS_TEXT["deleted"])
         self.why.setVisible(bool(cur and cur.sources))
         self.review.setVisible(f.status == "conflict")
-        self.inbox.setVisible(f.status == "pending")
+        self.inbox.setVisible(bool(f.proposed))
         self.history.set_records(list(f.history), cur.id if cur else None)
 
     def _why(self) -> None:

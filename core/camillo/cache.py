@@ -32,7 +32,7 @@ from .errors import VaultError
 from .keys import local_key
 from .localstate import atomic_write, open_local, seal_local
 
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 MAGIC = b"VMEMCACH\x02"
 CHUNK = 1 << 20
 _HEAD = len(MAGIC) + 4 + 8

@@ -186,6 +186,9 @@ def build_demo_vault(path: str, *, records: int = 0, seed: int = 7, home: str | 
                                       ts=_ts(now, 35))])
             planner.append([NewRecord(type="fact", key="user/knee_injury", value="pain after long runs",
                                       authority=Authority.OBSERVED, ts=_ts(now, 12))])
+            # A proposal over a value the user set: shown beside it, never in its place.
+            planner.append([NewRecord(type="fact", key="user/diet", value="pescatarian",
+                                      authority=Authority.INFERRED, ts=_ts(now, 6))])
         with Vault.open(path, Unlock.grant(info.grants["coding-assistant"]), home=homes["coder"]) as coder:
             coder.append([NewRecord(type="summary", text="The user leads Project Artemis and prefers concise answers.",
                                     meta={"frequency": 4}, ts=_ts(now, 27))], compartment="work")

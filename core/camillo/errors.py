@@ -72,6 +72,14 @@ class Incomplete(DamagedFile):
     exit_code = 1
 
 
+class RolledBack(DamagedFile):
+    """The storage shows this installation an older state of the vault than it already saw (old slot
+    files restored, batches it saw gone beyond the grace period): a rollback by the host or the sync
+    service.  Nothing was changed; restore the newer files from another copy."""
+
+    exit_code = 1
+
+
 class UnsupportedVersion(VaultError):
     """The vault or file uses a format version or suite this Camillo does not know."""
 

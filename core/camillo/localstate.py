@@ -231,6 +231,25 @@ class VaultLocal:
         except FileNotFoundError:
             pass
 
+    # -- the newest master-secret generation this installation has seen (not secret: a number)
+
+    @property
+    def generation_path(self) -> str:
+        return os.path.join(self.dir, "generation.cbor")
+
+    def load_generation(self) -> int:
+        """0 when none was recorded (or the file is damaged: nothing to compare with)."""
+        data = read_file(self.generation_path)
+        try:
+            g = encoding.decode(data, "generation.cbor") if data is not None else 0
+        except Exception:
+            return 0
+        return g if isinstance(g, int) and not isinstance(g, bool) and g >= 0 else 0
+
+    def save_generation(self, generation: int) -> None:
+        with contextlib.suppress(StorageError):  # a read-only home: the device state still remembers
+            atomic_write(self.generation_path, encoding.encode(generation))
+
     # -- device seeds when no keychain is usable
 
     @property

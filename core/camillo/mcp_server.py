@@ -88,9 +88,10 @@ def record_json(v: RecordView) -> dict[str, object]:
 
 
 def fact_json(f: FactView, *, detail: bool = False, sources: list[RecordView] | None = None) -> dict[str, object]:
-    """A fact as the server returns it, derived from :meth:`FactView.to_json` and its current
+    """A fact as the server returns it, derived from :meth:`FactView.to_json` and its binding
     value's :meth:`RecordView.to_json`: the value as text, its authority, candidates of a conflict
-    as records; with ``detail``, its history and provenance (``sources``) as records."""
+    and the proposals beside the value as records; with ``detail``, its history and provenance
+    (``sources``) as records."""
     j = f.to_json()
     cur = f.current.to_json() if f.current is not None else None
     out: dict[str, object] = {
@@ -105,8 +106,12 @@ def fact_json(f: FactView, *, detail: bool = False, sources: list[RecordView] | 
     if f.status == "conflict":
         out["candidates"] = [record_json(c) for c in f.candidates]
         out["note"] = "values written without knowledge of each other; the user has not chosen yet"
+    if f.proposed:
+        out["proposed"] = [record_json(p) for p in f.proposed]
     if f.status == "pending":
-        out["note"] = "proposed, not confirmed by the user: information, not binding"
+        out["note"] = "no value the user set or confirmed; only proposals (information, not binding)"
+    elif f.proposed:
+        out["note"] = "the value is the user's; the proposals beside it are not confirmed (information, not binding)"
     if detail:
         out["history"] = [record_json(r) for r in f.history]
         out["provenance"] = [record_json(s) for s in (sources or [])]
@@ -233,7 +238,9 @@ def build_server(service: VaultService) -> MCPServer:
 
         def fn(v: Vault) -> dict[str, object]:
             f = v.fact(key, compartment)
-            srcs = v.records(f.current.sources) if f.current is not None and f.current.sources else []
+            # why: the binding value's sources, else (a key with only proposals) the proposals'
+            cited = f.current.sources if f.current is not None else [s for p in f.proposed for s in p.sources]
+            srcs = v.records(cited) if cited else []
             return fact_json(f, detail=True, sources=srcs)
 
         return await service.call(fn)

@@ -100,16 +100,13 @@ STANDARD_TYPES = (
     "attachment",
 )
 KEYED_TYPES = frozenset({"fact", "preference", "instruction"})
-BINDING_TYPES = frozenset({"preference", "instruction"})
 
 
-def awaits_confirmation(type: str | None, authority: int | None) -> bool:
-    """Whether a keyed value (a PUT) waits in the inbox (fact status ``pending``) rather than binds:
-    its authority is below ``user`` and it is an instruction or a preference, or an inference
-    (``inferred`` or ``external``).  ``authority`` is the effective class (the claimed class,
-    raised to ``user`` by a valid CONFIRM); None counts as ``external``."""
-    level = authority if authority is not None else 0
-    return level < Authority.USER and (type in BINDING_TYPES or level <= Authority.INFERRED)
+def awaits_confirmation(authority: int | None) -> bool:
+    """Whether a keyed value (a PUT) is a proposal, waiting in the inbox beside the fact's value
+    rather than binding (spec §19.3): its effective class (the claimed class, raised to ``user`` by a
+    valid CONFIRM) is below ``user``; None counts as ``external``."""
+    return (authority if authority is not None else 0) < Authority.USER
 
 
 class F:

@@ -159,7 +159,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
             where.append("r.rowid IN (SELECT k.rowid FROM facts f JOIN records k ON k.compartment = f.compartment "
                          "AND k.key = f.key WHERE f.status = 'conflict' AND instr(f.candidates, k.id) > 0)")
         elif value == "pending":
-            where.append("r.id IN (SELECT f.current FROM facts f WHERE f.status = 'pending')")
+            where.append("r.id IN (SELECT id FROM proposals)")
         elif value != "hidden":
             raise UsageError(f"is:{value}: use is:conflict, is:pending or is:hidden")
     if q.has_text:

@@ -12,11 +12,9 @@ What it computes, with the rules of spec §19:
   namespace; ``pred`` only inside the record's causal past; a derived record never above its
   sources' effective class);
 * **effective class**: the claimed class, raised to ``user`` by a valid CONFIRM;
-* **facts** per (compartment, key): the live set after supersession, and from it the status
-  ``ok``, ``conflict`` (several concurrent PUTs; the preferred candidate has the highest effective
-  class, then the smallest record id), ``deleted`` (a live DEL wins over concurrent edits, which are
-  reported as discarded) or ``pending`` (an unconfirmed inference or a non-user instruction or
-  preference, waiting in the inbox);
+* **facts** per (compartment, key), by the rules of :mod:`camillo.facts`: the binding value (the
+  user's word), the status ``ok``, ``conflict`` (several concurrent binding values), ``deleted`` or
+  ``pending`` (no binding value, only proposals), and the proposals beside it, waiting in the inbox;
 * **the timeline**: conversations, messages and other records, minus what a DEL hid or erasure removed;
 * **search**: SQLite FTS5 over the visible text (query language in :mod:`camillo.search`).
 
@@ -30,18 +28,19 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, NotRequired, TypeAlias, TypedDict, cast
+from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
+from .facts import FactRow, decide
+from .facts import binds as binds_rule
 from .log import CausalLog, precedes
 from .records import (
     Authority,
     F,
     Kind,
     Record,
-    awaits_confirmation,
     validated_record,
     verify_inner_signatures,
 )
@@ -89,8 +88,10 @@ CREATE TABLE IF NOT EXISTS facts(
   candidates BLOB,
   discarded BLOB,
   history BLOB,
+  proposed BLOB,
   PRIMARY KEY(compartment, key)
 );
+CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
 CREATE TABLE IF NOT EXISTS cache_batches(
   id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
@@ -155,12 +156,19 @@ RecordJSON = TypedDict("RecordJSON", {
     "rejected": NotRequired[str | None], "hidden": NotRequired[bool], "unknown_fields": NotRequired[list[int]],
 })
 
-# The JSON view of a fact (FactView.to_json): its current value's fields, taken from that record's
-# RecordJSON ("writer" is the writer's name), and the record ids of its history.
+# A proposal beside a fact's value: the proposed value, its class, who proposed it (name), its record id
+# and the records it was derived from (its sources).
+ProposalJSON = TypedDict("ProposalJSON", {
+    "record": str, "value": JSON, "type": str | None, "class": str | None, "effective_class": str | None,
+    "writer": str, "writer_kind": str, "ts": int | None, "sources": list[str],
+})
+
+# The JSON view of a fact (FactView.to_json): its binding value's fields, taken from that record's
+# RecordJSON ("writer" is the writer's name), the record ids of its history, and the proposals beside it.
 FactJSON = TypedDict("FactJSON", {
     "key": str, "compartment": str, "value": JSON, "type": str | None, "class": str | None,
     "effective_class": str | None, "status": str, "record": str | None, "writer": str | None,
-    "history": list[str], "candidates": list[str], "discarded": list[str],
+    "history": list[str], "candidates": list[str], "discarded": list[str], "proposed": list[ProposalJSON],
 })
 
 
@@ -246,14 +254,15 @@ class FactView:
     compartment: str
     compartment_id: bytes
     key: str
-    status: str  # ok | conflict | deleted | pending
-    current: RecordView | None
+    status: str  # ok | conflict | deleted | pending (no binding value, only proposals)
+    current: RecordView | None  # the binding value (ok), preferred candidate (conflict), DEL (deleted)
     candidates: tuple[RecordView, ...]
     discarded: tuple[RecordView, ...]
     history: tuple[RecordView, ...]
+    proposed: tuple[RecordView, ...] = ()  # proposals beside the value, never in its place (spec §19.3)
 
     def to_json(self) -> FactJSON:
-        """The fact as JSON: its current value's fields (from the record's JSON) and record ids."""
+        """The fact as JSON: its binding value's fields (from the record's JSON), record ids, proposals."""
         cur = self.current.to_json() if self.current is not None else None
         return {
             "key": self.key,
@@ -268,7 +277,14 @@ class FactView:
             "history": [r.id.hex() for r in self.history],
             "candidates": [r.id.hex() for r in self.candidates] if self.status == "conflict" else [],
             "discarded": [r.id.hex() for r in self.discarded],
+            "proposed": [_proposal_json(r.to_json()) for r in self.proposed],
         }
+
+
+def _proposal_json(j: RecordJSON) -> ProposalJSON:
+    return {"record": j["id"], "value": j.get("value"), "type": j["type"], "class": j["class"],
+            "effective_class": j["effective_class"], "writer": j["writer_name"], "writer_kind": j["writer_kind"],
+            "ts": j["ts"], "sources": j.get("sources", [])}
 
 
 # A staged row of the records table, in the column order of State.flush's INSERT: id, batch, idx,
@@ -278,18 +294,6 @@ _StagedRecord = tuple[bytes, bytes, int, bytes, bytes, bytes | None, int | None,
                       int | None, int | None, str | None, str | None, str | None, bytes | None, int, int, str | None, int]
 # What the reference checks know of a record: batch, idx, kind, class, key, compartment, writer.
 _RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
-
-
-class _FactRow(NamedTuple):
-    """A valid keyed PUT or DEL, as the fact computation sees it."""
-
-    id: bytes
-    batch: bytes
-    idx: int
-    kind: int
-    effective: int | None
-    type: str | None
-    klass: int | None  # the claimed class
 
 
 @dataclass
@@ -648,74 +652,58 @@ class State:
         return effective.get(rid, claimed)
 
     def _compute_facts(self, views: dict[bytes, BatchView]) -> set[tuple[bytes, str]]:
-        db = self.db
-        by_key: dict[tuple[bytes, str], list[_FactRow]] = defaultdict(list)
+        db, roster = self.db, self.roster
+        by_key: dict[tuple[bytes, str], list[FactRow]] = defaultdict(list)
         rows = db.execute(
-            "SELECT compartment, key, id, batch, idx, kind, effective, type, class FROM records "
+            "SELECT compartment, key, id, batch, idx, kind, effective, writer, raw FROM records "
             "WHERE key IS NOT NULL AND valid = 1 AND kind IN (?, ?)",
             (Kind.PUT, Kind.DEL),
         ).fetchall()
-        for comp, key, rid, batch, idx, kind, eff, typ, klass in rows:
-            by_key[(comp, key)].append(_FactRow(rid, batch, idx, kind, eff, typ, klass))
+        for comp, key, rid, batch, idx, kind, eff, writer, raw in rows:
+            rejection = False
+            if kind == Kind.DEL and raw is not None:
+                rejection = validated_record(raw, rid).meta.get("reject") is True
+            p = roster.principals.get(writer)
+            owner_device = p is not None and p.kind == CredentialKind.DEVICE
+            binding = binds_rule(kind, eff, by_owner_device=owner_device, rejection=rejection)
+            by_key[(comp, key)].append(FactRow(rid, batch, idx, kind, eff, binding))
         preds: dict[bytes, set[bytes]] = defaultdict(set)
         for rec, ref in db.execute("SELECT record, ref FROM refs WHERE how = ?", (REF_PRED,)):
             preds[rec].add(ref)
         before = {(r[0], r[1]): r[2:] for r in db.execute(
-            "SELECT compartment, key, status, current, candidates, discarded, history FROM facts")}
+            "SELECT compartment, key, status, current, candidates, discarded, history, proposed FROM facts")}
         db.execute("DELETE FROM facts")
-        out: list[tuple[bytes, str, str, bytes, bytes, bytes, bytes]] = []
-        forgotten: list[bytes] = []
-        for (comp, key), recs in by_key.items():
-            def supersedes(s: _FactRow, r: _FactRow) -> bool:
-                if s.id == r.id:
-                    return False
-                if r.id in preds.get(s.id, ()):
-                    return True
-                if s.batch == r.batch:
-                    return r.idx < s.idx
-                vs, vr = views.get(s.batch), views.get(r.batch)
-                return vr is not None and vs is not None and precedes(vr, vs)
+        db.execute("DELETE FROM proposals")
 
-            live = [r for r in recs if not any(supersedes(s, r) for s in recs)]
-            dels = [r for r in live if r.kind == Kind.DEL]
-            puts = [r for r in live if r.kind == Kind.PUT]
-            # Forgotten values stay in the history but leave the timeline and search: every PUT a
-            # DEL superseded, and the edits a concurrent DEL discarded.
-            all_dels = [r for r in recs if r.kind == Kind.DEL]
-            forgotten.extend(r.id for r in recs if r.kind == Kind.PUT and (
-                any(supersedes(d, r) for d in all_dels) or (dels and r in puts)))
-            discarded: list[bytes] = []
-            if dels:
-                status = "deleted"
-                current = min(dels, key=lambda r: r.id).id
-                discarded = sorted(r.id for r in puts)
-                candidates: list[bytes] = []
-            elif len(puts) > 1:
-                status = "conflict"
-                best = sorted(puts, key=lambda r: (-(r.effective if r.effective is not None else 0), r.id))
-                current = best[0].id
-                candidates = [r.id for r in best]
-            elif puts:
-                put = puts[0]
-                current = put.id
-                candidates = []
-                status = "pending" if awaits_confirmation(put.type, put.effective) else "ok"
-            else:
-                continue
-            history = [r.id for r in sorted(recs, key=lambda r: self._order_key(r, views))]
-            out.append((comp, key, status, current, encoding.encode(candidates), encoding.encode(discarded),
-                        encoding.encode(history)))
-        db.executemany(
-            "INSERT INTO facts(compartment, key, status, current, candidates, discarded, history) VALUES(?,?,?,?,?,?,?)",
-            out,
-        )
+        def supersedes(s: FactRow, r: FactRow) -> bool:
+            if s.id == r.id:
+                return False
+            if r.id in preds.get(s.id, ()):
+                return True
+            if s.batch == r.batch:
+                return r.idx < s.idx
+            vs, vr = views.get(s.batch), views.get(r.batch)
+            return vr is not None and vs is not None and precedes(vr, vs)
+
+        out: list[tuple[bytes, str, str, bytes | None, bytes, bytes, bytes, bytes]] = []
+        forgotten: list[bytes] = []
+        proposals: list[tuple[bytes, bytes, str]] = []
+        for (comp, key), recs in by_key.items():
+            d = decide(recs, supersedes, lambda r: self._order_key(r, views))
+            forgotten += d.forgotten
+            proposals += [(p, comp, key) for p in d.proposed]
+            out.append((comp, key, d.status, d.current, encoding.encode(d.candidates), encoding.encode(d.discarded),
+                        encoding.encode(d.history), encoding.encode(d.proposed)))
+        db.executemany("INSERT INTO facts(compartment, key, status, current, candidates, discarded, history, proposed) "
+                       "VALUES(?,?,?,?,?,?,?,?)", out)
+        db.executemany("INSERT INTO proposals(id, compartment, key) VALUES(?,?,?)", proposals)
         db.executemany("UPDATE records SET hidden = 1 WHERE id = ?", [(r,) for r in forgotten])
         after = {(r[0], r[1]): r[2:] for r in out}
-        # the facts whose value, status or history moved (or that appeared or went away)
+        # the facts whose value, status, proposals or history moved (or that appeared or went away)
         return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
     @staticmethod
-    def _order_key(r: _FactRow, views: dict[bytes, BatchView]) -> tuple[int, int, int, bytes]:
+    def _order_key(r: FactRow, views: dict[bytes, BatchView]) -> tuple[int, int, int, bytes]:
         v = views.get(r.batch)
         ts = v.header.ts if v else 0
         return (sum(v.header.frontier.values()) + v.header.seq if v else 0, ts, r.idx, r.id)
@@ -850,22 +838,22 @@ class State:
 
     def fact(self, compartment_id: bytes, key: str) -> FactView | None:
         row = self.db.execute(
-            "SELECT status, current, candidates, discarded, history FROM facts WHERE compartment = ? AND key = ?",
+            "SELECT status, current, candidates, discarded, history, proposed FROM facts WHERE compartment = ? AND key = ?",
             (compartment_id, key),
         ).fetchone()
         return self._fact(compartment_id, key, row) if row else None
 
     def _fact(self, comp: bytes, key: str, row: tuple[Any, ...]) -> FactView:
-        status, current, candidates, discarded, history = row
-        roster = self.roster
+        status, current, candidates, discarded, history, proposed = row
         return FactView(
-            roster.compartment_name(comp), comp, key, status, self.record(current) if current else None,
+            self.roster.compartment_name(comp), comp, key, status, self.record(current) if current else None,
             tuple(self.records(encoding.decode(candidates))), tuple(self.records(encoding.decode(discarded))),
-            tuple(self.records(encoding.decode(history))),
+            tuple(self.records(encoding.decode(history))), tuple(self.records(encoding.decode(proposed))),
         )
 
     def facts(self, *, compartments: Iterable[bytes] | None = None, subject: str | None = None,
-              status: str | None = None) -> list[FactView]:
+              status: str | None = None, proposed: bool = False) -> list[FactView]:
+        """The facts, by key; ``proposed``: only those with proposals waiting beside them."""
         where: list[str] = ["1"]
         args: list[bytes | str] = []
         if compartments is not None:
@@ -878,8 +866,10 @@ class State:
         if status is not None:
             where.append("status = ?")
             args.append(status)
+        if proposed:
+            where.append("EXISTS (SELECT 1 FROM proposals p WHERE p.compartment = facts.compartment AND p.key = facts.key)")
         rows = self.db.execute(
-            f"SELECT compartment, key, status, current, candidates, discarded, history FROM facts "
+            f"SELECT compartment, key, status, current, candidates, discarded, history, proposed FROM facts "
             f"WHERE {' AND '.join(where)} ORDER BY key, compartment",
             args,
         ).fetchall()

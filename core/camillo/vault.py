@@ -330,10 +330,10 @@ class Vault:
 
     @checked
     def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user: the current values of pending facts, preferences and
-        instructions (agents' inferences and imported assistant memories)."""
+        """Proposals awaiting the user, beside (never in place of) a fact's value: agents' facts,
+        preferences and instructions below user authority, and imported assistant memories."""
         self.session.require_read()
-        return [f.current for f in self.session.materialized.facts(status="pending") if f.current is not None]
+        return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
 
     @checked
     def forgotten(self) -> list[tuple[RecordView, int | None]]:
@@ -440,13 +440,14 @@ class Vault:
         return curation.append(self.session, items, compartment)
 
     @checked
-    def confirm(self, record_ids: Sequence[bytes]) -> Changes:
-        """Raise proposals to user authority (a CONFIRM each, signed by this device)."""
-        return curation.confirm(self.session, record_ids)
+    def confirm(self, record_ids: Sequence[bytes], *, replace: bool = False) -> Changes:
+        """Make proposals the user's word (a CONFIRM each, signed by this device); over a different
+        value the user set, only with ``replace`` (else UsageError naming both values)."""
+        return curation.confirm(self.session, record_ids, replace)
 
     @checked
     def reject(self, record_ids: Sequence[bytes]) -> Changes:
-        """Hide proposals; a value a proposal replaced is restored."""
+        """Withdraw proposals (hidden); the fact's value stays as it was."""
         return curation.reject(self.session, record_ids)
 
     @checked
@@ -496,16 +497,15 @@ class Vault:
     @checked
     def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
                           reauth: Unlock | None = None) -> Changes:
-        """Replace the passphrase credential: one new slot and one certificate, O(1) in vault size.
-        Needs the current passphrase or the recovery phrase (the credential the vault was unlocked
-        with, or ``reauth``): a device key alone cannot mint a passphrase.  Copies of the old slot
-        (sync history, backups) still open with the old passphrase; the spec's security section
-        says so."""
+        """Replace the passphrase and roll the keys, in time independent of the vault's size: with a
+        copy of its old slot, the old passphrase opens only what was written before the change.
+        Needs the current passphrase or the recovery phrase (the unlocking credential, or ``reauth``)."""
         return credentials.change_passphrase(self.session, new_passphrase, kdf=kdf, reauth=reauth)
 
     @checked
     def reissue_recovery_phrase(self, *, reauth: Unlock | None = None) -> RecoveryPhrase:
-        """A new recovery phrase replaces the old one; returned once, never stored."""
+        """A new recovery phrase replaces the old one (the keys roll, as for a passphrase change);
+        returned once, never stored."""
         return credentials.reissue_recovery(self.session, reauth=reauth)
 
     @checked

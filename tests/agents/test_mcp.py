@@ -84,7 +84,8 @@ def test_tools_under_a_write_grant(vault_with_grants, tmp_path):
             mine = payload(await c.call_tool("list_my_proposals", {}))
             assert [p["key"] for p in mine] == ["user/meeting_time"]
             fact = payload(await c.call_tool("get_fact", {"key": "user/meeting_time"}))
-            assert fact["status"] == "pending" and fact["authority"]["binding"] is False
+            assert fact["status"] == "pending" and fact["value"] is None  # a proposal is never the value
+            assert [(p["text"], p["authority"]["binding"]) for p in fact["proposed"]] == [("mornings", False)]
             assert fact["provenance"][0]["text"] == "I prefer meetings in the morning"
             # refusals name the grant and the rule; nothing is written
             r = await c.call_tool("propose", {"kind": "instruction", "key": "user/x", "value": "y",
@@ -200,5 +201,9 @@ def test_records_and_facts_the_server_returns_are_derived_from_their_json(new_va
         assert (out["key"], out["status"], out["record"], out["writer"]) == (j["key"], j["status"], j["record"],
                                                                             j["writer"])
         assert [h["id"] for h in out["history"]] == j["history"]
-        assert out["authority"]["binding"] is (j["effective_class"] == "user" and j["status"] == "ok")
-        assert out["value"] == f.current.text
+        if f.current is None:  # only proposals (user/units, an assistant's preference): no value, no authority
+            assert out["authority"] is None and j["status"] == "pending" and j["proposed"]
+        else:
+            assert out["authority"]["binding"] is (j["effective_class"] == "user" and j["status"] == "ok")
+        assert out["value"] == (f.current.text if f.current is not None else None)
+        assert [p["id"] for p in out.get("proposed", [])] == [p["record"] for p in j["proposed"]]

@@ -46,7 +46,7 @@ from camillo.ops.enrollment import rendezvous, typed_code
 from camillo.primitives import SigningKey
 from camillo.records import BatchHeader, Kind, encode_record, make_batch
 from camillo.session.grantfile import read_grant_file
-from camillo.session.writer import sealing_key
+from camillo.session.writer import sealing_key, write_batches
 from camillo.storage import FolderShelf, segment_name
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -160,16 +160,18 @@ def segment_of(vault: Vault, batch_id: bytes) -> str:
 # Expectations
 
 
-def fact_expect(key: str, compartment: str, status: str, current: bytes, value: Any, *,
-                candidates: tuple[bytes, ...] = (), discarded: tuple[bytes, ...] = ()) -> dict[str, Any]:
+def fact_expect(key: str, compartment: str, status: str, current: bytes | None, value: Any, *,
+                candidates: tuple[bytes, ...] = (), discarded: tuple[bytes, ...] = (),
+                proposed: tuple[bytes, ...] = ()) -> dict[str, Any]:
     return {
         "key": key,
         "compartment": compartment,
         "status": status,
-        "current": current.hex(),
+        "current": current.hex() if current is not None else None,
         "value": jsonable(value),
         "candidates": sorted(c.hex() for c in candidates),
         "discarded": sorted(d.hex() for d in discarded),
+        "proposed": sorted(p.hex() for p in proposed),
     }
 
 
@@ -201,6 +203,7 @@ def observe(vault: Vault) -> dict[str, Any]:
             "value": jsonable(f.current.value) if f.current else None,
             "candidates": sorted(c.id.hex() for c in f.candidates),
             "discarded": sorted(d.id.hex() for d in f.discarded),
+            "proposed": sorted(p.id.hex() for p in f.proposed),
         })
     return {
         "facts": facts,
@@ -350,9 +353,10 @@ def _step_matches(got: dict[str, Any], expect: dict[str, Any]) -> bool:
 # History (merge) scenarios
 
 
-def _two_devices_diverge(world: World) -> dict[str, Any]:
+def two_devices_diverge(out: Out) -> dict[str, Any]:
     """Desktop writes Lisbon; the laptop registers; the folder is copied; each device supersedes
-    Lisbon in its own copy (desktop: Porto, user class; laptop: Faro, inferred class)."""
+    Lisbon in its own copy at class user (desktop: Porto; laptop: Faro)."""
+    world = World(out.work / "diverge")
     path, desktop = world.create()
     tl = Timeline()
     lisbon = tl.add(only(desktop.append([fact("Lisbon", T0 + 1)]).written), T0 + 1)
@@ -363,38 +367,29 @@ def _two_devices_diverge(world: World) -> dict[str, Any]:
     with world.open(path, "desktop") as v:
         porto = tl.add(only(v.append([fact("Porto", T0 + 2)]).written), T0 + 2)
     with world.open(copy, "laptop") as v:
-        faro = tl.add(only(v.append([fact("Faro", T0 + 3, authority=Authority.INFERRED)]).written), T0 + 3)
+        faro = tl.add(only(v.append([fact("Faro", T0 + 3)]).written), T0 + 3)
     transport.merge_into(path, copy)
     return {"path": path, "tl": tl, "lisbon": lisbon, "porto": porto, "faro": faro}
 
 
-def diverged_with_smaller_inferred_id(out: Out) -> dict[str, Any]:
-    """The two concurrent PUTs, retried until the inferred one has the smaller record id, so that
-    "the higher class wins before the smaller id" is what the expectation tests."""
-    for attempt in range(40):
-        s = _two_devices_diverge(World(out.work / f"diverge-{attempt}"))
-        if s["faro"] < s["porto"]:
-            return s
-    raise AssertionError("could not draw an inferred record id below the user one")
-
-
 def concurrent_supersession(out: Out, s: dict[str, Any]) -> None:
     tl, lisbon, porto, faro = s["tl"], s["lisbon"], s["porto"], s["faro"]
+    preferred = min(porto, faro)
     out.state_scenario(
         "concurrent-supersession",
-        "Two devices concurrently supersede the same fact (one with user class, one with inferred class), so "
-        "the fact is in conflict and the user-class candidate is preferred although its record id is larger.",
+        "Two devices concurrently supersede the same fact, both at class user, so the fact is in conflict and "
+        "the candidate with the smaller record id is preferred.",
         s["path"],
         {
-            "facts": [fact_expect("user/city", "personal", "conflict", porto, "Porto", candidates=(porto, faro))],
+            "facts": [fact_expect("user/city", "personal", "conflict", preferred,
+                                  "Porto" if preferred == porto else "Faro", candidates=(porto, faro))],
             "timeline": tl.of(lisbon, porto, faro),
             "problems": [],
         },
         orders=ORDERS,
-        labels={"lisbon": lisbon, "porto_user_desktop": porto, "faro_inferred_laptop": faro},
-        notes="Both PUTs name Lisbon in pred and neither saw the other.  The preferred candidate (current) has "
-              "the highest effective class, then the smallest record id; here faro < porto bytewise, so only "
-              "the class rule makes porto current.",
+        labels={"lisbon": lisbon, "porto_desktop": porto, "faro_laptop": faro},
+        notes="Both PUTs name Lisbon in pred and neither saw the other; both bind (class user from an owner "
+              "device).  The preferred candidate (current) is the one with the smallest record id.",
     )
 
 
@@ -416,7 +411,7 @@ def conflict_resolved(out: Out, s: dict[str, Any]) -> None:
             "problems": [],
         },
         orders=ORDERS,
-        labels={"lisbon": lisbon, "porto_user_desktop": porto, "faro_inferred_laptop": faro, "resolution": resolved},
+        labels={"lisbon": lisbon, "porto_desktop": porto, "faro_laptop": faro, "resolution": resolved},
         notes="The resolution (written by the desktop after the merge) picks Porto's value; its pred is "
               "[porto, faro].  Its ts is the time it was written, so it is last on the timeline.",
     )
@@ -696,10 +691,10 @@ def agent_user_record(out: Out) -> None:
     out.state_scenario(
         "agent-user-record",
         "An agent with a write grant that signs a user-class record itself has that record rejected, so the "
-        "instruction it tried to plant is absent while its inferred fact stays pending.",
+        "instruction it tried to plant is absent while its inferred fact stays a proposal (pending, no value).",
         path,
         {
-            "facts": [fact_expect("project/deadline", "work", "pending", legit, "Friday")],
+            "facts": [fact_expect("project/deadline", "work", "pending", None, None, proposed=(legit,))],
             "timeline": tl.of(note, legit),
             "problems": [problem("rejected-record", f"record {ids.record_id(raw).hex()[:12]} was rejected: it "
                                                     "claims user authority but was written by agent assistant")],
@@ -724,10 +719,10 @@ def derived_above_sources(out: Out) -> None:
     out.state_scenario(
         "derived-above-sources",
         "A fact that cites an external-class source but claims observed class is rejected, while the same fact "
-        "at external class counts (pending, as an unconfirmed external value).",
+        "at external class counts (a proposal: pending, with no value).",
         path,
         {
-            "facts": [fact_expect("user/bank", "personal", "pending", honest, "Evil Bank")],
+            "facts": [fact_expect("user/bank", "personal", "pending", None, None, proposed=(honest,))],
             "timeline": tl.of(web, honest),
             "problems": [problem("rejected-record", f"record {laundered.hex()[:12]} was rejected: it claims observed "
                                                     "authority, above its sources (external)")],
@@ -956,6 +951,62 @@ def concurrent_erasures(out: Out) -> None:
     )
 
 
+def proposals(out: Out) -> None:
+    """An agent with a write grant (class observed, the most a write grant has) proposes beside the
+    user's values: never in their place, and its DEL of the user's value does not delete it."""
+    world = World(out.work / "proposals")
+    path, v = world.create()
+    tl = Timeline()
+    lisbon = tl.add(only(v.append([fact("Lisbon", T0 + 1)]).written), T0 + 1)
+    veg = tl.add(only(v.append([fact("vegetarian", T0 + 2, key="user/diet")]).written), T0 + 2)
+    flat = tl.add(only(v.append([fact("flat white", T0 + 3, key="user/coffee")]).written), T0 + 3)
+    bank = tl.add(only(v.append([fact("Good Bank", T0 + 4, key="user/bank")]).written), T0 + 4)
+    grant_file = world.path("planner.grant")
+    v.create_grant("planner", {"personal": "write"}, grant_file, max_class="observed")
+    v.lock()
+    with world.open_grant(path, grant_file, "planner") as agent:
+        paris = tl.add(only(agent.append([fact("Paris", T0 + 5, authority=Authority.OBSERVED)]).written), T0 + 5)
+        pesc = only(agent.append([fact("pescatarian", T0 + 6, key="user/diet")]).written)
+        espresso = tl.add(only(agent.append([fact("espresso", T0 + 7, key="user/coffee")]).written), T0 + 7)
+        mornings = tl.add(only(agent.append([fact("mornings", T0 + 8, key="user/meeting_time",
+                                                  type="preference")]).written), T0 + 8)
+        # A modified client: the agent signs a keyed DEL of the user's bank (Camillo refuses to write it).
+        raw = encode_record(Kind.DEL, agent.writer_id, key="user/bank", pred=[bank])
+        write_batches(agent.session, {agent.compartment_id("personal"): [raw]})
+        agent_del = ids.record_id(raw)
+    with world.open(path, "desktop") as v:
+        rejection = only(v.reject([pesc]).written)
+        confirmation = only(v.confirm([espresso], replace=True).written)
+    out.state_scenario(
+        "proposals",
+        "An agent's proposals stay beside the user's values and never replace them; a key with only a proposal "
+        "has no value (pending); rejecting a proposal leaves the user's value; a confirmed proposal is the value; "
+        "an agent's DEL of the user's value deletes nothing.",
+        path,
+        {
+            "facts": [
+                fact_expect("user/bank", "personal", "ok", bank, "Good Bank"),
+                fact_expect("user/city", "personal", "ok", lisbon, "Lisbon", proposed=(paris,)),
+                fact_expect("user/coffee", "personal", "ok", espresso, "espresso"),
+                fact_expect("user/diet", "personal", "ok", veg, "vegetarian"),
+                fact_expect("user/meeting_time", "personal", "pending", None, None, proposed=(mornings,)),
+            ],
+            # the rejected proposal is hidden; the older user value a confirmed proposal replaced stays
+            "timeline": tl.of(lisbon, veg, flat, bank, paris, espresso, mornings),
+            "problems": [],
+        },
+        orders=ORDERS,
+        labels={"lisbon_user": lisbon, "paris_observed_agent": paris, "vegetarian_user": veg,
+                "pescatarian_agent": pesc, "reject_del": rejection, "flat_white_user": flat,
+                "espresso_agent": espresso, "confirm": confirmation, "mornings_agent": mornings,
+                "good_bank_user": bank, "agent_del_of_bank": agent_del},
+        notes="Every agent record names the user's value in pred and its batch saw the user's batch, so only "
+              "the binding rule (spec §19.3) keeps the user's values: a proposal or a withdrawal never "
+              "displaces a binding record.  The confirmation is a CONFIRM only (the proposal saw the value it "
+              "replaces).",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write every scenario, or (with names) only those, leaving the others as they are."""
     only_names = set(sys.argv[1:] if argv is None else argv)
@@ -965,16 +1016,18 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CAMILLO_KEYCHAIN"] = "none"
         out = Out(SCENARIOS, work)
         if only_names:
+            only_names |= {n for n, g in GENERATORS.items() if g in {GENERATORS[m] for m in only_names}}
             for name in only_names:
                 shutil.rmtree(SCENARIOS / name, ignore_errors=True)
+            done: set[Callable[[Out], None]] = set()
             for name in sorted(only_names):
-                GENERATORS[name](out)
+                if GENERATORS[name] not in done:  # one generator may write several scenarios
+                    GENERATORS[name](out)
+                    done.add(GENERATORS[name])
             print(f"wrote {', '.join(sorted(only_names))} to {SCENARIOS}")
             return 1 if out.disagreements else 0
         out.clean()
-        diverged = diverged_with_smaller_inferred_id(out)
-        concurrent_supersession(out, diverged)
-        conflict_resolved(out, diverged)  # continues from the same merged folder
+        diverged_pair(out)
         tombstone_vs_edit(out)
         resurrection(out)
         fork(out)
@@ -986,6 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
         beyond_revocation_pin(out)
         enrollment_wrong_secret(out)
         concurrent_erasures(out)
+        proposals(out)
     print(f"wrote {len(out.names)} scenarios to {SCENARIOS}")
     if out.disagreements:
         print(f"Camillo disagrees with {len(out.disagreements)} scenario(s): {', '.join(sorted(out.disagreements))}; "
@@ -993,7 +1047,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-GENERATORS: dict[str, Callable[[Out], None]] = {"concurrent-erasures": concurrent_erasures}
+def diverged_pair(out: Out) -> None:
+    diverged = two_devices_diverge(out)
+    concurrent_supersession(out, diverged)
+    conflict_resolved(out, diverged)  # continues from the same merged folder
+
+
+GENERATORS: dict[str, Callable[[Out], None]] = {
+    "concurrent-supersession": diverged_pair, "conflict-resolved": diverged_pair,
+    "agent-user-record": agent_user_record, "derived-above-sources": derived_above_sources,
+    "concurrent-erasures": concurrent_erasures, "proposals": proposals,
+}
 
 
 if __name__ == "__main__":

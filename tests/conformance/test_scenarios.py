@@ -33,7 +33,7 @@ SCENARIO_DIRS = sorted(p for p in SCENARIOS.iterdir() if p.is_dir()) if SCENARIO
 EXPECTED_SCENARIOS = {
     "concurrent-supersession", "tombstone-vs-edit", "resurrection", "conflict-resolved", "fork", "gap", "rollback",
     "agent-user-record", "derived-above-sources", "appender-supersedes-foreign", "beyond-revocation-pin",
-    "enrollment-wrong-secret", "concurrent-erasures",
+    "enrollment-wrong-secret", "concurrent-erasures", "proposals",
 }
 
 # scenario name -> the bug that makes Camillo disagree with it (the test is then a strict xfail).
@@ -72,6 +72,7 @@ def _state(v: Vault) -> dict[str, Any]:
             "value": _jsonable(f.current.value) if f.current else None,
             "candidates": sorted(c.id.hex() for c in f.candidates),
             "discarded": sorted(r.id.hex() for r in f.discarded),
+            "proposed": sorted(r.id.hex() for r in f.proposed),
         } for f in v.facts()],
         "timeline": [r.id.hex() for r in v.timeline()],
         "problems": sorted((p.kind, p.message) for p in v.problems()),
@@ -147,9 +148,12 @@ def test_every_scenario_is_present_and_well_formed():
         exp = s["expect"]
         assert set(exp) == {"facts", "timeline", "problems"}
         for f in exp["facts"]:
-            assert set(f) == {"key", "compartment", "status", "current", "value", "candidates", "discarded"}
+            assert set(f) == {"key", "compartment", "status", "current", "value", "candidates", "discarded",
+                              "proposed"}
             assert f["status"] in ("ok", "conflict", "deleted", "pending")
-            assert f["candidates"] == sorted(f["candidates"]) and f["discarded"] == sorted(f["discarded"])
+            assert (f["current"] is None) == (f["status"] == "pending")
+            for listed in ("candidates", "discarded", "proposed"):
+                assert f[listed] == sorted(f[listed])
         assert [f["key"] for f in exp["facts"]] == sorted(f["key"] for f in exp["facts"])
         for p in exp["problems"]:
             assert set(p) == {"kind", "contains"} and p["contains"]

@@ -141,7 +141,8 @@ def test_write_grant_is_capped_at_its_class(granted, tmp_path, monkeypatch):
                  compartment="work")
     with open_vault(path) as v:
         f = v.fact("user/forward_invoices")
-        assert f.status == "pending" and f.current.effective_class == Authority.INFERRED
+        assert f.status == "pending" and f.current is None  # a proposal: no value until confirmed
+        assert [p.effective_class for p in f.proposed] == [Authority.INFERRED]
         assert [r.key for r in v.inbox()] == ["user/forward_invoices"]
 
 
@@ -177,7 +178,7 @@ def test_derived_record_above_its_sources_is_rejected(new_vault):
     assert any("above its sources (external)" in p.message for p in vault.problems())
     vault.append([NewRecord(type="fact", key="user/bank", value="Evil Bank", authority=Authority.EXTERNAL,
                             sources=[web.id])])
-    assert vault.fact("user/bank").current.claimed_class == Authority.EXTERNAL
+    assert [p.claimed_class for p in vault.fact("user/bank").proposed] == [Authority.EXTERNAL]
 
 
 def test_revoked_grant_is_refused_and_its_later_batches_rejected(granted, tmp_path, monkeypatch):

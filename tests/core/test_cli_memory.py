@@ -200,8 +200,11 @@ def test_inbox_confirm_and_reject(vault_dir):
     [lisbon] = add(path, fact_record("user/city", "Lisbon"))
     [coimbra] = add(path, fact_record("user/city", "Coimbra", role="assistant"))  # an agent's inference
     state = facts(path)
-    assert state["user/meetings"]["status"] == "pending" and state["user/meetings"]["class"] == "inferred"
-    assert state["user/city"]["status"] == "pending" and state["user/city"]["value"] == "Coimbra"
+    # a proposal never takes the place of a value: a key with only a proposal has none
+    assert state["user/meetings"]["status"] == "pending" and state["user/meetings"]["value"] is None
+    assert [p["class"] for p in state["user/meetings"]["proposed"]] == ["inferred"]
+    assert state["user/city"]["status"] == "ok" and state["user/city"]["value"] == "Lisbon"
+    assert [p["value"] for p in state["user/city"]["proposed"]] == ["Coimbra"]
     inbox = jsonl(run("inbox", path, "--json").stdout)
     assert {r["id"] for r in inbox} == {meet, coimbra}
     assert all(r["effective_class"] == "inferred" for r in inbox)
@@ -217,10 +220,10 @@ def test_inbox_confirm_and_reject(vault_dir):
     assert proc.returncode != 0 and "already has user authority" in proc.stderr
 
     out = jsonl(run("reject", path, coimbra[:20]).stdout)
-    assert len(out) == 2  # the DEL of the proposal, and the PUT that restores the earlier value
+    assert len(out) == 1  # the DEL that withdraws the proposal; the user's value was never displaced
     city = facts(path)["user/city"]
     assert city["status"] == "ok" and city["value"] == "Lisbon" and city["class"] == "user"
-    assert city["record"] == out[1]["id"] and coimbra in city["history"] and lisbon in city["history"]
+    assert city["record"] == lisbon and coimbra in city["history"] and city["proposed"] == []
     assert jsonl(run("inbox", path, "--json").stdout) == []
     assert search(path, "is:pending") == []
     verify_ok(path)

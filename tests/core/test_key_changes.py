@@ -265,7 +265,7 @@ class PartialSync(FolderSync):
         self.last = self.files(self.a) & self.files(self.b)
 
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402 - the property tests below
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402 - the property tests below
 from hypothesis import strategies as st  # noqa: E402
 
 op = st.one_of(
@@ -278,6 +278,10 @@ op = st.one_of(
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=3, max_size=9))
+# found by this test: a partial sync that carries the deletions of an erasure's old slots before its new
+# ones leaves the laptop's copy with no slot at all (Incomplete: wait for the sync, never a wrong credential)
+@example(ops=[("write", "laptop", 0), ("write", "desktop", 0), ("erase", "desktop", 0), ("sync", 0.25, 0),
+              ("write", "laptop", 0)])
 def test_writes_and_erasures_in_any_interleaving_converge_and_lose_nothing(tmp_path_factory, ops):
     """Two devices write and erase while partial syncs carry some files (deletions always): after a
     full exchange both show the same state, in which every acknowledged write is readable unless it

@@ -115,7 +115,8 @@ def summary(vault: Vault) -> dict[str, Any]:
         "facts": sorted(
             (f.compartment, f.key, f.status, f.current.id.hex() if f.current else None,
              tuple(sorted(c.id.hex() for c in f.candidates)), tuple(sorted(d.id.hex() for d in f.discarded)),
-             tuple(sorted(h.id.hex() for h in f.history)), tuple(h.id.hex() for h in f.history))
+             tuple(sorted(h.id.hex() for h in f.history)), tuple(h.id.hex() for h in f.history),
+             tuple(p.id.hex() for p in f.proposed))
             for f in vault.facts()
         ),
         "timeline": timeline,
@@ -413,9 +414,11 @@ def test_conflict_delete_and_resurrection_in_every_order():
     try:
         steps = [
             ("put", 0, "personal", "user/city", "Lisbon", Authority.USER, "fact"),
+            ("put", 0, "personal", "user/food", "coffee", Authority.USER, "fact"),
             ("sync", 0, 1, 1, 1.0),
             ("put", 0, "personal", "user/city", "Porto", Authority.USER, "fact"),
-            ("put", 1, "personal", "user/city", "Faro", Authority.INFERRED, "fact"),
+            ("put", 1, "personal", "user/city", "Faro", Authority.USER, "fact"),
+            ("put", 1, "personal", "user/food", "tea", Authority.INFERRED, "fact"),  # a proposal beside coffee
             ("put", 1, "work", "work/role", "editor", Authority.USER, "fact"),
             ("forget", 0, "work", "work/role"),  # no such fact on replica 0 yet: refused
             ("sync", 1, 0, 2, 1.0),
@@ -428,7 +431,9 @@ def test_conflict_delete_and_resurrection_in_every_order():
         ]
         run_history(lab, steps)
         f = lab.vaults[0].fact("user/city", "personal")
-        assert f.status == "conflict" and [c.value for c in f.candidates] == ["Porto", "Faro"]
+        assert f.status == "conflict" and {c.value for c in f.candidates} == {"Porto", "Faro"}
+        food = lab.vaults[0].fact("user/food", "personal")
+        assert (food.status, food.current.value, [p.value for p in food.proposed]) == ("ok", "coffee", ["tea"])
         role = lab.vaults[0].fact("work/role", "work")
         assert role.status == "deleted" and [d.value for d in role.discarded] == ["writer"]
         run_history(lab, [("resolve", 1, 0, False), ("put", 0, "work", "work/role", "chef", Authority.USER, "fact"),

@@ -133,18 +133,29 @@ def test_pack_is_deterministic_and_opens_read_only(new_vault, tmp_path):
     assert (tmp_path / "c.vmem").read_bytes() == a.read_bytes()
 
 
-def test_change_passphrase_is_constant_size(new_vault):
-    path, vault, phrase = new_vault
-    for i in range(30):
+def _passphrase_change_files(path: str, vault: Vault, messages: int) -> tuple[int, int, int]:
+    for i in range(messages):
         vault.append([NewRecord(type="message", text=f"m{i}")])
     before = set(all_files(path))
     vault.change_passphrase("a brand new passphrase")
     after = set(all_files(path))
     added, removed = after - before, before - after
-    # one new slot, one control batch per compartment (control + 3), the old slot removed
-    assert len([n for n in added if "/slots/" in n]) == 1
-    assert len([n for n in added if "/segments/" in n]) == 4
-    assert len(removed) == 1 and "/slots/" in next(iter(removed))
+    assert not any("/segments/" in n for n in removed)  # no record is re-encrypted
+    return (len([n for n in added if "/slots/" in n]), len([n for n in added if "/segments/" in n]),
+            len(removed))
+
+
+def test_change_passphrase_is_constant_size(new_vault, tmp_path):
+    """The change rolls the keys (spec §16.7): new slots for the three credentials, one control batch
+    per compartment (control + 3), the old slots and envelopes removed; the same at 30 and at 300
+    records."""
+    path, vault, phrase = new_vault
+    small = _passphrase_change_files(path, vault, 30)
+    assert small[:2] == (3, 4)
+    other = str(tmp_path / "bigger")
+    bigger, _ = Vault.create(other, PASSPHRASE, device_name="test laptop")
+    assert _passphrase_change_files(other, bigger, 300) == small
+    bigger.lock()
     vault.lock()
     with pytest.raises(WrongCredential):
         Vault.open(path, Unlock.passphrase(PASSPHRASE))

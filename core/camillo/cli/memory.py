@@ -28,10 +28,17 @@ from .common import (
 
 
 def fact_line(f: FactView) -> str:
+    """The fact's binding value; the proposals beside it are counted, never shown in its place."""
     cur = f.current
     value = "-" if cur is None or cur.kind_name != "PUT" else one_line(cur.text, 50)
     cls = f"[{cur.effective_label}]" if cur is not None and cur.kind_name == "PUT" else ""
-    return f"{f.key:<32} {f.compartment:<9} {f.status:<8} {cls:<11} {value}"
+    waiting = f"  (+{len(f.proposed)} proposed: camillo inbox)" if f.proposed else ""
+    return f"{f.key:<32} {f.compartment:<9} {f.status:<8} {cls:<11} {value}{waiting}"
+
+
+def proposal_lines(f: FactView) -> list[str]:
+    return [f"   proposed {p.id.hex()[:12]} [{p.effective_label:<8}] {p.writer:<16} {one_line(p.text, 40)}"
+            for p in f.proposed]
 
 
 def record_line(v: RecordView) -> str:
@@ -62,7 +69,7 @@ def cmd_fact(args: argparse.Namespace) -> int:
                                 for r in f.history if r.sources}}
 
         def lines(f: FactView) -> list[str]:
-            text = [fact_line(f)]
+            text = [fact_line(f), *proposal_lines(f)]
             for r in f.history:
                 mark = "*" if f.current is not None and r.id == f.current.id else " "
                 text.append(f" {mark} {fmt_time(r.ts)} {r.id.hex()[:12]} {r.kind_name:<4} [{r.effective_label:<8}] "
@@ -111,17 +118,28 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 def cmd_inbox(args: argparse.Namespace) -> int:
     with open_vault(args) as vault:
 
+        def value_of(v: RecordView) -> RecordView | None:
+            f = vault.fact(v.key, v.compartment) if v.key is not None else None
+            return f.current if f is not None and f.current is not None and f.current.kind_name == "PUT" else None
+
         def with_sources(v: RecordView) -> dict[str, object]:
-            return {**v.to_json(), "sources_records": [s.to_json() for s in vault.records(v.sources)]}
+            cur = value_of(v)
+            return {**v.to_json(), "sources_records": [s.to_json() for s in vault.records(v.sources)],
+                    "current": cur.to_json() if cur is not None else None}
+
+        def lines(v: RecordView) -> list[str]:
+            cur = value_of(v)
+            now = f"      now: {one_line(cur.text, 50)} [{cur.effective_label}]" if cur is not None else "      now: -"
+            return [record_line(v), now]
 
         warn_if_incomplete(vault)
-        emit(args, vault.inbox(), with_sources, record_line)
+        emit(args, vault.inbox(), with_sources, lines)
     return 0
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     with open_vault(args) as vault:
-        print_written(vault.confirm([find_id(vault, r) for r in args.record]))
+        print_written(vault.confirm([find_id(vault, r) for r in args.record], replace=args.replace))
     return 0
 
 
@@ -191,11 +209,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--pick", metavar="RECORD_ID")
     p.add_argument("--value", metavar="JSON")
     p.add_argument("--compartment")
-    p = commands.add("inbox", cmd_inbox, "inferences awaiting confirmation")
+    p = commands.add("inbox", cmd_inbox, "proposals awaiting confirmation, each beside the value it would replace")
     p.add_argument("--json", action="store_true")
-    p = commands.add("confirm", cmd_confirm, "confirm inferences (a signed CONFIRM raises them to user authority)")
+    p = commands.add("confirm", cmd_confirm, "confirm proposals: they become your word (user authority)")
     p.add_argument("record", nargs="+", metavar="RECORD_ID")
-    p = commands.add("reject", cmd_reject, "reject inferences (a DEL hides them; an earlier value is restored)")
+    p.add_argument("--replace", action="store_true", help="confirm even where it replaces a value you set")
+    p = commands.add("reject", cmd_reject, "reject proposals (hidden; the fact's value stays as it was)")
     p.add_argument("record", nargs="+", metavar="RECORD_ID")
     p = commands.add("forget", cmd_forget, "hide a fact or a message (a DEL; erase destroys)")
     p.add_argument("--key")

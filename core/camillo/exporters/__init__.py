@@ -6,9 +6,10 @@ What is exported is the vault's *current* memory as its owner sees it:
 * the timeline's notes (messages, conversations, events, decisions, summaries, attachments) as
   :meth:`Vault.timeline` lists them, which leaves out everything hidden (forgotten messages,
   rejected or deleted fact values) and everything erased;
-* the current value of each fact, preference and instruction whose status is ``ok``, ``pending``
-  or ``conflict`` (an unresolved conflict exports its preferred candidate, marked
-  ``"conflict": true``); deleted keys are not exported.
+* the binding value of each fact, preference and instruction whose status is ``ok`` or
+  ``conflict`` (an unresolved conflict exports its preferred candidate, marked ``"conflict": true``),
+  and beside it each proposal still waiting, marked ``"pending": true`` (a proposal is never
+  exported as the value); deleted keys are not exported.
 
 Nothing erased is exported, not even as an id.  Hidden (forgotten) records are exported only as
 Portable Memory tombstones, which carry the target's id and kind and no content, so that a
@@ -162,7 +163,7 @@ class Snapshot:
 
     vault_id: str
     notes: list[RecordView] = field(default_factory=list)
-    facts: list[tuple[RecordView, str]] = field(default_factory=list)  # current value, fact status
+    facts: list[tuple[RecordView, str]] = field(default_factory=list)  # binding value or proposal, status
     hidden: list[tuple[RecordView, int | None]] = field(default_factory=list)  # forgotten record, when
 
 
@@ -171,8 +172,9 @@ def snapshot(vault: Vault) -> Snapshot:
     visible = vault.timeline()
     snap.notes = sorted((v for v in visible if v.kind == Kind.NOTE), key=lambda v: v.id)
     for f in vault.facts():
-        if f.status in ("ok", "pending", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
+        if f.status in ("ok", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
             snap.facts.append((f.current, f.status))
+        snap.facts += [(p, "pending") for p in f.proposed]  # beside the value, marked, never in its place
     snap.facts.sort(key=lambda p: p[0].id)
     for v, when in vault.forgotten():
         snap.hidden.append((v, when if when is not None else v.ts))

@@ -107,7 +107,7 @@ def reader_for(kind: str) -> Reader:
 def _proposal(r: NewRecord) -> bool:
     """Whether the record will wait in the inbox: a keyed value (fact, preference, instruction) that
     :func:`~camillo.records.awaits_confirmation`, with the authority it will claim."""
-    return r.type in KEYED_TYPES and awaits_confirmation(r.type, r.default_authority())
+    return r.type in KEYED_TYPES and awaits_confirmation(r.default_authority())
 
 
 def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "personal",

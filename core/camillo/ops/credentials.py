@@ -3,14 +3,18 @@
 Irreversible actions (revoking a user credential, erasing, changing a credential) need the
 passphrase or the recovery phrase, not only a device key: :func:`authenticate` derives and checks it.
 
-A credential change writes one new slot and a CRED_ANCHOR (signed by the new credential, the one
-that authorised the change and this device) with a REVOKE of the old credential in every
-compartment, then deletes the old slot: O(1) in vault size (spec §16.7).
+A credential change writes a CRED_ANCHOR (signed by the new credential, the one that authorised the
+change and this device) with a REVOKE of the old credential in every compartment, and rolls the keys
+as any revocation of a user credential does: a random new master secret (new slots for every
+remaining credential), a new epoch in every compartment.  Old data is not re-encrypted, so the cost
+does not grow with the vault's size (spec §16.7).
 
 Confined to the thread that owns the vault.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .. import slots
 from ..changes import Changes
@@ -20,9 +24,16 @@ from ..errors import AccessDenied, UsageError, WrongCredential
 from ..primitives import KdfParams, new_recovery_phrase
 from ..records import Kind, encode_record
 from ..session import Session
-from ..session.writer import write_control
 from ..values import RecoveryPhrase, Unlock
-from .rekey import USER_KINDS, proof_of_possession
+from .rekey import (
+    SLOT_TYPE,
+    USER_KINDS,
+    Rekey,
+    apply,
+    new_epochs_everywhere,
+    proof_of_possession,
+    roll_keyring,
+)
 
 
 def authenticate(session: Session, unlock: Unlock | None) -> Credential:
@@ -56,65 +67,67 @@ def authenticate(session: Session, unlock: Unlock | None) -> Credential:
 
 def change_passphrase(session: Session, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
                       reauth: Unlock | None = None) -> Changes:
-    """Replace the passphrase credential: one new slot and one certificate, O(1) in vault size.
-    Needs the current passphrase or the recovery phrase (the credential the vault was unlocked
-    with, or ``reauth``): a device key alone cannot mint a passphrase."""
-    actor = session.require_owner("changing the passphrase")
+    """Replace the passphrase credential and roll the keys (see :func:`replace_credential`).  Needs
+    the current passphrase or the recovery phrase (the credential the vault was unlocked with, or
+    ``reauth``): a device key alone cannot mint a passphrase."""
     if not new_passphrase:
         raise UsageError("the new passphrase is empty")
-    cred = authenticate(session, reauth)
-    roster = session.roster
-    old = [p for p in roster.principals.values()
-           if p.kind == CredentialKind.PASSPHRASE and p.writer_id not in roster.revocations]
     new = from_passphrase(new_passphrase, KdfParams.fresh(kdf))
     if new.kdf is None:
         raise AssertionError("a passphrase credential without KDF parameters")
-    records = [encode_record(
-        Kind.CRED_ANCHOR, new.writer_id,
-        body={0: owner_entry(CredentialKind.PASSPHRASE, new.signer.public, new.recipient.public, "passphrase", ""),
-              1: old[0].writer_id if old else None,
-              2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]},
-        signers=[new.signer, cred.signer, actor.signer],
-    )]
-    for p in old:
-        records.append(session.revoke_record(p.writer_id, "passphrase changed",
-                                             signers=[new.signer, cred.signer, actor.signer]))
-    old_slots = [h.name for h in session.slot_headers()[0] if h.type == slots.SlotType.PASSPHRASE]
-    slot = session.write_slot(new, slots.SlotType.PASSPHRASE, "passphrase")
-    write_control(session, records, session.all_compartments(), undo=lambda: session.delete_quietly([slot]))
-    for name in old_slots:
-        session.shelf.delete(name)
+    changes = replace_credential(session, new, "passphrase changed", reauth,
+                                 {2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]})
     if session.unlocking is not None and session.unlocking.kind == CredentialKind.PASSPHRASE:
         session.unlocking = new
-    return session.reader.changes(files_written=1, files_removed=len(old_slots), note="passphrase changed")
+    return changes
 
 
 def reissue_recovery(session: Session, *, reauth: Unlock | None = None) -> RecoveryPhrase:
-    """A new recovery phrase replaces the old one (new slot, anchor; the old one is revoked)."""
-    actor = session.require_owner("re-issuing the recovery phrase")
-    cred = authenticate(session, reauth)
-    roster = session.roster
+    """A new recovery phrase replaces the old one and the keys roll (see :func:`replace_credential`)."""
     phrase = new_recovery_phrase()
     new = from_recovery_phrase(phrase)
-    old = [p for p in roster.principals.values()
-           if p.kind == CredentialKind.RECOVERY and p.writer_id not in roster.revocations]
-    records = [encode_record(
+    changes = replace_credential(session, new, "recovery phrase re-issued", reauth,
+                                 {3: proof_of_possession(session.vault_id, new)})
+    return RecoveryPhrase(phrase, changes)
+
+
+def replace_credential(session: Session, new: Credential, reason: str, reauth: Unlock | None,
+                       anchor_fields: dict[int, Any]) -> Changes:
+    """Replace the user's passphrase or recovery phrase with ``new``: a CRED_ANCHOR for it (signed by
+    it, by the credential that authorised the change and by this device) and a REVOKE of the old one
+    in every compartment; and, as for any revoked user credential, the vault master secret rolls to a
+    random one and every compartment starts a new epoch (spec §16.7).  So the old credential, even
+    with every old file a host kept, opens only the old generation: it reads what was written before
+    the change and nothing after.  Old data is not re-encrypted: the cost is the number of
+    compartments, slots and grants, never the number of records."""
+    actor = session.require_owner("changing a credential")
+    cred = authenticate(session, reauth)
+    kind = new.kind
+    roster = session.roster
+    old = [p for p in roster.principals.values() if p.kind == kind and p.writer_id not in roster.revocations]
+    label = "passphrase" if kind == CredentialKind.PASSPHRASE else "recovery phrase"
+    anchor = encode_record(
         Kind.CRED_ANCHOR, new.writer_id,
-        body={0: owner_entry(CredentialKind.RECOVERY, new.signer.public, new.recipient.public, "recovery phrase", ""),
-              1: old[0].writer_id if old else None, 3: proof_of_possession(session.vault_id, new)},
+        body={0: owner_entry(kind, new.signer.public, new.recipient.public, label, ""),
+              1: old[0].writer_id if old else None, **anchor_fields},
         signers=[new.signer, cred.signer, actor.signer],
-    )]
-    signer = new if cred.kind == CredentialKind.RECOVERY else cred
-    for p in old:
-        records.append(session.revoke_record(p.writer_id, "recovery phrase re-issued",
-                                             signers=[signer.signer, actor.signer]))
-    old_slots = [h.name for h in session.slot_headers()[0] if h.type == slots.SlotType.RECOVERY]
-    slot = session.write_slot(new, slots.SlotType.RECOVERY, "recovery phrase")
-    write_control(session, records, session.all_compartments(), undo=lambda: session.delete_quietly([slot]))
-    for name in old_slots:
-        session.shelf.delete(name)
-    return RecoveryPhrase(phrase, session.reader.changes(files_written=1, files_removed=len(old_slots),
-                                                         note="recovery phrase re-issued"))
+    )
+    # a recovery phrase that authorised its own replacement: its successor signs the revocation
+    itself = kind == CredentialKind.RECOVERY and cred.kind == CredentialKind.RECOVERY
+    signers = [new.signer, actor.signer] if itself else [new.signer, cred.signer, actor.signer]
+    revokes = [session.revoke_record(p.writer_id, reason, signers=signers) for p in old]
+    exclude = {p.writer_id for p in old}
+    rekey = Rekey(session)
+    roll_keyring(session, rekey, exclude=exclude)
+    everywhere = session.all_compartments()
+    new_epochs_everywhere(session, rekey, everywhere, reason, exclude=exclude)
+    if rekey.new_vms is None or rekey.new_generation is None:
+        raise AssertionError("the keyring did not roll")
+    rekey.files.append(session.build_slot(new.recipient.public, SLOT_TYPE[kind], label, kdf=new.kdf,
+                                          generation=rekey.new_generation, vms=rekey.new_vms))
+    rekey.add_records(everywhere, anchor, *revokes)
+    apply(session, rekey)
+    return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete), note=reason)
 
 
 def finish_credential_changes(session: Session) -> int:

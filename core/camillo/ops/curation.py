@@ -6,10 +6,13 @@ signed and written as batches.  Nothing here edits a record:
 decisions are new, signed records layered over the history.
 
 * **confirm**: a CONFIRM naming the record, inner-signed by an owner device.  It raises the
-  record's *effective* class to ``user`` without rewriting it.
-* **reject**: a DEL whose ``pred`` names the proposal, which hides it.  When the proposal had
-  superseded an earlier value, the same batch re-asserts that value with a PUT after the DEL
-  ("a later PUT resurrects"), so rejecting a proposal never loses what was there before.
+  record's *effective* class to ``user`` without rewriting it, so the proposal becomes the user's
+  word.  Over a different binding value it needs ``replace`` (the user must know what is replaced);
+  when the proposal was written without knowledge of that value, the same batch also writes the
+  value at class ``user`` over both, so the confirmed value is the fact's value, not one side of a
+  conflict.
+* **reject**: a DEL with ``meta {"reject": true}`` whose ``pred`` names the proposal: it withdraws the
+  proposal (hidden) and leaves the binding value as it was (spec §19.3).
 * **resolve**: one PUT whose ``pred`` names every candidate of the conflict, with the chosen value
   (or a new one), at class ``user``: the user decided.
 * **forget**: a DEL of a key (or, for a keyless record such as a message, a DEL without key whose
@@ -24,9 +27,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from .. import ids as _ids
 from ..changes import Changes
-from ..errors import UsageError
+from ..errors import AccessDenied, UsageError
+from ..log import precedes
 from ..primitives import SigningKey
 from ..records import KEYED_TYPES, Authority, Kind, encode_record
 from ..session import Session
@@ -44,25 +47,56 @@ def _need(state: State, rid: bytes) -> RecordView:
     return v
 
 
-def confirm_records(state: State, ids: Sequence[bytes], author: bytes, signer: SigningKey) -> dict[bytes, list[bytes]]:
+def binding_values(fact: FactView | None) -> list[RecordView]:
+    """The user's word on a key: its binding value, the sides of its conflict, or the DEL that deleted it."""
+    if fact is None or fact.current is None:
+        return []
+    return list(fact.candidates) if fact.status == "conflict" else [fact.current]
+
+
+def _shown(v: RecordView) -> str:
+    return "deleted" if v.kind == Kind.DEL else repr(v.text if isinstance(v.value, str) else v.value)
+
+
+def _confirm_one(session: Session, v: RecordView, author: bytes, signer: SigningKey, replace: bool) -> list[bytes]:
+    confirm = encode_record(Kind.CONFIRM, author, target=v.id, signers=[signer])
+    if v.kind != Kind.PUT or v.key is None:
+        return [confirm]
+    fact = session.materialized.fact(v.compartment_id, v.key)
+    if fact is None or v.id not in {p.id for p in fact.proposed}:
+        raise UsageError(f"record {v.id.hex()[:12]} is no longer a proposal for {v.key}; nothing to confirm")
+    word = binding_values(fact)
+    replaced = [b for b in word if b.kind == Kind.DEL or b.value != v.value]
+    if replaced and not replace:
+        raise UsageError(f"{v.key} is {' or '.join(_shown(b) for b in replaced)} (your word); the proposal "
+                         f"{v.id.hex()[:12]} says {_shown(v)}. Confirm with --replace to make it the value, or "
+                         "reject the proposal to keep yours; nothing was confirmed")
+    if all(_seen(session, b, v) for b in word):
+        return [confirm]  # confirmed, the proposal supersedes everything it replaces
+    settle = encode_record(Kind.PUT, author, key=v.key, value=v.value, authority=Authority.USER, type=v.type,
+                           pred=sorted([b.id for b in word] + [v.id]), meta={"confirms": v.id.hex()})
+    return [confirm, settle]
+
+
+def _seen(session: Session, earlier: RecordView, later: RecordView) -> bool:
+    """Whether ``later``'s writer had seen ``earlier`` (so ``later`` supersedes it, spec §19.3)."""
+    if earlier.id in later.pred:
+        return True
+    a, b = session.batches.get(earlier.batch_id), session.batches.get(later.batch_id)
+    return a is not None and b is not None and earlier.batch_id != later.batch_id and precedes(a, b)
+
+
+def confirm_records(session: Session, ids: Sequence[bytes], author: bytes, signer: SigningKey,
+                    replace: bool = False) -> dict[bytes, list[bytes]]:
     out: dict[bytes, list[bytes]] = defaultdict(list)
     for rid in ids:
-        v = _need(state, rid)
+        v = _need(session.materialized, rid)
         if v.kind not in (Kind.PUT, Kind.NOTE):
             raise UsageError(f"record {rid.hex()[:12]} is a {v.kind_name}; only facts and notes can be confirmed")
         if v.effective_class == Authority.USER:
             raise UsageError(f"record {rid.hex()[:12]} already has user authority; nothing to confirm")
-        out[v.compartment_id].append(encode_record(Kind.CONFIRM, author, target=rid, signers=[signer]))
+        out[v.compartment_id] += _confirm_one(session, v, author, signer, replace)
     return out
-
-
-def _previous_value(state: State, v: RecordView) -> RecordView | None:
-    """The value a proposal superseded, if any (so rejecting it can restore that value)."""
-    for pid in v.pred:
-        p = state.record(pid)
-        if p is not None and p.valid and p.kind == Kind.PUT:
-            return p
-    return None
 
 
 def reject_records(state: State, ids: Sequence[bytes], author: bytes) -> dict[bytes, list[bytes]]:
@@ -75,20 +109,11 @@ def reject_records(state: State, ids: Sequence[bytes], author: bytes) -> dict[by
         if v.kind != Kind.PUT or v.key is None:
             raise UsageError(f"record {rid.hex()[:12]} is not a proposal that can be rejected")
         fact = state.fact(v.compartment_id, v.key)
-        if fact is None or rid not in {c.id for c in (fact.candidates or ((fact.current,) if fact.current else ()))}:
-            raise UsageError(f"record {rid.hex()[:12]} is no longer the current value of {v.key}; nothing to reject")
-        if fact.status == "conflict":
-            raise UsageError(f"record {rid.hex()[:12]} is one side of a conflict on {v.key}; resolve the conflict "
-                             "(pick the value to keep, or write a new one) instead of rejecting one side")
-        delete = encode_record(Kind.DEL, author, key=v.key, pred=[rid], meta={"reject": True})
-        out[v.compartment_id].append(delete)
-        previous = _previous_value(state, v)
-        if previous is not None and fact.status != "conflict":
-            out[v.compartment_id].append(encode_record(
-                Kind.PUT, author, key=v.key, value=previous.value, authority=previous.claimed_class,
-                pred=[_ids.record_id(delete)], type=previous.type,
-                meta={"restores": previous.id.hex()},
-            ))
+        if fact is None or rid not in {p.id for p in fact.proposed}:
+            what = "the user's word" if v.effective_class == Authority.USER else "no longer a proposal"
+            raise UsageError(f"record {rid.hex()[:12]} is {what} for {v.key}; nothing to reject "
+                             "(forget the key to hide a value you set)")
+        out[v.compartment_id].append(encode_record(Kind.DEL, author, key=v.key, pred=[rid], meta={"reject": True}))
     return out
 
 
@@ -120,8 +145,7 @@ def forget(state: State, author: bytes, *, compartment_id: bytes | None = None, 
         v = _need(state, record)
         if v.key is not None:
             fact = state.fact(v.compartment_id, v.key)
-            live = [c.id for c in fact.candidates] if fact and fact.status == "conflict" else (
-                [fact.current.id] if fact and fact.current and fact.status != "deleted" else [])
+            live = [r.id for r in binding_values(fact) + list(fact.proposed if fact else ()) if r.kind == Kind.PUT]
             if record not in live:
                 raise UsageError(f"record {record.hex()[:12]} is an earlier value of {v.key}, not its current one; "
                                  "forget the key, or erase the record to destroy it")
@@ -132,12 +156,10 @@ def forget(state: State, author: bytes, *, compartment_id: bytes | None = None, 
     if key is None or compartment_id is None:
         raise UsageError("forget needs a key or a record id")
     fact = state.fact(compartment_id, key)
-    if fact is None or fact.status == "deleted":
+    pred = [r.id for r in binding_values(fact) + list(fact.proposed if fact else ()) if r.kind == Kind.PUT]
+    if not pred:
         raise UsageError(f"there is no current value of {key} to forget")
-    if fact.current is None:
-        raise UsageError(f"there is no current value of {key} to forget")
-    pred = [c.id for c in fact.candidates] if fact.status == "conflict" else [fact.current.id]
-    return compartment_id, encode_record(Kind.DEL, author, key=key, pred=pred)
+    return compartment_id, encode_record(Kind.DEL, author, key=key, pred=sorted(pred))
 
 
 # ---------------------------------------------------------------------------------- the session side
@@ -168,13 +190,10 @@ def authority_for(session: Session, item: NewRecord) -> Authority:
 
 
 def live_ids(session: Session, cid: bytes, key: str) -> list[bytes]:
-    """The records a new value of ``key`` supersedes: the current value, or every side of a conflict."""
+    """The records a new value of ``key`` supersedes: the user's word (the value, every side of a
+    conflict, or the DEL it resurrects from) and the proposals beside it."""
     f = session.materialized.fact(cid, key)
-    if f is None:
-        return []
-    if f.status == "conflict":
-        return sorted(r.id for r in f.candidates)
-    return [f.current.id] if f.current else []
+    return sorted(r.id for r in binding_values(f) + list(f.proposed if f else ()))
 
 
 def encode_new(session: Session, item: NewRecord, cid: bytes, author: bytes) -> bytes:
@@ -232,9 +251,9 @@ def _write(session: Session, per: dict[bytes, list[bytes]], note: str) -> Change
                                   note=note)
 
 
-def confirm(session: Session, record_ids: Sequence[bytes]) -> Changes:
+def confirm(session: Session, record_ids: Sequence[bytes], replace: bool = False) -> Changes:
     actor = session.require_owner("confirming an inference")
-    return _write(session, confirm_records(session.materialized, record_ids, actor.writer_id, actor.signer),
+    return _write(session, confirm_records(session, record_ids, actor.writer_id, actor.signer, replace),
                   f"confirmed {len(record_ids)}")
 
 
@@ -256,6 +275,12 @@ def forget_memory(session: Session, *, key: str | None = None, compartment: str 
                   record: bytes | None = None) -> Changes:
     """Hide a fact (DEL of its key) or a message.  It stays in the history; erase it to destroy it."""
     actor = session.require_writer()
-    cid = find_fact(session, key, compartment).compartment_id if key is not None else None
+    cid = None
+    if key is not None:
+        fact = find_fact(session, key, compartment)
+        cid = fact.compartment_id
+        if session.grant is not None and any(r.kind == Kind.PUT for r in binding_values(fact)):
+            raise AccessDenied(f"{key} holds the user's word: the grant of agent {session.grant.agent} can take back "
+                               "proposals, not forget what the user set (rule: only the owner's devices forget it)")
     cid, raw = forget(session.materialized, actor.writer_id, compartment_id=cid, key=key, record=record)
     return _write(session, {cid: [raw]}, "forgotten")

@@ -187,6 +187,22 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 rekey.delete.append(name)
 
 
+def new_epochs_everywhere(session: Session, rekey: Rekey, compartments: list[bytes], reason: str, *,
+                          exclude: set[bytes]) -> None:
+    """After :func:`roll_keyring`: a new epoch in each compartment, its secret wrapped to the new owner
+    KEM key and the remaining grants only, so that nothing written afterwards is readable with a key of
+    the old generation (spec §16.3, §16.7)."""
+    owner = rekey.new_owner_kem()
+    r = session.roster
+    for cid in compartments:
+        new_epoch(session, rekey, cid, reason, exclude=exclude, owner=owner)
+    for (cid, eid), secret in rekey.new_secrets.items():
+        rekey.files.append(envelope(session, envelopes.EnvelopeKind.EPOCH_SECRET, cid, eid, owner.public, secret))
+        prev = r.current_epoch(cid)
+        for g in active_grants(session, exclude):
+            rekey.files += grant_envelopes(session, g, cid, eid, secret, prev.epoch_id if prev else None)
+
+
 def apply(session: Session, rekey: Rekey) -> None:
     """Write new key files, then the control records, then switch keys in memory, then delete."""
     written = session.write_files(rekey.files)

@@ -272,7 +272,7 @@ def health(session: Session, *, stale_days: int = 30, many_agents: int = 3) -> H
                 readers.setdefault(comp, []).append(g.agent)
     return HealthReport(
         conflicts=[f.key for f in facts if f.status == "conflict"],
-        pending=[f.key for f in facts if f.status == "pending"],
+        pending=[f.key for f in facts if f.proposed],
         stale_grants=[g.agent for g in stale_grants],
         stale_devices=[d.name for d in stale_devices],
         crowded_compartments={c: a for c, a in readers.items() if len(a) >= many_agents},

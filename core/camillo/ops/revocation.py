@@ -14,14 +14,13 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
-from .. import envelopes
 from ..control import Principal
 from ..errors import UsageError
 from ..primitives import SigningKey
 from ..session import Session
 from ..values import RevocationReport, Unlock
 from .credentials import authenticate
-from .rekey import USER_KINDS, Rekey, active_grants, apply, envelope, grant_envelopes, new_epoch, roll_keyring
+from .rekey import USER_KINDS, Rekey, apply, new_epoch, new_epochs_everywhere, roll_keyring
 
 
 def find_principal(session: Session, text: str) -> Principal:
@@ -66,20 +65,13 @@ def revoke(session: Session, subject: Principal, *, reason: str = "", reauth: Un
     exclude = {subject.writer_id}
     everywhere = [session.all_compartments()[0], *sorted(r.compartments)]
     affected = sorted(subject.grant.scopes) if subject.grant is not None else everywhere
-    owner = None
-    if is_user:
-        roll_keyring(session, rekey, exclude=exclude)  # also wraps the new epochs below
-        owner = rekey.new_owner_kem()
     what = subject.grant.agent if subject.grant else subject.name
-    for cid in affected:
-        new_epoch(session, rekey, cid, f"revoked {what}", exclude=exclude, owner=owner)
-    if owner is not None:
-        # the new epochs' secrets must be in the rolled keyring too
-        for (cid, eid), secret in rekey.new_secrets.items():
-            rekey.files.append(envelope(session, envelopes.EnvelopeKind.EPOCH_SECRET, cid, eid, owner.public, secret))
-            prev = r.current_epoch(cid)
-            for g in active_grants(session, exclude):
-                rekey.files += grant_envelopes(session, g, cid, eid, secret, prev.epoch_id if prev else None)
+    if is_user:
+        roll_keyring(session, rekey, exclude=exclude)
+        new_epochs_everywhere(session, rekey, affected, f"revoked {what}", exclude=exclude)
+    else:
+        for cid in affected:
+            new_epoch(session, rekey, cid, f"revoked {what}", exclude=exclude)
     revoke_record = session.revoke_record(subject.writer_id, reason or f"revoked {what}", signers=signers)
     rekey.add_records(everywhere, revoke_record)
     apply(session, rekey)

@@ -27,7 +27,7 @@ from ..cache import Cache
 from ..control import BatchView, Level, Roster
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
-from ..errors import AccessDenied, KeychainError, ReadOnlyVault, UsageError, VaultError
+from ..errors import AccessDenied, KeychainError, ReadOnlyVault, StorageError, UsageError, VaultError
 from ..localstate import VaultLocal
 from ..log import Alert, CausalLog, check_memory
 from ..names import kind_of
@@ -61,6 +61,9 @@ class Session:
         self.unlock_slot: slots.SlotHeader | None = None
         self.device_state = DeviceState()
         self.device_state_store: DeviceStateStore | None = None
+        # An open with no acting device (verify, a reader that never registered) remembers what it saw
+        # under its unlocking credential instead: every open that holds a key notices a rollback.
+        self.memory_store: DeviceStateStore | None = None
         self.cache: Cache | None = None
         self.cache_problem = ""
         self.use_cache = True
@@ -409,13 +412,32 @@ class Session:
                     if self.commit_staged():
                         self.refresh()  # a write a crash interrupted is finished now
 
+    def reader_memory(self) -> tuple[DeviceStateStore, DeviceState] | None:
+        """Where an open without an acting device keeps what it saw (local state, never the vault
+        folder): the unlocking credential's own memory.  None for a ``.vmem`` (a snapshot: an older
+        one is not a rollback) and for an open that holds no user credential."""
+        cred = self.unlocking
+        if self.memory_store is None and cred is not None and isinstance(self.shelf, FolderShelf):
+            self.memory_store = DeviceStateStore(self.local.state_path(cred.writer_id), cred.signer.seed,
+                                                 self.vault_id)
+        if self.memory_store is None:
+            return None
+        try:
+            return self.memory_store, self.memory_store.load() or DeviceState()
+        except VaultError:
+            return self.memory_store, DeviceState()  # damaged: start remembering again
+
     def update_memory(self) -> None:
-        """Check the vault against what this device remembers, then remember the union (spec §17.5)."""
-        store = self.device_state_store
-        ds = self.device_state  # empty for an open that keeps no memory: gaps still show as syncing
+        """Check the vault against what this device (or, for an open without one, its unlocking
+        credential) remembers, then remember the union (spec §17.5), read-only opens included: the
+        memory lives in this installation's local state, never in the vault folder."""
+        store, ds = self.device_state_store, self.device_state
+        if store is None and (mine := self.reader_memory()) is not None:
+            store, ds = mine
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
-        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, ds.generation, self.log, covered,
+        seen_generation = max(ds.generation, self.local.load_generation())
+        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
                                              self.keyring.generation, int(time.time()), ds.epochs, known)
         self.alerts = alerts
         generation = max(ds.generation, self.keyring.generation)
@@ -425,15 +447,23 @@ class Session:
                 current = self.roster.current_epoch(cid)
                 if current is not None:
                     epochs[cid] = current.epoch_id
-        if store is None or self.read_only:
+        if store is None:
             return
-        if memory != ds.remembered or first != ds.first_missing or generation != ds.generation or epochs != ds.epochs:
+        if self.keyring.generation > self.local.load_generation():
+            self.local.save_generation(self.keyring.generation)
+        if memory == ds.remembered and first == ds.first_missing and generation == ds.generation and epochs == ds.epochs:
+            return
+        try:
             with store.locked():
                 on_disk = store.load() or ds
                 on_disk.remembered, on_disk.first_missing, on_disk.generation = memory, first, generation
                 on_disk.epochs = epochs
                 store.save(on_disk)
-                self.device_state = on_disk
+                if store is self.device_state_store:
+                    self.device_state = on_disk
+        except (StorageError, OSError):
+            if store is self.device_state_store and not self.read_only:
+                raise  # a writer must remember what it saw; a reader just reports what it sees now
 
     def save_device_state(self, ds: DeviceState) -> None:
         if self.device_state_store is None:
@@ -502,7 +532,7 @@ class Session:
         self.actor = None
         self.grant = None  # an agent's grant file carries its credential's seeds
         self.cache = None  # holds the local cache key
-        self.device_state_store = None  # holds the local device-state key
+        self.device_state_store = self.memory_store = None  # hold local state keys
         self.device_state = DeviceState()  # its kept epoch secrets go with the session
         self.reader.close()
         self.shelf.close()

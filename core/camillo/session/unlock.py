@@ -29,6 +29,7 @@ from ..errors import (
     LimitExceeded,
     NotAVault,
     Revoked,
+    RolledBack,
     UsageError,
     VaultError,
     WrongCredential,
@@ -135,8 +136,23 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
             confirm_actor(session)
         except (WrongCredential, DamagedFile) as exc:
             # A slot that unwraps but is not vouched for by the vault (planted, or of an
-            # unfinished operation): forget what it gave and try the next one.
-            refusals.append(exc)
+            # unfinished operation): forget what it gave and try the next one.  When every slot is
+            # older than the newest generation this installation has seen, old slot files were
+            # restored in place of the current ones: a rollback, not a wrong credential.
+            seen = session.local.load_generation()
+            refusal: VaultError = exc
+            if any(x.generation > h.generation for x in headers):
+                # newer slots exist: the keys rolled when this credential was replaced or revoked
+                refusal = WrongCredential(f"this {what} was replaced or revoked in vault {vid} (it opens only "
+                                          f"the keys of generation {h.generation}, before the change); use the "
+                                          "current one. Nothing was changed")
+            elif all(x.generation < seen for x in headers):
+                refusal = RolledBack(
+                    f"vault {vid} presents slots of master-secret generation {h.generation}, older than generation "
+                    f"{seen} this installation already saw: old slot files were restored (the storage rolled the "
+                    "vault back). Nothing was changed; restore the newer slots/ files from another copy or a backup",
+                    file=h.name)
+            refusals.append(refusal)
             session.reset_reading()
             session.keyring.drop_master()
             session.actor = None
@@ -144,17 +160,20 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
         break
     else:
         if refusals:
-            raise refusals[0]
+            raise next((r for r in refusals if isinstance(r, RolledBack)), refusals[0])
         broken = [p for t, p in damaged if t in (None, int(stype))]
         if broken and not candidates:
             raise DamagedFile(
                 f"the {what} slot of vault {vid} is damaged ({broken[0].file}); unlock with another credential "
                 "(recovery phrase, passphrase or a device key)", file=broken[0].file)
-        if not candidates and unlock.method != "device" and headers:
+        if not candidates and unlock.method != "device":
             # every vault keeps a passphrase and a recovery slot: another device's key change is arriving
+            # (a sync that carries deletions first can leave no slot at all for a while)
+            lost = "" if headers else (" If nothing is syncing, the folder lost its slots/ files: restore them "
+                                       "from a backup or another copy.")
             raise Incomplete(f"vault {vid} has no {what} slot here yet (another device changed the vault's keys "
                              "and its new key files have not all arrived): wait for the sync to finish, or unlock "
-                             "with another credential")
+                             f"with another credential.{lost}")
         if not candidates:
             raise WrongCredential(f"vault {vid} has no {what} slot; unlock with another credential")
         if unlock.method == "device":

@@ -1,0 +1,124 @@
+"""A changed passphrase or recovery phrase reads nothing written after the change, by cryptography,
+not by a reader rule: the attacker here keeps every file the host ever held (old slots included) and
+the old credential, skips every check Camillo makes, and decrypts what it can with the keys alone.
+Everyone who should still read does: the new credentials, the other devices, the grants."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pytest
+from camillo import NewRecord, Unlock, Vault, WrongCredential, keys
+from camillo import slots as slot_mod
+from camillo.credentials import from_passphrase, from_recovery_phrase
+from camillo.primitives import CryptoFailure
+
+from .helpers import switch_home
+from .test_access import keys_from_files, readable_plaintexts
+
+PASSPHRASE = "correct horse battery staple"
+NEW_PASSPHRASE = "a much better passphrase, at last"
+
+
+def union_copy(sources: list[str], host: str) -> None:
+    """What a host that keeps old files holds: every file any of ``sources`` ever had."""
+    for src in sources:
+        for f in glob.glob(os.path.join(src, "**", "*"), recursive=True):
+            if os.path.isfile(f):
+                dst = os.path.join(host, os.path.relpath(f, src))
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                if not os.path.exists(dst):
+                    shutil.copy2(f, dst)
+
+
+def attacker_reads(host: str, vault_id: bytes, credential) -> list[bytes]:
+    """Every segment plaintext the credential opens from the host's files, without any reader rule:
+    each slot it unwraps gives a master secret, hence an owner key, hence every epoch secret wrapped to
+    it in any envelope the host kept."""
+    recipients = [credential.recipient]
+    for f in glob.glob(os.path.join(host, "slots", "*")):
+        h = slot_mod.read_header(open(f, "rb").read(), os.path.relpath(f, host))
+        try:
+            vms = slot_mod.unwrap_vms(h, vault_id, credential.recipient)
+        except CryptoFailure:
+            continue
+        recipients.append(keys.owner_kem(vms, vault_id, h.generation))
+    secrets, _ = keys_from_files(host, vault_id, recipients)
+    return readable_plaintexts(host, vault_id, secrets)
+
+
+def old_kdf(path: str, vault_id: bytes):
+    for f in glob.glob(os.path.join(path, "slots", "*")):
+        h = slot_mod.read_header(open(f, "rb").read(), os.path.relpath(f, path))
+        if h.type == slot_mod.SlotType.PASSPHRASE and h.kdf is not None:
+            return h.kdf
+    raise AssertionError("no passphrase slot")
+
+
+def test_an_old_passphrase_with_old_files_reads_only_what_came_before(new_vault, tmp_path, monkeypatch):
+    path, vault, phrase = new_vault
+    vid = vault.vault_id
+    vault.append([NewRecord(type="message", text="BEFORE-THE-CHANGE")])
+    vault.append([NewRecord(type="message", text="WORK-BEFORE")], compartment="work")
+    grant = str(tmp_path / "reader.grant")
+    vault.create_grant("reader", {"personal": "read"}, grant)
+    old_credential = from_passphrase(PASSPHRASE, old_kdf(path, vid))
+    before = str(tmp_path / "before")
+    shutil.copytree(path, before)
+    vault.change_passphrase(NEW_PASSPHRASE)
+    vault.append([NewRecord(type="message", text="AFTER-THE-CHANGE")])
+    vault.append([NewRecord(type="message", text="WORK-AFTER")], compartment="work")
+    vault.lock()
+
+    host = str(tmp_path / "host")
+    union_copy([before, path], host)
+    seen = b"".join(attacker_reads(host, vid, old_credential))
+    assert b"BEFORE-THE-CHANGE" in seen and b"WORK-BEFORE" in seen  # the honest caveat: the past stays readable
+    assert b"AFTER-THE-CHANGE" not in seen and b"WORK-AFTER" not in seen
+
+    # Everyone who should still read does.
+    with pytest.raises(WrongCredential):
+        Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
+        texts = {r.text for r in v.timeline()}
+        assert {"BEFORE-THE-CHANGE", "AFTER-THE-CHANGE", "WORK-AFTER"} <= texts
+        assert v.problems() == []
+    switch_home(monkeypatch, tmp_path / "other-device")
+    with Vault.open(path, Unlock.recovery(phrase), device_name="other") as v:
+        assert "AFTER-THE-CHANGE" in {r.text for r in v.timeline()}
+    switch_home(monkeypatch, tmp_path / "agent")
+    with Vault.open(path, Unlock.grant(grant)) as agent:
+        assert "AFTER-THE-CHANGE" in {r.text for r in agent.timeline()}
+
+
+def test_an_old_recovery_phrase_with_old_files_reads_only_what_came_before(new_vault, tmp_path):
+    path, vault, phrase = new_vault
+    vid = vault.vault_id
+    vault.append([NewRecord(type="message", text="BEFORE-REISSUE")])
+    before = str(tmp_path / "before")
+    shutil.copytree(path, before)
+    new_phrase = vault.reissue_recovery_phrase().phrase
+    vault.append([NewRecord(type="message", text="AFTER-REISSUE")])
+    vault.lock()
+    host = str(tmp_path / "host")
+    union_copy([before, path], host)
+    seen = b"".join(attacker_reads(host, vid, from_recovery_phrase(phrase)))
+    assert b"BEFORE-REISSUE" in seen and b"AFTER-REISSUE" not in seen
+    with pytest.raises(WrongCredential):
+        Vault.open(path, Unlock.recovery(phrase))
+    with Vault.open(path, Unlock.recovery(new_phrase), register=False) as v:
+        assert "AFTER-REISSUE" in {r.text for r in v.timeline()}
+
+
+def test_the_change_does_not_touch_the_records(new_vault):
+    """No segment is re-encrypted: the change writes key files and one small batch per compartment."""
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text=f"m{i}") for i in range(200)])
+    segments_before = set(glob.glob(os.path.join(path, "segments", "*", "*")))
+    changes = vault.change_passphrase(NEW_PASSPHRASE)
+    segments_after = set(glob.glob(os.path.join(path, "segments", "*", "*")))
+    assert segments_before <= segments_after
+    assert len(segments_after - segments_before) <= len(vault.compartments) + 1
+    assert changes.files_written < 30
