@@ -69,7 +69,7 @@ def test_chatgpt_export_lands_as_documented(new_vault, tmp_path, as_zip):
     assert [r.text for r in conv_a[1:]] == [
         "Plan a weekend in Porto for me.",
         "Day 1: Ribeira and a port wine cellar. Day 2: Serralves.",
-        "[image: file-service://file-TICKET123]\nHere is my train ticket, what time do I leave?",
+        "[image: file-service://file-TICKET123, not in the export]\nHere is my train ticket, what time do I leave?",
         "print('08:15')",
         "08:15",
         "Porto guide\nhttps://example.org/porto\nPorto is on the Douro river.",
@@ -83,8 +83,10 @@ def test_chatgpt_export_lands_as_documented(new_vault, tmp_path, as_zip):
     assert recs["chatgpt:m-a2"].claimed_class == Authority.INFERRED and recs["chatgpt:m-a2"].meta["recipient"] == "python"
     assert recs["chatgpt:m-t2"].claimed_class == Authority.EXTERNAL and recs["chatgpt:m-t2"].role == "tool"
     assert recs["chatgpt:m-q"].claimed_class == Authority.EXTERNAL and recs["chatgpt:m-q"].meta["url"]
-    assert recs["chatgpt:m-u2"].meta["attachment_refs"] == "file-service://file-TICKET123"
+    assert json.loads(recs["chatgpt:m-u2"].meta["files"]) == [
+        {"kind": "image", "ref": "file-service://file-TICKET123", "missing": True, "origin": "upload", "size": 1234}]
     assert recs["chatgpt:m-u2"].meta["attachments"] == 1
+    assert report.files == {"image": 1} and report.files_missing == 1
     # Provenance and time.
     u1 = recs["chatgpt:m-u1"]
     assert u1.meta["source"] == "conversations.json" and u1.meta["original_id"] == "m-u1"
@@ -139,7 +141,11 @@ def test_claude_export_lands_as_documented(new_vault, tmp_path):
     assert "HIDDEN THINKING" not in texts and "sam@example.org" not in texts
     assert recs["claude:conversation:cl-1"].text == "Garden"
     assert recs["claude:cm-1"].claimed_class == Authority.USER and recs["claude:cm-1"].role == "user"
-    assert recs["claude:cm-1"].meta["files"] == "photo.jpg"
+    assert recs["claude:cm-1"].text == "[image: photo.jpg, not in the export]\n\nHow deep should I plant tomatoes?"
+    assert json.loads(recs["claude:cm-1"].meta["files"]) == [
+        {"kind": "image", "ref": "photo.jpg", "name": "photo.jpg", "media_type": "image/jpeg", "missing": True,
+         "origin": "upload"}]
+    assert report.files == {"image": 1} and report.files_missing == 1
     assert recs["claude:cm-2"].text == "Plant them about 2 cm deep."
     assert recs["claude:cm-2"].claimed_class == Authority.INFERRED
     use, result = recs["claude:cm-2:1"], recs["claude:cm-2:2"]
@@ -610,8 +616,8 @@ def test_sources_that_are_not_exports(new_vault, tmp_path):
     path, vault, _ = new_vault
     refused(path, vault, "chatgpt", str(tmp_path / "missing"), "does not exist")
     (tmp_path / "empty").mkdir()
-    refused(path, vault, "chatgpt", str(tmp_path / "empty"), "no conversations.json")
-    refused(path, vault, "claude", str(tmp_path / "empty"), "no conversations.json, memories.json or projects.json")
+    refused(path, vault, "chatgpt", str(tmp_path / "empty"), "no conversations.json or conversations-NNN.json")
+    refused(path, vault, "claude", str(tmp_path / "empty"), "no conversations.json, conversations/, memories.json")
     refused(path, vault, "pam", str(tmp_path / "empty"), "no memory-store.json")
     refused(path, vault, "portable-memory", str(tmp_path / "empty"), "no manifest.json")
     refused(path, vault, "vaultmem", str(tmp_path / "empty"), "no meta.json", passphrase="x")
