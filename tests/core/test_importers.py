@@ -129,6 +129,140 @@ def test_chatgpt_single_conversation_object_and_missing_current_node(new_vault, 
     assert [r.text for r in vault.timeline(conversation="conv-b")][1:] == ["hello there", "Hi Sam!"]
 
 
+SPLIT = FIX / "chatgpt-split" / "export"
+GARDEN, VOICE, CATS = ("68b9a0c1-0000-8000-8000-00000000a00" + c for c in "124")
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def split_parts(tmp_path: Path, *, both: bool = True) -> Path:
+    """The split export as a large export arrives: two ZIP parts in one folder, the first holding the
+    manifest, the conversations and some files, the second the rest."""
+    folder = tmp_path / "parts"
+    folder.mkdir(parents=True)
+    first = {"export_manifest.json", "conversations-000.json", "conversations-001.json", "user.json", "chat.html",
+             "conversation_asset_file_names.json", "file-Gard3n-basil.jpg"}
+    files = sorted(p for p in SPLIT.rglob("*") if p.is_file())
+    for name, members in (("export-part-0001.zip", [p for p in files if p.name in first]),
+                          ("export-part-0002.zip", [p for p in files if p.name not in first])):
+        if name.endswith("0002.zip") and not both:
+            continue
+        with zipfile.ZipFile(folder / name, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in members:
+                zf.write(p, p.relative_to(SPLIT).as_posix())
+    return folder
+
+
+def check_split_export(vault: Vault, report) -> None:
+    recs = by_import(vault)
+    # The garden conversation: the title first although created after its first message; the branch last shown.
+    garden = vault.timeline(conversation=GARDEN)
+    assert [(r.type, r.role, r.claimed_class, r.text) for r in garden] == [
+        ("conversation", None, Authority.INFERRED, "Basil with yellow leaves"),
+        ("message", "user", Authority.USER,
+         "[file: watering.pdf]\n[image: basil.jpg]\nWhat is wrong with this plant?"),
+        ("message", "assistant", Authority.INFERRED,
+         "Yellow leaves usually mean too much water [1]. Let the soil dry between waterings."),
+        ("message", "user", Authority.USER,
+         "[image: sediment://file_000000004d15, not in the export]\nAnd this one, a week later?"),
+        ("message", "assistant", Authority.INFERRED, "It is recovering: new leaves are green."),
+    ]
+    assert garden[0].ts == garden[1].ts == 1757000000  # the title's own time is 1757000001.2
+    assert garden[0].meta["original_ms"] == 1757000001200 and garden[1].meta["original_ms"] == 1757000000800
+    assert garden[2].meta["original_ms"] == 1757000005250
+    u1 = recs["chatgpt:m-g-u1"]
+    assert json.loads(u1.meta["files"]) == [
+        {"kind": "file", "ref": "file-Notes9", "name": "watering.pdf", "media_type": "application/pdf",
+         "member": "file-Notes9-watering.pdf", "size": (SPLIT / "file-Notes9-watering.pdf").stat().st_size,
+         "sha256": sha(SPLIT / "file-Notes9-watering.pdf"), "origin": "upload"},
+        {"kind": "image", "ref": "file-service://file-Gard3n", "name": "basil.jpg", "media_type": "image/jpeg",
+         "member": "file-Gard3n-basil.jpg", "size": (SPLIT / "file-Gard3n-basil.jpg").stat().st_size,
+         "sha256": sha(SPLIT / "file-Gard3n-basil.jpg"), "origin": "upload"}]
+    assert u1.meta["attachments"] == 2 and u1.meta["source"] == "conversations-000.json"
+    assert json.loads(recs["chatgpt:m-g-a1"].meta["citations"]) == [
+        {"title": "Growing basil indoors", "url": "https://garden.example/basil"}]
+    assert json.loads(recs["chatgpt:m-g-u2"].meta["files"])[0]["missing"] is True
+    # Voice: the transcripts are the words said; the recordings are referenced; a late answer keeps its place.
+    voice = vault.timeline(conversation=VOICE)
+    assert [(r.role, r.text) for r in voice[1:]] == [
+        ("user", "Remind me to buy stamps tomorrow.\n[audio: file_00000000a0d1-5a2b.wav]"),
+        ("assistant", "Noted: stamps, tomorrow.\n[audio: file_00000000a0d2-7c1e.wav]")]
+    assert voice[1].claimed_class == Authority.USER and voice[1].meta["voice"] is True
+    assert voice[2].ts == voice[1].ts and voice[2].meta["original_ms"] < voice[1].meta["original_ms"]
+    spoken = json.loads(voice[1].meta["files"])[0]
+    assert spoken["member"] == "file_00000000a0d1.dat" and spoken["media_type"] == "audio/wav"
+    assert spoken["sha256"] == sha(SPLIT / "file_00000000a0d1.dat")
+    # No id, no current_node, no message ids: a derived id, the newest leaf, node ids; DALL·E's image and prompt.
+    drawing = next(r for r in vault.timeline() if r.type == "conversation" and r.text == "Lighthouse drawing")
+    assert drawing.conversation.startswith("derived-")
+    thread = vault.timeline(conversation=drawing.conversation)
+    assert [r.text for r in thread[1:]] == ["Draw a lighthouse at dusk.", '{"prompt": "a lighthouse at dusk"}',
+                                            "[image: file_00000000da11-3b9f.webp]", "Here is your lighthouse."]
+    dalle = recs["chatgpt:n-l-t1"]
+    assert dalle.role == "tool" and dalle.claimed_class == Authority.EXTERNAL
+    assert dalle.meta["prompt"] == "a lighthouse at dusk, oil painting"
+    assert json.loads(dalle.meta["files"])[0]["origin"] == "generated"
+    # The same conversation in both files: the later copy.
+    assert [r.text for r in vault.timeline(conversation=CATS)][1:] == [
+        "What is a good name for a cat?", "Miso.", "Thanks, Miso it is."]
+    texts = "\n".join(r.text for r in vault.timeline(include_hidden=True))
+    assert "OLD ANSWER" not in texts and "LOOPING MESSAGE" not in texts and "EARLIER LEAF" not in texts
+    # The report: what came in, per kind; files left out by kind; nothing unknown dropped quietly.
+    assert report.by_type == {"conversation": 4, "message": 13}
+    assert report.files == {"image": 3, "audio": 2, "file": 1} and report.files_missing == 1
+    assert report.unknown == {"ChatGPT content type 'app_pairing_content'": 1, "ChatGPT part 'mystery_part'": 1,
+                              "file 'tasks.json'": 1}
+    lines = "\n".join(report.lines())
+    assert "left out: 3 images, 2 audio files, 1 file — attachments are not stored yet" in lines
+    assert "1 file(s) a message refers to are not in the export" in lines
+    reasons = "\n".join(report.reasons)
+    for expected in ("its messages link in a circle (node 'n-x' is its own ancestor); nothing of it was imported",
+                     "it has no id: imported as derived-", "1 conversation(s) appear in more than one file",
+                     "user.json not imported (account details)", "chat.html not imported",
+                     "1 file(s) in the export that no imported message refers to were not imported (1 image)",
+                     "conversation 'Basil with yellow leaves': 1 regenerated or edited branch(es) left out"):
+        assert expected in reasons, expected
+
+
+@pytest.mark.parametrize("layout", ["folder", "zip", "parts"])
+def test_chatgpt_split_export_lands_in_order_with_its_files(new_vault, tmp_path, layout):
+    _, vault, _ = new_vault
+    source = {"folder": lambda: SPLIT, "zip": lambda: zip_dir(SPLIT, tmp_path / "export.zip"),
+              "parts": lambda: split_parts(tmp_path)}[layout]()
+    report = run_import(vault, "chatgpt", str(source))
+    check_split_export(vault, report)
+    assert not any("manifest lists" in r for r in report.reasons)
+    again = run_import(vault, "chatgpt", str(source))
+    assert again.imported == 0 and again.by_type == {}
+
+
+def test_chatgpt_export_part_missing_is_reported(new_vault, tmp_path):
+    _, vault, _ = new_vault
+    report = run_import(vault, "chatgpt", str(split_parts(tmp_path, both=False)))
+    assert any("file(s) the export's manifest lists are not here (a part of the export not downloaded?)" in r
+               for r in report.reasons)
+    # The files of the missing part: referenced, and said to be missing.
+    assert report.files_missing == 1 + 4 and report.imported == 17
+    again = run_import(vault, "chatgpt", str(split_parts(tmp_path / "later")))
+    assert again.imported == 0, "the complete export adds no record: the references were kept, not the files"
+
+
+def test_a_file_too_large_to_fingerprint_is_referenced_by_size(new_vault, tmp_path, monkeypatch):
+    _, vault, _ = new_vault
+    export = tmp_path / "export"
+    shutil.copytree(SPLIT, export)
+    big = export / "file-Gard3n-basil.jpg"
+    with open(big, "r+b") as fh:
+        fh.truncate(10 * 1024**3)  # a sparse 10 GB file: never read
+    report = run_import(vault, "chatgpt", str(export))
+    ref = json.loads(by_import(vault)["chatgpt:m-g-u1"].meta["files"])[1]
+    assert ref["size"] == 10 * 1024**3 and "sha256" not in ref and ref["member"] == "file-Gard3n-basil.jpg"
+    assert report.files_unhashed == 1
+    assert "1 file(s) too large to fingerprint: referenced by name and size only" in "\n".join(report.lines())
+
+
 # ---------------------------------------------------------------------------------------------- Claude
 
 

@@ -110,7 +110,7 @@ class ImportReport:
         out = [f"Imported {self.imported} record(s) from {self.units} unit(s) of {self.source} ({self.kind}); "
                f"{self.skipped} skipped."]
         if self.by_type:
-            out.append("  came in: " + ", ".join(f"{n} {t}" for t, n in sorted(self.by_type.items())))
+            out.append("  came in, by record type: " + ", ".join(f"{t} {n}" for t, n in sorted(self.by_type.items())))
         if self.alternates:
             out.append(f"  {self.alternates} message(s) of earlier or abandoned branches kept as alternates, "
                        "outside the conversations' threads")

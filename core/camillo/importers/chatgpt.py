@@ -380,7 +380,7 @@ def _citations(md: dict[str, Any], text: str) -> tuple[str, list[dict[str, str]]
             shown = ref["name"]
         matched = ref.get("matched_text")
         if isinstance(matched, str) and matched.strip() and _PRIVATE.search(matched):
-            text = text.replace(matched, (" " + shown) if shown and not shown[0].isalnum() else shown)
+            text = text.replace(matched, shown)
     for cite in as_list(md.get("citations")):
         meta = as_dict(as_dict(cite).get("metadata"))
         add(meta.get("title"), meta.get("url"))

@@ -34,6 +34,7 @@ KINDS = ("image", "audio", "video", "file")
 MAX_REFS = 64  # references kept in one message's meta (the count is kept in full)
 _ID = re.compile(r"^(file[-_][A-Za-z0-9]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
                  r"(?=$|[-.])")
+_HEXISH = re.compile(r"[0-9a-fA-F-]*")  # a uuid or part of one, as generated names end
 _SCHEMES = ("file-service://", "sediment://", "file://")
 # Files of an export that are not carried files (the export's own data and pages).
 DATA_SUFFIXES = (".json", ".jsonl", ".html", ".htm", ".index", ".txt", ".md", ".csv")
@@ -148,8 +149,9 @@ class Files:
             if not base:
                 base = member.rsplit("/", 1)[-1]
                 m = _ID.match(base)
-                if m and len(base) > len(m.group(1)) + 1 and base[len(m.group(1))] == "-":
-                    base = base[len(m.group(1)) + 1:]
+                rest = base[len(m.group(1)) + 1:] if m and base[len(m.group(1)):][:1] == "-" else ""
+                if rest and not _HEXISH.fullmatch(rest.rsplit(".", 1)[0]):
+                    base = rest  # file-ABC-photo.jpg: the user's name after the id
             out.name = short(base, 300)
         if out.media_type is None:
             guessed = mimetypes.guess_type(out.name or "")[0] if out.name and not out.name.endswith(".dat") else None
