@@ -315,6 +315,127 @@ def test_claude_export_lands_as_documented(new_vault, tmp_path):
     assert run_import(vault, "claude", str(FIX / "claude")).imported == 0
 
 
+CLAUDE26 = FIX / "claude-2026" / "export"
+TRIP, LEASE = "c1000000-0000-4000-8000-000000000001", "c2000000-0000-4000-8000-000000000002"
+
+
+def claude_downloads(tmp_path: Path) -> Path:
+    """The export as Claude now sends a large one: several downloads saved in one folder."""
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    convs = [json.loads(p.read_text()) for p in sorted((CLAUDE26 / "conversations").glob("*.json"))]
+    with zipfile.ZipFile(folder / "conversations-000.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("conversations.json", json.dumps(convs))
+    with zipfile.ZipFile(folder / "projects-000.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in (CLAUDE26 / "projects").glob("*.json"):
+            zf.write(p, f"projects/{p.name}")
+    shutil.copy(CLAUDE26 / "memories.json", folder)
+    shutil.copy(CLAUDE26 / "users.json", folder)
+    (folder / "manifest-0a1b2c3d-2026-06-01-10-00-00.json").write_text(json.dumps(
+        {"files": [{"name": n} for n in ("conversations-000.zip", "projects-000.zip", "memories.json", "users.json")]}))
+    return folder
+
+
+def check_claude_2026(vault: Vault, report) -> None:
+    recs = by_import(vault)
+    thread = vault.timeline(conversation=TRIP)
+    assert [(r.type, r.role, r.claimed_class, r.text) for r in thread] == [
+        ("conversation", None, Authority.USER, "Two days in Lisbon"),
+        ("message", "user", Authority.USER, "[image: map.png, not in the export]\n\nPlan two days in Lisbon."),
+        ("message", "assistant", Authority.INFERRED, "Let me check the weather first."),
+        ("message", "tool", Authority.EXTERNAL, '[tool_use web_search] {"query": "Lisbon weather June"}'),
+        ("message", "tool", Authority.EXTERNAL, "[tool_result web_search]\nLisbon in June — https://weather.example/lisbon"),
+        ("message", "assistant", Authority.INFERRED, "Sunny all week. Day 1: Alfama. Day 2: Belém."),
+        ("message", "user", Authority.USER, "Make it three days, with a day trip to Sintra."),
+        ("message", "assistant", Authority.INFERRED, "Day 3: Sintra and Cabo da Roca."),
+        ("summary", "assistant", Authority.INFERRED, "Planning a short trip to Lisbon."),
+    ]
+    assert thread[6].meta["voice"] is True and thread[1].meta["original_ms"] == 1748772001500
+    assert json.loads(thread[5].meta["citations"]) == [{"url": "https://weather.example/lisbon"}]
+    assert thread[5].meta["import"] == "claude:m0000000-0000-4000-8000-000000000002:4"
+    alternates = vault.timeline(conversation=TRIP + "#alternates")
+    assert [(r.role, r.claimed_class, r.text) for r in alternates] == [
+        ("user", Authority.OBSERVED, "EDITED AWAY: make it three days."),
+        ("assistant", Authority.INFERRED, "OLD PLAN for three days."),
+        ("assistant", Authority.INFERRED, "REGENERATED: Day 3: Sintra.")]
+    assert {r.meta["alternate_of"] for r in alternates} == {TRIP}
+    assert alternates[1].meta["parent"] == "m0000000-0000-4000-8000-000000000003"
+    lease = vault.timeline(conversation=LEASE)
+    assert [(r.type, r.text) for r in lease if r.type != "attachment"] == [
+        ("conversation", "Reading a lease"),
+        ("message", "[image: pasted image]\n\nIs the notice period fair?"),
+        ("message", "Three months is common.\n\nCheck the renewal clause too.")]
+    pasted = json.loads(next(r for r in lease if r.type == "message").meta["files"])[0]
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDRsynthetic"
+    assert pasted == {"kind": "image", "ref": "inline:d0000000-0000-4000-8000-000000000001/1", "name": "pasted image",
+                      "media_type": "image/png", "size": len(png), "sha256": hashlib.sha256(png).hexdigest(),
+                      "origin": "pasted", "inline": True}
+    doc = recs["claude:d0000000-0000-4000-8000-000000000001:0"]
+    assert doc.type == "attachment" and doc.claimed_class == Authority.EXTERNAL
+    assert doc.value == {"name": "lease.txt", "media_type": "text/plain", "text": "Notice period: three months.",
+                         "conversation": LEASE}
+    assert recs["claude:d0000000-0000-4000-8000-000000000001:attachment:0"].value["media_type"] == "text/plain"
+    texts = "\n".join(r.text for r in vault.timeline(include_hidden=True))
+    assert "HIDDEN THINKING" not in texts and "SELF PARENT" not in texts and "sam@example.org" not in texts
+    project = next(r for r in vault.timeline() if r.meta.get("import", "").startswith("claude:project:p1000000"))
+    assert "Answer in metric units." in project.text and project.claimed_class == Authority.USER
+    assert recs["claude:doc:q1000000-0000-4000-8000-000000000001"].value["name"] == "checklist.md"
+    inbox = {v.value for v in vault.inbox()}
+    assert {"Sam is moving to Lisbon in June.", "Sam prefers trains.", "Sam is learning Portuguese.",
+            "Purpose: organise the move to Lisbon."} <= inbox
+    assert report.by_type == {"attachment": 3, "conversation": 2, "fact": 4, "message": 12, "summary": 2}
+    assert report.alternates == 3 and report.proposals == 4
+    assert report.files == {"image": 2, "file": 1} and report.files_missing == 2
+    assert report.unknown == {"Claude block 'flag'": 1, "Claude block 'mystery_block'": 1,
+                              "Claude block 'web_widget'": 1}
+    reasons = "\n".join(report.reasons)
+    for expected in ("3 message(s) of edited or regenerated branches kept as alternates", "1 thinking block(s) left out",
+                     "message 'e0000000-0000-4000-8000-000000000001' is its own ancestor); nothing of it was imported",
+                     "users.json not imported (account details)"):
+        assert expected in reasons, expected
+    lines = "\n".join(report.lines())
+    assert "3 message(s) of earlier or abandoned branches kept as alternates" in lines
+    assert "left out: 2 images, 1 file — attachments are not stored yet" in lines
+
+
+@pytest.mark.parametrize("layout", ["folder", "zip", "downloads"])
+def test_claude_2026_export_lands_in_order_with_branches(new_vault, tmp_path, layout):
+    _, vault, _ = new_vault
+    source = {"folder": lambda: CLAUDE26, "zip": lambda: zip_dir(CLAUDE26, tmp_path / "claude.zip", "data-2026/"),
+              "downloads": lambda: claude_downloads(tmp_path)}[layout]()
+    report = run_import(vault, "claude", str(source))
+    check_claude_2026(vault, report)
+    if layout == "downloads":
+        assert any("manifest-0a1b2c3d-2026-06-01-10-00-00.json not read" in r for r in report.reasons)
+    assert run_import(vault, "claude", str(source)).imported == 0
+    # Another layout of the same export: the same keys, nothing new.
+    assert run_import(vault, "claude", str(CLAUDE26)).imported == 0
+
+
+def test_claude_api_conversation_with_its_tree(new_vault, tmp_path):
+    """One conversation as the API returns it (the whole tree and current_leaf_message_uuid), given alone."""
+    _, vault, _ = new_vault
+    one = tmp_path / "trip.json"
+    shutil.copy(CLAUDE26 / "conversations" / f"{TRIP}.json", one)
+    report = run_import(vault, "claude", str(one))
+    assert [r.text for r in vault.timeline(conversation=TRIP)][-2:] == [
+        "Day 3: Sintra and Cabo da Roca.", "Planning a short trip to Lisbon."]
+    assert report.alternates == 3
+    # Without current_leaf_message_uuid (the bulk export), the leaf created last is the current branch.
+    conv = json.loads(one.read_text())
+    del conv["current_leaf_message_uuid"]
+    conv["chat_messages"][-1]["created_at"] = "2025-06-01T09:00:00.000000Z"  # the retry is now older
+    conv["uuid"] = "c9000000-0000-4000-8000-000000000009"
+    for m in conv["chat_messages"]:
+        m["uuid"] = m["uuid"].replace("m0", "n0")
+        if m["parent_message_uuid"]:
+            m["parent_message_uuid"] = m["parent_message_uuid"].replace("m0", "n0")
+    one.write_text(json.dumps(conv))
+    run_import(vault, "claude", str(one))
+    assert [r.text for r in vault.timeline(conversation=conv["uuid"]) if r.type == "message"][-1] == \
+        "REGENERATED: Day 3: Sintra."
+
+
 # ---------------------------------------------------------------------------------------------- VaultMem
 
 

@@ -188,6 +188,8 @@ def _source_unit(src: Source, lay: _Layout, files: Files) -> ImportUnit | None:
             continue
         if base in KNOWN_FILES:
             notes.append(f"{base} not imported ({KNOWN_FILES[base]})")
+        elif base.startswith("manifest") and base.endswith(".json"):
+            notes.append(f"{base} not read (the list of the export's downloads)")
         else:
             what = "ZIP inside the export (not opened)" if base.lower().endswith(".zip") else f"file '{base[:80]}'"
             unknown[what] = unknown.get(what, 0) + 1
@@ -322,7 +324,7 @@ def _file_refs(msg: dict[str, Any], ctx: _Ctx) -> list[FileRef]:
     return refs
 
 
-def _image_ref(block: dict[str, Any], ctx: _Ctx) -> FileRef:
+def _image_ref(block: dict[str, Any], where: str, ctx: _Ctx) -> FileRef:
     source = as_dict(block.get("source"))
     name = short(block.get("file_name") or block.get("title"), 300)
     data = source.get("data")
@@ -331,10 +333,10 @@ def _image_ref(block: dict[str, Any], ctx: _Ctx) -> FileRef:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
             raw = None
-        if raw is not None:
-            return FileRef("image", "inline:" + hashlib.sha256(raw).hexdigest()[:16], name=name,
+        if raw is not None:  # the bytes are in the JSON: ref says where (message uuid / block index)
+            return FileRef("image", "inline:" + where, name=name or "pasted image",
                            media_type=short(source.get("media_type"), 100), size=len(raw),
-                           sha256=hashlib.sha256(raw).hexdigest(), member=None, origin="inline")
+                           sha256=hashlib.sha256(raw).hexdigest(), origin="pasted", inline=True)
     ref = short(block.get("file_uuid") or source.get("file_id") or source.get("url") or name, 300) or "image"
     return ctx.files.resolve(ref, "image", name=name, media_type=source.get("media_type"), origin="upload")
 
@@ -406,7 +408,7 @@ def _message_records(msg: dict[str, Any], n: int, ctx: _Ctx, clock: _Clock, *,
                 else:
                     ctx.tally.unknown_name("Claude voice_note block without a transcript")
             elif btype == "image":
-                ref = _image_ref(block, ctx)
+                ref = _image_ref(block, f"{mid}/{b}", ctx)
                 refs.append(ref)
                 texts.append(marker(ref))
             elif btype in THINKING_BLOCKS:
@@ -446,7 +448,8 @@ def _message_records(msg: dict[str, Any], n: int, ctx: _Ctx, clock: _Clock, *,
         ameta = base(f"{KIND}:{mid}:attachment:{a}")
         if isinstance(att.get("file_size"), int) and not isinstance(att["file_size"], bool) and att["file_size"] >= 0:
             ameta["size"] = att["file_size"]
-        value = {"name": name, "media_type": short(att.get("file_type"), 100) or _guess(name),
+        ftype = short(att.get("file_type"), 100)
+        value = {"name": name, "media_type": ftype if ftype and "/" in ftype else _guess(name),
                  "text": clip(body, ameta), "conversation": conversation}
         records.append(NewRecord(type="attachment", value=value, authority=Authority.EXTERNAL, ts=ts, meta=ameta))
     if not records:

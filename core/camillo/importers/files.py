@@ -77,10 +77,11 @@ class FileRef:
     sha256: str | None = None
     member: str | None = None
     origin: str | None = None  # "upload", "generated", "voice", …
+    inline: bool = False  # the bytes are inside the export's JSON (base64), not a file of the export
 
     @property
     def missing(self) -> bool:
-        return self.member is None
+        return self.member is None and not self.inline
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "ref": self.ref}
@@ -90,6 +91,8 @@ class FileRef:
                 out[key] = value
         if self.missing:
             out["missing"] = True
+        if self.inline:
+            out["inline"] = True
         return out
 
     def label(self) -> str:
