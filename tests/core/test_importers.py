@@ -831,6 +831,32 @@ def test_zip_with_escaping_member_name_is_refused(new_vault, tmp_path, member):
     assert not (tmp_path.parent / "evil").exists()
 
 
+def test_hostile_parts_of_an_export_are_refused_whole(new_vault, tmp_path):
+    """An export in several ZIP parts: one part with an escaping name or a bomb refuses the whole
+    export, nothing imported; a ZIP inside a part is not opened, and a file in two parts is read once,
+    both said in the report."""
+    path, vault, _ = new_vault
+    for case in ("escape", "bomb"):
+        folder = split_parts(tmp_path / case)
+        with zipfile.ZipFile(folder / "export-part-0003.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+            if case == "escape":
+                zf.writestr("../../outside.json", "[]")
+            else:
+                with zf.open("file_00000000b0b0.dat", "w", force_zip64=True) as fh:
+                    for _ in range(64):
+                        fh.write(b"\0" * (1 << 20))
+        refused(path, vault, "chatgpt", str(folder), "points outside the archive" if case == "escape" else "ZIP bomb")
+    folder = split_parts(tmp_path / "odd")
+    with zipfile.ZipFile(folder / "export-part-0003.zip", "w") as zf:
+        zf.writestr("nested.zip", (folder / "export-part-0002.zip").read_bytes())
+        zf.writestr("user.json", "{}")
+    report = run_import(vault, "chatgpt", str(folder))
+    assert report.imported == 17
+    assert report.unknown.get("ZIP inside the export (not opened)") == 1
+    assert any("1 file(s) appear in more than one part of the export; the first copy was read" in r
+               for r in report.reasons)
+
+
 def test_symlink_out_of_a_folder_source_is_refused(new_vault, tmp_path):
     path, vault, _ = new_vault
     outside = tmp_path / "outside.json"

@@ -174,8 +174,7 @@ def _read(src: Source) -> Iterator[ImportUnit]:
         yield ImportUnit(src.label, [], notes=[f"{duplicates} conversation(s) appear in more than one file; the "
                                                "copy updated last was imported"])
     memories = _Memories()
-    convs = [found[c] for c in order] + anonymous
-    for index, (conv, name) in enumerate(convs):
+    for index, (conv, name) in enumerate([found[c] for c in order] + anonymous):
         yield _conversation(conv, index, name.rsplit("/", 1)[-1], memories, files)
     unit = _memory_unit(memories, names[0].rsplit("/", 1)[-1])
     if unit is not None:

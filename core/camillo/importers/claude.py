@@ -489,8 +489,8 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, files: Fil
     notes: list[str] = []
     conv_id = short(conv.get("uuid"), 200)
     if not conv_id:
-        first = next((short(m.get("uuid"), 200) or str(m.get("text"))[:2000] for m in msgs), "")
-        conv_id = "derived-" + digest(f"{conv.get('created_at')!r}|{first}")
+        opening = next((short(m.get("uuid"), 200) or str(m.get("text"))[:2000] for m in msgs), "")
+        conv_id = "derived-" + digest(f"{conv.get('created_at')!r}|{opening}")
         notes.append(f"it has no uuid: imported as {conv_id}, derived from its creation time and first message")
     branches = _branches(msgs, conv.get("current_leaf_message_uuid"))
     if isinstance(branches, str):

@@ -109,10 +109,10 @@ class Files:
         self.carried: list[str] = []
         for member in src.names():
             base = member.rsplit("/", 1)[-1]
-            if base.lower().endswith(DATA_SUFFIXES):
-                continue
-            self.carried.append(member)
             m = _ID.match(base)
+            if base.lower().endswith(DATA_SUFFIXES) or (base.lower().endswith(".zip") and not m):
+                continue  # the export's own data; a ZIP that is no upload is a nested archive (not opened)
+            self.carried.append(member)
             if m:
                 self._by_id.setdefault(m.group(1).lower(), []).append(member)
         self._prints: dict[str, tuple[int, str | None, bytes]] = {}

@@ -109,7 +109,8 @@ class Source:
     def size(self, name: str) -> int:
         raise NotImplementedError
 
-    def _stream(self, name: str) -> Iterable[bytes]:
+    def stream(self, name: str) -> Iterable[bytes]:
+        """Member ``name`` in chunks of at most 1 MiB, never more than it declares."""
         raise NotImplementedError
 
     def fingerprint(self, name: str) -> Fingerprint:
@@ -120,7 +121,7 @@ class Source:
         h = hashlib.sha256()
         head = b""
         seen = 0
-        for chunk in self._stream(name):
+        for chunk in self.stream(name):
             if len(head) < 32:
                 head += chunk[: 32 - len(head)]
             seen += len(chunk)
@@ -208,7 +209,7 @@ class ZipSource(Source):
         if info.file_size > cap:
             raise _failed(f"{self.where(name)} is {info.file_size} bytes uncompressed; at most {cap} are accepted")
         out = io.BytesIO()
-        for chunk in self._stream(name):
+        for chunk in self.stream(name):
             out.write(chunk)
             self._read_total += len(chunk)
             if out.tell() > cap or self._read_total > MAX_TOTAL_BYTES:
@@ -216,7 +217,7 @@ class ZipSource(Source):
                               f"{MAX_TOTAL_BYTES}-byte limit: a ZIP bomb; nothing was imported")
         return out.getvalue()
 
-    def _stream(self, name: str) -> Iterable[bytes]:
+    def stream(self, name: str) -> Iterable[bytes]:
         info = self._info(name)
         try:
             with self.zf.open(info) as fh:
@@ -294,7 +295,7 @@ class DirSource(Source):
             raise _failed(f"{self.where(name)} grew beyond {cap} bytes while being read")
         return data
 
-    def _stream(self, name: str) -> Iterable[bytes]:
+    def stream(self, name: str) -> Iterable[bytes]:
         full = self.resolve(name)
         try:
             with open(full, "rb") as fh:
@@ -383,9 +384,9 @@ class PartsSource(Source):
         src, inner = self._of(name)
         return src.size(inner)
 
-    def _stream(self, name: str) -> Iterable[bytes]:
+    def stream(self, name: str) -> Iterable[bytes]:
         src, inner = self._of(name)
-        return src._stream(inner)
+        return src.stream(inner)
 
     def close(self) -> None:
         for z in self.parts:
