@@ -128,7 +128,9 @@ class ImportReport:
         if self.proposals:
             out.append(f"{self.proposals} remembered fact(s), preference(s) or instruction(s) wait in your inbox: "
                        "they bind only once you confirm them.")
-        out += [f"  skipped: {r}" for r in self.reasons[:50]]
+        if self.reasons:
+            out.append("What was left out or changed, and why:")
+        out += [f"  {r}" for r in self.reasons[:50]]
         if len(self.reasons) > 50:
             out.append(f"  ... and {len(self.reasons) - 50} more")
         return out
