@@ -279,3 +279,73 @@ def test_vmem_info_is_a_selection_of_the_records_json(new_vault):
     assert values["com.example/list"] == [1, "two", {"bytes": "33"}]
     assert values["com.example/map"] == {"text": "t", "n": 1}  # not only text: the value travels
     assert values["user/city"] is None  # a text value is the target's own text
+
+
+# ---------------------------------------------------------------------------------------------- the formats' own tools
+
+
+def test_pam_export_passes_the_official_sdk_validator(new_vault, tmp_path):
+    """The PAM SDK (PyPI ``portable-ai-memory``) loads every file of the export and its deep
+    validator (content hashes, the integrity checksum over the memories as the SDK reads them,
+    cross-references in both directions, temporal order, the conversations' message DAG) finds no
+    error and no warning."""
+    pam = pytest.importorskip("portable_ai_memory")
+    _, vault, _ = new_vault
+    build(vault)
+    vault.append([NewRecord(type="decision", text="Take the flat in Alfama.", conversation="c-1", ts=1700000040),
+                  NewRecord(type="event", text="Viewing at 10:00.", conversation="c-gone", ts=1700000041)])
+    out = tmp_path / "pam"
+    run_export(vault, "pam", str(out))
+    store = pam.load(out / "memory-store.json")
+    result = pam.validate_memory_store(store)
+    assert result.is_valid and not result.issues, str(result)
+    conversations = sorted((out / "conversations").glob("*.json"))
+    assert len(conversations) == len(store.conversations_index) == 2
+    for path in conversations:
+        checked = pam.validate_conversation(pam.load(path))
+        assert checked.is_valid and not checked.issues, f"{path.name}: {checked}"
+    # The checksum is the SDK's own, over the memories as it reads them back.
+    memories = [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in store.memories]
+    assert pam.compute_integrity_checksum(memories) == store.integrity.checksum
+    # The decision made in conversation c-1 is listed by it, both ways; the event of a conversation that is
+    # not exported names none.
+    raw = json.loads((out / "memory-store.json").read_text())
+    decision = next(m for m in raw["memories"] if m["content"] == "Take the flat in Alfama.")
+    entry = next(e for e in raw["conversations_index"] if e["id"] == decision["provenance"]["conversation_ref"])
+    assert entry["derived_memories"] == [decision["id"]]
+    viewing = next(m for m in raw["memories"] if m["content"] == "Viewing at 10:00.")
+    assert "conversation_ref" not in viewing["provenance"] and viewing["metadata"]["vmem"]["conversation"] == "c-gone"
+    # And the export imports back unchanged (our reader checks the same checksum).
+    fresh, _ = Vault.create(str(tmp_path / "fresh"), PASSPHRASE)
+    with fresh:
+        assert run_import(fresh, "pam", str(out)).imported > 0
+
+
+def test_portable_memory_export_passes_mem_validate(new_vault, tmp_path):
+    """MacPaw's reference implementation (PyPI ``portable-memory``): ``mem validate`` (the L0
+    conformance check: manifest, checksums, byte counts, no unlisted files, every known-kind line
+    decodes) passes, and its bundle importer reads the export into its in-memory store."""
+    pytest.importorskip("portable_memory")
+    from portable_memory.importer import BundleImporter
+    from portable_memory.inmemory import InMemoryStore
+    from portable_memory.validator import BundleValidator
+
+    _, vault, _ = new_vault
+    build(vault)
+    out = tmp_path / "export.mem"
+    summary = run_export(vault, "portable-memory", str(out))
+    proc = subprocess.run([sys.executable, "-c", "import sys; from portable_memory.cli import main; sys.exit(main())",
+                           "validate", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("OK") and "format 1.1.0" in proc.stdout
+    result = BundleValidator().validate(out)
+    assert result.ok, result.issues
+    store = InMemoryStore()
+    report = BundleImporter().import_bundle(store, out, reembed=False)
+    assert len(store.export_episodes()) == summary["episode"] == 7
+    assert report.tombstones_applied == summary["tombstone"] == 3
+    # A bundle someone altered after the export fails the same tool.
+    (out / "items" / "fact.jsonl").write_text((out / "items" / "fact.jsonl").read_text().replace("Lisbon", "Porto"))
+    bad = subprocess.run([sys.executable, "-c", "import sys; from portable_memory.cli import main; sys.exit(main())",
+                          "validate", str(out)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "checksum mismatch" in bad.stdout + bad.stderr

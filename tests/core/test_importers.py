@@ -69,7 +69,7 @@ def test_chatgpt_export_lands_as_documented(new_vault, tmp_path, as_zip):
     assert [r.text for r in conv_a[1:]] == [
         "Plan a weekend in Porto for me.",
         "Day 1: Ribeira and a port wine cellar. Day 2: Serralves.",
-        "[image: file-service://file-TICKET123]\nHere is my train ticket, what time do I leave?",
+        "[image: file-service://file-TICKET123, not in the export]\nHere is my train ticket, what time do I leave?",
         "print('08:15')",
         "08:15",
         "Porto guide\nhttps://example.org/porto\nPorto is on the Douro river.",
@@ -83,8 +83,10 @@ def test_chatgpt_export_lands_as_documented(new_vault, tmp_path, as_zip):
     assert recs["chatgpt:m-a2"].claimed_class == Authority.INFERRED and recs["chatgpt:m-a2"].meta["recipient"] == "python"
     assert recs["chatgpt:m-t2"].claimed_class == Authority.EXTERNAL and recs["chatgpt:m-t2"].role == "tool"
     assert recs["chatgpt:m-q"].claimed_class == Authority.EXTERNAL and recs["chatgpt:m-q"].meta["url"]
-    assert recs["chatgpt:m-u2"].meta["attachment_refs"] == "file-service://file-TICKET123"
+    assert json.loads(recs["chatgpt:m-u2"].meta["files"]) == [
+        {"kind": "image", "ref": "file-service://file-TICKET123", "missing": True, "origin": "upload", "size": 1234}]
     assert recs["chatgpt:m-u2"].meta["attachments"] == 1
+    assert report.files == {"image": 1} and report.files_missing == 1
     # Provenance and time.
     u1 = recs["chatgpt:m-u1"]
     assert u1.meta["source"] == "conversations.json" and u1.meta["original_id"] == "m-u1"
@@ -127,6 +129,140 @@ def test_chatgpt_single_conversation_object_and_missing_current_node(new_vault, 
     assert [r.text for r in vault.timeline(conversation="conv-b")][1:] == ["hello there", "Hi Sam!"]
 
 
+SPLIT = FIX / "chatgpt-split" / "export"
+GARDEN, VOICE, CATS = ("68b9a0c1-0000-8000-8000-00000000a00" + c for c in "124")
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def split_parts(tmp_path: Path, *, both: bool = True) -> Path:
+    """The split export as a large export arrives: two ZIP parts in one folder, the first holding the
+    manifest, the conversations and some files, the second the rest."""
+    folder = tmp_path / "parts"
+    folder.mkdir(parents=True)
+    first = {"export_manifest.json", "conversations-000.json", "conversations-001.json", "user.json", "chat.html",
+             "conversation_asset_file_names.json", "file-Gard3n-basil.jpg"}
+    files = sorted(p for p in SPLIT.rglob("*") if p.is_file())
+    for name, members in (("export-part-0001.zip", [p for p in files if p.name in first]),
+                          ("export-part-0002.zip", [p for p in files if p.name not in first])):
+        if name.endswith("0002.zip") and not both:
+            continue
+        with zipfile.ZipFile(folder / name, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in members:
+                zf.write(p, p.relative_to(SPLIT).as_posix())
+    return folder
+
+
+def check_split_export(vault: Vault, report) -> None:
+    recs = by_import(vault)
+    # The garden conversation: the title first although created after its first message; the branch last shown.
+    garden = vault.timeline(conversation=GARDEN)
+    assert [(r.type, r.role, r.claimed_class, r.text) for r in garden] == [
+        ("conversation", None, Authority.INFERRED, "Basil with yellow leaves"),
+        ("message", "user", Authority.USER,
+         "[file: watering.pdf]\n[image: basil.jpg]\nWhat is wrong with this plant?"),
+        ("message", "assistant", Authority.INFERRED,
+         "Yellow leaves usually mean too much water [1]. Let the soil dry between waterings."),
+        ("message", "user", Authority.USER,
+         "[image: sediment://file_000000004d15, not in the export]\nAnd this one, a week later?"),
+        ("message", "assistant", Authority.INFERRED, "It is recovering: new leaves are green."),
+    ]
+    assert garden[0].ts == garden[1].ts == 1757000000  # the title's own time is 1757000001.2
+    assert garden[0].meta["original_ms"] == 1757000001200 and garden[1].meta["original_ms"] == 1757000000800
+    assert garden[2].meta["original_ms"] == 1757000005250
+    u1 = recs["chatgpt:m-g-u1"]
+    assert json.loads(u1.meta["files"]) == [
+        {"kind": "file", "ref": "file-Notes9", "name": "watering.pdf", "media_type": "application/pdf",
+         "member": "file-Notes9-watering.pdf", "size": (SPLIT / "file-Notes9-watering.pdf").stat().st_size,
+         "sha256": sha(SPLIT / "file-Notes9-watering.pdf"), "origin": "upload"},
+        {"kind": "image", "ref": "file-service://file-Gard3n", "name": "basil.jpg", "media_type": "image/jpeg",
+         "member": "file-Gard3n-basil.jpg", "size": (SPLIT / "file-Gard3n-basil.jpg").stat().st_size,
+         "sha256": sha(SPLIT / "file-Gard3n-basil.jpg"), "origin": "upload"}]
+    assert u1.meta["attachments"] == 2 and u1.meta["source"] == "conversations-000.json"
+    assert json.loads(recs["chatgpt:m-g-a1"].meta["citations"]) == [
+        {"title": "Growing basil indoors", "url": "https://garden.example/basil"}]
+    assert json.loads(recs["chatgpt:m-g-u2"].meta["files"])[0]["missing"] is True
+    # Voice: the transcripts are the words said; the recordings are referenced; a late answer keeps its place.
+    voice = vault.timeline(conversation=VOICE)
+    assert [(r.role, r.text) for r in voice[1:]] == [
+        ("user", "Remind me to buy stamps tomorrow.\n[audio: file_00000000a0d1-5a2b.wav]"),
+        ("assistant", "Noted: stamps, tomorrow.\n[audio: file_00000000a0d2-7c1e.wav]")]
+    assert voice[1].claimed_class == Authority.USER and voice[1].meta["voice"] is True
+    assert voice[2].ts == voice[1].ts and voice[2].meta["original_ms"] < voice[1].meta["original_ms"]
+    spoken = json.loads(voice[1].meta["files"])[0]
+    assert spoken["member"] == "file_00000000a0d1.dat" and spoken["media_type"] == "audio/wav"
+    assert spoken["sha256"] == sha(SPLIT / "file_00000000a0d1.dat")
+    # No id, no current_node, no message ids: a derived id, the newest leaf, node ids; DALL·E's image and prompt.
+    drawing = next(r for r in vault.timeline() if r.type == "conversation" and r.text == "Lighthouse drawing")
+    assert drawing.conversation.startswith("derived-")
+    thread = vault.timeline(conversation=drawing.conversation)
+    assert [r.text for r in thread[1:]] == ["Draw a lighthouse at dusk.", '{"prompt": "a lighthouse at dusk"}',
+                                            "[image: file_00000000da11-3b9f.webp]", "Here is your lighthouse."]
+    dalle = recs["chatgpt:n-l-t1"]
+    assert dalle.role == "tool" and dalle.claimed_class == Authority.EXTERNAL
+    assert dalle.meta["prompt"] == "a lighthouse at dusk, oil painting"
+    assert json.loads(dalle.meta["files"])[0]["origin"] == "generated"
+    # The same conversation in both files: the later copy.
+    assert [r.text for r in vault.timeline(conversation=CATS)][1:] == [
+        "What is a good name for a cat?", "Miso.", "Thanks, Miso it is."]
+    texts = "\n".join(r.text for r in vault.timeline(include_hidden=True))
+    assert "OLD ANSWER" not in texts and "LOOPING MESSAGE" not in texts and "EARLIER LEAF" not in texts
+    # The report: what came in, per kind; files left out by kind; nothing unknown dropped quietly.
+    assert report.by_type == {"conversation": 4, "message": 13}
+    assert report.files == {"image": 3, "audio": 2, "file": 1} and report.files_missing == 1
+    assert report.unknown == {"ChatGPT content type 'app_pairing_content'": 1, "ChatGPT part 'mystery_part'": 1,
+                              "file 'tasks.json'": 1}
+    lines = "\n".join(report.lines())
+    assert "left out: 3 images, 2 audio files, 1 file — attachments are not stored yet" in lines
+    assert "1 file(s) a message refers to are not in the export" in lines
+    reasons = "\n".join(report.reasons)
+    for expected in ("its messages link in a circle (node 'n-x' is its own ancestor); nothing of it was imported",
+                     "it has no id: imported as derived-", "1 conversation(s) appear in more than one file",
+                     "user.json not imported (account details)", "chat.html not imported",
+                     "1 file(s) in the export that no imported message refers to were not imported (1 image)",
+                     "conversation 'Basil with yellow leaves': 1 regenerated or edited branch(es) left out"):
+        assert expected in reasons, expected
+
+
+@pytest.mark.parametrize("layout", ["folder", "zip", "parts"])
+def test_chatgpt_split_export_lands_in_order_with_its_files(new_vault, tmp_path, layout):
+    _, vault, _ = new_vault
+    source = {"folder": lambda: SPLIT, "zip": lambda: zip_dir(SPLIT, tmp_path / "export.zip"),
+              "parts": lambda: split_parts(tmp_path)}[layout]()
+    report = run_import(vault, "chatgpt", str(source))
+    check_split_export(vault, report)
+    assert not any("manifest lists" in r for r in report.reasons)
+    again = run_import(vault, "chatgpt", str(source))
+    assert again.imported == 0 and again.by_type == {}
+
+
+def test_chatgpt_export_part_missing_is_reported(new_vault, tmp_path):
+    _, vault, _ = new_vault
+    report = run_import(vault, "chatgpt", str(split_parts(tmp_path, both=False)))
+    assert any("file(s) the export's manifest lists are not here (a part of the export not downloaded?)" in r
+               for r in report.reasons)
+    # The files of the missing part: referenced, and said to be missing.
+    assert report.files_missing == 1 + 4 and report.imported == 17
+    again = run_import(vault, "chatgpt", str(split_parts(tmp_path / "later")))
+    assert again.imported == 0, "the complete export adds no record: the references were kept, not the files"
+
+
+def test_a_file_too_large_to_fingerprint_is_referenced_by_size(new_vault, tmp_path, monkeypatch):
+    _, vault, _ = new_vault
+    export = tmp_path / "export"
+    shutil.copytree(SPLIT, export)
+    big = export / "file-Gard3n-basil.jpg"
+    with open(big, "r+b") as fh:
+        fh.truncate(10 * 1024**3)  # a sparse 10 GB file: never read
+    report = run_import(vault, "chatgpt", str(export))
+    ref = json.loads(by_import(vault)["chatgpt:m-g-u1"].meta["files"])[1]
+    assert ref["size"] == 10 * 1024**3 and "sha256" not in ref and ref["member"] == "file-Gard3n-basil.jpg"
+    assert report.files_unhashed == 1
+    assert "1 file(s) too large to fingerprint: referenced by name and size only" in "\n".join(report.lines())
+
+
 # ---------------------------------------------------------------------------------------------- Claude
 
 
@@ -139,7 +275,11 @@ def test_claude_export_lands_as_documented(new_vault, tmp_path):
     assert "HIDDEN THINKING" not in texts and "sam@example.org" not in texts
     assert recs["claude:conversation:cl-1"].text == "Garden"
     assert recs["claude:cm-1"].claimed_class == Authority.USER and recs["claude:cm-1"].role == "user"
-    assert recs["claude:cm-1"].meta["files"] == "photo.jpg"
+    assert recs["claude:cm-1"].text == "[image: photo.jpg, not in the export]\n\nHow deep should I plant tomatoes?"
+    assert json.loads(recs["claude:cm-1"].meta["files"]) == [
+        {"kind": "image", "ref": "photo.jpg", "name": "photo.jpg", "media_type": "image/jpeg", "missing": True,
+         "origin": "upload"}]
+    assert report.files == {"image": 1} and report.files_missing == 1
     assert recs["claude:cm-2"].text == "Plant them about 2 cm deep."
     assert recs["claude:cm-2"].claimed_class == Authority.INFERRED
     use, result = recs["claude:cm-2:1"], recs["claude:cm-2:2"]
@@ -173,6 +313,127 @@ def test_claude_export_lands_as_documented(new_vault, tmp_path):
     assert run_import(vault, "claude", source).imported == 0
     # The unzipped folder is the same export: nothing new either.
     assert run_import(vault, "claude", str(FIX / "claude")).imported == 0
+
+
+CLAUDE26 = FIX / "claude-2026" / "export"
+TRIP, LEASE = "c1000000-0000-4000-8000-000000000001", "c2000000-0000-4000-8000-000000000002"
+
+
+def claude_downloads(tmp_path: Path) -> Path:
+    """The export as Claude now sends a large one: several downloads saved in one folder."""
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    convs = [json.loads(p.read_text()) for p in sorted((CLAUDE26 / "conversations").glob("*.json"))]
+    with zipfile.ZipFile(folder / "conversations-000.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("conversations.json", json.dumps(convs))
+    with zipfile.ZipFile(folder / "projects-000.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in (CLAUDE26 / "projects").glob("*.json"):
+            zf.write(p, f"projects/{p.name}")
+    shutil.copy(CLAUDE26 / "memories.json", folder)
+    shutil.copy(CLAUDE26 / "users.json", folder)
+    (folder / "manifest-0a1b2c3d-2026-06-01-10-00-00.json").write_text(json.dumps(
+        {"files": [{"name": n} for n in ("conversations-000.zip", "projects-000.zip", "memories.json", "users.json")]}))
+    return folder
+
+
+def check_claude_2026(vault: Vault, report) -> None:
+    recs = by_import(vault)
+    thread = vault.timeline(conversation=TRIP)
+    assert [(r.type, r.role, r.claimed_class, r.text) for r in thread] == [
+        ("conversation", None, Authority.USER, "Two days in Lisbon"),
+        ("message", "user", Authority.USER, "[image: map.png, not in the export]\n\nPlan two days in Lisbon."),
+        ("message", "assistant", Authority.INFERRED, "Let me check the weather first."),
+        ("message", "tool", Authority.EXTERNAL, '[tool_use web_search] {"query": "Lisbon weather June"}'),
+        ("message", "tool", Authority.EXTERNAL, "[tool_result web_search]\nLisbon in June — https://weather.example/lisbon"),
+        ("message", "assistant", Authority.INFERRED, "Sunny all week. Day 1: Alfama. Day 2: Belém."),
+        ("message", "user", Authority.USER, "Make it three days, with a day trip to Sintra."),
+        ("message", "assistant", Authority.INFERRED, "Day 3: Sintra and Cabo da Roca."),
+        ("summary", "assistant", Authority.INFERRED, "Planning a short trip to Lisbon."),
+    ]
+    assert thread[6].meta["voice"] is True and thread[1].meta["original_ms"] == 1748772001500
+    assert json.loads(thread[5].meta["citations"]) == [{"url": "https://weather.example/lisbon"}]
+    assert thread[5].meta["import"] == "claude:m0000000-0000-4000-8000-000000000002:4"
+    alternates = vault.timeline(conversation=TRIP + "#alternates")
+    assert [(r.role, r.claimed_class, r.text) for r in alternates] == [
+        ("user", Authority.OBSERVED, "EDITED AWAY: make it three days."),
+        ("assistant", Authority.INFERRED, "OLD PLAN for three days."),
+        ("assistant", Authority.INFERRED, "REGENERATED: Day 3: Sintra.")]
+    assert {r.meta["alternate_of"] for r in alternates} == {TRIP}
+    assert alternates[1].meta["parent"] == "m0000000-0000-4000-8000-000000000003"
+    lease = vault.timeline(conversation=LEASE)
+    assert [(r.type, r.text) for r in lease if r.type != "attachment"] == [
+        ("conversation", "Reading a lease"),
+        ("message", "[image: pasted image]\n\nIs the notice period fair?"),
+        ("message", "Three months is common.\n\nCheck the renewal clause too.")]
+    pasted = json.loads(next(r for r in lease if r.type == "message").meta["files"])[0]
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDRsynthetic"
+    assert pasted == {"kind": "image", "ref": "inline:d0000000-0000-4000-8000-000000000001/1", "name": "pasted image",
+                      "media_type": "image/png", "size": len(png), "sha256": hashlib.sha256(png).hexdigest(),
+                      "origin": "pasted", "inline": True}
+    doc = recs["claude:d0000000-0000-4000-8000-000000000001:0"]
+    assert doc.type == "attachment" and doc.claimed_class == Authority.EXTERNAL
+    assert doc.value == {"name": "lease.txt", "media_type": "text/plain", "text": "Notice period: three months.",
+                         "conversation": LEASE}
+    assert recs["claude:d0000000-0000-4000-8000-000000000001:attachment:0"].value["media_type"] == "text/plain"
+    texts = "\n".join(r.text for r in vault.timeline(include_hidden=True))
+    assert "HIDDEN THINKING" not in texts and "SELF PARENT" not in texts and "sam@example.org" not in texts
+    project = next(r for r in vault.timeline() if r.meta.get("import", "").startswith("claude:project:p1000000"))
+    assert "Answer in metric units." in project.text and project.claimed_class == Authority.USER
+    assert recs["claude:doc:q1000000-0000-4000-8000-000000000001"].value["name"] == "checklist.md"
+    inbox = {v.value for v in vault.inbox()}
+    assert {"Sam is moving to Lisbon in June.", "Sam prefers trains.", "Sam is learning Portuguese.",
+            "Purpose: organise the move to Lisbon."} <= inbox
+    assert report.by_type == {"attachment": 3, "conversation": 2, "fact": 4, "message": 12, "summary": 2}
+    assert report.alternates == 3 and report.proposals == 4
+    assert report.files == {"image": 2, "file": 1} and report.files_missing == 2
+    assert report.unknown == {"Claude block 'flag'": 1, "Claude block 'mystery_block'": 1,
+                              "Claude block 'web_widget'": 1}
+    reasons = "\n".join(report.reasons)
+    for expected in ("3 message(s) of edited or regenerated branches kept as alternates", "1 thinking block(s) left out",
+                     "message 'e0000000-0000-4000-8000-000000000001' is its own ancestor); nothing of it was imported",
+                     "users.json not imported (account details)"):
+        assert expected in reasons, expected
+    lines = "\n".join(report.lines())
+    assert "3 message(s) of earlier or abandoned branches kept as alternates" in lines
+    assert "left out: 2 images, 1 file — attachments are not stored yet" in lines
+
+
+@pytest.mark.parametrize("layout", ["folder", "zip", "downloads"])
+def test_claude_2026_export_lands_in_order_with_branches(new_vault, tmp_path, layout):
+    _, vault, _ = new_vault
+    source = {"folder": lambda: CLAUDE26, "zip": lambda: zip_dir(CLAUDE26, tmp_path / "claude.zip", "data-2026/"),
+              "downloads": lambda: claude_downloads(tmp_path)}[layout]()
+    report = run_import(vault, "claude", str(source))
+    check_claude_2026(vault, report)
+    if layout == "downloads":
+        assert any("manifest-0a1b2c3d-2026-06-01-10-00-00.json not read" in r for r in report.reasons)
+    assert run_import(vault, "claude", str(source)).imported == 0
+    # Another layout of the same export: the same keys, nothing new.
+    assert run_import(vault, "claude", str(CLAUDE26)).imported == 0
+
+
+def test_claude_api_conversation_with_its_tree(new_vault, tmp_path):
+    """One conversation as the API returns it (the whole tree and current_leaf_message_uuid), given alone."""
+    _, vault, _ = new_vault
+    one = tmp_path / "trip.json"
+    shutil.copy(CLAUDE26 / "conversations" / f"{TRIP}.json", one)
+    report = run_import(vault, "claude", str(one))
+    assert [r.text for r in vault.timeline(conversation=TRIP)][-2:] == [
+        "Day 3: Sintra and Cabo da Roca.", "Planning a short trip to Lisbon."]
+    assert report.alternates == 3
+    # Without current_leaf_message_uuid (the bulk export), the leaf created last is the current branch.
+    conv = json.loads(one.read_text())
+    del conv["current_leaf_message_uuid"]
+    conv["chat_messages"][-1]["created_at"] = "2025-06-01T09:00:00.000000Z"  # the retry is now older
+    conv["uuid"] = "c9000000-0000-4000-8000-000000000009"
+    for m in conv["chat_messages"]:
+        m["uuid"] = m["uuid"].replace("m0", "n0")
+        if m["parent_message_uuid"]:
+            m["parent_message_uuid"] = m["parent_message_uuid"].replace("m0", "n0")
+    one.write_text(json.dumps(conv))
+    run_import(vault, "claude", str(one))
+    assert [r.text for r in vault.timeline(conversation=conv["uuid"]) if r.type == "message"][-1] == \
+        "REGENERATED: Day 3: Sintra."
 
 
 # ---------------------------------------------------------------------------------------------- VaultMem
@@ -570,6 +831,32 @@ def test_zip_with_escaping_member_name_is_refused(new_vault, tmp_path, member):
     assert not (tmp_path.parent / "evil").exists()
 
 
+def test_hostile_parts_of_an_export_are_refused_whole(new_vault, tmp_path):
+    """An export in several ZIP parts: one part with an escaping name or a bomb refuses the whole
+    export, nothing imported; a ZIP inside a part is not opened, and a file in two parts is read once,
+    both said in the report."""
+    path, vault, _ = new_vault
+    for case in ("escape", "bomb"):
+        folder = split_parts(tmp_path / case)
+        with zipfile.ZipFile(folder / "export-part-0003.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+            if case == "escape":
+                zf.writestr("../../outside.json", "[]")
+            else:
+                with zf.open("file_00000000b0b0.dat", "w", force_zip64=True) as fh:
+                    for _ in range(64):
+                        fh.write(b"\0" * (1 << 20))
+        refused(path, vault, "chatgpt", str(folder), "points outside the archive" if case == "escape" else "ZIP bomb")
+    folder = split_parts(tmp_path / "odd")
+    with zipfile.ZipFile(folder / "export-part-0003.zip", "w") as zf:
+        zf.writestr("nested.zip", (folder / "export-part-0002.zip").read_bytes())
+        zf.writestr("user.json", "{}")
+    report = run_import(vault, "chatgpt", str(folder))
+    assert report.imported == 17
+    assert report.unknown.get("ZIP inside the export (not opened)") == 1
+    assert any("1 file(s) appear in more than one part of the export; the first copy was read" in r
+               for r in report.reasons)
+
+
 def test_symlink_out_of_a_folder_source_is_refused(new_vault, tmp_path):
     path, vault, _ = new_vault
     outside = tmp_path / "outside.json"
@@ -610,8 +897,8 @@ def test_sources_that_are_not_exports(new_vault, tmp_path):
     path, vault, _ = new_vault
     refused(path, vault, "chatgpt", str(tmp_path / "missing"), "does not exist")
     (tmp_path / "empty").mkdir()
-    refused(path, vault, "chatgpt", str(tmp_path / "empty"), "no conversations.json")
-    refused(path, vault, "claude", str(tmp_path / "empty"), "no conversations.json, memories.json or projects.json")
+    refused(path, vault, "chatgpt", str(tmp_path / "empty"), "no conversations.json or conversations-NNN.json")
+    refused(path, vault, "claude", str(tmp_path / "empty"), "no conversations.json, conversations/, memories.json")
     refused(path, vault, "pam", str(tmp_path / "empty"), "no memory-store.json")
     refused(path, vault, "portable-memory", str(tmp_path / "empty"), "no manifest.json")
     refused(path, vault, "vaultmem", str(tmp_path / "empty"), "no meta.json", passphrase="x")

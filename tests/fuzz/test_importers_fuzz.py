@@ -153,9 +153,14 @@ def _fix_portable_memory_digests(root: Path) -> None:
 
 MEMBERS = [
     ("chatgpt", "chatgpt", "conversations.json", False, 250),
+    ("chatgpt", "chatgpt-split/export", "conversations-001.json", False, 120),
+    ("chatgpt", "chatgpt-split/export", "conversation_asset_file_names.json", False, 40),
+    ("chatgpt", "chatgpt-split/export", "export_manifest.json", False, 40),
     ("claude", "claude", "conversations.json", False, 150),
     ("claude", "claude", "memories.json", False, 80),
     ("claude", "claude", "projects.json", False, 60),
+    ("claude", "claude-2026/export", "conversations/c1000000-0000-4000-8000-000000000001.json", False, 120),
+    ("claude", "claude-2026/export", "conversations/c2000000-0000-4000-8000-000000000002.json", False, 60),
     ("pam", "pam-example", "memory-store.json", False, 150),
     ("pam", "pam-example", "conversations/conv-001.json", False, 100),
     ("portable-memory", "portable-memory-sample.mem", "items/episode.jsonl", True, 100),

@@ -2,8 +2,10 @@
 ``import`` brings ChatGPT, Claude, VaultMem, Portable Memory and PAM data in, ``export`` writes it
 out as Portable Memory or PAM.
 
-``camillo import KIND DIR SOURCE [--compartment NAME] [--json]`` prints the report (what was
-imported, what was skipped and why, how many proposals wait in the inbox).  A VaultMem vault's
+``camillo import KIND DIR SOURCE [--compartment NAME] [--json]`` prints the report (what came in
+per record type, what was skipped and why, the files referenced but not stored, by kind, alternates,
+what the importer does not know, how many proposals wait in the inbox).  SOURCE may be a folder
+holding the ZIP parts of one export.  A VaultMem vault's
 passphrase comes from ``CAMILLO_IMPORT_PASSPHRASE`` or a no-echo prompt.  Importing the same
 source twice adds nothing.
 
@@ -70,7 +72,8 @@ def register(commands: Commands) -> None:
     p.add_argument("kind", choices=sorted(IMPORT_KINDS), metavar="KIND",
                    help=f"one of {', '.join(sorted(IMPORT_KINDS))}")
     p.add_argument("vault", metavar="DIR", help=vault_help)
-    p.add_argument("source", metavar="SOURCE", help="the export: a ZIP, a folder or a JSON file")
+    p.add_argument("source", metavar="SOURCE", help="the export: a ZIP, a folder (also one holding the export's "
+                   "ZIP parts) or a JSON file")
     p.add_argument("--compartment", default="personal", help="compartment to import into (default: personal)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p = commands.add("export", cmd_export, "export the vault's current memory as Portable Memory (.mem) or PAM "

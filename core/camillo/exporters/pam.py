@@ -18,7 +18,11 @@ role, conversation, non-text value) travels in ``metadata.vmem`` (memories) and
 ``raw_metadata.vmem`` (conversations, messages).  ``owner.id`` is the vault id; ``export_id`` is a
 UUID derived from the content and ``export_date`` is the newest record's time, so the same vault
 state gives the same bytes.  ``integrity.checksum`` is SHA-256 over the RFC 8785 form of the
-memories sorted by id.  PAM has no deletion record: hidden and erased records are simply absent.
+memories sorted by id, each memory written in full as the official SDK (``portable-ai-memory``)
+reads it back (``tags`` included, empty), so the SDK's validator computes the same checksum.  A
+memory from a conversation that is exported names it in ``provenance.conversation_ref`` and the
+conversation's index entry lists it in ``derived_memories`` (both directions, as the validator
+checks).  PAM has no deletion record: hidden and erased records are simply absent.
 
 Runs on the thread that owns the vault.
 """
@@ -75,7 +79,7 @@ def conversation_file_id(conversation: str | None) -> str:
     return "conv-unthreaded" if conversation is None else "conv-" + digest(conversation)
 
 
-def _memory(v: RecordView, status: str | None) -> dict[str, Any]:
+def _memory(v: RecordView, status: str | None, exported: set[str | None]) -> dict[str, Any]:
     text = record_text(v) or f"({v.type})"
     ptype = MEMORY_TYPES.get(v.type or "", "custom")
     c = confidence(v)
@@ -85,6 +89,7 @@ def _memory(v: RecordView, status: str | None) -> dict[str, Any]:
         "status": "active",
         "content": text,
         "content_hash": content_hash(text),
+        "tags": [],
         "confidence": {"initial": c, "current": c},
         "temporal": {"created_at": iso(v.ts)},
         "provenance": {"platform": PLATFORM, "extraction_method": extraction_method(v), "extractor": generator()},
@@ -92,7 +97,7 @@ def _memory(v: RecordView, status: str | None) -> dict[str, Any]:
     }
     if ptype == "custom":
         mem["custom_type"] = v.type or "note"
-    if v.conversation:
+    if v.conversation is not None and v.conversation in exported:
         mem["provenance"]["conversation_ref"] = conversation_file_id(v.conversation)
     return mem
 
@@ -107,9 +112,6 @@ def _role(v: RecordView) -> str:
 def export(vault: Vault, out: str) -> ExportSummary:
     snap = snapshot(vault)
     prepare_out(out)
-    memories = [_memory(v, status) for v, status in snap.facts]
-    memories += [_memory(v, None) for v in snap.notes if v.type not in CONVERSATION_TYPES]
-    memories.sort(key=lambda m: m["id"])
     threads: dict[str | None, dict[str, Any]] = {}
     for v in snap.notes:
         if v.type not in CONVERSATION_TYPES or v.kind != Kind.NOTE:
@@ -119,6 +121,15 @@ def export(vault: Vault, out: str) -> ExportSummary:
             t["record"] = v
         elif v.type == "message":
             t["messages"].append(v)
+    exported = set(threads)
+    memories = [_memory(v, status, exported) for v, status in snap.facts]
+    memories += [_memory(v, None, exported) for v in snap.notes if v.type not in CONVERSATION_TYPES]
+    memories.sort(key=lambda m: m["id"])
+    derived: dict[str, list[str]] = {}
+    for m in memories:
+        ref = m["provenance"].get("conversation_ref")
+        if ref is not None:
+            derived.setdefault(ref, []).append(m["id"])
     index: list[dict[str, Any]] = []
     written = 0
     for conv in sorted(threads, key=lambda c: (c is not None, c or "")):
@@ -149,7 +160,8 @@ def export(vault: Vault, out: str) -> ExportSummary:
                    (json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
         written += 1
         index.append({"id": fid, "platform": PLATFORM, "title": title, "message_count": len(msgs),
-                      "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
+                      "temporal": {"created_at": iso(created), "updated_at": iso(updated)}, "tags": [],
+                      "derived_memories": sorted(derived.get(fid, [])),
                       "storage": {"type": "file", "ref": f"conversations/{fid}.json", "format": "json"}})
     all_ts = [v.ts for v in snap.notes if v.ts] + [v.ts for v, _ in snap.facts if v.ts]
     checksum = "sha256:" + hashlib.sha256(jcs(memories)).hexdigest()
@@ -163,6 +175,7 @@ def export(vault: Vault, out: str) -> ExportSummary:
         "export_date": iso(max(all_ts) if all_ts else 0),
         "owner": {"id": snap.vault_id},
         "memories": memories,
+        "relations": [],
         "conversations_index": index,
         "integrity": {"canonicalization": "RFC8785", "checksum": checksum, "total_memories": len(memories)},
         "export_type": "full",

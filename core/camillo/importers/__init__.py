@@ -12,6 +12,13 @@ Authority on import: what the user wrote is ``user``; what an assistant wrote is
 and web content is ``external``; memories an assistant kept about the user become proposed facts,
 preferences and instructions below ``user``, so they wait in the inbox for confirmation.
 
+Nothing is left out silently: each unit says what it left out and why (``notes``), which files the
+export carries for it (images, audio, video, uploads: counted by kind, referenced in the message's
+``meta["files"]``, not stored: the vault holds no attachments yet), which of those files the export
+does not hold, which branches were kept as alternates, and which blocks, content types or files
+the importer does not know (counted by name).  :class:`ImportReport` adds them up and says what
+came in, per record type.
+
 Hostile input (wrong shapes, huge strings, deep nesting, ZIP bombs, path-traversal names) ends in
 :class:`ImportFailed` naming the file and the problem, or in a skipped unit with its reason; never a
 traceback, and nothing half-imported.  :mod:`camillo.importers.safety` holds the shared limits.
@@ -45,8 +52,12 @@ class ImportUnit:
     """Records that are imported together or not at all (a conversation, a set of memories).
 
     ``notes`` are what the reader left out of this unit and why (regenerated branches, hidden
-    turns, tombstoned or retracted memories); ``skipped`` counts the items they cover.  A unit may
-    carry notes and no records.
+    turns, tombstoned or retracted memories); ``skipped`` counts the items they cover.  ``files``
+    counts the files the unit refers to, by kind (``image``, ``audio``, ``video``, ``file``): they
+    are referenced in their message's meta, not stored; ``files_missing`` of them are not in the
+    export, ``files_unhashed`` were too large to fingerprint.  ``alternates`` counts records kept
+    from branches other than the current one; ``unknown`` counts, by name, what the reader does
+    not know (a block type, a content type, a file).  A unit may carry notes and no records.
     """
 
     label: str
@@ -54,6 +65,25 @@ class ImportUnit:
     compartment: str | None = None  # None: the compartment chosen for the import
     notes: list[str] = field(default_factory=list)
     skipped: int = 0
+    files: dict[str, int] = field(default_factory=dict)
+    files_missing: int = 0
+    files_unhashed: int = 0
+    alternates: int = 0
+    unknown: dict[str, int] = field(default_factory=dict)
+
+
+FILE_KINDS = {"image": ("image", "images"), "audio": ("audio file", "audio files"), "video": ("video", "videos"),
+              "file": ("file", "files")}
+
+
+def _plural(n: int, kind: str) -> str:
+    one, many = FILE_KINDS.get(kind, (kind, kind + "s"))
+    return f"{n} {one if n == 1 else many}"
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + v
 
 
 @dataclass
@@ -65,6 +95,12 @@ class ImportReport:
     skipped: int = 0
     proposals: int = 0
     reasons: list[str] = field(default_factory=list)
+    by_type: dict[str, int] = field(default_factory=dict)  # what came in, per record type
+    files: dict[str, int] = field(default_factory=dict)  # files referenced and left out, per kind
+    files_missing: int = 0
+    files_unhashed: int = 0
+    alternates: int = 0
+    unknown: dict[str, int] = field(default_factory=dict)
     changes: Changes = field(default_factory=Changes)  # what the imported records moved
 
     def to_json(self) -> dict[str, Any]:
@@ -73,10 +109,28 @@ class ImportReport:
     def lines(self) -> list[str]:
         out = [f"Imported {self.imported} record(s) from {self.units} unit(s) of {self.source} ({self.kind}); "
                f"{self.skipped} skipped."]
+        if self.by_type:
+            out.append("  came in, by record type: " + ", ".join(f"{t} {n}" for t, n in sorted(self.by_type.items())))
+        if self.alternates:
+            out.append(f"  {self.alternates} message(s) of earlier or abandoned branches kept as alternates, "
+                       "outside the conversations' threads")
+        if self.files:
+            kinds = ", ".join(_plural(self.files[k], k) for k in sorted(self.files, key=lambda k: (-self.files[k], k)))
+            out.append(f"  left out: {kinds} — attachments are not stored yet (each message keeps a reference "
+                       "to its files)")
+        if self.files_missing:
+            out.append(f"  {self.files_missing} file(s) a message refers to are not in the export")
+        if self.files_unhashed:
+            out.append(f"  {self.files_unhashed} file(s) too large to fingerprint: referenced by name and size only")
+        if self.unknown:
+            names = ", ".join(f"{n} {what}" for what, n in sorted(self.unknown.items()))
+            out.append(f"  not recognised, counted and left out: {names}")
         if self.proposals:
             out.append(f"{self.proposals} remembered fact(s), preference(s) or instruction(s) wait in your inbox: "
                        "they bind only once you confirm them.")
-        out += [f"  skipped: {r}" for r in self.reasons[:50]]
+        if self.reasons:
+            out.append("What was left out or changed, and why:")
+        out += [f"  {r}" for r in self.reasons[:50]]
         if len(self.reasons) > 50:
             out.append(f"  ... and {len(self.reasons) - 50} more")
         return out
@@ -124,6 +178,11 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
     for n, unit in enumerate(units):
         report.skipped += unit.skipped
         report.reasons += [f"{unit.label}: {note}" for note in unit.notes]
+        _add(report.files, unit.files)
+        _add(report.unknown, unit.unknown)
+        report.files_missing += unit.files_missing
+        report.files_unhashed += unit.files_unhashed
+        report.alternates += unit.alternates
         if not unit.records:
             continue
         report.units += 1
@@ -148,6 +207,7 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
                 continue
             report.imported += len(fresh)
             report.proposals += sum(1 for r in fresh if _proposal(r))
+            _add(report.by_type, {t: sum(1 for r in fresh if r.type == t) for t in {r.type for r in fresh}})
         if progress is not None:
             progress(n + 1, len(units))
     return report

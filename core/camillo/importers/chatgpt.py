@@ -1,21 +1,50 @@
-"""Import a ChatGPT data export (the ZIP OpenAI e-mails, its folder, or ``conversations.json``).
+"""Import a ChatGPT data export: the ZIP OpenAI e-mails, its folder, the ZIP parts of a large export
+saved in one folder, or a conversations file given directly.
+
+Layouts read (all observed in real exports): one ``conversations.json``; or the conversations split
+over ``conversations-000.json``, ``conversations-001.json``, … (newer exports, with an
+``export_manifest.json`` listing every file of the export and, for large exports, spread over
+several ZIP parts); a single conversation object; ``{"conversations": [...]}``.  Where the same
+conversation appears in two files, the copy updated last is imported and the report says so.
+Files the export carries are found by the ids the messages use (:mod:`camillo.importers.files`);
+``conversation_asset_file_names.json`` names ``.dat`` members.  A file the manifest lists that is
+not in the export (a part not downloaded) is reported; every other file the importer does not read
+is named in the report (``user.json``, ``chat.html``, … are known and said to be left out; a file it
+does not know is counted by name).
 
 Each conversation becomes one unit: a ``conversation`` record (its title, written by ChatGPT, so
 ``inferred``) and the messages of the branch the user last saw, in order.  ChatGPT stores a
 conversation as a tree: regenerated answers and edited questions are sibling branches.  The
-importer walks from ``current_node`` up the ``parent`` links; the other branches are left out and
-counted in the report.
+importer walks from ``current_node`` up the ``parent`` links (the split export's nodes carry no
+``children``: they are derived from the parents); without a ``current_node`` it takes the leaf
+created last.  The other branches are left out and counted.  A conversation whose nodes link in a
+circle (a node naming itself as its parent) is skipped whole, with the reason.
+
+Identity and time: a conversation without an id gets ``derived-<16 hex>`` from its creation time
+and its first message (its id, else its text), so importing the same export, or a newer one,
+derives the same id; a message without an id takes its node's.  Times are kept to the millisecond
+(``meta["original_ms"]``; ``meta["original_ts"]`` in seconds); the record ``ts`` (whole seconds) is
+never earlier than the record before it, so the thread keeps the export's order, and the title
+record comes first (its ``ts`` is at most its first message's).
 
 Messages, by author: ``user`` → authority ``user``; ``assistant`` → ``inferred``; ``tool`` and
 ``system`` → ``external``; quoted and browsed web pages (``tether_quote``,
 ``tether_browsing_display``) → ``external`` whoever carries them.  Content types: ``text``,
-``code``, ``execution_output``, ``system_error`` and the text parts of ``multimodal_text`` are
-kept; images, audio and files in ``multimodal_text`` are noted as references in the text
-(``[image: file-service://…]``) and in ``meta["attachment_refs"]`` (the files themselves are not
-imported).  Left out and counted: nodes without a message, turns marked
-``is_visually_hidden_from_conversation``, empty system turns, and reasoning (``thoughts``,
-``reasoning_recap``: summaries of hidden reasoning, regenerated per answer; they are not part of
-what either side said).
+``code``, ``execution_output``, ``system_error`` and the parts of ``multimodal_text`` are kept:
+text parts as text, ``audio_transcription`` parts as the words spoken (a voice message is the
+user's words), and files as references: ``image_asset_pointer`` (uploads, and images a tool such as
+DALL·E generated: ``meta["prompt"]`` keeps the prompt), ``audio_asset_pointer``,
+``video_container_asset_pointer``, ``real_time_user_audio_video_asset_pointer`` (voice-mode audio,
+video and frames) and the uploads listed in ``metadata.attachments``.  A file becomes a line in the
+text (``[image: photo.png]``) and an entry of ``meta["files"]`` (name, media type, size, SHA-256,
+the member holding it; see :mod:`~camillo.importers.files`); the files themselves are not stored
+yet and the report counts them by kind.  Citations (``metadata.content_references``,
+``metadata.citations``) are kept in ``meta["citations"]`` (JSON text: title and url each), and the
+private-use markers that anchor them in the text become ``[n]``.  Left out and counted: nodes
+without a message, turns marked ``is_visually_hidden_from_conversation``, empty system turns,
+reasoning (``thoughts``, ``reasoning_recap``: summaries of hidden reasoning, regenerated per
+answer; they are not part of what either side said), and content types or parts without text that
+the importer does not know (by name).
 
 What ChatGPT remembered becomes proposals (below ``user``: they wait in the inbox):
 
@@ -38,6 +67,7 @@ A pure reader (no vault access): any thread may call it; :func:`run_import` writ
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,9 +76,12 @@ from typing import Any
 from ..values import Authority
 from ..vault import NewRecord
 from . import ImportFailed, ImportUnit
+from .files import FileRef, Files, Tally, asset_names, marker, refs_meta
 from .safety import (
     FileSource,
+    Source,
     as_dict,
+    as_list,
     as_str,
     clean_text,
     clip,
@@ -58,13 +91,27 @@ from .safety import (
     open_source,
     short,
     unique_keys,
+    unix_ms,
     unix_ts,
 )
 
 KIND = "chatgpt"
 EXTERNAL_TYPES = frozenset({"tether_quote", "tether_browsing_display", "computer_output", "system_error"})
 REASONING_TYPES = frozenset({"thoughts", "reasoning_recap"})
+TEXT_TYPES = frozenset({"text", "multimodal_text", "code", "execution_output"})
+KNOWN_TYPES = TEXT_TYPES | EXTERNAL_TYPES | REASONING_TYPES | {"user_editable_context", "model_editable_context"}
 _LINE = re.compile(r"^\s*(\d+)\.\s*(?:\[(\d{4}-\d{2}-\d{2})\]\.?\s*)?(.*\S)\s*$")
+_SHARD = re.compile(r"^conversations(?:-\d{1,6})?\.json$")
+_MARKER = re.compile("\ue200[^\ue201]{0,2000}\ue201")
+_PRIVATE = re.compile("[\ue200-\ue2ff]")
+# Files of an export this importer knows and does not import, and why.
+NOT_IMPORTED = {
+    "user.json": "account details", "user_settings.json": "settings", "message_feedback.json": "ratings of answers",
+    "shared_conversations.json": "links to shared conversations", "model_comparisons.json": "answer comparisons",
+    "chat.html": "the same conversations as a web page", "sora.json": "Sora data",
+    "conversations.json.index": "an index of the split conversations",
+}
+READ = {"export_manifest.json", "conversation_asset_file_names.json"}
 
 
 @dataclass
@@ -76,13 +123,108 @@ class _Memories:
 
 def read(source_path: str, **_: Any) -> Iterator[ImportUnit]:
     with open_source(source_path) as src:
-        name = src.only if isinstance(src, FileSource) else src.find("conversations.json")
-        if name is None:
-            raise ImportFailed(f"{src.label} has no conversations.json: is it a ChatGPT data export?")
-        where = src.where(name)
-        data = load_json(src, name)
-        units = list(_read_conversations(data, where, name))
+        units = list(_read(src))
     yield from units
+
+
+def _conversation_files(src: Source) -> list[str]:
+    """``conversations.json`` and ``conversations-NNN.json`` in the shallowest folder holding any."""
+    if isinstance(src, FileSource):
+        return [src.only]
+    hits = [n for n in src.names() if _SHARD.match(n.rsplit("/", 1)[-1])]
+    if not hits:
+        return []
+    depth = min(n.count("/") for n in hits)
+    return sorted((n for n in hits if n.count("/") == depth), key=lambda n: (n.rsplit("/", 1)[-1] != "conversations.json", n))
+
+
+def _read(src: Source) -> Iterator[ImportUnit]:
+    names = _conversation_files(src)
+    if not names:
+        raise ImportFailed(f"{src.label} has no conversations.json or conversations-NNN.json: is it a ChatGPT "
+                           "data export?")
+    docs = [(n, load_json(src, n)) for n in names]  # every file parsed before anything is imported
+    files = Files(src, asset_names(src, None if isinstance(src, FileSource)
+                                   else src.find("conversation_asset_file_names.json")))
+    found: dict[str, tuple[dict[str, Any], str]] = {}
+    order: list[str] = []
+    anonymous: list[tuple[dict[str, Any], str]] = []
+    others = duplicates = 0
+    for name, data in docs:
+        convs, other = _conversations(data, src.where(name))
+        others += other
+        for conv in convs:
+            cid = short(conv.get("conversation_id") or conv.get("id"), 200)
+            if not cid:
+                anonymous.append((conv, name))
+            elif cid in found:
+                duplicates += 1
+                if _updated(conv) > _updated(found[cid][0]):
+                    found[cid] = (conv, name)
+            else:
+                found[cid] = (conv, name)
+                order.append(cid)
+    head = _source_unit(src, names, files)
+    if head is not None:
+        yield head
+    if others:
+        yield ImportUnit(names[0].rsplit("/", 1)[-1], [],
+                         notes=[f"{others} item(s) that are not conversations were skipped"], skipped=others)
+    if duplicates:
+        yield ImportUnit(src.label, [], notes=[f"{duplicates} conversation(s) appear in more than one file; the "
+                                               "copy updated last was imported"])
+    memories = _Memories()
+    for index, (conv, name) in enumerate([found[c] for c in order] + anonymous):
+        yield _conversation(conv, index, name.rsplit("/", 1)[-1], memories, files)
+    unit = _memory_unit(memories, names[0].rsplit("/", 1)[-1])
+    if unit is not None:
+        yield unit
+    spare = files.unreferenced()
+    if spare:
+        total = sum(spare.values())
+        yield ImportUnit(src.label, [], notes=[f"{total} file(s) in the export that no imported message refers to "
+                                               f"were not imported ({_kinds(spare)})"], skipped=total)
+
+
+def _kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+
+def _updated(conv: dict[str, Any]) -> float:
+    t = conv.get("update_time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+
+def _source_unit(src: Source, names: list[str], files: Files) -> ImportUnit | None:
+    """What the export holds besides its conversations, and whether its manifest is complete."""
+    notes = list(getattr(src, "notes", []))
+    unknown: dict[str, int] = {}
+    left: dict[str, int] = {}
+    for n in src.names():
+        base = n.rsplit("/", 1)[-1]
+        if n in names or base in READ or n in files.carried:
+            continue
+        if base in NOT_IMPORTED:
+            left[base] = left.get(base, 0) + 1
+        elif base.lower().endswith(".zip"):
+            unknown["ZIP inside the export (not opened)"] = unknown.get("ZIP inside the export (not opened)", 0) + 1
+        else:
+            unknown[f"file '{base[:80]}'"] = unknown.get(f"file '{base[:80]}'", 0) + 1
+    for base in sorted(left):
+        notes.append(f"{base} not imported ({NOT_IMPORTED[base]})")
+    manifest = None if isinstance(src, FileSource) else src.find("export_manifest.json")
+    if manifest is not None:
+        listed = [short(as_dict(e).get("path"), 500) for e in as_list(as_dict(load_json(src, manifest)).get(
+            "export_files"))]
+        root = manifest[: -len("export_manifest.json")]
+        present = set(src.names())
+        absent = [p for p in listed if p and root + p not in present]
+        if absent:
+            notes.append(f"{len(absent)} file(s) the export's manifest lists are not here (a part of the export "
+                         f"not downloaded?), e.g. {absent[0]}")
+    if not notes and not unknown:
+        return None
+    return ImportUnit(src.label, [], notes=notes, unknown=unknown)
 
 
 def _conversations(data: Any, where: str) -> tuple[list[dict[str, Any]], int]:
@@ -98,28 +240,36 @@ def _conversations(data: Any, where: str) -> tuple[list[dict[str, Any]], int]:
     return convs, len(data) - len(convs)
 
 
-def _read_conversations(data: Any, where: str, source_name: str) -> Iterator[ImportUnit]:
-    convs, others = _conversations(data, where)
-    memories = _Memories()
-    if others:
-        yield ImportUnit(source_name, [], notes=[f"{others} item(s) that are not conversations were skipped"],
-                         skipped=others)
-    for index, conv in enumerate(convs):
-        yield _conversation(conv, index, source_name, memories)
-    unit = _memory_unit(memories, source_name)
-    if unit is not None:
-        yield unit
+def _children(mapping: dict[str, Any]) -> dict[str, list[str]]:
+    """Each node's children, from ``children`` lists and from ``parent`` links (split exports list no children)."""
+    out: dict[str, list[str]] = {}
+    for k, n in mapping.items():
+        if not isinstance(n, dict):
+            continue
+        p = n.get("parent")
+        if isinstance(p, str) and p != k and isinstance(mapping.get(p), dict):
+            out.setdefault(p, [])
+            if k not in out[p]:
+                out[p].append(k)
+        for c in as_list(n.get("children")):
+            if isinstance(c, str) and c != k and isinstance(mapping.get(c), dict):
+                out.setdefault(k, [])
+                if c not in out[k]:
+                    out[k].append(c)
+    return out
 
 
-def _linearise(mapping: dict[str, Any], current: Any) -> tuple[list[str], int] | None:
-    """Node ids from the root to ``current``, and how many sibling branches were left out."""
+def _linearise(mapping: dict[str, Any], current: Any) -> tuple[list[str], int] | str:
+    """Node ids from the root to ``current``, and how many sibling branches were left out; or, when
+    the parent links go round in a circle, the node where they do."""
+    children = _children(mapping)
     if not isinstance(current, str) or not isinstance(mapping.get(current), dict):
         def when(nid: str) -> tuple[float, str]:
-            msg = mapping[nid].get("message") if isinstance(mapping[nid], dict) else None
-            ts = unix_ts(msg.get("create_time")) if isinstance(msg, dict) else None
-            return (ts or 0, nid)
+            msg = mapping[nid].get("message")
+            ms = unix_ms(msg.get("create_time")) if isinstance(msg, dict) else None
+            return (ms or 0, nid)
 
-        leaves = [k for k, n in mapping.items() if isinstance(n, dict) and not n.get("children")]
+        leaves = [k for k, n in mapping.items() if isinstance(n, dict) and not children.get(k)]
         if not leaves:
             return [], 0
         current = max(leaves, key=when)
@@ -128,42 +278,120 @@ def _linearise(mapping: dict[str, Any], current: Any) -> tuple[list[str], int] |
     node: Any = current
     while isinstance(node, str) and isinstance(mapping.get(node), dict):
         if node in seen:
-            return None
+            return node
         seen.add(node)
         path.append(node)
         node = mapping[node].get("parent")
     path.reverse()
     branches = 0
     for nid in path:
-        children = mapping[nid].get("children")
-        if isinstance(children, list):
-            branches += sum(1 for c in children if isinstance(c, str) and c in mapping and c not in seen)
+        branches += sum(1 for c in children.get(nid, []) if c not in seen)
     return path, branches
 
 
-def _parts_text(parts: Any, refs: list[str]) -> str:
-    out: list[str] = []
-    if not isinstance(parts, list):
-        return ""
+@dataclass
+class _Part:
+    text: list[str] = field(default_factory=list)
+    refs: list[FileRef] = field(default_factory=list)
+    voice: bool = False
+    prompt: str | None = None
+
+
+def _pointer(part: dict[str, Any], kind: str, files: Files, names: dict[str, dict[str, Any]], out: _Part,
+             origin: str | None) -> None:
+    ref = short(part.get("asset_pointer"), 300)
+    if not ref:
+        return
+    fid = ref.split("://", 1)[-1]
+    att = names.pop(fid, None) or {}
+    md = as_dict(part.get("metadata"))
+    if kind == "image" and (md.get("dalle") or md.get("generation")):
+        origin = "generated"
+        prompt = as_dict(md.get("dalle")).get("prompt")
+        if isinstance(prompt, str) and prompt.strip():
+            out.prompt = clean_text(prompt)
+    r = files.resolve(ref, kind, name=att.get("name"), media_type=att.get("mime_type") or att.get("mimeType"),
+                      size=part.get("size_bytes") if part.get("size_bytes") is not None else att.get("size"),
+                      origin=origin)
+    out.refs.append(r)
+    out.text.append(marker(r))
+
+
+def _parts(parts: list[Any], files: Files, names: dict[str, dict[str, Any]], tally: Tally, origin: str) -> _Part:
+    out = _Part()
     for part in parts:
         if isinstance(part, str):
-            out.append(part)
-        elif isinstance(part, dict):
-            text = part.get("text")
-            if isinstance(text, str) and text.strip():
-                out.append(text)
-                continue
-            kind = short(part.get("content_type")) or "file"
-            pointer = short(part.get("asset_pointer") or part.get("name") or part.get("id"), 300) or "?"
-            label = "image" if "image" in kind else "audio" if "audio" in kind else "video" if "video" in kind else "file"
-            refs.append(pointer)
-            out.append(f"[{label}: {pointer}]")
-    return "\n".join(p for p in out if p)
+            out.text.append(part)
+            continue
+        if not isinstance(part, dict):
+            continue
+        ptype = part.get("content_type")
+        if ptype == "audio_transcription":
+            words = clean_text(part.get("text"))
+            if words and words.strip():
+                out.text.append(words)
+                out.voice = True
+        elif ptype == "image_asset_pointer":
+            _pointer(part, "image", files, names, out, origin)
+        elif ptype == "audio_asset_pointer":
+            _pointer(part, "audio", files, names, out, "voice")
+        elif ptype == "video_container_asset_pointer":
+            _pointer(part, "video", files, names, out, "voice")
+        elif ptype == "real_time_user_audio_video_asset_pointer":
+            for key, kind in (("audio_asset_pointer", "audio"), ("video_container_asset_pointer", "video")):
+                if isinstance(part.get(key), dict):
+                    _pointer(part[key], kind, files, names, out, "voice")
+            for frame in as_list(part.get("frames_asset_pointers")):
+                if isinstance(frame, dict):
+                    _pointer(frame, "image", files, names, out, "video frame")
+        elif isinstance(part.get("text"), str) and part["text"].strip():
+            out.text.append(part["text"])
+        else:
+            tally.unknown_name(f"ChatGPT part '{short(ptype, 60) or 'untyped'}'")
+    return out
 
 
-def _render(content: dict[str, Any], meta: dict[str, Any]) -> str:
+def _citations(md: dict[str, Any], text: str) -> tuple[str, list[dict[str, str]]]:
+    """The message's sources (title and url), and its text with the private-use markers anchoring
+    them replaced by ``[n]`` (or the entity's name)."""
+    cites: list[dict[str, str]] = []
+
+    def add(title: Any, url: Any) -> int | None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return None
+        entry = {"url": url[:1000]}
+        if isinstance(title, str) and title.strip():
+            entry["title"] = title.strip()[:300]
+        for i, c in enumerate(cites):
+            if c["url"] == entry["url"]:
+                return i + 1
+        if len(cites) >= 50:
+            return None
+        cites.append(entry)
+        return len(cites)
+
+    for ref in as_list(md.get("content_references")):
+        ref = as_dict(ref)
+        items = [as_dict(i) for i in as_list(ref.get("items")) + as_list(ref.get("sources"))]
+        numbers = [add(i.get("title"), i.get("url")) for i in items] + [add(ref.get("title"), ref.get("url"))]
+        shown = "".join(f"[{n}]" for n in dict.fromkeys(n for n in numbers if n is not None))
+        if not shown and isinstance(ref.get("name"), str):
+            shown = ref["name"]
+        matched = ref.get("matched_text")
+        if isinstance(matched, str) and matched.strip() and _PRIVATE.search(matched):
+            text = text.replace(matched, shown)
+    for cite in as_list(md.get("citations")):
+        meta = as_dict(as_dict(cite).get("metadata"))
+        add(meta.get("title"), meta.get("url"))
+    if _PRIVATE.search(text):
+        text = _PRIVATE.sub("", _MARKER.sub("", text))
+    return text, cites
+
+
+def _render(content: dict[str, Any], meta: dict[str, Any], files: Files, names: dict[str, dict[str, Any]],
+            tally: Tally, origin: str) -> tuple[str, list[FileRef], _Part | None]:
     ctype = content.get("content_type")
-    refs: list[str] = []
+    part: _Part | None = None
     if ctype in ("code", "execution_output"):
         text = as_str(content.get("text"), "")
         if isinstance(content.get("language"), str) and content["language"] not in ("", "unknown"):
@@ -180,27 +408,44 @@ def _render(content: dict[str, Any], meta: dict[str, Any]) -> str:
         bits = [content.get("name"), content.get("text")]
         text = ": ".join(b for b in bits if isinstance(b, str) and b.strip())
     elif isinstance(content.get("parts"), list):
-        text = _parts_text(content["parts"], refs)
+        part = _parts(content["parts"], files, names, tally, origin)
+        text = "\n".join(p for p in part.text if p)
     else:
         text = as_str(content.get("text"), "")
-    if refs:
-        meta["attachments"] = len(refs)
-        meta["attachment_refs"] = " ".join(refs)[:1000]
-    return clean_text(text) or ""
+    refs = part.refs if part is not None else []
+    return clean_text(text) or "", refs, part
 
 
-def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: _Memories) -> ImportUnit:
+def _derived_id(conv: dict[str, Any], mapping: dict[str, Any], path: list[str]) -> str:
+    """A stable id for a conversation that has none: its creation time and its first message."""
+    first = ""
+    for nid in path:
+        msg = mapping[nid].get("message")
+        if isinstance(msg, dict) and as_dict(msg.get("author")).get("role") in ("user", "assistant"):
+            first = short(msg.get("id"), 200) or json.dumps(as_dict(msg.get("content")), sort_keys=True,
+                                                            ensure_ascii=False)[:2000]
+            break
+    return "derived-" + digest(f"{conv.get('create_time')!r}|{first or ','.join(path[:3])}")
+
+
+def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: _Memories,
+                  files: Files) -> ImportUnit:
     title = clean_text(conv.get("title")) or "(untitled)"
+    if not title.strip():
+        title = "(untitled)"
     label = f"conversation '{title[:60]}'"
-    conv_id = short(conv.get("conversation_id") or conv.get("id"), 200)
-    if not conv_id:
-        return ImportUnit(f"conversation #{index + 1}", [], notes=["it has no id; skipped"], skipped=1)
-    conv_ts = unix_ts(conv.get("create_time"))
     mapping = conv["mapping"]
     lin = _linearise(mapping, conv.get("current_node"))
-    if lin is None:
-        return ImportUnit(label, [], notes=["its messages link in a circle; skipped"], skipped=1)
+    if isinstance(lin, str):
+        return ImportUnit(label, [], notes=[f"its messages link in a circle (node '{lin[:80]}' is its own ancestor); "
+                                            "nothing of it was imported"], skipped=1)
     path, branches = lin
+    notes: list[str] = []
+    conv_id = short(conv.get("conversation_id") or conv.get("id"), 200)
+    if not conv_id:
+        conv_id = _derived_id(conv, mapping, path)
+        notes.append(f"it has no id: imported as {conv_id}, derived from its creation time and first message")
+    conv_ms = unix_ms(conv.get("create_time"))
     cmeta: dict[str, Any] = {"import": f"{KIND}:conversation:{conv_id}", "source": source_name,
                              "original_id": conv_id}
     for key, name in (("default_model_slug", "model"), ("gizmo_id", "gizmo_id")):
@@ -208,12 +453,16 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
             cmeta[name] = short(conv[key])
     if isinstance(conv.get("is_archived"), bool):
         cmeta["archived"] = conv["is_archived"]
-    if conv_ts:
-        cmeta["original_ts"] = conv_ts
-    records = [NewRecord(type="conversation", title=clip(title, None, 4096), conversation=conv_id,
-                         authority=Authority.INFERRED, ts=conv_ts, meta=cmeta)]
+    if conv_ms:
+        cmeta["original_ts"] = conv_ms // 1000
+        cmeta["original_ms"] = conv_ms
+    title_record = NewRecord(type="conversation", title=clip(title, None, 4096), conversation=conv_id,
+                             authority=Authority.INFERRED, ts=conv_ms // 1000 if conv_ms else None, meta=cmeta)
+    records = [title_record]
     hidden = reasoning = empty = 0
-    unsupported: dict[str, int] = {}
+    tally = Tally()
+    last = conv_ms // 1000 if conv_ms else None
+    first_ts: int | None = None
     for n, nid in enumerate(path):
         msg = mapping[nid].get("message")
         if not isinstance(msg, dict):
@@ -224,7 +473,8 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
         ctype = as_str(content.get("content_type"), "text")
         md = as_dict(msg.get("metadata"))
         mid = short(msg.get("id") or nid, 200) or f"{conv_id}:{n}"
-        ts = unix_ts(msg.get("create_time")) or conv_ts
+        ms = unix_ms(msg.get("create_time"))
+        ts = ms // 1000 if ms else None
         if ctype == "user_editable_context":
             if memories.custom is None or (ts or 0) >= memories.custom[0]:
                 memories.custom = (ts or 0, content.get("user_profile"), content.get("user_instructions"), mid)
@@ -235,9 +485,9 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
                 memories.snapshot = (ts or 0, text, mid)
             continue
         if role == "assistant" and msg.get("recipient") == "bio":
-            text = _render(content, {}).strip()
+            text = _render(content, {}, files, {}, Tally(), "upload")[0].strip()
             if text:
-                memories.bio.append((text, mid, ts, conv_id))
+                memories.bio.append((text, mid, ts or last, conv_id))
             continue
         if role == "tool" and author.get("name") == "bio":
             continue
@@ -249,15 +499,32 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
             continue
         meta: dict[str, Any] = {"import": f"{KIND}:{mid}", "source": source_name, "original_id": mid,
                                 "content_type": short(ctype, 64) or "text"}
-        text = _render(content, meta)
+        uploads = {short(a.get("id"), 300) or "": a for a in (as_dict(x) for x in as_list(md.get("attachments")))}
+        uploads.pop("", None)
+        origin = "generated" if role == "tool" else "upload"
+        text, refs, part = _render(content, meta, files, uploads, tally, origin)
+        extra = [files.resolve(fid, None, name=a.get("name"), media_type=a.get("mime_type") or a.get("mimeType"),
+                               size=a.get("size"), origin="upload") for fid, a in uploads.items()]
+        if extra:
+            text = "\n".join([marker(r) for r in extra] + ([text] if text else []))
+            refs = extra + refs
+        text, cites = _citations(md, text)
         if not text.strip():
             if role == "system":
                 hidden += 1
-            elif ctype not in ("text", "multimodal_text", "code", "execution_output"):
-                unsupported[ctype] = unsupported.get(ctype, 0) + 1
+            elif ctype not in KNOWN_TYPES:
+                tally.unknown_name(f"ChatGPT content type '{short(ctype, 60)}'")
             else:
                 empty += 1
             continue
+        tally.add_refs(refs)
+        refs_meta(meta, refs)
+        if cites:
+            meta["citations"] = json.dumps(cites, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        if part is not None and part.voice:
+            meta["voice"] = True
+        if part is not None and part.prompt:
+            meta["prompt"] = clip(part.prompt, None, 4000)
         if role == "user":
             authority = Authority.USER
         elif role == "assistant":
@@ -273,11 +540,20 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
             meta["recipient"] = short(msg["recipient"], 100)
         if role == "tool" and isinstance(author.get("name"), str):
             meta["tool"] = short(author["name"], 100)
-        if ts:
-            meta["original_ts"] = ts
+        if ms:
+            meta["original_ts"] = ms // 1000
+            meta["original_ms"] = ms
+        # The thread keeps the export's order: no record is earlier than the one before it.
+        ts = ts if ts is not None else last
+        if ts is not None and last is not None and ts < last and first_ts is not None:
+            ts = last
+        if first_ts is None:
+            first_ts = ts
+        last = ts if ts is not None else last
         records.append(NewRecord(type="message", text=clip(text, meta), conversation=conv_id, role=role,
                                  authority=authority, ts=ts, meta=meta))
-    notes: list[str] = []
+    if first_ts is not None and (title_record.ts is None or title_record.ts > first_ts):
+        title_record.ts = first_ts  # the title comes first
     if branches:
         notes.append(f"{branches} regenerated or edited branch(es) left out (only the branch last shown is imported)")
     if hidden:
@@ -286,10 +562,9 @@ def _conversation(conv: dict[str, Any], index: int, source_name: str, memories: 
         notes.append(f"{reasoning} reasoning block(s) (thoughts) left out")
     if empty:
         notes.append(f"{empty} empty message(s) left out")
-    for ctype, count in sorted(unsupported.items()):
-        notes.append(f"{count} message(s) of content type '{ctype}' without text left out")
-    skipped = branches + hidden + reasoning + empty + sum(unsupported.values())
-    return ImportUnit(label, records, notes=notes, skipped=skipped)
+    skipped = branches + hidden + reasoning + empty + sum(tally.unknown.values())
+    return ImportUnit(label, records, notes=notes, skipped=skipped, files=tally.files, files_missing=tally.missing,
+                      files_unhashed=tally.unhashed, unknown=tally.unknown)
 
 
 def _unwrap(text: str) -> str:

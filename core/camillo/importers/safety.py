@@ -5,13 +5,20 @@ problem into :class:`~camillo.importers.ImportFailed` naming the file and the pr
 single record is written.
 
 * **Sources.**  :func:`open_source` opens a ZIP archive, a folder or a single JSON file behind one
-  interface (:class:`Source`).  ZIP members are read by name into memory, never extracted to disk.
-  An archive is refused whole if a member name is absolute or climbs out (``..``), if it has more
-  than :data:`MAX_MEMBERS` members, a member larger than :data:`MAX_MEMBER_BYTES`, more than
-  :data:`MAX_TOTAL_BYTES` uncompressed in all, or a member larger than 1 MiB that compresses
-  better than :data:`MAX_RATIO` to 1 (a ZIP bomb).  The sizes a ZIP declares are not trusted
+  interface (:class:`Source`); a folder that holds the several ZIP parts of one export (as ChatGPT
+  and Claude send large exports) is read as one export (:class:`PartsSource`).  ZIP members are
+  read by name into memory, never extracted to disk.  An archive is refused whole if a member name
+  is absolute or climbs out (``..``), if it has more than :data:`MAX_MEMBERS` members, more than
+  :data:`MAX_ARCHIVE_BYTES` uncompressed in all, or a member larger than 1 MiB that compresses
+  better than :data:`MAX_RATIO` to 1 (a ZIP bomb).  What is read into memory (the JSON of the
+  export) is bounded too: a member larger than :data:`MAX_MEMBER_BYTES` is refused, and reading
+  stops once :data:`MAX_TOTAL_BYTES` were read in all.  The sizes a ZIP declares are not trusted
   either: reading stops at the declared size and at the limits.  In a folder, a name that leaves
   the folder (``..``, an absolute path, a symbolic link pointing outside) is refused.
+* **Files the export carries** (images, audio, uploads) are never read into memory:
+  :meth:`Source.fingerprint` streams a member through SHA-256, at most
+  :data:`MAX_FINGERPRINT_BYTES` per file and :data:`MAX_FINGERPRINT_TOTAL` in all; a larger file
+  is referenced by name and size without a hash, and the report says so.
 * **JSON.**  :func:`load_json` refuses files over :data:`MAX_JSON_BYTES`, text that is not UTF-8,
   malformed JSON and nesting deeper than :data:`MAX_DEPTH` levels.
 * **Text.**  :func:`clip` truncates a text longer than :data:`MAX_TEXT_BYTES` (UTF-8) at a
@@ -37,14 +44,19 @@ import unicodedata
 import zipfile
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
 
 from ..values import json_to_cbor
 
 MAX_MEMBERS = 100_000
-MAX_MEMBER_BYTES = 512 * 1024 * 1024
-MAX_TOTAL_BYTES = 512 * 1024 * 1024
+MAX_MEMBER_BYTES = 512 * 1024 * 1024  # one file read into memory (the JSON of an export)
+MAX_TOTAL_BYTES = 512 * 1024 * 1024  # all that is read into memory
+MAX_ARCHIVE_BYTES = 256 * 1024**3  # what an archive may declare uncompressed in all (images and videos included)
+MAX_FINGERPRINT_BYTES = 4 * 1024**3  # a carried file larger than this is referenced without a hash
+MAX_FINGERPRINT_TOTAL = 64 * 1024**3  # all carried files hashed in one import
+MAX_PARTS = 64  # ZIP parts of one export in a folder
 MAX_RATIO = 200
 RATIO_FLOOR = 1024 * 1024  # small members may compress very well legitimately
 MAX_JSON_BYTES = 512 * 1024 * 1024
@@ -70,16 +82,55 @@ def bad_name(name: str) -> bool:
     return any(part == ".." for part in name.split("/"))
 
 
+@dataclass(frozen=True)
+class Fingerprint:
+    """What an import keeps of a file the export carries: its size, its SHA-256 (None when it is
+    larger than :data:`MAX_FINGERPRINT_BYTES`, or the hashing budget is spent) and its first bytes
+    (to recognise the file type of a ``.dat`` member)."""
+
+    size: int
+    sha256: str | None
+    head: bytes = b""
+
+
 class Source:
     """Files of an export, by relative name (``/``-separated)."""
 
     label: str  # the file or folder name, for messages
+    notes: list[str]  # what opening the source found worth saying (parts, duplicates)
+    _hashed: int = 0
 
     def names(self) -> list[str]:
         raise NotImplementedError
 
     def read(self, name: str, limit: int | None = None) -> bytes:
         raise NotImplementedError
+
+    def size(self, name: str) -> int:
+        raise NotImplementedError
+
+    def stream(self, name: str) -> Iterable[bytes]:
+        """Member ``name`` in chunks of at most 1 MiB, never more than it declares."""
+        raise NotImplementedError
+
+    def fingerprint(self, name: str) -> Fingerprint:
+        """Size, SHA-256 and first bytes of member ``name``, streamed (never held in memory)."""
+        size = self.size(name)
+        if size > MAX_FINGERPRINT_BYTES or self._hashed + size > MAX_FINGERPRINT_TOTAL:
+            return Fingerprint(size, None)
+        h = hashlib.sha256()
+        head = b""
+        seen = 0
+        for chunk in self.stream(name):
+            if len(head) < 32:
+                head += chunk[: 32 - len(head)]
+            seen += len(chunk)
+            if seen > size:
+                raise _failed(f"{self.where(name)} holds more than the {size} bytes it declares: "
+                              "a damaged or crafted archive; nothing was imported")
+            h.update(chunk)
+        self._hashed += seen
+        return Fingerprint(seen, h.hexdigest(), head)
 
     def close(self) -> None:
         pass
@@ -105,8 +156,9 @@ class Source:
 
 
 class ZipSource(Source):
-    def __init__(self, path: str) -> None:
-        self.label = os.path.basename(path.rstrip("/")) or path
+    def __init__(self, path: str, label: str | None = None) -> None:
+        self.label = label or os.path.basename(path.rstrip("/")) or path
+        self.notes = []
         try:
             self.zf = zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -128,46 +180,59 @@ class ZipSource(Source):
             if name in self._infos:
                 self.zf.close()
                 raise _failed(f"{self.label} holds two files named '{name[:200]}'; it was refused whole")
-            if info.file_size > MAX_MEMBER_BYTES:
-                self.zf.close()
-                raise _failed(f"{self.where(name)} is {info.file_size} bytes uncompressed; "
-                              f"at most {MAX_MEMBER_BYTES} are accepted")
             if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
                 self.zf.close()
                 raise _failed(f"{self.where(name)} expands {info.file_size // max(info.compress_size, 1)} times "
                               f"(more than {MAX_RATIO}): a ZIP bomb; the archive was refused whole")
             total += info.file_size
-            if total > MAX_TOTAL_BYTES:
+            if total > MAX_ARCHIVE_BYTES:
                 self.zf.close()
-                raise _failed(f"{self.label} expands to more than {MAX_TOTAL_BYTES} bytes; it was refused whole")
+                raise _failed(f"{self.label} expands to more than {MAX_ARCHIVE_BYTES} bytes; it was refused whole")
             self._infos[name] = info
         self._read_total = 0
 
     def names(self) -> list[str]:
         return sorted(self._infos)
 
-    def read(self, name: str, limit: int | None = None) -> bytes:
+    def _info(self, name: str) -> zipfile.ZipInfo:
         info = self._infos.get(name)
         if info is None:
             raise _failed(f"{self.label} has no file '{name}'")
-        cap = min(info.file_size, MAX_MEMBER_BYTES, limit if limit is not None else MAX_MEMBER_BYTES)
+        return info
+
+    def size(self, name: str) -> int:
+        return self._info(name).file_size
+
+    def read(self, name: str, limit: int | None = None) -> bytes:
+        info = self._info(name)
+        cap = min(MAX_MEMBER_BYTES, limit if limit is not None else MAX_MEMBER_BYTES)
         if info.file_size > cap:
-            raise _failed(f"{self.where(name)} is {info.file_size} bytes; at most {cap} are accepted")
+            raise _failed(f"{self.where(name)} is {info.file_size} bytes uncompressed; at most {cap} are accepted")
         out = io.BytesIO()
+        for chunk in self.stream(name):
+            out.write(chunk)
+            self._read_total += len(chunk)
+            if out.tell() > cap or self._read_total > MAX_TOTAL_BYTES:
+                raise _failed(f"{self.where(name)} expands beyond its declared size or the "
+                              f"{MAX_TOTAL_BYTES}-byte limit: a ZIP bomb; nothing was imported")
+        return out.getvalue()
+
+    def stream(self, name: str) -> Iterable[bytes]:
+        info = self._info(name)
         try:
             with self.zf.open(info) as fh:
+                seen = 0
                 while True:
                     chunk = fh.read(_CHUNK)
                     if not chunk:
                         break
-                    out.write(chunk)
-                    self._read_total += len(chunk)
-                    if out.tell() > cap or self._read_total > MAX_TOTAL_BYTES:
-                        raise _failed(f"{self.where(name)} expands beyond its declared size or the "
-                                      f"{MAX_TOTAL_BYTES}-byte limit: a ZIP bomb; nothing was imported")
+                    seen += len(chunk)
+                    if seen > info.file_size:
+                        raise _failed(f"{self.where(name)} expands beyond its declared size: a ZIP bomb; "
+                                      "nothing was imported")
+                    yield chunk
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
             raise _failed(f"{self.where(name)} cannot be read from the archive ({exc})") from None
-        return out.getvalue()
 
     def close(self) -> None:
         self.zf.close()
@@ -177,6 +242,7 @@ class DirSource(Source):
     def __init__(self, path: str) -> None:
         self.root = os.path.realpath(path)
         self.label = os.path.basename(path.rstrip("/")) or path
+        self.notes = []
         self._names: list[str] | None = None
 
     def resolve(self, name: str) -> str:
@@ -202,24 +268,44 @@ class DirSource(Source):
             self._names = sorted(out)
         return self._names
 
+    def size(self, name: str) -> int:
+        full = self.resolve(name)
+        try:
+            st = os.stat(full)
+        except FileNotFoundError:
+            raise _failed(f"{self.where(name)} does not exist") from None
+        except OSError as exc:
+            raise _failed(f"{self.where(name)} cannot be read ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise _failed(f"{self.where(name)} is not a regular file")
+        return st.st_size
+
     def read(self, name: str, limit: int | None = None) -> bytes:
         full = self.resolve(name)
         cap = MAX_MEMBER_BYTES if limit is None else min(limit, MAX_MEMBER_BYTES)
+        size = self.size(name)
+        if size > cap:
+            raise _failed(f"{self.where(name)} is {size} bytes; at most {cap} are accepted")
         try:
-            st = os.stat(full)
-            if not stat.S_ISREG(st.st_mode):
-                raise _failed(f"{self.where(name)} is not a regular file")
-            if st.st_size > cap:
-                raise _failed(f"{self.where(name)} is {st.st_size} bytes; at most {cap} are accepted")
             with open(full, "rb") as fh:
                 data = fh.read(cap + 1)
-        except FileNotFoundError:
-            raise _failed(f"{self.where(name)} does not exist") from None
         except OSError as exc:
             raise _failed(f"{self.where(name)} cannot be read ({exc.strerror or exc})") from None
         if len(data) > cap:
             raise _failed(f"{self.where(name)} grew beyond {cap} bytes while being read")
         return data
+
+    def stream(self, name: str) -> Iterable[bytes]:
+        full = self.resolve(name)
+        try:
+            with open(full, "rb") as fh:
+                while True:
+                    chunk = fh.read(_CHUNK)
+                    if not chunk:
+                        break
+                    yield chunk
+        except OSError as exc:
+            raise _failed(f"{self.where(name)} cannot be read ({exc.strerror or exc})") from None
 
 
 class FileSource(DirSource):
@@ -242,12 +328,85 @@ class FileSource(DirSource):
         return super().read(name, limit)
 
 
+class PartsSource(Source):
+    """An export that arrived as several ZIP parts (``export-part-0001.zip``, ``conversations-000.zip``,
+    ``projects-000.zip`` …) saved in one folder: one export whose files are the union of the parts'
+    files and of the folder's own.  A name present in two parts is read from the first (sorted by
+    part name) and the report says so; a ZIP inside a ZIP is not opened."""
+
+    def __init__(self, folder: DirSource, parts: list[str]) -> None:
+        self.label = folder.label
+        self.notes = []
+        self.folder = folder
+        self.parts: list[ZipSource] = []
+        self._where: dict[str, tuple[Source, str]] = {}
+        try:
+            for part in parts:
+                self.parts.append(ZipSource(folder.resolve(part), label=folder.where(part)))
+        except BaseException:
+            self.close()
+            raise
+        twice = 0
+        for name in folder.names():
+            if name not in parts:
+                self._where[name] = (folder, name)
+        for z in self.parts:
+            for name in z.names():
+                if name in self._where:
+                    twice += 1
+                    continue
+                self._where[name] = (z, name)
+        if twice:
+            self.notes.append(f"{twice} file(s) appear in more than one part of the export; the first copy was read")
+
+    def _of(self, name: str) -> tuple[Source, str]:
+        hit = self._where.get(name)
+        if hit is None:
+            raise _failed(f"{self.label} has no file '{name}'")
+        return hit
+
+    def names(self) -> list[str]:
+        return sorted(self._where)
+
+    def part_of(self, name: str) -> str:
+        """The part (or the folder) a member was read from, for messages."""
+        return self._of(name)[0].label
+
+    def where(self, name: str) -> str:
+        src, inner = self._of(name) if name in self._where else (self.folder, name)
+        return src.where(inner)
+
+    def read(self, name: str, limit: int | None = None) -> bytes:
+        src, inner = self._of(name)
+        return src.read(inner, limit)
+
+    def size(self, name: str) -> int:
+        src, inner = self._of(name)
+        return src.size(inner)
+
+    def stream(self, name: str) -> Iterable[bytes]:
+        src, inner = self._of(name)
+        return src.stream(inner)
+
+    def close(self) -> None:
+        for z in self.parts:
+            z.close()
+
+
 def open_source(path: str) -> Source:
-    """A ZIP, a folder or a single file, by what ``path`` is (a ZIP is recognised by content)."""
+    """A ZIP, a folder or a single file, by what ``path`` is (a ZIP is recognised by content).  A
+    folder holding ZIP files is read together with them, as the parts of one export."""
     if not isinstance(path, str) or not path:
         raise _failed("no source given")
     if os.path.isdir(path):
-        return DirSource(path)
+        folder = DirSource(path)
+        parts = [n for n in folder.names() if "/" not in n and n.lower().endswith(".zip")]
+        if not parts:
+            return folder
+        if len(parts) > MAX_PARTS:
+            raise _failed(f"{folder.label} holds {len(parts)} ZIP files; an export of at most {MAX_PARTS} parts "
+                          "is accepted")
+        return PartsSource(folder, parts)
     if not os.path.exists(path):
         raise _failed(f"{path} does not exist")
     if not os.path.isfile(path):
@@ -393,14 +552,15 @@ def short(value: Any, limit: int = 200) -> str | None:
     return text[:limit]
 
 
-def unix_ts(value: Any) -> int | None:
-    """Unix seconds from a number (ChatGPT, VaultMem) or an ISO 8601 text (Claude, PAM, .mem)."""
+def unix_ms(value: Any) -> int | None:
+    """Milliseconds since 1970 from a number of seconds (ChatGPT, VaultMem; fractions kept) or an
+    ISO 8601 text (Claude, PAM, .mem); None for anything else or a time outside 1970 … year 36812."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value <= 0 or value >= MAX_TS:
             return None
-        return int(value)
+        return round(value * 1000)
     if isinstance(value, str) and 0 < len(value) <= 64:
         text = value.strip()
         if text[-1:] in ("Z", "z"):
@@ -412,8 +572,14 @@ def unix_ts(value: Any) -> int | None:
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=UTC)
         ts = dt.timestamp()
-        return int(ts) if 0 < ts < MAX_TS else None
+        return round(ts * 1000) if 0 < ts < MAX_TS else None
     return None
+
+
+def unix_ts(value: Any) -> int | None:
+    """Unix seconds from a number (ChatGPT, VaultMem) or an ISO 8601 text (Claude, PAM, .mem)."""
+    ms = unix_ms(value)
+    return None if ms is None else ms // 1000
 
 
 def iso(ts: int | None) -> str:
