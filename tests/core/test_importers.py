@@ -609,13 +609,13 @@ def test_portable_memory_bundle_lands_tombstones_first(new_vault, tmp_path):
     assert recs["portable-memory:ep_3"].claimed_class == Authority.OBSERVED
     facts = {f.key: f for f in vault.facts()}
     city = facts["user/pm_fact_" + hashlib.sha256(b"fact_1").hexdigest()[:8]]
-    assert city.current.value == "Sam lives in Lisbon." and city.status == "pending"
-    assert facts["user/pm_units"].current.value == "metric" and facts["user/pm_units"].status == "pending"
+    assert city.proposed[0].value == "Sam lives in Lisbon." and city.status == "pending"
+    assert facts["user/pm_units"].proposed[0].value == "metric" and facts["user/pm_units"].status == "pending"
     assert "user/pm_theme" not in facts
     proc = next(f for k, f in facts.items() if k.startswith("user/pm_procedure_"))
-    assert proc.current.type == "instruction" and "List open tasks" in proc.current.value
-    assert facts["user/pm_core_human"].current.value == "Sam, data engineer, Lisbon."
-    assert facts["user/pm_core_human"].current.claimed_class == Authority.OBSERVED
+    assert proc.proposed[0].type == "instruction" and "List open tasks" in proc.proposed[0].value
+    assert facts["user/pm_core_human"].proposed[0].value == "Sam, data engineer, Lisbon."
+    assert facts["user/pm_core_human"].proposed[0].claimed_class == Authority.OBSERVED
     reasons = "\n".join(report.reasons)
     assert "3 tombstoned record(s)" in reasons and "1 superseded or pruned fact(s)" in reasons
     assert "1 deleted episode(s)" in reasons and "'entity' record(s) not imported" in reasons
@@ -715,16 +715,16 @@ def test_pam_export_lands_as_documented(new_vault, tmp_path):
     report = run_import(vault, "pam", str(root))
     facts = {f.key: f for f in vault.facts()}
     h = lambda s: hashlib.sha256(s.encode()).hexdigest()[:8]  # noqa: E731
-    engineer = facts[f"user/pam_fact_{h('m-1')}"].current
+    engineer = facts[f"user/pam_fact_{h('m-1')}"].proposed[0]
     assert engineer.value == "Sam works as a data engineer." and engineer.claimed_class == Authority.OBSERVED
-    assert facts[f"user/pam_fact_{h('m-1')}"].status == "ok"
+    assert facts[f"user/pam_fact_{h('m-1')}"].status == "pending"  # observed: a proposal, beside nothing
     assert engineer.meta["platform"] == "chatgpt" and engineer.meta["extraction_method"] == "explicit_user_input"
     assert engineer.meta["original_ts"] == 1740823200 and engineer.meta["pam_type"] == "fact"
     pref = facts[f"user/pam_preference_{h('m-2')}"]
-    assert pref.status == "pending" and pref.current.claimed_class == Authority.INFERRED
+    assert pref.status == "pending" and pref.proposed[0].claimed_class == Authority.INFERRED
     instr = facts[f"user/pam_instruction_{h('m-3')}"]
-    assert instr.status == "pending" and instr.current.claimed_class == Authority.OBSERVED
-    assert facts[f"user/pam_identity_{h('m-4')}"].current.meta["pam_type"] == "identity"
+    assert instr.status == "pending" and instr.proposed[0].claimed_class == Authority.OBSERVED
+    assert facts[f"user/pam_identity_{h('m-4')}"].proposed[0].meta["pam_type"] == "identity"
     texts = "\n".join(r.text for r in vault.timeline(include_hidden=True))
     assert "Porto" not in texts and "allergic" not in texts and "hmm" not in texts
     recs = by_import(vault)

@@ -24,8 +24,8 @@ PASSPHRASE = "correct horse battery staple"
 def camillo(*args: str, home: str, offset: int = 0, check: int | None = None) -> subprocess.CompletedProcess:
     """The CLI as a separate process of the installation ``home``; ``offset`` moves its clock."""
     env = dict(os.environ, CAMILLO_PASSPHRASE=PASSPHRASE, CAMILLO_HOME=home)
-    code = ("import sys, time; real = time.time; time.time = lambda: real() + %d; "
-            "from camillo.cli import main; sys.exit(main(sys.argv[1:]))" % offset)
+    code = (f"import sys, time; real = time.time; time.time = lambda: real() + {offset}; "
+            "from camillo.cli import main; sys.exit(main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           stdin=subprocess.DEVNULL, timeout=120)
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -53,7 +53,6 @@ def test_a_reader_that_never_writes_notices_a_rollback(two_installations, tmp_pa
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
         v.append([NewRecord(type="message", text="second")])
     camillo("verify", path, home=reader, check=0)  # it has seen the second batch now
-    assert not os.listdir(os.path.join(path, "slots")) == []
     before = sorted(glob.glob(os.path.join(path, "**"), recursive=True))
     os.unlink(newest_segment(path))  # the host rolls the folder back
     within = camillo("verify", path, home=reader, check=1)
