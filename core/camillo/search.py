@@ -106,11 +106,10 @@ def _day(value: str, name: str) -> int:
         raise UsageError(f"{name}: expects a date such as 2026-01-31, not '{value}'") from None
 
 
-def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
-    """Full-text search with modifiers; results ranked by relevance (bm25), or by time without words."""
-    q = parse(text)
+def _conditions(state: State, q: Query) -> tuple[list[str], list[object]] | None:
+    """The WHERE conditions (on ``records r``) and their arguments of a query's modifiers; None
+    when they can match nothing (an agent no writer is called)."""
     roster = state.roster
-    state.ensure_search()
     where = ["r.valid = 1", "r.kind IN (1, 3)"]
     args: list[object] = []
     if "hidden" not in q.filters.get("is", []):
@@ -142,7 +141,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
         writers = [p.writer_id for p in roster.principals.values()
                    if needle in ((p.grant.agent if p.grant else p.name) or "").lower()]
         if not writers:
-            return []
+            return None
         where.append(f"r.writer IN ({','.join('?' * len(writers))})")
         args += writers
     for value in q.filters.get("class", []):
@@ -162,14 +161,124 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
             where.append("r.id IN (SELECT id FROM proposals)")
         elif value != "hidden":
             raise UsageError(f"is:{value}: use is:conflict, is:pending or is:hidden")
+    return where, args
+
+
+NEWEST = "r.ts DESC, r.lamport DESC, r.idx DESC, r.id"
+ORDERS = ("relevance", "time")
+
+
+def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
+    """Full-text search with modifiers; results ranked by relevance (bm25), or by time without words."""
+    q = parse(text)
+    state.ensure_search()
+    found = _conditions(state, q)
+    if found is None:
+        return []
+    where, args = found
     if q.has_text:
         sql = (f"SELECT r.id FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND "
-               f"{' AND '.join(where)} ORDER BY bm25(search), r.ts DESC, r.lamport DESC, r.idx DESC, r.id LIMIT ?")
+               f"{' AND '.join(where)} ORDER BY bm25(search), {NEWEST} LIMIT ?")
         rows = state.db.execute(sql, [_fts_query(q), *args, limit]).fetchall()
     else:
-        sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY r.ts DESC, r.lamport DESC, r.idx DESC, r.id LIMIT ?"
+        sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY {NEWEST} LIMIT ?"
         rows = state.db.execute(sql, [*args, limit]).fetchall()
     return state.records(r[0] for r in rows)
+
+
+# Marks FTS5's snippet() puts around a matched word (private-use characters; a record that contains
+# them itself at worst shows a wrong word highlighted, never anything else).
+_OPEN, _CLOSE = "\ue000", "\ue001"
+SNIPPET_WORDS = 24  # FTS5 snippet(): at most this many words around the matches
+Snippet = tuple[tuple[str, bool], ...]
+
+
+def _pieces(marked: str) -> Snippet:
+    """A snippet with marks, in pieces: (text, True) for a matched word, (text, False) around it."""
+    out: list[tuple[str, bool]] = []
+    rest = marked
+    while rest:
+        before, opened, after = rest.partition(_OPEN)
+        if before:
+            out.append((before, False))
+        word, closed, rest = after.partition(_CLOSE)
+        if word:
+            out.append((word, bool(closed)))
+        if not opened:
+            break
+    return tuple(out)
+
+
+def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
+                order: str = "relevance") -> tuple[int, list[tuple[RecordView, Snippet]]]:
+    """One page of a search: (how many records match in all, the page's records with a snippet of
+    each).  ``order``: "relevance" (bm25, then newest) or "time" (newest first); a query without
+    words is always in time order.  A snippet without words to match is the text's beginning."""
+    if order not in ORDERS:
+        raise UsageError(f"order: use one of {', '.join(ORDERS)}, not '{order}'")
+    if offset < 0 or limit < 0:
+        raise UsageError("offset and limit must not be negative")
+    q = parse(text)
+    state.ensure_search()
+    found = _conditions(state, q)
+    if found is None:
+        return 0, []
+    where, args = found
+    db = state.db
+    if q.has_text:
+        match = _fts_query(q)
+        base = f"FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND {' AND '.join(where)}"
+        total: int = db.execute(f"SELECT count(*) {base}", [match, *args]).fetchone()[0]
+        ranking = f"bm25(search), {NEWEST}" if order == "relevance" else NEWEST
+        rows = db.execute(f"SELECT r.id, snippet(search, 0, ?, ?, '\u2026', {SNIPPET_WORDS}) {base} "
+                          f"ORDER BY {ranking} LIMIT ? OFFSET ?",
+                          [_OPEN, _CLOSE, match, *args, limit, offset]).fetchall()
+        marked = {rid: snip for rid, snip in rows}
+    else:
+        base = f"FROM records r WHERE {' AND '.join(where)}"
+        total = db.execute(f"SELECT count(*) {base}", args).fetchone()[0]
+        rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+        marked = {}
+    views = state.records(r[0] for r in rows)
+    return total, [(v, _without_tail(_pieces(marked[v.id]), v) if v.id in marked else _opening(v.text))
+                   for v in views]
+
+
+def _without_tail(pieces: Snippet, v: RecordView) -> Snippet:
+    """A snippet without the key and type the index adds after a record's text (the views show them)."""
+    tail = " ".join(x for x in ("", v.key or "", v.type or "") if x) if v.key or v.type else ""
+    tail = (" " + tail) if tail else ""
+    if not v.text or not tail or not "".join(t for t, _ in pieces).endswith(tail):
+        return pieces
+    out = list(pieces)
+    cut = len(tail)
+    while cut and out:
+        text, matched = out.pop()
+        if len(text) > cut:
+            out.append((text[:-cut], matched))
+            break
+        cut -= len(text)
+    return tuple(out)
+
+
+def conversations_matching(state: State, text: str) -> set[tuple[bytes, str]]:
+    """(compartment id, conversation) of every conversation whose title or messages contain the
+    words and phrases of ``text`` (modifiers are not used here; every word must match one record)."""
+    q = parse(text)
+    q = Query(q.words + [f"{k}:{v}" for k, vs in q.filters.items() for v in vs], q.phrases, {})
+    if not q.has_text:
+        return set()
+    state.ensure_search()
+    rows = state.db.execute("SELECT DISTINCT r.compartment, r.conversation FROM search s JOIN records r "
+                            "ON r.rowid = s.rowid WHERE search MATCH ? AND r.valid = 1 AND r.hidden = 0 "
+                            "AND r.conversation IS NOT NULL", [_fts_query(q)])
+    return {(comp, conv) for comp, conv in rows}
+
+
+def _opening(text: str, limit: int = 200) -> Snippet:
+    if not text:
+        return ()
+    return ((text[:limit] + ("\u2026" if len(text) > limit else "")), False),
 
 
 # ---------------------------------------------------------------------------------------------

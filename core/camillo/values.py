@@ -266,6 +266,41 @@ class RecordContext:
 
 
 @dataclass(frozen=True)
+class ConversationInfo:
+    """A conversation as a list shows it: what it is called, where and when, who took part."""
+
+    conversation: str  # its id, as its records name it
+    compartment: str
+    title: str  # its title record's text, else the start of its first message, else its id
+    first: int | None  # its earliest record's time
+    last: int | None  # its latest record's time (last activity)
+    messages: int  # its messages (the title record not counted)
+    writers: tuple[str, ...]  # who wrote in it (device and agent names), most records first
+    source: str = ""  # where an import brought it from ("ChatGPT", "Claude"), else ""
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A record a search found, with the text around what matched: ``snippet`` is that text in
+    pieces, each marked True when it is a matched word (False: text around it)."""
+
+    record: RecordView
+    snippet: tuple[tuple[str, bool], ...]
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of a search: ``total`` records match in all; ``hits`` are those from ``offset`` on,
+    in ``order`` (relevance: best first; time: newest first)."""
+
+    query: str
+    order: str
+    total: int
+    offset: int
+    hits: list[SearchHit]
+
+
+@dataclass(frozen=True)
 class ActivityRow:
     """One batch: who wrote what, when, where, and how it was verified."""
 
@@ -422,6 +457,7 @@ __all__ = [
     "Authority",
     "Changes",
     "CompactionReport",
+    "ConversationInfo",
     "DeviceInfo",
     "ErasurePreview",
     "FactView",
@@ -438,6 +474,8 @@ __all__ = [
     "RecordView",
     "RecoveryPhrase",
     "RevocationReport",
+    "SearchHit",
+    "SearchPage",
     "SyncStatus",
     "Unlock",
     "VaultStats",

@@ -41,7 +41,7 @@ from .ops import (
 )
 from .ops.enrollment import JoinState, Offer
 from .ops.revocation import find_principal, revoke
-from .records import Authority, Kind
+from .records import Authority
 from .search import search, semantic_search
 from .session import Session
 from .session.genesis import create_vault
@@ -52,6 +52,7 @@ from .values import (
     DEFAULT_COMPARTMENTS,
     ActivityRow,
     CompactionReport,
+    ConversationInfo,
     DeviceInfo,
     ErasurePreview,
     GrantCreated,
@@ -65,6 +66,7 @@ from .values import (
     RecordContext,
     RecoveryPhrase,
     RevocationReport,
+    SearchPage,
     SyncStatus,
     Unlock,
     VaultStats,
@@ -138,17 +140,14 @@ class Vault:
     def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
              progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
              read_only: bool = False, re_register: bool = False) -> Vault:
-        """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
-        writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
-        verifies every file instead of resuming from the local cache (``camillo verify``).
-        ``read_only=True`` writes nothing at all: no vault file (no registration, no key rotation
-        after an erasure, no finishing of an interrupted write or credential change), no cache and
-        no device memory (which is still compared, so rollback alerts are reported; ``camillo verify``).
-        ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
-        called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
-        the open before anything is written.  An installation whose device another device revoked
-        is not registered again without ``re_register=True`` (it raises :class:`DeviceRevoked`, saying by
-        whom and when)."""
+        """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a writer
+        on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and verifies every
+        file (``camillo verify``).  ``read_only=True`` writes nothing at all: no vault file (registration,
+        key rotation after an erasure, finishing interrupted work), no cache, no device memory (still
+        compared: rollback alerts are reported).  ``home`` overrides CAMILLO_HOME.  ``progress(done,
+        total)`` is called while segments are read; raising :class:`~camillo.errors.Cancelled` from it
+        stops the open before anything is written.  A device another device revoked is not registered
+        again without ``re_register=True`` (:class:`DeviceRevoked`, saying by whom and when)."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
         try:
@@ -295,8 +294,20 @@ class Vault:
 
     @checked
     def timeline_ids(self, **filters: Any) -> list[bytes]:
+        """Ids in ``order`` (time, compartment, type, authority, writer or text; ``descending``)."""
         self.session.require_read()
-        return self.session.materialized.timeline_ids(**filters)
+        return reports.timeline_ids(self.session, **filters)
+
+    @checked
+    def conversations(self, **filters: Any) -> list[ConversationInfo]:
+        """Conversations, newest activity first (filters: ``text``, ``compartment``, ``agent``)."""
+        self.session.require_read()
+        return reports.conversations(self.session, **filters)
+
+    @checked
+    def conversation_ids(self, conversation: str, compartment: str, *, include_hidden: bool = False) -> list[bytes]:
+        self.session.require_read()
+        return reports.conversation_ids(self.session, conversation, compartment, include_hidden=include_hidden)
 
     @checked
     def records(self, ids_: Iterable[bytes]) -> list[RecordView]:
@@ -339,19 +350,7 @@ class Vault:
     def forgotten(self) -> list[tuple[RecordView, int | None]]:
         """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
         self.session.require_read()
-        state = self.session.materialized
-        out = []
-        visible = {v.id for v in state.timeline()}
-        for v in state.timeline(include_hidden=True):
-            if v.id in visible or v.kind not in (Kind.NOTE, Kind.PUT):
-                continue
-            when = state.forgotten_at(v.id)
-            if when is None and v.key is not None:
-                fv = state.fact(v.compartment_id, v.key)
-                if fv is not None and fv.status == "deleted" and fv.current is not None:
-                    when = fv.current.ts
-            out.append((v, when))
-        return out
+        return reports.forgotten(self.session)
 
     @checked
     def imported_keys(self, prefix: str = "") -> set[str]:
@@ -363,6 +362,12 @@ class Vault:
         """Full-text search with field modifiers (see :mod:`camillo.search`)."""
         self.session.require_read()
         return search(self.session.materialized, text, limit=limit)
+
+    @checked
+    def search_page(self, text: str, *, offset: int = 0, limit: int = 200, order: str = "relevance") -> SearchPage:
+        """A page of :meth:`search` (``order``: relevance or time), with the total and a snippet per hit."""
+        self.session.require_read()
+        return reports.search_page(self.session, text, offset=offset, limit=limit, order=order)
 
     @checked
     def semantic_search(self, text: str, embedder: Any, *, limit: int = 20) -> list[tuple[float, RecordView]]:

@@ -1,5 +1,6 @@
 """Reports about an open vault, for people: problems, sync state, devices, grants, activity, health,
-what an erasure would do, and a record's causal context.
+what an erasure would do, a record's causal context; and the reads that browse memory: the
+conversations, a conversation's messages, the timeline in any order, a page of search results.
 
 Each returns a value of :mod:`camillo.values`; nothing here writes.
 
@@ -10,19 +11,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
+from typing import Any
 
-from .. import slots
+from .. import search, slots
 from ..control import Revocation
 from ..credentials import CredentialKind
 from ..errors import UsageError, VaultError
 from ..names import kind_of
 from ..packs import PackReader
-from ..records import verify_batch_signature
+from ..records import Kind, verify_batch_signature
 from ..session import Session
 from ..state import RecordView, shown_ts
 from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
+    ConversationInfo,
     DeviceInfo,
     ErasurePreview,
     GrantInfo,
@@ -30,6 +34,8 @@ from ..values import (
     Notice,
     Problem,
     RecordContext,
+    SearchHit,
+    SearchPage,
     SyncStatus,
     VaultStats,
 )
@@ -371,3 +377,150 @@ def notices(session: Session) -> list[Notice]:
         detail = f": {status.details[0]}" if status.details else ""
         out.append(Notice("incomplete", f"this view of the vault may be incomplete ({status.state}){detail}"))
     return out
+
+
+# ---------------------------------------------------------------------------------- browsing memory
+
+_VISIBLE = "valid = 1 AND kind IN (1, 3)"
+TIMELINE_ORDERS = ("time", "compartment", "type", "authority", "writer", "text")
+
+
+def _scope(session: Session, include_hidden: bool, compartments: Iterable[bytes] | None,
+           conversation: str | None) -> tuple[str, list[Any]]:
+    where, args = [_VISIBLE], []
+    if not include_hidden:
+        where.append("hidden = 0")
+    if compartments is not None:
+        comps = list(compartments)
+        where.append(f"compartment IN ({','.join('?' * len(comps))})")
+        args += comps
+    if conversation is not None:
+        where.append("conversation = ?")
+        args.append(conversation)
+    return " AND ".join(where), args
+
+
+def timeline_ids(session: Session, *, order: str = "time", descending: bool = False, include_hidden: bool = False,
+                 compartments: Iterable[bytes] | None = None, conversation: str | None = None) -> list[bytes]:
+    """The timeline's record ids sorted by one of :data:`TIMELINE_ORDERS` (time, then ties in time
+    order); ``descending`` reverses the sort (newest first for time)."""
+    if order not in TIMELINE_ORDERS:
+        raise UsageError(f"order: use one of {', '.join(TIMELINE_ORDERS)}, not '{order}'")
+    state, roster = session.materialized, session.roster
+    if order == "time":
+        ids = state.timeline_ids(include_hidden=include_hidden, compartments=compartments, conversation=conversation)
+        return ids[::-1] if descending else ids
+    column = {"compartment": "compartment", "type": "coalesce(type, '')", "authority": "coalesce(effective, -1)",
+              "writer": "writer", "text": "lower(substr(text, 1, 80))"}[order]
+    where, args = _scope(session, include_hidden, compartments, conversation)
+    rows = state.db.execute(f"SELECT id, {column} FROM records WHERE {where} ORDER BY ts, lamport, idx, id",
+                            args).fetchall()
+    if order in ("compartment", "writer"):
+        name = roster.compartment_name if order == "compartment" else roster.writer_name
+        names: dict[bytes, str] = {}
+        keyed = [(rid, names.get(k) or names.setdefault(k, name(k).lower())) for rid, k in rows]
+        keyed.sort(key=lambda r: r[1], reverse=descending)
+        return [rid for rid, _ in keyed]
+    rows.sort(key=lambda r: r[1] if r[1] is not None else "", reverse=descending)
+    return [r[0] for r in rows]
+
+
+def forgotten(session: Session) -> list[tuple[RecordView, int | None]]:
+    """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
+    state = session.materialized
+    out = []
+    visible = {v.id for v in state.timeline()}
+    for v in state.timeline(include_hidden=True):
+        if v.id in visible or v.kind not in (Kind.NOTE, Kind.PUT):
+            continue
+        when = state.forgotten_at(v.id)
+        if when is None and v.key is not None:
+            fv = state.fact(v.compartment_id, v.key)
+            if fv is not None and fv.status == "deleted" and fv.current is not None:
+                when = fv.current.ts
+        out.append((v, when))
+    return out
+
+
+def conversation_ids(session: Session, conversation: str, compartment: str, *,
+                     include_hidden: bool = False) -> list[bytes]:
+    """The messages of one conversation (its title record left out), oldest first."""
+    cid = session.roster.compartment_id(compartment)
+    if cid is None or cid == session.roster.control_id:
+        raise UsageError(f"no compartment {compartment}")
+    where, args = _scope(session, include_hidden, [cid], conversation)
+    rows = session.materialized.db.execute(
+        f"SELECT id FROM records WHERE {where} AND (type IS NULL OR type != 'conversation') "
+        "ORDER BY ts, lamport, idx, id", args)
+    return [r[0] for r in rows]
+
+
+def conversations(session: Session, *, text: str | None = None, compartment: str | None = None,
+                  agent: str | None = None) -> list[ConversationInfo]:
+    """The conversations, newest activity first.  ``text``: only those whose title or messages
+    match its words and phrases (full text); ``compartment``: only those in it; ``agent``: only those
+    someone of that name (a device or an agent, any part of the name) wrote in, or an import of that
+    source brought."""
+    state, roster = session.materialized, session.roster
+    db = state.db
+    where, args = _scope(session, False, None, None)
+    if compartment is not None:
+        cid = roster.compartment_id(compartment)
+        if cid is None or cid == roster.control_id:
+            raise UsageError(f"no compartment {compartment} (have {', '.join(sorted(session.compartments))})")
+        where += " AND compartment = ?"
+        args.append(cid)
+    where += " AND conversation IS NOT NULL"
+    matching = search.conversations_matching(state, text) if text and text.strip() else None
+    found: dict[tuple[bytes, str], dict[str, Any]] = {}
+    for comp, conv, writer, n, msgs, first, last in db.execute(
+            "SELECT compartment, conversation, writer, count(*), sum(type IS NOT 'conversation'), min(ts), max(ts) "
+            f"FROM records WHERE {where} GROUP BY compartment, conversation, writer", args):
+        if matching is not None and (comp, conv) not in matching:
+            continue
+        c = found.setdefault((comp, conv), {"writers": {}, "messages": 0, "first": None, "last": None})
+        c["writers"][writer] = c["writers"].get(writer, 0) + n
+        c["messages"] += msgs
+        if first is not None and (c["first"] is None or first < c["first"]):
+            c["first"] = first
+        if last is not None and (c["last"] is None or last > c["last"]):
+            c["last"] = last
+    titles: dict[tuple[bytes, str], RecordView] = {}
+    title_rows = db.execute(f"SELECT compartment, conversation, id FROM records WHERE {where} AND type = 'conversation' "
+                            "ORDER BY ts, lamport, idx, id", args).fetchall()
+    wanted = [(comp, conv, rid) for comp, conv, rid in title_rows if (comp, conv) in found]
+    views = {v.id: v for v in state.records(rid for _, _, rid in wanted)}
+    for comp, conv, rid in wanted:
+        if rid in views:
+            titles.setdefault((comp, conv), views[rid])
+    untitled = {k for k in found if k not in titles or not titles[k].text.strip()}
+    openings: dict[tuple[bytes, str], str] = {}
+    if untitled:
+        for comp, conv, _first, opening in db.execute(
+                f"SELECT compartment, conversation, min(ts), substr(text, 1, 160) FROM records WHERE {where} "
+                "AND type IS NOT 'conversation' AND text != '' GROUP BY compartment, conversation", args):
+            if (comp, conv) in untitled:
+                openings[(comp, conv)] = " ".join(opening.split())
+    needle = agent.lower() if agent else None
+    out = []
+    for (comp, conv), c in found.items():
+        view = titles.get((comp, conv))
+        source = view.meta.get("source") if view is not None else None
+        source = source if isinstance(source, str) else ""
+        writers = tuple(roster.writer_name(w) for w, _ in sorted(c["writers"].items(), key=lambda x: (-x[1], x[0])))
+        if needle is not None and not any(needle in n.lower() for n in (*writers, source)):
+            continue
+        title = view.text.strip() if view is not None and view.text.strip() else openings.get((comp, conv)) or conv
+        out.append(ConversationInfo(conversation=conv, compartment=roster.compartment_name(comp), title=title,
+                                    first=c["first"], last=c["last"], messages=c["messages"], writers=writers,
+                                    source=source))
+    out.sort(key=lambda c: (-(c.last or 0), c.compartment, c.conversation))
+    return out
+
+
+def search_page(session: Session, text: str, *, offset: int = 0, limit: int = 200,
+                order: str = "relevance") -> SearchPage:
+    """One page of a full-text search, with how many records match in all and a snippet of each."""
+    total, found = search.search_page(session.materialized, text, offset=offset, limit=limit, order=order)
+    return SearchPage(query=text, order=order, total=total, offset=offset,
+                      hits=[SearchHit(record=v, snippet=snippet) for v, snippet in found])

@@ -1,0 +1,126 @@
+"""The reads that browse memory (what the desktop's Conversations, Timeline and Search views show):
+the list of conversations, a conversation's messages, the timeline in any order, and search pages
+with how many records match in all and a snippet of each."""
+
+from __future__ import annotations
+
+import pytest
+from camillo import NewRecord, Unlock, Vault
+from camillo.errors import UsageError
+
+from .helpers import switch_home
+
+DAY = 86400
+T0 = 1_760_000_000
+
+
+def msg(conv: str, role: str, text: str, ts: int) -> NewRecord:
+    return NewRecord(type="message", conversation=conv, role=role, text=text, ts=ts)
+
+
+@pytest.fixture
+def vault(new_vault):
+    _path, v, _phrase = new_vault
+    v.append([NewRecord(type="conversation", conversation="trip", title="Planning the trip", ts=T0),
+              msg("trip", "user", "Four days in Lisbon, walking and eating.", T0 + 1),
+              msg("trip", "assistant", "Alfama is best on foot.", T0 + 2)])
+    v.append([msg("bread", "user", "My sourdough starter smells of acetone.", T0 + 5 * DAY),
+              msg("bread", "assistant", "It is hungry: feed it twice a day.", T0 + 5 * DAY + 60)])
+    v.append([NewRecord(type="conversation", conversation="q3", title="Quarterly report", ts=T0 + 2 * DAY),
+              msg("q3", "user", "Tighten the summary, please.", T0 + 2 * DAY + 1)], compartment="work")
+    v.append([NewRecord(type="fact", key="user/home_city", value="Porto", ts=T0 + 3 * DAY)])
+    return v
+
+
+def test_conversations_newest_first_with_title_count_writers_and_compartment(vault):
+    found = vault.conversations()
+    assert [c.conversation for c in found] == ["bread", "q3", "trip"]
+    bread, q3, trip = found
+    assert trip.title == "Planning the trip" and trip.messages == 2 and trip.compartment == "personal"
+    assert (trip.first, trip.last) == (T0, T0 + 2)
+    assert trip.writers == ("test laptop",)
+    # Without a title record: the start of its first message.
+    assert bread.title == "My sourdough starter smells of acetone." and bread.messages == 2
+    assert bread.last == T0 + 5 * DAY + 60
+    assert q3.compartment == "work" and q3.title == "Quarterly report" and q3.messages == 1
+
+
+def test_conversations_filtered_by_text_compartment_and_agent(vault, new_vault, tmp_path, monkeypatch):
+    assert [c.conversation for c in vault.conversations(text="acetone")] == ["bread"]
+    assert [c.conversation for c in vault.conversations(text="trip")] == ["trip"]  # the title matches
+    assert [c.conversation for c in vault.conversations(text="lisbon foot")] == []  # both words in one record
+    assert [c.conversation for c in vault.conversations(compartment="work")] == ["q3"]
+    assert [c.conversation for c in vault.conversations(agent="LAPTOP")] == ["bread", "q3", "trip"]
+    assert vault.conversations(agent="planner") == []
+    with pytest.raises(UsageError, match="no compartment nowhere"):
+        vault.conversations(compartment="nowhere")
+    # Another writer joins a conversation: it is named, and the agent filter finds it.
+    path = new_vault[0]
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "phone")
+    with Vault.open(path, Unlock.passphrase("correct horse battery staple"), device_name="phone") as phone:
+        phone.append([msg("trip", "user", "And a day in Sintra.", T0 + 9 * DAY)])
+        assert [c.conversation for c in phone.conversations(agent="phone")] == ["trip"]
+        trip = phone.conversations()[0]
+        assert trip.conversation == "trip" and trip.messages == 3 and trip.last == T0 + 9 * DAY
+        assert set(trip.writers) == {"test laptop", "phone"}
+
+
+def test_a_forgotten_message_leaves_the_conversation_unless_asked_for(vault):
+    ids = vault.conversation_ids("trip", "personal")
+    assert [r.text for r in vault.records(ids)] == ["Four days in Lisbon, walking and eating.", "Alfama is best on foot."]
+    vault.forget(record=ids[1])
+    assert vault.conversation_ids("trip", "personal") == ids[:1]
+    assert vault.conversation_ids("trip", "personal", include_hidden=True) == ids
+    assert vault.conversations(text="trip")[0].messages == 1
+    assert vault.conversation_ids("trip", "work") == []
+    with pytest.raises(UsageError, match="no compartment"):
+        vault.conversation_ids("trip", "control")
+
+
+def test_search_pages_count_every_match_and_mark_the_matched_words(vault):
+    vault.append([msg(f"apples-{i // 50}", "user", f"Note {i}: green apples are sour, red apples are sweet.",
+                      T0 + 10 * DAY + i) for i in range(260)])
+    first = vault.search_page("apples", limit=200)
+    assert first.total == 260 and len(first.hits) == 200 and first.offset == 0 and first.order == "relevance"
+    rest = vault.search_page("apples", offset=200, limit=200)
+    assert rest.total == 260 and len(rest.hits) == 60
+    assert not {h.record.id for h in first.hits} & {h.record.id for h in rest.hits}
+    assert len(vault.search("apples")) == 200  # the plain search keeps its cap
+    snippet = first.hits[0].snippet
+    assert [text for text, matched in snippet if matched] == ["apples", "apples"]
+    assert "".join(text for text, _ in snippet).startswith("Note ")
+    by_time = vault.search_page("apples", order="time", limit=3)
+    assert [h.record.ts for h in by_time.hits] == [T0 + 10 * DAY + 259, T0 + 10 * DAY + 258, T0 + 10 * DAY + 257]
+
+
+def test_search_pages_without_words_phrases_and_bad_input(vault):
+    page = vault.search_page("type:message compartment:personal")
+    assert page.total == 4
+    assert page.hits[0].snippet == (("It is hungry: feed it twice a day.", False),)
+    phrase = vault.search_page('"best on foot"')
+    assert phrase.total == 1 and phrase.hits[0].snippet == (("Alfama is ", False), ("best on foot", True), (".", False))
+    fact = vault.search_page("porto").hits[0]
+    assert fact.record.key == "user/home_city" and fact.snippet == (("Porto", True),)  # not its key and type
+    assert vault.search_page("agent:nobody apples").total == 0
+    with pytest.raises(UsageError, match="order: use one of relevance, time"):
+        vault.search_page("apples", order="random")
+    with pytest.raises(UsageError, match="negative"):
+        vault.search_page("apples", offset=-1)
+
+
+def test_the_timeline_in_any_order(vault):
+    oldest_first = vault.timeline_ids()
+    assert vault.timeline_ids(order="time", descending=True) == oldest_first[::-1]
+    types = [r.type for r in vault.records(vault.timeline_ids(order="type"))]
+    assert types == sorted(types)
+    rows = vault.records(vault.timeline_ids(order="compartment", descending=True))
+    assert [r.compartment for r in rows][:2] == ["work", "work"]
+    # Ties keep time order.
+    personal = [r.ts for r in rows if r.compartment == "personal"]
+    assert personal == sorted(personal)
+    assert set(vault.timeline_ids(order="writer")) == set(oldest_first)
+    assert set(vault.timeline_ids(order="authority", compartments=[vault.compartment_id("work")])) == \
+        set(vault.timeline_ids(compartments=[vault.compartment_id("work")]))
+    with pytest.raises(UsageError, match="order: use one of time, compartment"):
+        vault.timeline_ids(order="colour")
