@@ -141,7 +141,7 @@ class UnlockDialog(BaseDialog):
         self.error = QLabel("")
         self.error.setTextFormat(Qt.TextFormat.PlainText)
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b91c1c;")
+        self.error.setObjectName("Error")
         lay.addWidget(self.error)
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
@@ -308,7 +308,7 @@ class SettingsDialog(BaseDialog):
         else:
             self.keychain.setText(f"Not in an OS keychain: {st.reason}. This computer's device key is sealed in "
                                   "its local state under the vault's keys, so it cannot unlock the vault by itself.")
-            self.keychain.setStyleSheet("color: #c2410c;")
+            self.keychain.setObjectName("Warning")
 
     def _save(self) -> None:
         self.settings.set(Setting.AUTO_LOCK_MINUTES, self.auto_lock.value())

@@ -118,7 +118,7 @@ class ConflictsView(View):
         self.result = QLabel("")
         self.result.setWordWrap(True)
         self.result.setTextFormat(Qt.TextFormat.PlainText)
-        self.result.setStyleSheet("color: #1e7d4f; font-weight: 600;")
+        self.result.setObjectName("Success")
         rl.addWidget(self.result)
         self.empty = muted_label("No open conflicts. When two copies of your vault are merged with different "
                                  "values for the same fact, they appear here.")

@@ -1,0 +1,472 @@
+"""One conversation as a thread: a bubble per message, loaded a page at a time.
+
+The user's words on the right, the assistant's on the left; tool, system and web content (and
+anything else an outside source wrote) full width, collapsed and marked until opened.  Each bubble
+shows its time, its writer and its authority badge, and its whole text: Markdown as plain rich text
+(:mod:`camillo_desktop.markdown`: nothing the record holds is interpreted as HTML, images are never
+loaded, links open only on a click), control and bidirectional characters made visible.  A message
+longer than :data:`BUBBLE_LIMIT` characters shows that much and offers the rest in a reader window
+(a plain-text editor lays out megabytes without stalling).
+
+Only the message ids of the conversation are fetched whole; messages are read and rendered on the
+vault worker a page (:data:`PAGE`) at a time, around the message asked for (or the latest), and
+further pages as the person scrolls towards either end.  At most :data:`WINDOW` bubbles exist at
+once: pages far from what is shown are dropped, and the scroll position is kept on the message in
+view while pages come and go.  A message opened from elsewhere is scrolled to and highlighted.
+
+GUI thread only; :func:`prepare` runs on the vault worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from camillo import RecordView
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .. import theme
+from ..guard import qt_virtual
+from ..markdown import LINK_SCHEMES, Colors, render
+from ..models import fmt_time
+from ..text import safe_text
+from ..widgets import Badge
+
+PAGE = 40  # messages read and rendered per job
+WINDOW = 160  # bubbles alive at most
+EDGE = 600  # pixels from an end of the scroll range at which the next page is fetched
+BUBBLE_LIMIT = 100_000  # characters rendered in a bubble; the rest in the reader window
+
+USER_ROLES = frozenset({"user", "human"})
+ASSISTANT_ROLES = frozenset({"assistant", "model", "agent", "ai"})
+OTHER_LABELS = {"tool": "Tool output", "function": "Tool output", "system": "System message", "web": "Web content",
+                "developer": "Instructions to the assistant"}
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message ready to show (made on the worker by :func:`prepare`)."""
+
+    record: RecordView
+    side: str  # user | assistant | other (collapsed)
+    label: str  # who speaks, in words: "You", "Assistant", "Tool output" ...
+    html: str  # its text rendered (its first BUBBLE_LIMIT characters)
+    truncated: bool  # the text is longer than what html shows
+
+
+def side_of(v: RecordView) -> tuple[str, str]:
+    """(side, label) of a message: who speaks, and whether it is shown collapsed."""
+    role = (v.role or "").lower()
+    if role in USER_ROLES and v.effective_label != "external":
+        return "user", "You"
+    if role in ASSISTANT_ROLES and v.effective_label != "external":
+        model = v.meta.get("model")
+        return "assistant", "Assistant" + (f" ({model})" if isinstance(model, str) and model else "")
+    if role in OTHER_LABELS:
+        return "other", OTHER_LABELS[role]
+    if v.effective_label == "external":
+        return "other", "Content from an outside source"
+    return "other", (role.capitalize() if role else (v.type or "record").capitalize())
+
+
+def prepare(records: list[RecordView], colors: Colors) -> list[Message]:
+    """On the worker: render each message (only its first BUBBLE_LIMIT characters)."""
+    out = []
+    for v in records:
+        side, label = side_of(v)
+        text = v.text or ("(erased)" if v.erased else "")
+        out.append(Message(v, side, label, render(text[:BUBBLE_LIMIT], colors), len(text) > BUBBLE_LIMIT))
+    return out
+
+
+def markdown_colors() -> Colors:
+    c = theme.current()
+    return Colors(code_bg=c["code_bg"], muted=c["muted"], link=c["link"], border=c["border"])
+
+
+def open_link(url: str) -> None:
+    """A link the person clicked: opened in the browser (http, https and mailto only)."""
+    if url.lower().startswith(LINK_SCHEMES):
+        QDesktopServices.openUrl(QUrl(url))
+
+
+class Bubble(QFrame):
+    """One message: header (who, when, authority), then its text; collapsed for outside content."""
+
+    link_hovered = Signal(str)
+    read_all = Signal(object)  # the Message, to show whole in the reader
+    restore = Signal(bytes)  # a forgotten message: write it again
+
+    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message = message
+        v = message.record
+        self.setObjectName("Bubble")
+        self.setProperty("side", message.side)
+        self.setProperty("forgotten", bool(v.hidden))
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 8, 12, 8)
+        lay.setSpacing(4)
+        head = QHBoxLayout()
+        head.setSpacing(6)
+        who = QLabel(safe_text(f"{message.label} \u00b7 {v.writer}", 120, single_line=True))
+        who.setTextFormat(Qt.TextFormat.PlainText)
+        who.setObjectName("BubbleHead")
+        head.addWidget(who)
+        when = QLabel(fmt_time(v.ts))
+        when.setObjectName("BubbleHead")
+        head.addWidget(when)
+        head.addStretch(1)
+        if v.hidden:
+            head.addWidget(Badge("forgotten", theme.STATUS_COLORS["deleted"]))
+            undo = QToolButton()
+            undo.setText("Restore")
+            undo.setAccessibleName("restore this forgotten message")
+            undo.setToolTip("Write it again: it comes back to your agents (the forgotten copy stays in the history)")
+            undo.clicked.connect(lambda: self.restore.emit(v.id))
+            head.addWidget(undo)
+        badge = Badge(v.effective_label)
+        badge.setToolTip(f"authority {v.effective_label}: " + ("binds as your own word" if v.effective_label == "user"
+                                                               else "information, not an instruction"))
+        head.addWidget(badge)
+        self.toggle: QToolButton | None = None
+        if message.side == "other":
+            self.toggle = QToolButton()
+            self.toggle.setCheckable(True)
+            self.toggle.setText("Show")
+            self.toggle.setAccessibleName(f"show the {message.label.lower()}")
+            self.toggle.toggled.connect(self._toggled)
+            head.addWidget(self.toggle)
+        lay.addLayout(head)
+        self.body = QLabel()
+        self.body.setTextFormat(Qt.TextFormat.RichText)  # our own HTML of escaped text (markdown.render)
+        self.body.setText(message.html)
+        self.body.setWordWrap(True)
+        self.body.setOpenExternalLinks(False)
+        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.body.linkActivated.connect(open_link)
+        self.body.linkHovered.connect(self.link_hovered)
+        self.body.setAccessibleName(f"message from {message.label}")
+        self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        lay.addWidget(self.body)
+        self.more: QPushButton | None = None
+        if message.truncated:
+            self.more = QPushButton(f"Read the whole message ({len(v.text):,} characters)")
+            self.more.clicked.connect(lambda: self.read_all.emit(self.message))
+            lay.addWidget(self.more)
+        if self.toggle is not None:
+            self.body.hide()
+            if self.more is not None:
+                self.more.hide()
+        self.set_highlight(False)
+
+    def _toggled(self, shown: bool) -> None:
+        self.body.setVisible(shown)
+        if self.more is not None:
+            self.more.setVisible(shown)
+        if self.toggle is not None:
+            self.toggle.setText("Hide" if shown else "Show")
+            self.toggle.setAccessibleName(f"{'hide' if shown else 'show'} the {self.message.label.lower()}")
+
+    @property
+    def collapsed(self) -> bool:
+        return self.toggle is not None and not self.toggle.isChecked()
+
+    def expand(self) -> None:
+        if self.toggle is not None:
+            self.toggle.setChecked(True)
+
+    def set_highlight(self, on: bool) -> None:
+        c = theme.current()
+        background = {"user": c["bubble_user"], "assistant": c["bubble_assistant"]}.get(self.message.side,
+                                                                                     c["bubble_other"])
+        border = f"2px solid {c['accent']}" if on else (
+            f"1px dashed {c['control']}" if self.message.side == "other" else f"1px solid {c['border']}")
+        self.setStyleSheet(f"QFrame#Bubble {{ background: {background}; border: {border}; border-radius: 10px; }}"
+                           f"QLabel#BubbleHead {{ color: {c['muted']}; }}")
+        self.highlighted = on
+
+
+class ReaderDialog(QWidget):
+    """A message too long for a bubble, whole, as plain text (escaped)."""
+
+    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.setWindowTitle(safe_text(f"{message.label}, {fmt_time(message.record.ts)}", 120, single_line=True))
+        self.resize(900, 700)
+        lay = QVBoxLayout(self)
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setPlainText(safe_text(message.record.text))
+        self.text.setAccessibleName("the whole message")
+        lay.addWidget(self.text)
+
+
+class ThreadView(QWidget):
+    """The messages of one conversation (see the module docstring)."""
+
+    shown = Signal()  # the first page of a conversation is on screen
+    status_message = Signal(str)
+    restore_requested = Signal(bytes)
+
+    def __init__(self, client: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.client = client
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.area = QScrollArea()
+        self.area.setWidgetResizable(True)
+        self.area.setFrameShape(QFrame.Shape.NoFrame)
+        self.area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.area.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.area.setAccessibleName("conversation thread")
+        self.container = QWidget()
+        self.container.setObjectName("Thread")
+        self.column = QVBoxLayout(self.container)
+        self.column.setContentsMargins(8, 8, 8, 8)
+        self.column.setSpacing(10)
+        self.top = QLabel("")
+        self.top.setObjectName("Muted")
+        self.top.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.bottom = QLabel("")
+        self.bottom.setObjectName("Muted")
+        self.bottom.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.column.addWidget(self.top)
+        self.column.addWidget(self.bottom)
+        self.column.addStretch(1)
+        self.area.setWidget(self.container)
+        lay.addWidget(self.area)
+        self.area.verticalScrollBar().valueChanged.connect(lambda _v: self._near_an_end())
+        self.area.viewport().installEventFilter(self)
+        for keys, slot in ((QKeySequence.StandardKey.MoveToEndOfDocument, self.go_to_end),
+                           (QKeySequence.StandardKey.MoveToStartOfDocument, self.go_to_start)):
+            sc = QShortcut(QKeySequence(keys), self.area)
+            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            sc.activated.connect(slot)
+        self.ids: list[bytes] = []
+        self.lo = self.hi = 0  # the bubbles shown are messages ids[lo:hi]
+        self.bubbles: list[Bubble] = []
+        self.key: tuple[str, str] | None = None  # (compartment, conversation)
+        self.include_hidden = False
+        self.focus_id: bytes | None = None
+        self._token = 0  # a newer conversation (or reload) makes older answers stale
+        self._loading = False
+
+    # ---------------------------------------------------------------------------- opening
+
+    def show_conversation(self, conversation: str, compartment: str, focus: bytes | None = None, *,
+                          include_hidden: bool | None = None) -> None:
+        """Show ``conversation``: around the message ``focus`` (scrolled to and highlighted), else its latest."""
+        if include_hidden is not None:
+            self.include_hidden = include_hidden
+        self.key = (compartment, conversation)
+        self._token += 1
+        token, hidden, colors = self._token, self.include_hidden, markdown_colors()
+        self._loading = True
+
+        def job(ctx: Any) -> tuple[list[bytes], int, int, list[Message]]:
+            ids = ctx.vault.conversation_ids(conversation, compartment, include_hidden=hidden)
+            if focus is not None and focus in ids:
+                at = ids.index(focus)
+                lo = max(0, min(at - PAGE // 2, len(ids) - PAGE))
+            else:
+                lo = max(0, len(ids) - PAGE)
+            hi = min(len(ids), lo + PAGE)
+            return ids, lo, hi, prepare(ctx.vault.records(ids[lo:hi]), colors)
+
+        def done(result: tuple[list[bytes], int, int, list[Message]]) -> None:
+            if token != self._token:
+                return
+            self._loading = False
+            ids, lo, hi, messages = result
+            self._clear_bubbles()
+            self.ids, self.lo, self.hi = ids, lo, lo
+            self.focus_id = focus if focus in ids else None
+            self._insert(messages, at_top=False)
+            self.hi = hi
+            self._update_ends()
+            QTimer.singleShot(0, lambda: self._scroll_after_open(token))
+
+        self.client.submit(job, done, self._failed, context=self, label="opening a conversation")
+
+    def _failed(self, exc: BaseException) -> None:
+        self._loading = False
+        self.status_message.emit(safe_text(str(exc), 300, single_line=True))
+
+    def _scroll_after_open(self, token: int) -> None:
+        if token != self._token:
+            return
+        self.container.layout().activate()
+        target = self.bubble_of(self.focus_id) if self.focus_id else None
+        if target is not None:
+            target.expand()
+            target.set_highlight(True)
+            self.container.layout().activate()
+            bar = self.area.verticalScrollBar()
+            bar.setValue(max(0, target.y() - max(0, (self.area.viewport().height() - target.height()) // 3)))
+        else:
+            bar = self.area.verticalScrollBar()
+            bar.setValue(bar.maximum())
+        self.shown.emit()
+
+    def clear(self) -> None:
+        self._token += 1
+        self._loading = False
+        self._clear_bubbles()
+        self.ids, self.lo, self.hi, self.key, self.focus_id = [], 0, 0, None, None
+        self._update_ends()
+
+    def _clear_bubbles(self) -> None:
+        for b in self.bubbles:
+            self.column.removeWidget(b.holder)
+            b.holder.deleteLater()
+        self.bubbles = []
+
+    # ---------------------------------------------------------------------------- pages
+
+    def _insert(self, messages: list[Message], *, at_top: bool) -> None:
+        new = []
+        for m in messages:
+            b = Bubble(m, self.container)
+            b.link_hovered.connect(lambda url: self.status_message.emit(safe_text(url, 400, single_line=True)))
+            b.read_all.connect(lambda msg: ReaderDialog(msg, self.window()).show())
+            b.restore.connect(self.restore_requested)
+            if m.record.id == self.focus_id:
+                b.set_highlight(True)
+            new.append(b)
+        holders = [self._holder(b) for b in new]
+        first_index = 1 if at_top else 1 + len(self.bubbles)  # after the "top" label
+        for offset, holder in enumerate(holders):
+            self.column.insertWidget(first_index + offset, holder)
+        self.bubbles = new + self.bubbles if at_top else self.bubbles + new
+
+    def _holder(self, bubble: Bubble) -> QWidget:
+        """The bubble in a row: the user's on the right, the assistant's on the left, others full width."""
+        row = QWidget(self.container)
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        side = bubble.message.side
+        if side == "user":
+            h.addStretch(1)
+        h.addWidget(bubble, 4 if side != "other" else 1)
+        if side == "assistant":
+            h.addStretch(1)
+        bubble.holder = row
+        return row
+
+    def bubble_of(self, rid: bytes | None) -> Bubble | None:
+        return next((b for b in self.bubbles if b.message.record.id == rid), None)
+
+    def _update_ends(self) -> None:
+        self.top.setText(f"\u2191 {self.lo:,} earlier message{'s' if self.lo != 1 else ''}" if self.lo else
+                         ("Start of the conversation" if self.ids else ""))
+        after = len(self.ids) - self.hi
+        self.bottom.setText(f"\u2193 {after:,} later message{'s' if after != 1 else ''}" if after > 0 else "")
+
+    def _near_an_end(self) -> None:
+        if self._loading or not self.ids:
+            return
+        bar = self.area.verticalScrollBar()
+        if bar.value() < EDGE and self.lo > 0:
+            self._load(before=True)
+        elif bar.maximum() - bar.value() < EDGE and self.hi < len(self.ids):
+            self._load(before=False)
+
+    def _load(self, *, before: bool) -> None:
+        lo, hi = (max(0, self.lo - PAGE), self.lo) if before else (self.hi, min(len(self.ids), self.hi + PAGE))
+        ids = self.ids[lo:hi]
+        token, colors = self._token, markdown_colors()
+        self._loading = True
+
+        def done(messages: list[Message]) -> None:
+            if token != self._token:
+                return
+            self._loading = False
+            anchor = self._anchor()
+            self._insert(messages, at_top=before)
+            if before:
+                self.lo = lo
+            else:
+                self.hi = hi
+            self._evict(keep_top=not before)
+            self._update_ends()
+            self._restore(anchor)
+
+        self.client.submit(lambda ctx: prepare(ctx.vault.records(ids), colors), done, self._failed, context=self,
+                           label="reading messages")
+
+    def _evict(self, *, keep_top: bool) -> None:
+        """Drop the bubbles farthest from what is shown, past WINDOW."""
+        while len(self.bubbles) > WINDOW:
+            b = self.bubbles.pop(-1 if keep_top else 0)
+            if keep_top:
+                self.hi -= 1
+            else:
+                self.lo += 1
+            self.column.removeWidget(b.holder)
+            b.holder.deleteLater()
+
+    def _anchor(self) -> tuple[Bubble, int] | None:
+        """The first bubble in view and its distance from the top of the view."""
+        top = self.area.verticalScrollBar().value()
+        for b in self.bubbles:
+            y = b.holder.y()
+            if y + b.holder.height() > top:
+                return b, y - top
+        return None
+
+    def _restore(self, anchor: tuple[Bubble, int] | None) -> None:
+        self.container.layout().activate()
+        if anchor is not None and anchor[0] in self.bubbles:
+            b, offset = anchor
+            self.area.verticalScrollBar().setValue(b.holder.y() - offset)
+
+    # ---------------------------------------------------------------------------- moving
+
+    def go_to_end(self) -> None:
+        if self.key is not None:
+            if self.hi >= len(self.ids):
+                bar = self.area.verticalScrollBar()
+                bar.setValue(bar.maximum())
+            else:
+                self.show_conversation(self.key[1], self.key[0])
+
+    def go_to_start(self) -> None:
+        if self.key is None or not self.ids:
+            return
+        if self.lo == 0:
+            self.area.verticalScrollBar().setValue(0)
+        else:
+            self.show_conversation(self.key[1], self.key[0], self.ids[0])
+
+    def reload(self) -> None:
+        """The vault changed: show the conversation again, on the message in view (or the latest when
+        the end was in view, so that a new message appears)."""
+        if self.key is None:
+            return
+        bar = self.area.verticalScrollBar()
+        at_end = self.hi >= len(self.ids) and bar.maximum() - bar.value() < 40
+        anchor = self._anchor()
+        focus = self.focus_id if self.focus_id else (None if at_end or anchor is None else anchor[0].message.record.id)
+        self.show_conversation(self.key[1], self.key[0], focus)
+
+    @qt_virtual(False)
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self._near_an_end)  # a taller view may need the next page
+        return False
