@@ -2,10 +2,12 @@
 
 ``camillo-desktop [VAULT]`` opens a vault folder or ``.vmem`` file (asking how to unlock it);
 without one it shows the welcome screen (create, open, recent vaults, try the demo).
+Cancelling the unlock dialog leaves the window on a locked screen, with its menus.
 ``--demo`` builds a fresh demo vault and opens it (``--demo-dir DIR`` keeps it in DIR and reuses
 it next time).  ``--view NAME --screenshot OUT.png`` renders the main window at 1280x800 on that view
 once its data has loaded, saves it and exits (works under ``QT_QPA_PLATFORM=offscreen`` and under
-Xvfb).  An unknown ``--view`` is refused at once (exit 2, with the list of views).  Demo vaults built
+Xvfb; ``QT_SCALE_FACTOR=2`` renders at scale 2); ``--view conversations`` shows the demo's newest
+conversation.  An unknown ``--view`` is refused at once (exit 2, with the list of views).  Demo vaults built
 in a temporary folder (``--demo`` without ``--demo-dir``, or "Try the demo vault" on the welcome
 screen) are removed on quit.
 
@@ -37,8 +39,8 @@ from typing import Any
 APP_ID = "org.camillo.Camillo"
 # Every view --view accepts (MainWindow.pages; a test checks they agree).  Kept here so that a typo is
 # refused before Qt starts.
-VIEW_NAMES = ("timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity", "health",
-              "search")
+VIEW_NAMES = ("conversations", "timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity",
+              "health", "search")
 GC_THRESHOLD0 = 5_000
 
 
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         app.quit()
 
     if args.screenshot:
-        target = args.view or "timeline"
+        target = args.view or "conversations"
         saved = {"done": False}
 
         def save() -> None:
@@ -180,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.vault:
         from .dialogs import UnlockDialog
 
-        info = UnlockDialog.ask(client, os.path.abspath(args.vault))
-        if info is None:
-            client.shutdown()
-            return 0
-        opened(info)
+        path = os.path.abspath(args.vault)
+        info = UnlockDialog.ask(client, path)
+        if info is None:  # cancelled: the window shows the vault locked, its menus at hand
+            window.show_locked(path)
+            window.show()
+        else:
+            opened(info)
     else:
         from .welcome import WelcomeWindow
 

@@ -17,12 +17,13 @@ only.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from camillo import Cancelled
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -53,6 +54,7 @@ from .text import safe_text
 from .views.activity import ActivityView
 from .views.base import View
 from .views.conflicts import ConflictsView
+from .views.conversations import ConversationsView
 from .views.devices import DevicesView
 from .views.enroll import EnrollView
 from .views.facts import FactsView
@@ -61,12 +63,19 @@ from .views.health import HealthView
 from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
+from .live import LiveRefresh
+from .merging import MergeDialog
+from .search_help import help_button
+from .undo import UndoBar, restore_job
 from .widgets import Clipboard, muted_label
 from .worker import Changed, describe
 
 # The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
-VIEW_CLASSES: list[type[View]] = [TimelineView, FactsView, ConflictsView, InboxView, GrantsView, DevicesView,
-                                  EnrollView, ActivityView, HealthView]
+VIEW_CLASSES: list[type[View]] = [ConversationsView, TimelineView, FactsView, ConflictsView, InboxView, GrantsView,
+                                  DevicesView, EnrollView, ActivityView, HealthView]
+FIRST_VIEW = "conversations"  # shown first on a new installation
+NARROW = 900  # below this window width the sidebar shows icons only
+SIDEBAR_WIDE, SIDEBAR_NARROW = 210, 56
 
 
 class IdleWatcher(QObject):
@@ -126,10 +135,10 @@ class MainWindow(QMainWindow):
         outer.setSpacing(0)
         self.sidebar = QWidget()
         self.sidebar.setObjectName("Sidebar")
-        self.sidebar.setFixedWidth(210)
+        self.sidebar.setFixedWidth(SIDEBAR_WIDE)
         side = QVBoxLayout(self.sidebar)
         side.setContentsMargins(8, 14, 8, 10)
-        brand = QLabel("Camillo")
+        self.brand = brand = QLabel("Camillo")
         brand.setStyleSheet("font-size: 20px; font-weight: 700; padding: 0 10px 2px 10px;")
         side.addWidget(brand)
         self.vault_name = QLabel("")
@@ -160,9 +169,11 @@ class MainWindow(QMainWindow):
         self.search.setObjectName("SearchField")
         self.search.setPlaceholderText("Search memory \u2014 words, \"phrases\", type:message, key:user/*, is:pending \u2026  (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
-        self.search.setAccessibleName("search")
+        self.search.setAccessibleName("search memory")
         self.search.returnPressed.connect(self._search)
         bl.addWidget(self.search, 1)
+        self.search_help_button, self.search_help = help_button(self.search, self)
+        bl.addWidget(self.search_help_button)
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(90)
@@ -175,6 +186,12 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.notice_bar)
         self.stack = QStackedWidget()
         rl.addWidget(self.stack, 1)
+        self.undo_bar = UndoBar()
+        self.undo_bar.undo_requested.connect(self._undo)
+        undo_row = QHBoxLayout()
+        undo_row.setContentsMargins(16, 0, 16, 6)
+        undo_row.addWidget(self.undo_bar)
+        rl.addLayout(undo_row)
         self.locked_page = self._build_locked_page()
         self.stack.addWidget(self.locked_page)
         self._locked_path: str | None = None  # the vault this window shows, while it is locked
@@ -185,6 +202,8 @@ class MainWindow(QMainWindow):
         self.pages: dict[str, View] = {}  # the views the stack shows, by name (search included)
         for cls in VIEW_CLASSES:
             self._add_view(cls)
+        self.live = LiveRefresh(self)
+        self._live_enabled = bool(settings.get(Setting.LIVE))
         self.search_view = SearchView(client, self)
         self._wire_view(self.search_view)
         self.stack.addWidget(self.search_view)
@@ -219,6 +238,7 @@ class MainWindow(QMainWindow):
         geometry = settings.get(Setting.WINDOW_GEOMETRY)
         if geometry:
             self.restoreGeometry(geometry)
+        self.fit_to_screen()
 
     # ------------------------------------------------------------------ construction
 
@@ -249,11 +269,14 @@ class MainWindow(QMainWindow):
             act = self.import_menu.addAction(label)
             act.setStatusTip(tip)
             act.triggered.connect(lambda _=False, k=kind: self.import_from(k))
+        self.merge_action = file_menu.addAction("&Merge another copy\u2026")
+        self.merge_action.setStatusTip("Bring in what another copy of this vault (a folder or a .vmem file) has")
+        self.merge_action.triggered.connect(self.merge_copy)
         self.export_menu = file_menu.addMenu("&Export")
         for kind, label in EXPORT_KINDS.items():
             act = self.export_menu.addAction(label)
             act.triggered.connect(lambda _=False, k=kind: export_vault(self, k))
-        for m in (self.import_menu, self.export_menu):
+        for m in (self.import_menu, self.export_menu, self.merge_action):
             m.setEnabled(False)  # until a vault is open
         file_menu.addSeparator()
         for a in (Action.SETTINGS, None, Action.QUIT):
@@ -314,6 +337,10 @@ class MainWindow(QMainWindow):
         view.loaded.connect(lambda n=view.name: self.view_ready.emit(n))
         view.navigate.connect(self.show_view)
         view.status_message.connect(lambda m: self.statusBar().showMessage(m, 8000))
+        detail = getattr(view, "detail", None)
+        if detail is not None:
+            detail.thread_requested.connect(self.open_in_thread)
+            detail.restore_requested.connect(self.restore_record)
 
     # ------------------------------------------------------------------ vault lifecycle
 
@@ -328,18 +355,21 @@ class MainWindow(QMainWindow):
         self.search.setEnabled(True)
         self._update_status(info)
         self.notice_bar.show_notices(info["vault_id"], info.get("notices", []))
-        timeline = self.pages.get("timeline")
-        if isinstance(timeline, TimelineView):
-            timeline.set_compartments(info["compartments"])
+        for page in self.pages.values():
+            if hasattr(page, "set_compartments"):
+                page.set_compartments(info["compartments"])
         for v in self.pages.values():
             v._stale = True
         self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES))
         for a, spec in SPECS.items():
             self.actions_[a].setEnabled(True)
         self.import_menu.setEnabled(not info.get("read_only") and not info.get("agent"))
+        self.merge_action.setEnabled(not info.get("read_only") and not info.get("agent"))
         self.export_menu.setEnabled(True)
+        if self._live_enabled:
+            self.live.start(info["path"])
         last = self.settings.get(Setting.LAST_VIEW)
-        self.show_view(last if last in self.pages and last != "search" else "timeline")
+        self.show_view(last if last in self.pages and last != "search" else FIRST_VIEW)
 
     def _update_status(self, info: dict[str, Any]) -> None:
         name = safe_text(info["name"], 80, single_line=True)
@@ -349,8 +379,7 @@ class MainWindow(QMainWindow):
         # The core's details name batches and epochs: the person gets the desktop's own words.
         sync = info.get("sync", "")
         self.status_sync.setText(f"\u25cf {sync_label(sync)}")
-        self.status_sync.setStyleSheet(f"color: {theme.SYNC_COLORS.get(sync, theme.UNKNOWN_SYNC_COLOR)}; "
-                                       "font-weight: 600;")
+        self.status_sync.setStyleSheet(f"color: {theme.sync_color(sync)}; font-weight: 600;")
         self.status_sync.setToolTip(sync_explanation(sync))
 
     def _reported(self, report: dict[str, Any]) -> None:
@@ -361,19 +390,22 @@ class MainWindow(QMainWindow):
         self._update_status(self.info)
         self.notice_bar.show_notices(report["vault_id"], report["notices"])
 
+    @staticmethod
+    def refresh_job(ctx: Any) -> Changed:
+        """On the worker: read what other devices and agents wrote (the Changes) and describe the vault."""
+        changes = ctx.vault.refresh()
+        return Changed(changes, describe(ctx.vault))
+
     def refresh(self) -> None:
         if not self.client.is_open:
             return
+        self.client.mutate(self.refresh_job, self.refreshed, self.show_error, context=self, label="refreshing")
 
-        def job(ctx):
-            changes = ctx.vault.refresh()
-            return Changed(changes, describe(ctx.vault))
-
-        def done(result: Changed) -> None:
-            self.info = result.value
-            self._update_status(self.info)
-
-        self.client.mutate(job, done, self.show_error, context=self, label="refreshing")
+    def refreshed(self, result: Changed) -> None:
+        if not self.client.is_open or self._locked_path is not None:
+            return
+        self.info = result.value
+        self._update_status(self.info)
 
     @property
     def locked(self) -> bool:
@@ -395,10 +427,14 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Locked after inactivity", 10000)
             self.client.lock()
 
-    def _locked(self) -> None:
+    def _locked(self, ask: bool = True) -> None:
         self.idle.arm(0)
+        self.live.stop()
+        self.undo_bar.dismiss()
+        self.search_help.hide()
         self.import_menu.setEnabled(False)
         self.export_menu.setEnabled(False)
+        self.merge_action.setEnabled(False)
         self._close_record_windows()
         for v in self.pages.values():
             v.clear()
@@ -421,7 +457,7 @@ class MainWindow(QMainWindow):
         self._clear_nav()
         self.stack.setCurrentWidget(self.locked_page)
         self._show_lock_action(locked=True)
-        if self.isVisible() and not getattr(self, "_quitting", False):
+        if ask and self.isVisible() and not getattr(self, "_quitting", False):
             self._schedule_unlock()
 
     def _show_lock_action(self, *, locked: bool) -> None:
@@ -538,6 +574,39 @@ class MainWindow(QMainWindow):
     def show_records(self, ids: list[bytes], title: str) -> None:
         RecordsDialog(self.client, ids, title, self).show()
 
+    def open_in_thread(self, rid: bytes) -> None:
+        """Show the message ``rid`` in its conversation, scrolled to it and highlighted."""
+        self.show_view("conversations", rid)
+
+    def restore_record(self, rid: bytes) -> None:
+        """A forgotten record, written again (a new record; the forgotten one stays in the history)."""
+        job = restore_job(rid)
+        self.client.mutate(lambda ctx: job(ctx.vault), lambda _c: self.statusBar().showMessage(
+            "Restored: your agents see it again.", 8000), self.show_error, context=self, label="restoring")
+
+    def offer_undo(self, text: str, job: Any, undone: str) -> None:
+        """After an action: say what was done, with Undo for a few seconds (see camillo_desktop.undo)."""
+        self.undo_bar.offer(text, job, undone)
+
+    def _undo(self, job: Any, undone: str) -> None:
+        self.client.mutate(lambda ctx: job(ctx.vault), lambda _c: self.statusBar().showMessage(undone, 8000),
+                           self.show_error, context=self, label="undoing")
+
+    def merge_copy(self) -> MergeDialog | None:
+        """Vault → Merge another copy."""
+        if not self.client.is_open or self.info.get("read_only"):
+            Ask.inform(self, "Merge another copy", "Open a vault you can write to first.")
+            return None
+        dlg = MergeDialog(self)
+        dlg.open()
+        return dlg
+
+    def show_locked(self, path: str) -> None:
+        """The unlock dialog was cancelled at start: the window shows the vault as locked, with its
+        menus (open, create, unlock again)."""
+        self.info = {"path": path, "name": os.path.basename(path.rstrip("/")) or path}
+        self._locked(ask=False)
+
     # ------------------------------------------------------------------ helpers
 
     def _busy_changed(self, busy: bool) -> None:
@@ -631,6 +700,50 @@ class MainWindow(QMainWindow):
             self.search.clear()
             return
         super().keyPressEvent(event)
+
+    def fit_to_screen(self) -> None:
+        """Keep the window inside the screen's available area (at any scale factor): a remembered or
+        default size larger than the screen shrinks to it, a window off the screen moves back."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        extra_w, extra_h = frame.width() - self.width(), frame.height() - self.height()
+        w = min(self.width(), area.width() - extra_w)
+        h = min(self.height(), area.height() - extra_h)
+        if (w, h) != (self.width(), self.height()):
+            self.resize(max(w, 320), max(h, 240))
+        frame = self.frameGeometry()
+        x = min(max(frame.x(), area.x()), area.right() - frame.width() + 1)
+        y = min(max(frame.y(), area.y()), area.bottom() - frame.height() + 1)
+        if (x, y) != (frame.x(), frame.y()):
+            self.move(x, y)
+
+    @property
+    def sidebar_collapsed(self) -> bool:
+        return self.sidebar.width() == SIDEBAR_NARROW
+
+    def _fit_sidebar(self) -> None:
+        """Below NARROW pixels of width the sidebar shows its views' icons only (names in tooltips)."""
+        narrow = self.width() < NARROW
+        if narrow == self.sidebar_collapsed:
+            return
+        self.sidebar.setFixedWidth(SIDEBAR_NARROW if narrow else SIDEBAR_WIDE)
+        self.brand.setVisible(not narrow)
+        self.vault_name.setVisible(not narrow)
+        self.lock_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly if narrow
+                                            else Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for row in range(self.nav.count()):
+            item = self.nav.item(row)
+            title = item.data(Qt.ItemDataRole.AccessibleTextRole)
+            item.setText("" if narrow else title)
+            item.setToolTip(title if narrow else "")
+
+    @qt_virtual()
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit_sidebar()
 
     @qt_virtual()
     def closeEvent(self, event) -> None:

@@ -62,6 +62,18 @@ def fmt_time(ts: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else ""
 
 
+def fmt_when(ts: int | None, now: float | None = None) -> str:
+    """A short time for lists: the hour today, the day this year, the date before."""
+    if not ts:
+        return ""
+    t, today = time.localtime(ts), time.localtime(now)
+    if t[:3] == today[:3]:
+        return time.strftime("%H:%M", t)
+    if t.tm_year == today.tm_year:
+        return time.strftime("%d %b", t)
+    return time.strftime("%Y-%m-%d", t)
+
+
 def _summary_source(v: RecordView) -> str:
     text = v.text[: SUMMARY + 1] if v.text else v.text  # never copy more of a huge text than is shown
     if v.key:

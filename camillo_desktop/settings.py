@@ -20,7 +20,8 @@ class Setting(Enum):
     RECENT_VAULTS = ("vaults/recent", "[]")
     WINDOW_GEOMETRY = ("window/main_geometry", b"")
     WINDOW_STATE = ("window/main_state", b"")
-    LAST_VIEW = ("window/last_view", "timeline")
+    LAST_VIEW = ("window/last_view", "conversations")
+    LIVE = ("vault/watch_folder", True)  # show other devices' and agents' writes as they arrive
 
     @property
     def key(self) -> str:

@@ -69,6 +69,7 @@ class Job:
     on_progress: Callable[[int, int, str], None] | None = None
     context: QObject | None = None
     label: str = ""
+    quiet: bool = False  # a background job (the live refresh): not shown as busy
     id: int = field(default_factory=lambda: next(_ids))
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -187,13 +188,25 @@ class VaultClient(QObject):
 
     def submit(self, fn: Callable[[JobContext], Any], on_success: Callable[[Any], None] | None = None,
                on_error: Callable[[BaseException], None] | None = None, *, context: QObject | None = None,
-               on_progress: Callable[[int, int, str], None] | None = None, label: str = "") -> Job:
-        job = Job(fn, on_success, on_error, on_progress, context, label)
+               on_progress: Callable[[int, int, str], None] | None = None, label: str = "",
+               quiet: bool = False) -> Job:
+        """Run ``fn`` on the worker; ``quiet``: a background job, not shown as busy."""
+        job = Job(fn, on_success, on_error, on_progress, context, label, quiet)
+        was_busy = self.busy
         self._jobs[job.id] = job
-        if len(self._jobs) == 1:
+        if not was_busy and self.busy:
             self.busy_changed.emit(True)
         self._submit.emit(job)
         return job
+
+    @property
+    def busy(self) -> bool:
+        """Jobs other than quiet ones are waiting or running."""
+        return any(not j.quiet for j in self._jobs.values())
+
+    def pending_jobs(self) -> int:
+        """How many jobs wait or run (quiet ones included)."""
+        return len(self._jobs)
 
     def mutate(self, fn: Callable[[JobContext], Any], on_success: Callable[[Any], None] | None = None,
                on_error: Callable[[BaseException], None] | None = None, **kw: Any) -> Job:
@@ -224,8 +237,9 @@ class VaultClient(QObject):
         return job.context is None or shiboken6.isValid(job.context)
 
     def _finish(self, job_id: int) -> Job | None:
+        was_busy = self.busy
         job = self._jobs.pop(job_id, None)
-        if not self._jobs:
+        if was_busy and not self.busy:
             self.busy_changed.emit(False)
         return job
 

@@ -30,7 +30,7 @@ class ActivityView(TableView):
     name = "activity"
     title = "Activity"
     icon = "activity"
-    shortcut = "Ctrl+7"
+    shortcut = "Ctrl+8"
     depends_on = ("batches",)  # one row per batch
     columns = ActivityColumn
     selection = SelectionMode.ExtendedSelection

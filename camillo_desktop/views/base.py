@@ -177,6 +177,7 @@ class Table(QTableView):
         self.setAlternatingRowColors(alternating)
         self.setShowGrid(grid)
         self.verticalHeader().hide()
+        self.setTabKeyNavigation(False)  # Tab leaves the table (for the detail pane's buttons)
         if dense:
             self.setWordWrap(False)
             self.verticalHeader().setDefaultSectionSize(26)

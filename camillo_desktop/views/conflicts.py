@@ -84,7 +84,7 @@ class ConflictsView(View):
     name = "conflicts"
     title = "Conflicts"
     icon = "conflicts"
-    shortcut = "Ctrl+3"
+    shortcut = "Ctrl+4"
     depends_on = ("keys",)  # the facts in conflict
 
     def __init__(self, client: Any, window: Any) -> None:

@@ -34,6 +34,9 @@ from ..widgets import Badge
 # whole).  "Show all" shows the rest when the user asks for it.
 TEXT_PREFIX = 100_000
 
+# What a record is, in words (never the format's PUT, DEL or NOTE).
+KIND_WORDS = {"PUT": "a value", "DEL": "forgotten", "NOTE": "a note", "ERASED": "erased"}
+
 MEANING = {
     "user": "binds: your own word (written by you, or confirmed by you)",
     "observed": "information: an agent recorded something you said or did",
@@ -55,6 +58,8 @@ class DetailPane(QScrollArea):
     copy_requested = Signal(str)
     forget_requested = Signal(bytes)
     erase_requested = Signal(bytes)
+    thread_requested = Signal(bytes)  # show this message in its conversation
+    restore_requested = Signal(bytes)  # write a forgotten record again
 
     def __init__(self, client: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -103,7 +108,8 @@ class DetailPane(QScrollArea):
         self.meaning = plain_label()
         self.meaning.setObjectName("Muted")
         form.addRow("", self.meaning)
-        for name in ("Type", "Key", "Written by", "Compartment", "Time", "Signature", "Record id", "Status"):
+        for name in ("Type", "Key", "Conversation", "Written by", "Compartment", "Time", "Signature", "Record id",
+                     "Status"):
             self.fields[name] = plain_label()
             form.addRow(name, self.fields[name])
         lay.addLayout(form)
@@ -113,6 +119,11 @@ class DetailPane(QScrollArea):
         lay.addWidget(self.sources_title)
         lay.addLayout(self.sources_box)
         row = QHBoxLayout()
+        self.thread_button = QPushButton("Open in its conversation")
+        self.thread_button.setObjectName("Primary")
+        self.thread_button.setToolTip("Show this message in its thread, with the messages around it")
+        self.thread_button.clicked.connect(lambda: self._record and self.thread_requested.emit(self._record.id))
+        row.addWidget(self.thread_button)
         self.copy_button = QPushButton("Copy text")
         self.copy_button.setToolTip("Copy to the clipboard; it is cleared again after a few seconds")
         self.copy_button.clicked.connect(lambda: self.copy_requested.emit(self._record.text if self._record else ""))
@@ -128,7 +139,12 @@ class DetailPane(QScrollArea):
         self.erase_button.setObjectName("Danger")
         self.erase_button.setToolTip("Destroy it for real (crypto-erasure). Asks for your passphrase; cannot be undone.")
         self.erase_button.clicked.connect(lambda: self._record and self.erase_requested.emit(self._record.id))
+        self.restore_button = QPushButton("Restore")
+        self.restore_button.setToolTip("Write it again as a new record: your agents see it again (the forgotten one "
+                                       "stays in the history)")
+        self.restore_button.clicked.connect(lambda: self._record and self.restore_requested.emit(self._record.id))
         row.addWidget(self.forget_button)
+        row.addWidget(self.restore_button)
         row.addWidget(self.erase_button)
         row.addStretch(1)
         lay.addLayout(row)
@@ -158,8 +174,16 @@ class DetailPane(QScrollArea):
                 item.widget().deleteLater()
         self.copy_button.setEnabled(v is not None and bool(v.text))
         actionable = v is not None and v.valid and not v.erased and v.kind_name in ("PUT", "NOTE")
-        self.forget_button.setEnabled(actionable and not (v.hidden if v else False))
+        hidden = bool(v is not None and v.hidden)
+        self.forget_button.setVisible(not hidden)
+        self.forget_button.setEnabled(actionable and not hidden)
+        self.restore_button.setVisible(hidden and actionable)
         self.erase_button.setEnabled(actionable)
+        self.thread_button.setVisible(bool(v is not None and v.conversation and v.type != "conversation"))
+        name = safe_text((v.text if v is not None else "") or "", 40, single_line=True)
+        self.forget_button.setAccessibleName(f"forget “{name}”")
+        self.restore_button.setAccessibleName(f"restore “{name}”")
+        self.erase_button.setAccessibleName(f"erase “{name}” permanently")
         self.more_row.hide()
         if v is None:
             self.heading.setText("Select a record")
@@ -171,9 +195,9 @@ class DetailPane(QScrollArea):
             self.meaning.setText("")
             self.sources_title.hide()
             return
-        kind = {"PUT": "value", "DEL": "forgotten", "NOTE": v.type or "note"}.get(v.kind_name, v.kind_name.lower())
+        kind = KIND_WORDS.get(v.kind_name, "record")
         self.heading.setText(safe_text(f"{(v.type or kind).capitalize()}"
-                                       + (f" in {v.conversation}" if v.conversation else ""), 80, single_line=True))
+                                       + (f" by {v.role}" if v.role else ""), 80, single_line=True))
         if v.text and len(v.text) > TEXT_PREFIX:
             self.text.setPlainText(safe_text(v.text[:TEXT_PREFIX]))
             self.more_label.setText(f"Showing the first {TEXT_PREFIX:,} of {len(v.text):,} characters.")
@@ -185,15 +209,19 @@ class DetailPane(QScrollArea):
         self.meaning.setText(MEANING.get(v.effective_label, ""))
         # Everything a writer chose is shown through safe_text: a record's type is any text an
         # agent wrote (readers accept any type, spec §7.2), so are its key, compartment and writer.
-        self.fields["Type"].setText(safe_text(f"{v.type or '-'} ({v.kind_name})", 140, single_line=True))
+        self.fields["Type"].setText(safe_text(f"{v.type or KIND_WORDS.get(v.kind_name, 'record')}"
+                                              f" ({KIND_WORDS.get(v.kind_name, 'record')})", 140, single_line=True))
         self.fields["Key"].setText(safe_text(v.key, 600, single_line=True) if v.key else "-")
+        self.fields["Conversation"].setText(safe_text(v.conversation, 200, single_line=True) if v.conversation else "-")
         self.fields["Written by"].setText(safe_text(f"{v.writer} ({v.writer_kind})", 120, single_line=True))
         self.fields["Compartment"].setText(safe_text(v.compartment, 120, single_line=True))
         self.fields["Time"].setText(fmt_time(v.ts) or "-")
-        self.fields["Signature"].setText("verified (Ed25519)" if v.verified == "signature" else "vouched by compaction")
+        self.fields["Signature"].setText("verified (Ed25519)" if v.verified == "signature"
+                                         else "vouched for by one of your devices")
         self.fields["Signature"].setToolTip(
             "its writer's certified key signed it" if v.verified == "signature"
-            else "accepted on the signature of a compaction by one of your devices (camillo verify --full checks it)")
+            else "one of your devices checked its writer's signature and signed it again when it tidied up the "
+                 "vault's files")
         hexid = v.id.hex()
         self.fields["Record id"].setText("\n".join(hexid[i:i + 16] for i in range(0, 64, 16)))
         self.fields["Record id"].setToolTip(hexid)

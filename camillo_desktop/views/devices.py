@@ -47,7 +47,7 @@ class DevicesView(TableView):
     name = "devices"
     title = "Devices"
     icon = "devices"
-    shortcut = "Ctrl+6"
+    shortcut = "Ctrl+7"
     depends_on = ("devices", "credentials")  # the devices, and where their keys are kept
     columns = DeviceColumn
 

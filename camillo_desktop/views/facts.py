@@ -42,7 +42,7 @@ class FactsView(View):
     name = "facts"
     title = "Facts"
     icon = "facts"
-    shortcut = "Ctrl+2"
+    shortcut = "Ctrl+3"
     depends_on = ("keys",)  # every fact (its detail pane: the selected one, see MovedFacts)
 
     def __init__(self, client: Any, window: Any) -> None:

@@ -39,7 +39,7 @@ class GrantsView(TableView):
     name = "grants"
     title = "Grants"
     icon = "grants"
-    shortcut = "Ctrl+5"
+    shortcut = "Ctrl+6"
     depends_on = ("grants",)
     columns = GrantColumn
 

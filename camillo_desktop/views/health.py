@@ -22,7 +22,7 @@ class HealthView(View):
     name = "health"
     title = "Health"
     icon = "health"
-    shortcut = "Ctrl+8"
+    shortcut = "Ctrl+9"
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)

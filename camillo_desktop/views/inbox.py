@@ -21,7 +21,7 @@ class InboxView(RecordListView):
     name = "inbox"
     title = "Inbox"
     icon = "inbox"
-    shortcut = "Ctrl+4"
+    shortcut = "Ctrl+5"
     depends_on = ("keys",)  # the pending facts
     selection = SelectionMode.ExtendedSelection  # several at once
 

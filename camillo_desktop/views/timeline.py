@@ -99,7 +99,7 @@ class TimelineView(RecordListView):
     name = "timeline"
     title = "Timeline"
     icon = "timeline"
-    shortcut = "Ctrl+1"
+    shortcut = "Ctrl+2"
     depends_on = ("timeline",)  # records came or went
 
     def __init__(self, client: Any, window: Any) -> None:
