@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 from .dialogs import Ask, BaseDialog
 from .text import safe_text
 from .widgets import SecretEdit, muted_label, path_field
+from .wording import reach_lines
 
 LEVEL_TEXT = {
     "none": "No access.",
@@ -171,14 +172,14 @@ def erase_record(window: Any, rid: bytes) -> None:
                        + "). You can still forget the record, which hides it from agents.")
             return
         text = safe_text(v.text, 300, single_line=True)
-        what = safe_text(f"{v.type or v.kind_name.lower()} in {info.compartment}", 200, single_line=True)
+        what = safe_text(f"{v.type or 'record'} in {info.compartment}", 200, single_line=True)
         others = safe_text(", ".join(info.other_devices), 400, single_line=True)
         readers = safe_text(", ".join(info.readers), 400, single_line=True)
         details = (
             f"\u201c{text}\u201d ({what}) will be destroyed.\n\n"
-            f"The {info.batches} batch(es) that shared its keys are re-encrypted under new keys, the old keys "
-            f"and the {info.segments} segment file(s) holding it are deleted, the vault master secret rolls and "
-            "this device gets a new key.\n\n"
+            f"The {info.batches} change(s) that shared its keys are sealed again under new keys, the old keys "
+            f"and the {info.segments} file(s) holding it are deleted, the vault's master key changes and this "
+            "device gets a new key.\n\n"
             "What it will not reach: copies of the vault made before now (your sync service's version history, "
             "backups) stay readable with your current passphrase and recovery phrase until you change them"
             + (f", with your other devices ({others}) until they next open the vault" if info.other_devices else "")
@@ -205,7 +206,7 @@ class ReachReportDialog(BaseDialog):
         title = QLabel("The record was erased")
         title.setObjectName("ViewTitle")
         lay.addWidget(title)
-        body = QLabel(safe_text("\n".join(report.lines()), 8000))
+        body = QLabel(safe_text("\n".join(reach_lines(report)), 8000))
         body.setWordWrap(True)
         body.setTextFormat(Qt.TextFormat.PlainText)
         body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

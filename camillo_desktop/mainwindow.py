@@ -48,9 +48,13 @@ from .create_wizard import CreateVaultWizard
 from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
 from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
+from .live import LiveRefresh
+from .merging import MergeDialog
 from .notices import NoticeBar, sync_explanation, sync_label
+from .search_help import help_button
 from .settings import Setting, Settings
 from .text import safe_text
+from .undo import UndoBar, restore_job
 from .views.activity import ActivityView
 from .views.base import View
 from .views.conflicts import ConflictsView
@@ -63,11 +67,8 @@ from .views.health import HealthView
 from .views.inbox import InboxView
 from .views.search import SearchView
 from .views.timeline import TimelineView
-from .live import LiveRefresh
-from .merging import MergeDialog
-from .search_help import help_button
-from .undo import UndoBar, restore_job
 from .widgets import Clipboard, muted_label
+from .wording import plain
 from .worker import Changed, describe
 
 # The sidebar, in order.  (Search has no sidebar entry: the search field leads to it.)
@@ -651,7 +652,7 @@ class MainWindow(QMainWindow):
     def show_error(self, exc: BaseException) -> None:
         if isinstance(exc, Cancelled):
             return
-        self.statusBar().showMessage(safe_text(str(exc), 400, single_line=True), 15000)
+        self.statusBar().showMessage(safe_text(plain(str(exc)), 400, single_line=True), 15000)
 
     def _unexpected(self, exc: BaseException, tb: str) -> None:
         Ask.inform(self, "Something went wrong",

@@ -22,13 +22,15 @@ text: every cell's text goes through it.  GUI thread only; the data comes from t
 
 from __future__ import annotations
 
+import html
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum, IntEnum, auto
 from typing import Any, ClassVar
 
-from camillo import FactView, RecordView
+from camillo import FactView, RecordView, SearchHit, SearchPage
 from PySide6.QtCore import (
     QAbstractItemModel,
     QAbstractTableModel,
@@ -38,7 +40,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QGuiApplication
 
 from . import theme
 from .guard import qt_virtual
@@ -76,11 +78,12 @@ def fmt_when(ts: int | None, now: float | None = None) -> str:
 
 def _summary_source(v: RecordView) -> str:
     text = v.text[: SUMMARY + 1] if v.text else v.text  # never copy more of a huge text than is shown
+    mark = "(forgotten) " if v.hidden else ""
     if v.key:
-        return f"{v.key} = {text}"
+        return f"{mark}{v.key} = {text}"
     if v.role:
-        return f"{v.role}: {text}"
-    return text or f"({v.type or v.kind_name.lower()})"
+        return f"{mark}{v.role}: {text}"
+    return mark + (text or f"({v.type or 'record'})")
 
 
 def record_summary(v: RecordView) -> str:
@@ -245,15 +248,23 @@ def _authority_tooltip(v: RecordView) -> str:
 
 
 class RecordColumn(Column):
-    TIME = ColumnSpec("Time", lambda v: fmt_time(v.ts), width=122)
-    COMPARTMENT = ColumnSpec("Compartment", lambda v: v.compartment, limit=60, width=104)
-    # agent-controlled: readers accept any type (spec §7.2)
-    TYPE = ColumnSpec("Type", lambda v: v.type or v.kind_name.lower(), limit=60, width=92)
-    AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=86, tooltip=_authority_tooltip,
-                           badge=lambda v: v.effective_label, accessible=lambda v: f"authority {v.effective_label}")
-    WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, width=118)
+    """A record in a row; the text takes the width the others leave.  ``order`` names each column's
+    sort for ``Vault.timeline_ids``."""
+
+    TIME = ColumnSpec("Time", lambda v: fmt_time(v.ts), width=116)
     TEXT = ColumnSpec("Text", _summary_source, limit=SUMMARY, sizing=Sizing.STRETCH,
                       tooltip=lambda v: safe_tooltip(v.text, 1000))
+    # agent-controlled: readers accept any type (spec §7.2)
+    TYPE = ColumnSpec("Type", lambda v: v.type or "record", limit=60, width=84)
+    AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=84, tooltip=_authority_tooltip,
+                           badge=lambda v: v.effective_label, accessible=lambda v: f"authority {v.effective_label}")
+    WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, width=104)
+    COMPARTMENT = ColumnSpec("Compartment", lambda v: v.compartment, limit=60, width=96)
+
+
+RECORD_ORDER = {RecordColumn.TIME: "time", RecordColumn.TEXT: "text", RecordColumn.TYPE: "type",
+                RecordColumn.AUTHORITY: "authority", RecordColumn.WRITER: "writer",
+                RecordColumn.COMPARTMENT: "compartment"}
 
 
 class RecordTableModel(ColumnModel):
@@ -368,21 +379,223 @@ class RecordTableModel(ColumnModel):
         finally:
             self._fetching = False
 
+    def reveal(self, row: int) -> None:
+        """Show every row up to ``row`` (or the last), in one insertion (Ctrl+End, go to a date)."""
+        last = min(row, len(self._ids) - 1)
+        if last < self._visible or self._fetching:
+            return
+        self._fetching = True
+        try:
+            self.beginInsertRows(QModelIndex(), self._visible, last)
+            self._visible = last + 1
+            self.endInsertRows()
+        finally:
+            self._fetching = False
+
+    def ids(self) -> list[bytes]:
+        return self._ids
+
     @qt_virtual()
     def data(self, index: Index, role: int = DISPLAY) -> Any:
         if role == Role.RECORD_ID and index.isValid() and 0 <= index.row() < self._visible:
             return self._ids[index.row()]
+        if role == Qt.ItemDataRole.FontRole and index.isValid():
+            v = self._cache.get(index.row())
+            if v is not None and v.hidden:
+                font = QFont()
+                font.setItalic(True)
+                return font
+        return super().data(index, role)
+
+    def foreground(self, item: Any) -> Any:
+        return QGuiApplication.palette().placeholderText() if item.hidden else None
+
+
+# ------------------------------------------------------------------------------------------ search
+
+
+HTML_ROLE = Qt.ItemDataRole.UserRole + 60  # our own HTML of escaped text, painted by HtmlDelegate
+
+
+def snippet_text(hit: SearchHit) -> str:
+    return "".join(text for text, _ in hit.snippet) or _summary_source(hit.record)
+
+
+def query_words(query: str) -> list[str]:
+    """The plain words of a search query (not its modifiers), lower case, for marking them."""
+    words = []
+    for token in re.findall(r'"[^"]*"|\S+', query):
+        if ":" in token and not token.startswith('"'):
+            continue
+        words += [w.lower() for w in re.findall(r"\w+", token)]
+    return words
+
+
+def _marked(text: str, words: list[str], mark: str) -> str:
+    """``text`` escaped, the occurrences of ``words`` wrapped in ``mark`` (a format with {})."""
+    if not words:
+        return html.escape(text)
+    pattern = re.compile("|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)), re.IGNORECASE)
+    out, pos = [], 0
+    for m in pattern.finditer(text):
+        out.append(html.escape(text[pos:m.start()]))
+        out.append(mark.format(html.escape(m.group(0))))
+        pos = m.end()
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+def snippet_html(hit: SearchHit, query: str = "", limit: int = 400) -> str:
+    """A search hit's snippet as HTML: every piece escaped (one line), the matched words marked (and
+    the query's words in the key or role shown before it)."""
+    c = theme.current()
+    mark = f'<span style="background: {c["match_bg"]}; color: {c["text"]}; font-weight: 600;">{{}}</span>'
+    prefix = "(forgotten) " if hit.record.hidden else ""
+    if hit.record.key:
+        prefix += hit.record.key + " = "
+    elif hit.record.role:
+        prefix += hit.record.role + ": "
+    out = [_marked(safe_text(prefix, 120, single_line=True), query_words(query), mark)] if prefix else []
+    if not hit.snippet:
+        out.append(html.escape(safe_text(hit.record.text, limit, single_line=True)))
+        return "".join(out)
+    left = limit
+    for text, matched in hit.snippet:
+        if left <= 0:
+            break
+        shown = html.escape(safe_text(text, left, single_line=True))
+        left -= len(text)
+        out.append(mark.format(shown) if matched else shown)
+    return "".join(out)
+
+
+class SearchColumn(Column):
+    """A search hit in a row: its snippet (the matched words marked) takes the spare width."""
+
+    TIME = ColumnSpec("Time", lambda h: fmt_time(h.record.ts), width=122)
+    MATCH = ColumnSpec("Match", snippet_text, limit=400, sizing=Sizing.STRETCH,
+                       tooltip=lambda h: safe_tooltip(h.record.text, 1000))
+    TYPE = ColumnSpec("Type", lambda h: h.record.type or "record", limit=60, width=90)
+    AUTHORITY = ColumnSpec("Authority", lambda h: h.record.effective_label, width=86,
+                           tooltip=lambda h: _authority_tooltip(h.record), badge=lambda h: h.record.effective_label,
+                           accessible=lambda h: f"authority {h.record.effective_label}")
+    WRITER = ColumnSpec("Written by", lambda h: h.record.writer, limit=40, width=112)
+    COMPARTMENT = ColumnSpec("Compartment", lambda h: h.record.compartment, limit=60, width=100)
+
+
+class SearchModel(ColumnModel):
+    """A search's hits, a page at a time: the first page comes with the total; scrolling to the end
+    asks the worker for the next (``fetchMore``), until every match is shown."""
+
+    rows_arrived = Signal()
+    row_role = Role.RECORD
+
+    def __init__(self, client: Any, parent: QObject | None = None) -> None:
+        super().__init__(SearchColumn, parent)
+        self._client = client
+        self._hits: list[SearchHit] = []
+        self.total = 0
+        self.query = ""
+        self.order = "relevance"
+        self._loading = False
+        self._generation = 0
+
+    def set_page(self, page: SearchPage) -> None:
+        """A new search's first page."""
+        self.beginResetModel()
+        self._hits = list(page.hits)
+        self.total, self.query, self.order = page.total, page.query, page.order
+        self._loading = False
+        self._generation += 1
+        self.endResetModel()
+        self.rows_arrived.emit()
+
+    def clear(self) -> None:
+        self.set_page(SearchPage(query="", order=self.order, total=0, offset=0, hits=[]))
+
+    def set_rows(self, hits: Sequence[SearchHit]) -> None:
+        """Hits already read (no further pages)."""
+        self.set_page(SearchPage(query=self.query, order=self.order, total=len(hits), offset=0, hits=list(hits)))
+
+    def row(self, row: int) -> SearchHit | None:
+        return self._hits[row] if 0 <= row < len(self._hits) else None
+
+    def record(self, row: int) -> RecordView | None:
+        hit = self.row(row)
+        return hit.record if hit is not None else None
+
+    def row_of(self, rid: bytes) -> int:
+        return next((i for i, h in enumerate(self._hits) if h.record.id == rid), -1)
+
+    @qt_virtual(0)
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._hits)
+
+    @qt_virtual(False)
+    def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        return not parent.isValid() and not self._loading and len(self._hits) < self.total
+
+    @qt_virtual()
+    def fetchMore(self, parent: Index = QModelIndex()) -> None:  # noqa: B008
+        if parent.isValid() or self._loading or len(self._hits) >= self.total or self._client is None:
+            return
+        self._loading = True
+        query, order, offset, generation = self.query, self.order, len(self._hits), self._generation
+
+        def arrived(page: SearchPage) -> None:
+            if generation != self._generation:
+                return
+            self._loading = False
+            hits = [h for h in page.hits if self.row_of(h.record.id) < 0]
+            if hits:
+                self.beginInsertRows(QModelIndex(), len(self._hits), len(self._hits) + len(hits) - 1)
+                self._hits += hits
+                self.endInsertRows()
+            self.total = page.total if hits else len(self._hits)  # nothing new: the vault changed meanwhile
+            self.rows_arrived.emit()
+
+        def failed(_exc: BaseException) -> None:
+            self._loading = False
+
+        self._client.submit(lambda ctx: ctx.vault.search_page(query, offset=offset, limit=PAGE, order=order),
+                            arrived, failed, context=self, label="more search results")
+
+    @qt_virtual()
+    def data(self, index: Index, role: int = DISPLAY) -> Any:
+        if role == HTML_ROLE and index.isValid() and index.column() == SearchColumn.MATCH:
+            hit = self.row(index.row())
+            return snippet_html(hit, self.query) if hit is not None else None
+        if role == Role.RECORD_ID and index.isValid():
+            hit = self.row(index.row())
+            return hit.record.id if hit is not None else None
+        if role == Qt.ItemDataRole.ForegroundRole and index.isValid():
+            hit = self.row(index.row())
+            return QGuiApplication.palette().placeholderText() if hit is not None and hit.record.hidden else None
         return super().data(index, role)
 
 
 OPERATIONS = {"PUT": "set", "DEL": "forget", "NOTE": "note"}
 
 
+def operation(v: RecordView) -> str:
+    """What a record of a fact's history did, in words."""
+    if v.kind_name == "DEL":
+        if v.meta.get("reject") is True:
+            return "rejected"
+        return "withdrawn" if v.writer_kind == "agent" else "forgot"
+    if v.kind_name == "PUT":
+        restored = " again" if "restored_from" in v.meta else ""
+        if v.effective_label == "user":
+            return ("set" if v.class_label == "user" else "confirmed") + restored
+        return "proposed" + restored
+    return OPERATIONS.get(v.kind_name, v.type or "record")
+
+
 class HistoryColumn(Column):
     TIME = ColumnSpec("Time", lambda v: fmt_time(v.ts), sizing=Sizing.CONTENTS)
-    OPERATION = ColumnSpec("Operation", lambda v: OPERATIONS.get(v.kind_name, v.kind_name.lower()),
-                           sizing=Sizing.CONTENTS)
-    VALUE = ColumnSpec("Value", lambda v: "" if v.kind_name == "DEL" else v.text, limit=80, sizing=Sizing.STRETCH)
+    OPERATION = ColumnSpec("What", operation, sizing=Sizing.CONTENTS)
+    VALUE = ColumnSpec("Value", lambda v: "" if v.kind_name == "DEL" else v.text, limit=200, sizing=Sizing.STRETCH,
+                       tooltip=lambda v: safe_tooltip(v.text, 4000) if v.kind_name != "DEL" else None)
     AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=92, sizing=Sizing.FIXED,
                            badge=lambda v: v.effective_label if v.kind_name != "DEL" else None)
     WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, sizing=Sizing.CONTENTS)
@@ -414,7 +627,7 @@ class HistoryModel(TableModel):
 
 
 def _fact_value(f: FactView) -> str | None:
-    if f.status == "pending" or (f.current is None and f.proposed):
+    if f.proposed and (f.status in ("pending", "deleted") or f.current is None):
         return "(not set; proposed: " + f.proposed[0].text + ")"
     if f.status == "deleted" or f.current is None:
         return "(forgotten)"

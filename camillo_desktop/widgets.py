@@ -9,7 +9,15 @@ import math
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QRect, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QPainter
+from PySide6.QtGui import (
+    QAbstractTextDocumentLayout,
+    QColor,
+    QFont,
+    QGuiApplication,
+    QPainter,
+    QPalette,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -72,6 +80,42 @@ class BadgeDelegate(QStyledItemDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         size = super().sizeHint(option, index)
         return QSize(max(size.width(), 92), max(size.height(), 24))
+
+
+class HtmlDelegate(QStyledItemDelegate):
+    """Paints a cell's HTML_ROLE text (the app's own HTML of escaped text: a search snippet with its
+    matched words marked) on one line, clipped to the cell."""
+
+    def __init__(self, role: int, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
+
+    @qt_virtual()
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        markup = index.data(self.role)
+        if not markup:
+            super().paint(painter, option, index)
+            return
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        style = opt.widget.style() if opt.widget else None
+        if style is not None:
+            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        doc = QTextDocument()
+        doc.setDefaultFont(opt.font)
+        doc.setDocumentMargin(2)
+        doc.setHtml(markup)
+        rect = option.rect.adjusted(2, 0, -2, 0)
+        painter.save()
+        painter.translate(rect.left(), rect.top() + max(0.0, (rect.height() - doc.size().height()) / 2))
+        painter.setClipRect(QRectF(0, 0, rect.width(), rect.height()))
+        context = QAbstractTextDocumentLayout.PaintContext()
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        context.palette.setColor(QPalette.ColorRole.Text, option.palette.color(
+            QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text))
+        doc.documentLayout().draw(painter, context)
+        painter.restore()
 
 
 class Badge(QLabel):

@@ -1,7 +1,7 @@
 """Activity: who (device or agent) wrote what, when, in which compartment, and how it was verified.
 
-One row per batch, newest first, rejected batches included with the reason (in red).  GUI thread
-only.
+One row per change, newest first, changes your devices refused included with the reason (in red),
+all in plain words (:mod:`camillo_desktop.wording`).  GUI thread only.
 """
 
 from __future__ import annotations
@@ -11,19 +11,26 @@ from typing import Any
 from camillo import ActivityRow
 from PySide6.QtGui import QColor
 
+from .. import theme, wording
 from ..models import Column, ColumnSpec, Sizing, fmt_time
 from .base import SelectionMode, TableView
 
-REJECTED = QColor("#b91c1c")
+
+def what(r: ActivityRow) -> str:
+    return wording.what_changed(wording.summary_counts(r.summary)) or f"{r.records} record{'s' if r.records != 1 else ''}"
 
 
-class ActivityColumn(Column):  # a row: a camillo.ActivityRow
+def status(r: ActivityRow) -> str:
+    return "accepted" if r.status == "accepted" else "refused by your devices"
+
+
+class ActivityColumn(Column):  # a row: a camillo.ActivityRow, in plain words (never the format's)
     TIME = ColumnSpec("Time", lambda r: fmt_time(r.ts))
     WHO = ColumnSpec("Who", lambda r: f"{r.writer} ({r.writer_kind})")
-    COMPARTMENT = ColumnSpec("Compartment", lambda r: r.compartment)
-    WHAT = ColumnSpec("What", lambda r: r.summary or f"{r.records} records", sizing=Sizing.STRETCH)
-    VERIFIED = ColumnSpec("Verified", lambda r: r.verified)
-    STATUS = ColumnSpec("Status", lambda r: r.status)
+    COMPARTMENT = ColumnSpec("Where", lambda r: wording.compartment(r.compartment))
+    WHAT = ColumnSpec("What", what, sizing=Sizing.STRETCH)
+    VERIFIED = ColumnSpec("Verified", lambda r: "signed" if r.verified == "signature" else "vouched for by your device")
+    STATUS = ColumnSpec("Status", status, tooltip=lambda r: wording.plain(r.status) if r.status != "accepted" else None)
 
 
 class ActivityView(TableView):
@@ -45,8 +52,8 @@ class ActivityView(TableView):
         return vault.activity()
 
     def foreground(self, row: ActivityRow) -> Any:
-        return REJECTED if row.status != "accepted" else None
+        return QColor(theme.current()["error"]) if row.status != "accepted" else None
 
     def show_rows(self, rows: list[ActivityRow]) -> None:
         super().show_rows(rows)
-        self.title_label.setText(f"Activity  ({len(rows)} writes)")
+        self.title_label.setText(f"Activity  ({len(rows)} changes)")

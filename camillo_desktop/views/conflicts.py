@@ -28,14 +28,31 @@ from PySide6.QtWidgets import (
 
 from ..models import fmt_time
 from ..text import safe_text
+from ..undo import undo_resolve_job
 from ..widgets import Badge, muted_label
 from ..worker import Changed
 from .base import View
 from .detail import MEANING
 
 
+def unseen_text(index: int, contexts: list[RecordContext], fact: FactView) -> str:
+    """What candidate ``index``'s writer did not know of when it wrote, in words: "laptop's last 3
+    changes" for each other candidate's writer whose changes it had not seen."""
+    mine = contexts[index]
+    parts = []
+    for j, other in enumerate(contexts):
+        if j == index or other.writer == mine.writer or other.seq is None:
+            continue
+        missed = other.seq - mine.seen.get(other.writer, 0)
+        if missed > 0:
+            parts.append(f"{other.writer}'s last change" if missed == 1 else f"{other.writer}'s last {missed} changes")
+    if parts:
+        return "Written without knowing of: " + ", ".join(dict.fromkeys(parts))
+    return "Written without knowing of the other value"
+
+
 class CandidateCard(QFrame):
-    def __init__(self, view: ConflictsView, fact: FactView, index: int, context: RecordContext) -> None:
+    def __init__(self, view: ConflictsView, fact: FactView, index: int, contexts: list[RecordContext]) -> None:
         super().__init__()
         self.setObjectName("Card")
         c = fact.candidates[index]
@@ -53,15 +70,15 @@ class CandidateCard(QFrame):
         value.setStyleSheet("font-size: 17px; font-weight: 600; padding: 6px 0;")
         value.setAccessibleName(f"candidate value {index + 1}")
         lay.addWidget(value)
-        seen = context.seen
         facts = [
             ("Written by", safe_text(f"{c.writer} ({c.writer_kind})", 80, single_line=True)),
             ("When", fmt_time(c.ts)),
             ("Authority", MEANING.get(c.effective_label, c.effective_label)),
-            ("It had seen", ", ".join(f"{w}: {n} batches" for w, n in sorted(seen.items())) or "nothing from others"),
         ]
-        for name, text in facts:
-            row = QLabel(f"{name}: {text}")
+        lines = [f"{name}: {text}" for name, text in facts]
+        lines.append(safe_text(unseen_text(index, contexts, fact), 300, single_line=True))
+        for line in lines:
+            row = QLabel(line)
             row.setWordWrap(True)
             row.setTextFormat(Qt.TextFormat.PlainText)
             row.setObjectName("Muted")
@@ -73,7 +90,7 @@ class CandidateCard(QFrame):
             lay.addWidget(why)
         keep = QPushButton("Keep this value")
         keep.setObjectName("Primary")
-        keep.setAccessibleName(f"keep candidate {index + 1}")
+        keep.setAccessibleName(f"Keep {safe_text(c.text, 60, single_line=True)}")
         keep.clicked.connect(lambda: view.resolve(fact, pick=c.id))
         lay.addWidget(keep)
         self.setMinimumWidth(260)
@@ -109,7 +126,7 @@ class ConflictsView(View):
         new_row = QHBoxLayout()
         self.new_value = QLineEdit()
         self.new_value.setPlaceholderText("or write a new value\u2026")
-        self.new_value.setAccessibleName("new value")
+        self.new_value.setAccessibleName("a new value instead of the values in conflict")
         self.new_button = QPushButton("Use this value instead")
         self.new_button.clicked.connect(lambda: self._fact and self.resolve(self._fact, value=self.new_value.text()))
         new_row.addWidget(self.new_value, 1)
@@ -120,8 +137,8 @@ class ConflictsView(View):
         self.result.setTextFormat(Qt.TextFormat.PlainText)
         self.result.setObjectName("Success")
         rl.addWidget(self.result)
-        self.empty = muted_label("No open conflicts. When two copies of your vault are merged with different "
-                                 "values for the same fact, they appear here.")
+        self.empty = muted_label("No open conflicts: every fact has one value. When two devices write different "
+                                 "values for the same fact without knowing of each other, they appear here.")
         rl.addWidget(self.empty)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.list)
@@ -181,8 +198,8 @@ class ConflictsView(View):
             holder = QWidget()
             outer = QVBoxLayout(holder)
             row = QHBoxLayout()
-            for i, ctxt in enumerate(contexts):
-                row.addWidget(CandidateCard(self, f, i, ctxt), 0, Qt.AlignmentFlag.AlignTop)
+            for i in range(len(contexts)):
+                row.addWidget(CandidateCard(self, f, i, contexts), 0, Qt.AlignmentFlag.AlignTop)
             row.addStretch(1)
             outer.addLayout(row)
             outer.addStretch(1)
@@ -205,6 +222,9 @@ class ConflictsView(View):
 
         def done(result: Changed) -> None:
             after = result.value
+            self.window_.offer_undo(f"Resolved {safe_text(key, 80, single_line=True)}.", undo_resolve_job(fact),
+                                    f"Undone: the values of {safe_text(key, 80, single_line=True)} wait in your "
+                                    "inbox for your choice.")
             self.result.setText(f"Resolved: {safe_text(key, 200, single_line=True)} is now \u201c{safe_text(after.current.text, 120)}\u201d "
                                 f"({after.current.effective_label} authority). One new record names all "
                                 f"{len(fact.candidates)} candidates, so every copy of the vault agrees once it syncs.")

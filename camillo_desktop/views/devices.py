@@ -20,6 +20,7 @@ from ..flows import protected
 from ..keychain import keychain_name
 from ..models import Column, ColumnSpec, Sizing, fmt_time
 from ..text import safe_text
+from ..wording import readable_platform, revocation_lines
 from .base import TableView
 
 
@@ -37,7 +38,7 @@ def device_status(d: camillo.DeviceInfo) -> str:
 
 class DeviceColumn(Column):  # a row: a camillo.DeviceInfo; its name and platform are what its certificate says
     NAME = ColumnSpec("Name", lambda d: d.name, sizing=Sizing.STRETCH)
-    PLATFORM = ColumnSpec("Platform", lambda d: d.platform)
+    PLATFORM = ColumnSpec("Kind", lambda d: readable_platform(d.platform))
     ENROLLED = ColumnSpec("Enrolled", lambda d: fmt_time(d.enrolled))
     LAST_SEEN = ColumnSpec("Last seen", lambda d: fmt_time(d.last_seen) or "never")
     STATUS = ColumnSpec("Status", device_status)
@@ -98,10 +99,10 @@ class DevicesView(TableView):
             return
         name = safe_text(d.name, 80, single_line=True)
         details = (f"What happens to \u201c{name}\u201d:\n"
-                   "\u2022 new keys are made for every compartment and the vault master secret rolls: the laptop's "
-                   "keys cannot read anything written from now on;\n"
-                   "\u2022 its last accepted writes are pinned: anything it writes afterwards is rejected by every "
-                   "copy of your vault;\n"
+                   "\u2022 new keys are made for every compartment and the vault's master key changes: its keys "
+                   "cannot read anything written from now on;\n"
+                   "\u2022 what it wrote so far stays: anything it writes afterwards is refused by every copy of "
+                   "your vault;\n"
                    "\u2022 what it already read stays exposed: revocation cannot recall copies.\n\n"
                    "Your other devices, your passphrase and your recovery phrase keep working.")
         writer = d.writer_id.hex()
@@ -110,5 +111,5 @@ class DevicesView(TableView):
             return ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
 
         protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
-                  lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(report.lines()), 4000)),
+                  lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(revocation_lines(report)), 4000)),
                   confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")

@@ -1,20 +1,28 @@
 """Facts by key: subject → attribute → current value, with status, history and provenance.
 
 Selecting a fact shows its supersession chain (every value it had, who wrote it, with what
-authority) and, for the current value, where it came from: "Why does the agent believe this?"
-opens the source records.  GUI thread only.
+authority; the selected entry's whole value below it) and, for the current value, where it came
+from: "Why does the agent believe this?" opens the source records.  The person adds a fact, edits
+a fact's value and forgets one here (each at user authority: their own word), with an undo bar;
+a forgotten fact is restored, and any earlier value made the value again, from its history (new
+records: nothing is rewritten).  GUI thread only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from camillo import Changes, FactView
+from camillo import Changes, FactView, NewRecord, RecordView
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
+    QDialogButtonBox,
+    QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
+    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QTreeView,
@@ -23,9 +31,11 @@ from PySide6.QtWidgets import (
 )
 
 from .. import theme
-from ..models import FactColumn, FactsModel, HistoryModel, Role
+from ..dialogs import BaseDialog
+from ..models import FactColumn, FactsModel, HistoryModel, Role, operation
 from ..text import safe_text
-from ..widgets import Badge
+from ..undo import set_value_again, undo_forget_fact_job
+from ..widgets import Badge, muted_label
 from .base import MovedFacts, SelectionMode, Table, View, apply_columns
 from .detail import MEANING
 
@@ -48,6 +58,11 @@ class FactsView(View):
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
         self.subtitle.setText("What your agents know, by key. Each value keeps its history and its provenance.")
+        self.add_button = QPushButton("Add a fact\u2026")
+        self.add_button.setObjectName("Primary")
+        self.add_button.setToolTip("Write a fact, a preference or an instruction in your own words (user authority)")
+        self.add_button.clicked.connect(self.add_fact)
+        self.header.addWidget(self.add_button)
         self.model = FactsModel(self)
         self.tree = QTreeView()
         self.tree.setModel(self.model)
@@ -56,6 +71,7 @@ class FactsView(View):
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         apply_columns(self.tree, FactColumn)
         self.tree.setAccessibleName("facts")
+        self.tree.setTabKeyNavigation(False)
         self.tree.selectionModel().currentChanged.connect(self._selected)
 
         right = QWidget()
@@ -91,12 +107,23 @@ class FactsView(View):
         self.inbox = QPushButton("Open in the Inbox")
         self.inbox.clicked.connect(lambda: self.navigate.emit("inbox", self._fact.proposed[0].id
                                                               if self._fact and self._fact.proposed else None))
-        for b in (self.why, self.review, self.inbox):
+        self.edit_button = QPushButton("Edit value\u2026")
+        self.edit_button.clicked.connect(self.edit_fact)
+        self.forget_button = QPushButton("Forget")
+        self.forget_button.setToolTip("Hide this value from your agents; it stays in the history (undo, or restore "
+                                      "it later)")
+        self.forget_button.clicked.connect(self.forget_fact)
+        self.restore_button = QPushButton("Restore")
+        self.restore_button.setToolTip("Write the value it had before it was forgotten again (a new record)")
+        self.restore_button.clicked.connect(self.restore_fact)
+        for b in (self.edit_button, self.forget_button, self.restore_button, self.why, self.review, self.inbox):
             self.act_row.addWidget(b)
         self.act_row.addStretch(1)
         rl.addLayout(self.act_row)
-        history_title = QLabel("History (newest last; \u25b6 marks the current value)")
+        history_title = QLabel("History (newest last; \u25b6 marks the current value). Select an entry to read "
+                               "its whole value.")
         history_title.setObjectName("Muted")
+        history_title.setWordWrap(True)
         rl.addWidget(history_title)
         self.history = HistoryModel(self)
         # Every column but the value fits its contents (headers included); the value takes the rest.
@@ -104,7 +131,22 @@ class FactsView(View):
                                   grid=False, alternating=False)
         self.history_view.horizontalHeader().setMinimumSectionSize(60)
         self.history_view.doubleClicked.connect(self._open_history)
+        self.history_view.selectionModel().currentRowChanged.connect(lambda cur, _p: self._history_entry(cur.row()))
         rl.addWidget(self.history_view, 1)
+        self.entry = QPlainTextEdit()
+        self.entry.setReadOnly(True)
+        self.entry.setObjectName("RecordText")
+        self.entry.setAccessibleName("the selected history entry's whole value")
+        self.entry.setMaximumHeight(110)
+        rl.addWidget(self.entry)
+        entry_row = QHBoxLayout()
+        self.entry_label = muted_label("")
+        entry_row.addWidget(self.entry_label, 1)
+        self.again_button = QPushButton("Make this the value again")
+        self.again_button.setToolTip("Write this earlier value again as your own word (a new record)")
+        self.again_button.clicked.connect(self._value_again)
+        entry_row.addWidget(self.again_button)
+        rl.addLayout(entry_row)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.tree)
         self.splitter.addWidget(right)
@@ -172,9 +214,10 @@ class FactsView(View):
             self.status_text.setText("")
             self.status_badge.hide()
             self.authority_badge.hide()
-            for b in (self.why, self.review, self.inbox):
+            for b in (self.why, self.review, self.inbox, self.edit_button, self.forget_button, self.restore_button):
                 b.hide()
             self.history.set_records([])
+            self._history_entry(-1)
             return
         cur = f.current
         self.key_label.setText(safe_text(f"{f.key}  ·  {f.compartment}", 120, single_line=True))
@@ -198,20 +241,184 @@ class FactsView(View):
         self.why.setVisible(bool(cur and cur.sources))
         self.review.setVisible(f.status == "conflict")
         self.inbox.setVisible(bool(f.proposed))
+        owner = bool(self.window_.info.get("is_owner"))
+        self.edit_button.setVisible(owner and f.status != "conflict")
+        self.forget_button.setVisible(owner and f.status in ("ok", "pending", "conflict"))
+        self.restore_button.setVisible(owner and self.restorable(f) is not None)
+        shown = safe_text(f.key, 80, single_line=True)
+        for b, verb in ((self.edit_button, "edit the value of"), (self.forget_button, "forget"),
+                        (self.restore_button, "restore")):
+            b.setAccessibleName(f"{verb} {shown}")
         self.history.set_records(list(f.history), cur.id if cur else None)
+        self._history_entry(-1)
 
     def _why(self) -> None:
         if self._fact and self._fact.current and self._fact.current.sources:
             self.window_.show_records(list(self._fact.current.sources),
                                       f"Why does the agent believe \u201c{safe_text(self._fact.key, 120, single_line=True)}\u201d?")
 
+    # ---------------------------------------------------------------------------- history
+
+    def _history_entry(self, row: int) -> None:
+        v = self.history.record(row) if row >= 0 else None
+        self.entry.setVisible(v is not None)
+        if v is None:
+            self.entry.setPlainText("")
+            self.entry_label.setText("")
+            self.again_button.hide()
+            return
+        self.entry.setPlainText(safe_text(v.text) if v.kind_name != "DEL" else "(no value: this entry forgot it)")
+        self.entry_label.setText(safe_text(f"{operation(v)} by {v.writer}, {v.effective_label} authority", 200,
+                                           single_line=True))
+        f = self._fact
+        current = f.current if f is not None else None
+        self.again_button.setVisible(bool(self.window_.info.get("is_owner")) and v.kind_name == "PUT" and (
+            current is None or f is None or f.status != "ok" or current.value != v.value))
+
+    def _value_again(self) -> None:
+        v = self.history.record(self.history_view.currentIndex().row())
+        if v is None or v.kind_name != "PUT":
+            return
+        key = v.key
+        self._select_key = key
+        self.client.mutate(lambda ctx: set_value_again(ctx.vault, v), lambda _c: self.status_message.emit(
+            f"{safe_text(key or '', 80, single_line=True)} is \u201c{safe_text(v.text, 80, single_line=True)}\u201d "
+            "again."), self.window_.show_error, context=self, label="writing a value again")
+
+    # ---------------------------------------------------------------------------- the person's word
+
+    @staticmethod
+    def restorable(f: FactView) -> RecordView | None:
+        """The value a forgotten fact had (its latest PUT), or None."""
+        if f.status != "deleted":
+            return None
+        return next((r for r in reversed(f.history) if r.kind_name == "PUT"), None)
+
+    def add_fact(self) -> None:
+        FactDialog(self, compartments=self.window_.info.get("compartments", [])).open()
+
+    def edit_fact(self) -> None:
+        if self._fact is not None:
+            FactDialog(self, compartments=[self._fact.compartment], fact=self._fact).open()
+
+    def forget_fact(self) -> None:
+        f = self._fact
+        if f is None:
+            return
+        key, comp = f.key, f.compartment
+        self._select_key = key
+
+        def done(_changes: Changes) -> None:
+            shown = safe_text(key, 80, single_line=True)
+            self.window_.offer_undo(f"Forgot {shown}: hidden from your agents.", undo_forget_fact_job(f),
+                                    f"{shown} is back.")
+
+        self.client.mutate(lambda ctx: ctx.vault.forget(key=key, compartment=comp), done, self.window_.show_error,
+                           context=self, label="forgetting")
+
+    def restore_fact(self) -> None:
+        f = self._fact
+        v = self.restorable(f) if f is not None else None
+        if v is None:
+            return
+        self._select_key = v.key
+        self.client.mutate(lambda ctx: set_value_again(ctx.vault, v), lambda _c: self.status_message.emit(
+            f"Restored {safe_text(v.key or '', 80, single_line=True)}."), self.window_.show_error, context=self,
+            label="restoring")
+
     def _open_history(self, index: QModelIndex) -> None:
         v = self.history.data(self.history.index(index.row(), 0), Role.RECORD)
         if v is not None:
             self.window_.show_record(v.id)
+
+    def show_rows_after_write(self, key: str) -> None:
+        self._select_key = key
 
     def clear(self) -> None:
         super().clear()
         self.moved.forget()
         self.model.set_facts([])
         self._show(None)
+
+
+TYPES = (("fact", "Fact: something true about you or your world"),
+         ("preference", "Preference: how you like things done"),
+         ("instruction", "Instruction: what your agents should always do"))
+
+
+class FactDialog(BaseDialog):
+    """Add a fact, or edit a fact's value: written at user authority (the person's own word)."""
+
+    def __init__(self, view: FactsView, *, compartments: list[str], fact: FactView | None = None) -> None:
+        super().__init__(view, "Edit a fact" if fact is not None else "Add a fact")
+        self.view = view
+        self.fact = fact
+        self.setMinimumWidth(520)
+        lay = QVBoxLayout(self)
+        lay.addWidget(muted_label("Written as your own word (user authority): it binds your agents. They see it in "
+                                  "the compartment you choose."))
+        form = QFormLayout()
+        self.key = QLineEdit(fact.key if fact is not None else "user/")
+        self.key.setAccessibleName("key")
+        self.key.setToolTip("subject/attribute, such as user/home_city or work/project")
+        self.key.setReadOnly(fact is not None)
+        form.addRow("Key", self.key)
+        self.value = QPlainTextEdit()
+        self.value.setAccessibleName("value")
+        self.value.setTabChangesFocus(True)
+        self.value.setFixedHeight(90)
+        current = fact.current if fact is not None and fact.status == "ok" else None
+        if current is not None and current.kind_name == "PUT":
+            self.value.setPlainText(current.text)
+        form.addRow("Value", self.value)
+        self.type = QComboBox()
+        self.type.setAccessibleName("kind")
+        for value, label in TYPES:
+            self.type.addItem(label, value)
+        if current is not None and current.type:
+            self.type.setCurrentIndex(max(0, self.type.findData(current.type)))
+        self.type.setEnabled(fact is None)
+        form.addRow("Kind", self.type)
+        self.compartment = QComboBox()
+        self.compartment.setAccessibleName("compartment")
+        for name in compartments or ["personal"]:
+            self.compartment.addItem(safe_text(name, 60, single_line=True), name)
+        self.compartment.setCurrentIndex(max(0, self.compartment.findData("personal")))
+        self.compartment.setEnabled(fact is None)
+        form.addRow("Compartment", self.compartment)
+        lay.addLayout(form)
+        self.error = QLabel("")
+        self.error.setObjectName("Error")
+        self.error.setWordWrap(True)
+        self.error.setTextFormat(Qt.TextFormat.PlainText)
+        lay.addWidget(self.error)
+        buttons = QDialogButtonBox()
+        self.save = buttons.addButton("Save" if fact is not None else "Add", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.save.setObjectName("Primary")
+        buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.run)
+        buttons.rejected.connect(self.reject)
+        lay.addWidget(buttons)
+        (self.value if fact is not None else self.key).setFocus()
+
+    def run(self) -> None:
+        key, value = self.key.text().strip(), self.value.toPlainText().strip()
+        if not value:
+            self.error.setText("Type the value.")
+            return
+        typ, comp = self.type.currentData(), self.compartment.currentData()
+        item = NewRecord(type=typ, key=key, value=value)
+        self.save.setEnabled(False)
+
+        def done(_changes: Changes) -> None:
+            self.view.status_message.emit(f"Saved: {safe_text(key, 80, single_line=True)} is "
+                                          f"\u201c{safe_text(value, 80, single_line=True)}\u201d.")
+            self.accept()
+
+        def failed(exc: BaseException) -> None:
+            self.save.setEnabled(True)
+            self.error.setText(safe_text(str(exc), 600))  # a bad key says which and how to write it
+
+        self.view.show_rows_after_write(key)
+        self.view.client.mutate(lambda ctx: ctx.vault.append([item], compartment=comp), done, failed, context=self,
+                                label="saving a fact")

@@ -17,6 +17,7 @@ from ..dialogs import Ask
 from ..flows import GrantDialog, protected
 from ..models import Column, ColumnSpec, Sizing, fmt_time
 from ..text import safe_text
+from ..wording import revocation_lines
 from .base import TableView
 
 
@@ -98,7 +99,7 @@ class GrantsView(TableView):
         gid = g.grant_id.hex()
         protected(self.window_, f"Revoke the grant of {agent}?", details,
                   lambda ctx, unlock: _revoke_job(ctx, gid, unlock),
-                  lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(report.lines()), 4000)),
+                  lambda report: Ask.inform(self, "Revoked", safe_text("\n".join(revocation_lines(report)), 4000)),
                   confirm_label="Revoke", working="Revoking: making new keys\u2026")
 
 

@@ -1,7 +1,7 @@
 """Health: what deserves the owner's attention, each item with a button to act (KeePassXC's reports).
 
 Open conflicts, pending inferences, grants unused for a long time, devices not seen for a long
-time, compartments many agents can read, missing batches and rollback alerts, the erasure policy.
+time, compartments many agents can read, missing changes and rollback alerts, the erasure policy.
 GUI thread only.
 """
 
@@ -13,9 +13,16 @@ from camillo import Changes, HealthReport
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from .. import theme
 from ..notices import sync_explanation, sync_label
 from ..text import safe_text
 from .base import View
+
+# Problem kinds (camillo.Problem.kind) in words; the core's messages name files and format terms.
+PROBLEM_WORDS = {"damaged": "damaged or partly written files", "rejected": "changes your devices refused",
+                 "fork": "a device that wrote two different histories", "unreadable": "files this device has no key "
+                 "for yet", "unverified": "changes whose signature could not be checked", "missing": "files missing",
+                 "slot": "a damaged credential file"}
 
 
 class HealthView(View):
@@ -43,7 +50,8 @@ class HealthView(View):
         card.setObjectName("Card")
         lay = QHBoxLayout(card)
         dot = QLabel("\u25cf")
-        dot.setStyleSheet(f"color: {'#1e7d4f' if ok else '#c2410c'}; font-size: 18px;")
+        c = theme.current()
+        dot.setStyleSheet(f"color: {c['ok'] if ok else c['warn']}; font-size: 18px;")
         lay.addWidget(dot, 0, Qt.AlignmentFlag.AlignTop)
         col = QVBoxLayout()
         t = QLabel(title)
@@ -73,13 +81,17 @@ class HealthView(View):
                                  ", ".join(h.pending) or "Nothing an agent inferred is waiting.", "Open the inbox",
                                  "inbox"))
         sync = h.sync
-        # In the desktop's words, as in the status bar (the core's details name batches and epochs).
+        # In the desktop's words, as in the status bar (the core's details use the format's terms).
         lay.addWidget(self._card(sync == "up to date", f"Sync: {sync_label(sync)}", sync_explanation(sync),
                                  "Accept the vault as it is" if sync == "rollback alert" else "Refresh",
                                  handler=self._accept_state if sync == "rollback alert" else self.window_.refresh))
-        problems = [p for p in h.problems if p.kind not in ("gap", "rollback")]
+        problems = [p for p in h.problems if p.kind not in ("gap", "rollback", "syncing")]
+        kinds: dict[str, int] = {}
+        for p in problems:
+            kinds[p.kind] = kinds.get(p.kind, 0) + 1
         lay.addWidget(self._card(not problems, f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the files",
-                                 safe_text("; ".join(p.message for p in problems[:4]), 800) or
+                                 "; ".join(PROBLEM_WORDS.get(k, "something this version cannot check") + f" ({n})"
+                                           for k, n in sorted(kinds.items())) or
                                  "Every file, signature and link verifies.", "See activity", "activity"))
         n = len(h.stale_grants)
         lay.addWidget(self._card(not n, f"{n} grant{'s' if n != 1 else ''} unused for 30 days",

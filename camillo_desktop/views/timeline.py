@@ -1,18 +1,33 @@
-"""The timeline: conversations, their messages and every other record, newest last.
+"""The timeline: every conversation, message and other record, newest first (a toggle turns it).
 
 A lazy table of record ids (only ids are loaded up front; rows are decoded on the worker a page
-at a time), filters by compartment and for hidden records, and the detail pane of the selected
-record.  The search view reuses it with the ids of a search.  GUI thread only.
+at a time), sortable by any column (the sort runs on the worker, ``Vault.timeline_ids(order=...)``),
+filters by compartment and for forgotten records (marked, with Restore), a "go to date" control,
+Ctrl+End and Ctrl+Home that reach the real ends (not the ends of the rows loaded so far), and the
+detail pane of the selected record ("Open in its conversation", or a double-click).  The search
+view reuses the record table and the detail pane.  GUI thread only.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt
-from PySide6.QtWidgets import QAbstractItemView, QCheckBox, QComboBox, QLabel, QSplitter, QWidget
+from PySide6.QtCore import QDate, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDateEdit,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QToolButton,
+    QWidget,
+)
 
-from ..models import RecordColumn, RecordTableModel
+from ..guard import qt_virtual
+from ..models import RECORD_ORDER, RecordColumn, RecordTableModel
 from ..text import safe_text
 from .base import TableView
 from .detail import DetailPane
@@ -30,7 +45,38 @@ class RecordListView(TableView):
         super().__init__(client, window)
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
         self.model.rows_arrived.connect(self._refresh_detail)
+        self.table.doubleClicked.connect(self._activated)
+        self.table.installEventFilter(self)
         self._select_after_load: bytes | None = None
+
+    def _activated(self, index: QModelIndex) -> None:
+        """Double-click: a message opens in its conversation; a fact in Facts."""
+        v = self.model.record(index.row())
+        if v is None:
+            return
+        if v.conversation and v.type != "conversation":
+            self.window_.open_in_thread(v.id)
+        elif v.key:
+            self.navigate.emit("facts", v.key)
+
+    @qt_virtual(False)
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        """Ctrl+End and Ctrl+Home reach the real ends, not the ends of the rows loaded so far."""
+        if obj is self.table and event.type() == QEvent.Type.KeyPress and \
+                event.modifiers() & Qt.KeyboardModifier.ControlModifier and event.key() in (Qt.Key.Key_End,
+                                                                                          Qt.Key.Key_Home):
+            self.go_to_row(self.model.total() - 1 if event.key() == Qt.Key.Key_End else 0)
+            return True
+        return False
+
+    def go_to_row(self, row: int) -> None:
+        if not 0 <= row < self.model.total():
+            return
+        self.model.reveal(row)
+        idx = self.model.index(row, 0)
+        self.table.selectionModel().setCurrentIndex(
+            idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(idx, QAbstractItemView.ScrollHint.PositionAtCenter)
 
     def make_model(self) -> RecordTableModel:
         return RecordTableModel(self.client, self)
@@ -45,8 +91,8 @@ class RecordListView(TableView):
         self.splitter.addWidget(self.table)
         self.splitter.addWidget(self.detail)
         self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 2)
-        self.splitter.setSizes([800, 380])
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([860, 300])
         return self.splitter
 
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
@@ -82,8 +128,8 @@ class RecordListView(TableView):
         row = self.model.row_of(rid)
         if row < 0:
             return False
-        while row >= self.model.rowCount() and self.model.canFetchMore(QModelIndex()):
-            self.model.fetchMore(QModelIndex())
+        if hasattr(self.model, "reveal"):
+            self.model.reveal(row)
         idx = self.model.index(row, 0)
         self.table.selectionModel().setCurrentIndex(
             idx, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows)
@@ -104,20 +150,42 @@ class TimelineView(RecordListView):
 
     def __init__(self, client: Any, window: Any) -> None:
         super().__init__(client, window)
+        self.order = "time"
+        self.descending = True  # newest first
         self.compartment = QComboBox()
         self.compartment.setAccessibleName("compartment filter")
         self.compartment.addItem("All compartments", None)
         self.show_hidden = QCheckBox("Show forgotten")
-        self.show_hidden.setToolTip("Include records hidden by 'forget' (they stay in the history until erased)")
+        self.show_hidden.setToolTip("Include records hidden by \u201cforget\u201d: marked, with Restore (they stay in "
+                                    "the history until erased)")
+        self.newest = QToolButton()
+        self.newest.setCheckable(True)
+        self.newest.setChecked(True)
+        self.newest.setText("Newest first")
+        self.newest.setAccessibleName("order: newest first or oldest first")
+        self.newest.toggled.connect(self._newest_toggled)
+        self.date = QDateEdit(QDate.currentDate())
+        self.date.setCalendarPopup(True)
+        self.date.setDisplayFormat("yyyy-MM-dd")
+        self.date.setAccessibleName("date to go to")
+        self.go = QPushButton("Go to date")
+        self.go.setToolTip("Show the records of this day (in time order)")
+        self.go.clicked.connect(self.go_to_date)
         self.count = QLabel("")
         self.count.setObjectName("Muted")
-        self.header.addWidget(self.count)
-        self.header.addWidget(self.compartment)
-        self.header.addWidget(self.show_hidden)
+        self.header.insertWidget(1, self.count)
+        for w in (self.newest, self.date, self.go, self.compartment, self.show_hidden):
+            self.header.addWidget(w)
         self.compartment.currentIndexChanged.connect(lambda _i: self.load())
         self.show_hidden.toggled.connect(lambda _on: self.load())
-        self.subtitle.setText("Every conversation, message and record, oldest first. Badges show authority: only "
-                              "\u201cuser\u201d binds; everything else is information.")
+        header = self.table.horizontalHeader()
+        header.setSectionsClickable(True)
+        header.setSortIndicatorShown(True)
+        header.setSortIndicator(RecordColumn.TIME, Qt.SortOrder.DescendingOrder)
+        header.sortIndicatorChanged.connect(self._sort_changed)
+        self.subtitle.setText("Every conversation, message and record. Click a column to sort by it; double-click a "
+                              "message to read it in its conversation. Badges show authority: only \u201cuser\u201d "
+                              "binds; everything else is information.")
 
     def set_compartments(self, names: list[str]) -> None:
         current = self.compartment.currentData()
@@ -130,13 +198,29 @@ class TimelineView(RecordListView):
         self.compartment.setCurrentIndex(max(0, idx))
         self.compartment.blockSignals(False)
 
+    def _sort_changed(self, column: int, order: Qt.SortOrder) -> None:
+        self.order = RECORD_ORDER[RecordColumn(column)]
+        self.descending = order == Qt.SortOrder.DescendingOrder
+        self.newest.blockSignals(True)
+        self.newest.setChecked(self.order == "time" and self.descending)
+        self.newest.setText("Newest first" if self.order != "time" or self.descending else "Oldest first")
+        self.newest.blockSignals(False)
+        self.go.setEnabled(self.order == "time")
+        self.date.setEnabled(self.order == "time")
+        self.load()
+
+    def _newest_toggled(self, on: bool) -> None:
+        self.table.horizontalHeader().setSortIndicator(
+            RecordColumn.TIME, Qt.SortOrder.DescendingOrder if on else Qt.SortOrder.AscendingOrder)
+
     def load(self) -> None:
         name = self.compartment.currentData()
         hidden = self.show_hidden.isChecked()
+        order, descending = self.order, self.descending
 
         def job(ctx):
             v = ctx.vault
-            filters: dict[str, Any] = {"include_hidden": hidden}
+            filters: dict[str, Any] = {"include_hidden": hidden, "order": order, "descending": descending}
             if name:
                 filters["compartments"] = [v.compartment_id(name)]
             return v.timeline_ids(**filters)
@@ -147,7 +231,50 @@ class TimelineView(RecordListView):
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="loading the timeline")
 
+    def go_to_date(self) -> None:
+        """The first record of the chosen day (newest first: its latest), found by bisecting the times
+        of the rows on the worker (a handful of records read, whatever the vault's size)."""
+        if self.order != "time" or not self.model.total():
+            return
+        d = self.date.date()
+        start = int(time.mktime((d.year(), d.month(), d.day(), 0, 0, 0, 0, 0, -1)))  # local midnight
+        ids, descending = self.model.ids(), self.descending
+
+        def job(ctx: Any) -> int:
+            return position_of_day(ctx.vault, ids, start, descending)
+
+        def done(row: int) -> None:
+            if row >= len(ids):
+                self.status_message.emit("No record on or " + ("before" if descending else "after") + " that day.")
+                row = len(ids) - 1
+            self.go_to_row(row)
+
+        self.client.submit(job, done, self.window_.show_error, context=self, label="finding a date")
+
     def show_argument(self, argument: Any) -> None:
         if isinstance(argument, bytes):
             if not self.select_record(argument):
                 self._select_after_load = argument
+
+
+def position_of_day(vault: Any, ids: list[bytes], start: int, descending: bool) -> int:
+    """On the worker: the row of the first record of the day starting at ``start`` in ``ids``
+    (sorted by time, oldest first, or newest first when ``descending``); ``len(ids)`` when none is
+    at or after (before, when descending) it."""
+    end = start + 86400
+
+    def past(row: int) -> bool:  # False ... False True ... True along the rows
+        views = vault.records([ids[row]])
+        ts = views[0].ts if views and views[0].ts is not None else None
+        if descending:  # records without a time sort last
+            return ts is None or ts < end
+        return ts is not None and ts >= start
+
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if past(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

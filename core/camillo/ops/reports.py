@@ -387,7 +387,8 @@ TIMELINE_ORDERS = ("time", "compartment", "type", "authority", "writer", "text")
 
 def _scope(session: Session, include_hidden: bool, compartments: Iterable[bytes] | None,
            conversation: str | None) -> tuple[str, list[Any]]:
-    where, args = [_VISIBLE], []
+    where: list[str] = [_VISIBLE]
+    args: list[Any] = []
     if not include_hidden:
         where.append("hidden = 0")
     if compartments is not None:
