@@ -11,6 +11,11 @@ the way ``camillo-desktop --demo`` does, and measures:
 * open → first rows: from the open job's submission to the same signal;
 * search latency per query: from pressing Return in the search field to the search view's
   ``loaded`` signal;
+* a long conversation's thread (``--thread-messages``, 10,000 by default, appended to the clone first):
+  from asking the conversations view for it to its first page of bubbles on screen (``thread_open``),
+  then paging back through it (``thread_pages`` pages scrolled to the top one after another) and
+  jumping to its start and back to its end (Ctrl+Home, Ctrl+End); with the longest GUI-thread stall
+  of each (``thread_open_stall``, ``thread_scroll_stall``);
 * the longest GUI-thread stall in each phase: a 5 ms ``QTimer`` on the GUI thread records the
   longest gap between two of its ticks (a gap of 5 ms means no stall); for the open it also
   records when the three longest gaps started and when the open returned (``opened``), the window
@@ -45,13 +50,13 @@ def main(argv: list[str]) -> int:
     scratch = params["scratch"]
     launched = params["launched"]
 
-    from camillo import DEMO_PASSPHRASE, Unlock, Vault
+    from camillo import DEMO_PASSPHRASE, NewRecord, Unlock, Vault
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from camillo_desktop import theme
     from camillo_desktop.mainwindow import MainWindow
-    from camillo_desktop.settings import Settings
+    from camillo_desktop.settings import Setting, Settings
     from camillo_desktop.worker import VaultClient, install_thread_guard
 
     from .corpus import Corpus, clone_fixture
@@ -66,6 +71,8 @@ def main(argv: list[str]) -> int:
                        os.path.join(scratch, "loose"))
     app = QApplication.instance() or QApplication(["camillo-bench"])
     settings = Settings(QSettings(os.path.join(scratch, "settings.ini"), QSettings.Format.IniFormat))
+    settings.set(Setting.LAST_VIEW, "timeline")  # the first figures are the timeline's
+    settings.set(Setting.LIVE, False)  # no folder watching: the figures are the person's actions only
     theme.apply(app, "light")
     install_thread_guard()
     client = VaultClient()
@@ -112,9 +119,91 @@ def main(argv: list[str]) -> int:
         probe.stop()
         app.quit()
 
+    thread_messages = int(params.get("thread_messages", 10_000))
+    thread_pages = int(params.get("thread_pages", 12))
+    long_conversation = ("bench-long-thread", "personal")
+
+    def write_long_conversation(ctx: Any) -> Any:
+        """On the worker: a conversation of ``thread_messages`` messages, user and assistant in turn,
+        some of them long and with Markdown (lists, code), written in a few appends."""
+        base = int(time.time()) - thread_messages * 60
+        changes = None
+        for start in range(0, thread_messages, 1000):
+            items = []
+            for i in range(start, min(thread_messages, start + 1000)):
+                user = i % 2 == 0
+                text = (f"Question {i}: how do I keep the garden watered while away?" if user else
+                        f"Answer {i}:\n\n- water in the **morning**\n- mulch the beds\n\n```\nwater --zone {i % 7}\n```\n"
+                        + "More detail about soil and weather. " * (1 + i % 40))
+                items.append(NewRecord(type="message", conversation=long_conversation[0],
+                                       role="user" if user else "assistant", text=text, ts=base + i * 60))
+            changes = ctx.vault.append(items, compartment=long_conversation[1])
+        return changes
+
+    def thread_phase() -> None:
+        state["phase"] = "thread-write"
+        t = time.perf_counter()
+
+        def written(_changes: Any) -> None:
+            result["thread_write_seconds"] = time.perf_counter() - t
+            view = window.pages["conversations"]
+            thread = view.thread
+            state["phase"] = "thread-open"
+            thread.shown.connect(thread_shown)
+            window.show_view("conversations")
+            state["t0"] = time.perf_counter()
+            thread.show_conversation(long_conversation[0], long_conversation[1])
+
+        client.mutate(write_long_conversation, written, lambda exc: finish(f"writing the conversation: {exc}"),
+                      context=window, label="benchmark: a long conversation")
+
+    def thread_shown() -> None:
+        now = time.perf_counter()
+        thread = window.pages["conversations"].thread
+        if state["phase"] == "thread-open":
+            result["thread_messages"] = len(thread.ids)
+            result["thread_open"] = now - state["t0"]
+            result["thread_open_stall"] = stall(state["t0"], now)
+            result["thread_open_stall_cpu"] = stall_cpu(state["t0"], now)
+            result["thread_bubbles"] = len(thread.bubbles)
+            state["phase"], state["page"], state["t_scroll"] = "thread-scroll", 0, time.perf_counter()
+            state["lo"] = thread.lo
+            QTimer.singleShot(50, scroll_up)
+        elif state["phase"] == "thread-start":
+            result["thread_to_start"] = now - state["t0"]
+            state["phase"] = "thread-end"
+            state["t0"] = time.perf_counter()
+            thread.go_to_end()
+        elif state["phase"] == "thread-end":
+            result["thread_to_end"] = now - state["t0"]
+            result["thread_scroll_stall"] = stall(state["t_scroll"], now)
+            result["thread_scroll_stall_cpu"] = stall_cpu(state["t_scroll"], now)
+            result["thread_scroll_longest"] = longest(state["t_scroll"], now, 1)
+            result["thread_at_end"] = thread.hi == len(thread.ids)
+            finish()
+
+    def scroll_up() -> None:
+        """Scroll to the top of what is loaded; the view fetches the page before it."""
+        thread = window.pages["conversations"].thread
+        if thread.lo < state["lo"]:
+            state["page"] += 1
+            state["lo"] = thread.lo
+        if state["page"] >= thread_pages or thread.lo == 0 or time.perf_counter() - state["t_scroll"] > 120:
+            result["thread_pages_read"] = state["page"]
+            result["thread_page_seconds"] = (time.perf_counter() - state["t_scroll"]) / max(1, state["page"])
+            state["phase"] = "thread-start"
+            state["t0"] = time.perf_counter()
+            thread.go_to_start()
+            return
+        thread.area.verticalScrollBar().setValue(0)
+        QTimer.singleShot(20, scroll_up)
+
     def next_query() -> None:
         if state["i"] >= len(queries):
-            finish()
+            if thread_messages > 0:
+                thread_phase()
+            else:
+                finish()
             return
         q = queries[state["i"]]
         state["phase"] = "search"

@@ -103,6 +103,10 @@ class PassphrasePage(QWizardPage):
         self.setCommitPage(True)
         self.setButtonText(QWizard.WizardButton.CommitButton, "Create the vault")
 
+    @qt_virtual()
+    def initializePage(self) -> None:
+        self.first.setFocus()  # the page asks for a passphrase: typing goes there
+
     def _changed(self) -> None:
         self.meter.update_for(self.first.text())
         self.error.setText("")
@@ -206,6 +210,7 @@ class CheckPage(QWizardPage):
             self.form.addRow(f"Word {i + 1}", edit)
             self.edits.append((i, edit))
         self.form.addRow(muted_label("Go back if you need to see the words again."))
+        self.edits[0][1].setFocus()
 
     def wipe(self) -> None:
         """Forget the words typed."""

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import theme
 from .guard import qt_virtual
 from .keychain import keychain_name
 from .models import HistoryModel
@@ -53,6 +54,24 @@ class BaseDialog(QDialog):
         geometry = QSettings("Camillo", "Camillo").value(f"dialogs/{type(self).__name__}")
         if geometry:
             self.restoreGeometry(geometry)
+
+    @qt_virtual()
+    def showEvent(self, event) -> None:
+        """Never smaller than the content needs (a remembered size included), never off the screen."""
+        super().showEvent(event)
+        self.fit()
+
+    def fit(self) -> None:
+        layout = self.layout()
+        if layout is not None:
+            layout.activate()
+        wanted = self.size().expandedTo(self.minimumSizeHint())
+        screen = self.screen()
+        if screen is not None:
+            area = screen.availableGeometry()
+            wanted = wanted.boundedTo(area.size())
+        if wanted != self.size():
+            self.resize(wanted)
 
     @qt_virtual()
     def done(self, result: int) -> None:
@@ -168,6 +187,7 @@ class UnlockDialog(BaseDialog):
         lay.addWidget(self.revoked_buttons)
         self._revoked_unlock: Unlock | None = None  # the credential that was refused as revoked
         self.info: dict[str, Any] | None = None
+        self.secret.setFocus()  # whenever the dialog asks for a passphrase, the field has the focus
         client.submit(lambda ctx: device_key_available(path), self._device_available, lambda _e: None, context=self)
 
     def _device_available(self, available: bool) -> None:
@@ -182,6 +202,7 @@ class UnlockDialog(BaseDialog):
         self.secret.edit.setPlaceholderText(["passphrase", "the 24 words of your recovery phrase", ""][method])
         self.secret.clear()
         self.error.setText("")
+        (self.secret if method != 2 else self.unlock_button).setFocus()
 
     def unlock(self) -> None:
         method = self.methods.checkedId()
@@ -306,6 +327,7 @@ class SettingsDialog(BaseDialog):
         if st.usable:
             self.keychain.setText(f"Kept in {keychain_name(st.backend)} ({st.backend}).")
         else:
+            theme.restyle(self.keychain)
             self.keychain.setText(f"Not in an OS keychain: {st.reason}. This computer's device key is sealed in "
                                   "its local state under the vault's keys, so it cannot unlock the vault by itself.")
             self.keychain.setObjectName("Warning")
@@ -349,6 +371,10 @@ class RecordsDialog(BaseDialog):
         lay.addWidget(close, 0, Qt.AlignmentFlag.AlignRight)
         self.table.selectionModel().currentRowChanged.connect(
             lambda cur, _p: self.detail.show_record(self.model.record(cur.row())))
+        self.table.setTabKeyNavigation(False)
+        self.detail.thread_requested.connect(self._open_thread)
+        if parent is not None and hasattr(parent, "restore_record"):
+            self.detail.restore_requested.connect(parent.restore_record)
         self.client = client
         client.submit(lambda ctx: ctx.vault.records(ids), self._loaded,
                       lambda e: self.detail.heading.setText(safe_text(str(e), 300, single_line=True)), context=self)
@@ -359,6 +385,13 @@ class RecordsDialog(BaseDialog):
             self.table.selectRow(0)
         else:
             self.detail.heading.setText("These records are not readable here (another compartment, or erased).")
+
+    def _open_thread(self, rid: bytes) -> None:
+        """A source message, in its conversation (the main window shows it; this window closes)."""
+        window = self.parent()
+        if window is not None and hasattr(window, "open_in_thread"):
+            window.open_in_thread(rid)
+            self.accept()
 
     def _open_source(self, rid: bytes) -> None:
         RecordsDialog(self.client, [rid], "Source record", self.parent()).show()

@@ -83,6 +83,7 @@ class ReauthDialog(BaseDialog):
         lay.addLayout(row)
         self.secret = SecretEdit("passphrase")
         lay.addWidget(self.secret)
+        self.secret.setFocus()  # the dialog asks for it: typing goes there
         self.error = QLabel("")
         self.error.setObjectName("Error")
         self.error.setWordWrap(True)
@@ -233,6 +234,7 @@ def change_passphrase(window: Any) -> None:
     first, second = SecretEdit("new passphrase"), SecretEdit("the new passphrase again")
     lay.addWidget(first)
     lay.addWidget(second)
+    first.setFocus()
     err = QLabel("")
     err.setObjectName("Error")
     lay.addWidget(err)

@@ -69,6 +69,7 @@ class ImportDialog(BaseDialog):
         self.compartment = QComboBox()
         for name in window.info.get("compartments", []) or ["personal"]:
             self.compartment.addItem(safe_text(name, 60, single_line=True), name)
+        self.compartment.setCurrentIndex(max(0, self.compartment.findData("personal")))  # unless the person picks
         form.addRow("Into compartment", self.compartment)
         self.passphrase = SecretEdit("the VaultMem vault's passphrase")
         self.passphrase_row = QWidget()

@@ -59,6 +59,7 @@ from .views.activity import ActivityView
 from .views.base import View
 from .views.conflicts import ConflictsView
 from .views.conversations import ConversationsView
+from .views.detail import DetailPane
 from .views.devices import DevicesView
 from .views.enroll import EnrollView
 from .views.facts import FactsView
@@ -339,7 +340,7 @@ class MainWindow(QMainWindow):
         view.navigate.connect(self.show_view)
         view.status_message.connect(lambda m: self.statusBar().showMessage(m, 8000))
         detail = getattr(view, "detail", None)
-        if detail is not None:
+        if isinstance(detail, DetailPane):
             detail.thread_requested.connect(self.open_in_thread)
             detail.restore_requested.connect(self.restore_record)
 
@@ -544,6 +545,11 @@ class MainWindow(QMainWindow):
 
     def _nav_changed(self, row: int) -> None:
         item = self.nav.item(row)
+        if item is not None and not self.client.is_open and not self.locked:
+            # No vault yet (the list takes a current row when it gets the focus): the welcome screen stays,
+            # and the view last shown stays the one shown once a vault opens.
+            self._clear_nav()
+            return
         if item is not None:
             self.show_view(item.data(Qt.ItemDataRole.UserRole))
 
@@ -646,7 +652,7 @@ class MainWindow(QMainWindow):
     def _copy_selected(self) -> None:
         view = self.current_view()
         detail = getattr(view, "detail", None)
-        if detail is not None and detail.record is not None:
+        if isinstance(detail, DetailPane) and detail.record is not None:
             self.copy_text(detail.record.text)
 
     def show_error(self, exc: BaseException) -> None:

@@ -44,7 +44,8 @@ class MergeResult:
         n = sum(self.kinds.values())
         if not self.files:
             return ["Nothing came in: this vault already had everything the other copy has."]
-        what = ", ".join(f"{count} {kind}" for kind, count in sorted(self.kinds.items(), key=lambda x: -x[1]))
+        what = ", ".join(f"{count} {SINGULAR.get(kind, kind) if count == 1 else kind}"
+                         for kind, count in sorted(self.kinds.items(), key=lambda x: (-x[1], x[0])))
         out = [f"{n} new record{'s' if n != 1 else ''} came in" + (f" ({what})." if what else ".")]
         if self.conflicts:
             out.append(f"It opened {len(self.conflicts)} conflict{'s' if len(self.conflicts) != 1 else ''}: the two "
@@ -55,6 +56,9 @@ class MergeResult:
         else:
             out.append("It opened no conflict.")
         return out
+
+
+SINGULAR = {"messages": "message", "facts and preferences": "fact or preference", "other records": "other record"}
 
 
 def _kind(v: Any) -> str:

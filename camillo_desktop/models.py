@@ -643,13 +643,13 @@ STATUS_TIPS = {"ok": "one current value", "conflict": "values written without kn
 
 
 class FactColumn(Column):
-    KEY = ColumnSpec("Key", lambda f: f.key.split("/", 1)[1] if "/" in f.key else f.key, limit=200, width=170)
-    VALUE = ColumnSpec("Current value", _fact_value, sizing=Sizing.STRETCH)
-    STATUS = ColumnSpec("Status", lambda f: f.status, width=86, badge=lambda f: f.status,
+    KEY = ColumnSpec("Key", lambda f: f.key.split("/", 1)[1] if "/" in f.key else f.key, limit=200, width=150)
+    VALUE = ColumnSpec("Current value", _fact_value, sizing=Sizing.STRETCH, tooltip=lambda f: safe_tooltip(_fact_value(f)))
+    STATUS = ColumnSpec("Status", lambda f: f.status, width=84, badge=lambda f: f.status,
                         badge_color=lambda f: theme.STATUS_COLORS.get(f.status),
                         tooltip=lambda f: STATUS_TIPS.get(f.status))
-    AUTHORITY = ColumnSpec("Authority", _fact_authority, width=88, badge=lambda f: _fact_authority(f) or None)
-    COMPARTMENT = ColumnSpec("Compartment", lambda f: f.compartment, limit=60, width=104)
+    AUTHORITY = ColumnSpec("Authority", _fact_authority, width=84, badge=lambda f: _fact_authority(f) or None)
+    COMPARTMENT = ColumnSpec("Compartment", lambda f: f.compartment, limit=60, width=96)
 
 
 class FactsModel(QAbstractItemModel):

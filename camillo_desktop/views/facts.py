@@ -116,10 +116,15 @@ class FactsView(View):
         self.restore_button = QPushButton("Restore")
         self.restore_button.setToolTip("Write the value it had before it was forgotten again (a new record)")
         self.restore_button.clicked.connect(self.restore_fact)
-        for b in (self.edit_button, self.forget_button, self.restore_button, self.why, self.review, self.inbox):
+        for b in (self.edit_button, self.forget_button, self.restore_button):
             self.act_row.addWidget(b)
         self.act_row.addStretch(1)
         rl.addLayout(self.act_row)
+        more = QHBoxLayout()
+        for b in (self.why, self.review, self.inbox):
+            more.addWidget(b)
+        more.addStretch(1)
+        rl.addLayout(more)
         history_title = QLabel("History (newest last; \u25b6 marks the current value). Select an entry to read "
                                "its whole value.")
         history_title.setObjectName("Muted")
@@ -150,7 +155,7 @@ class FactsView(View):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.tree)
         self.splitter.addWidget(right)
-        self.splitter.setSizes([640, 540])
+        self.splitter.setSizes([700, 480])
         self.root.addWidget(self.splitter, 1)
         self._fact: FactView | None = None
         self._select_key: str | None = None

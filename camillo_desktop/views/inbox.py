@@ -140,16 +140,16 @@ class InboxView(View):
         self.table = Table(self.model, name="proposals", selection=self.selection, dense=True, grid=False)
         self.table.selectionModel().currentRowChanged.connect(self._current)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
-        self.detail = QScrollArea()
-        self.detail.setWidgetResizable(True)
-        self.detail.setFrameShape(QFrame.Shape.NoFrame)
-        self.detail.setMinimumWidth(320)
+        self.card_area = QScrollArea()
+        self.card_area.setWidgetResizable(True)
+        self.card_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.card_area.setMinimumWidth(320)
         self.empty = muted_label(EMPTY)
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty.hide()
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
-        split.addWidget(self.detail)
+        split.addWidget(self.card_area)
         split.setSizes([640, 420])
         self.root.addWidget(self.empty)
         self.root.addWidget(split, 1)
@@ -222,7 +222,7 @@ class InboxView(View):
         if p is None:
             lay.addWidget(muted_label("Select a proposal to see it beside your own value."))
             lay.addStretch(1)
-            self.detail.setWidget(holder)
+            self.card_area.setWidget(holder)
             return
         v = p.record
         key = QLabel(safe_text(f"{v.key}  \u00b7  {v.compartment}", 200, single_line=True))
@@ -277,7 +277,7 @@ class InboxView(View):
                 cl.addWidget(b)
             lay.addWidget(card)
         lay.addStretch(1)
-        self.detail.setWidget(holder)
+        self.card_area.setWidget(holder)
 
     # ---------------------------------------------------------------------------- confirm and reject
 

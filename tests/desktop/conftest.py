@@ -151,9 +151,13 @@ def client(qapp) -> Iterator[Any]:
 
 @pytest.fixture
 def settings(_isolated_qsettings):
-    from camillo_desktop.settings import Settings
+    """Default settings, but for the live folder watcher: off, so that a test decides when the window
+    reads what another process wrote (the live test turns it on)."""
+    from camillo_desktop.settings import Setting, Settings
 
-    return Settings()
+    s = Settings()
+    s.set(Setting.LIVE, False)
+    return s
 
 
 @pytest.fixture
@@ -161,7 +165,13 @@ def make_window(qtbot, client, settings) -> Callable[..., Any]:
     """``make_window(show=True)`` -> a MainWindow on the real client, closed after the test."""
     from camillo_desktop.mainwindow import MainWindow
 
-    def make(show: bool = True):
+    def make(show: bool = True, first_view: str | None = "timeline"):
+        """``first_view``: the view shown once a vault opens (as if last shown; None: the app's default,
+        the conversations)."""
+        from camillo_desktop.settings import Setting
+
+        if first_view is not None:
+            settings.set(Setting.LAST_VIEW, first_view)
         window = MainWindow(client, settings)
         qtbot.addWidget(window)
         if show:

@@ -136,9 +136,17 @@ def test_create_a_vault_with_the_wizard_and_land_on_the_timeline(qtbot, client, 
     info = wiz.info
     assert info is not None and info["path"].rstrip("/") == folder and client.is_open
 
-    window = make_window()
-    wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
-    assert window.current_view().name == "timeline"
+    window = make_window(first_view=None)  # the app's first view: the conversations
+    wait_view(qtbot, window, "conversations", lambda: window.vault_opened(info))
+    # An empty vault says how to bring history in, with the import buttons.
+    conversations = window.current_view()
+    assert conversations.name == "conversations"
+    assert conversations.pages.currentWidget() is conversations.empty
+    assert "Bring your history in" in conversations.empty_text.text()
+    assert [b.text() for b in conversations.import_buttons] == ["Import a ChatGPT export\u2026",
+                                                                "Import a Claude export\u2026"]
+    assert all(b.isVisible() for b in conversations.import_buttons)
+    wait_view(qtbot, window, "timeline", lambda: window.show_view("timeline"))
     assert window.pages["timeline"].count.text() == "0 records"
     assert window.windowTitle() == "My memory \u2014 Camillo"
 
@@ -427,12 +435,13 @@ def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
     view = demo_window.pages["timeline"]
     model = view.model
     row = next(r for r in range(model.rowCount())
-               if model.record(r).type == "fact" and model.record(r).key == "user/diet")
+               if model.record(r).type == "fact" and model.record(r).key == "user/diet"
+               and model.record(r).writer == "desktop")  # the user's value (an agent proposes another)
     view.table.selectRow(row)
     d = view.detail
     v = model.record(row)
     assert d.record is v
-    assert d.fields["Type"].text() == "fact (PUT)"
+    assert d.fields["Type"].text() == "fact (a value)"
     assert d.fields["Key"].text() == "user/diet"
     assert d.fields["Written by"].text() == "desktop (device)"
     assert d.fields["Compartment"].text() == "personal"
@@ -559,6 +568,7 @@ def test_a_table_cell_of_a_huge_message_does_not_scan_all_of_it(monkeypatch):
         text = "x" * 1_000_000
         type = "message"
         kind_name = "NOTE"
+        hidden = False
 
     monkeypatch.setattr(text_mod, "unicodedata", CountingUnicodedata)
     summary = record_summary(V())
@@ -589,7 +599,7 @@ def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
     assert status["user/meeting_time"] == "pending"
     assert status["user/home_city"] == "ok"
     assert view.title_label.text() == f"Facts  ({len(status)})"
-    assert "1 in conflict, 2 waiting" in view.subtitle.text()
+    assert "1 in conflict, 4 waiting" in view.subtitle.text()
 
     view.select_fact("user/favorite_coffee")
     assert view.status_badge.text() == "conflict"
@@ -659,8 +669,9 @@ def test_search_from_the_search_field(qtbot, demo_window):
     view = search(qtbot, demo_window, "morning")
     assert demo_window.current_view() is view
     assert view.model.rowCount() >= 1
-    assert view.count.text() == f"{view.model.rowCount()} result{'s' if view.model.rowCount() != 1 else ''} " \
-                                "for \u201cmorning\u201d"
+    n = view.model.total
+    assert view.count.text() == f"{n} record{'s match' if n != 1 else ' matches'} \u201cmorning\u201d"
+    assert view.model.rowCount() == n
     texts = [view.model.record(r).text for r in range(view.model.rowCount())]
     assert any("morning" in t for t in texts)
 
@@ -671,9 +682,9 @@ def test_search_modifiers(qtbot, demo_window):
     assert facts and all(v.type == "fact" for v in facts)
     assert {"Porto", "Artemis"} <= {v.text for v in facts}
 
-    view = search(qtbot, demo_window, "is:pending")
+    view = search(qtbot, demo_window, "is:pending")  # every proposal, beside a value or not
     keys = {view.model.record(r).key for r in range(view.model.rowCount())}
-    assert keys == {"user/meeting_time", "user/reply_style"}
+    assert keys == {"user/meeting_time", "user/reply_style", "user/diet", "user/partner_name", "user/knee_injury"}
 
 
 def test_a_bad_search_modifier_shows_its_error(qtbot, demo_window):
