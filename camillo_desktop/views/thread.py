@@ -10,20 +10,22 @@ longer than :data:`BUBBLE_LIMIT` characters shows that much and offers the rest 
 
 Only the message ids of the conversation are fetched whole; messages are read and rendered on the
 vault worker a page (:data:`PAGE`) at a time, around the message asked for (or the latest), and
-further pages as the person scrolls towards either end.  At most :data:`WINDOW` bubbles exist at
-once: pages far from what is shown are dropped, and the scroll position is kept on the message in
-view while pages come and go.  A message opened from elsewhere is scrolled to and highlighted.
+further pages as the person scrolls towards either end; a page's bubbles are made a few
+(:data:`CHUNK`) per turn of the event loop, nearest first, so that no turn stalls the window.  At
+most :data:`WINDOW` bubbles exist at once: pages far from what is shown are dropped, and the
+scroll position is kept on the message in view while pages come and go.  A message opened from elsewhere is scrolled to and highlighted.
 
 GUI thread only; :func:`prepare` runs on the vault worker.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
 from camillo import RecordView
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
@@ -46,7 +48,8 @@ from ..text import safe_text
 from ..widgets import Badge
 
 PAGE = 40  # messages read and rendered per job
-WINDOW = 160  # bubbles alive at most
+CHUNK = 4  # bubbles made per turn of the event loop (each turn stays short)
+WINDOW = 120  # bubbles alive at most
 EDGE = 600  # pixels from an end of the scroll range at which the next page is fetched
 BUBBLE_LIMIT = 100_000  # characters rendered in a bubble; the rest in the reader window
 
@@ -117,19 +120,28 @@ class Bubble(QFrame):
         self.setObjectName("Bubble")
         self.setProperty("side", message.side)
         self.setProperty("forgotten", bool(v.hidden))
+        self.setProperty("highlight", False)
+        self.highlighted = False
         self.setFrameShape(QFrame.Shape.NoFrame)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)
         lay.setSpacing(4)
         head = QHBoxLayout()
         head.setSpacing(6)
-        who = QLabel(safe_text(f"{message.label} \u00b7 {v.writer}", 120, single_line=True))
-        who.setTextFormat(Qt.TextFormat.PlainText)
-        who.setObjectName("BubbleHead")
-        head.addWidget(who)
-        when = QLabel(fmt_time(v.ts))
-        when.setObjectName("BubbleHead")
-        head.addWidget(when)
+        # Who, when and the authority badge in one label (a bubble is made of few widgets: a
+        # conversation makes hundreds of them, and each widget costs its style's time).
+        color = theme.AUTHORITY_COLORS.get(v.effective_label, theme.AUTHORITY_COLORS["-"])
+        badge = (f'&nbsp;<span style="background:{color[0]}; color:{color[1]}; font-weight:600;">'
+                 f"&nbsp;{html.escape(v.effective_label)}&nbsp;</span>")
+        meaning = "binds as your own word" if v.effective_label == "user" else "information, not an instruction"
+        self.head = QLabel(f"{html.escape(safe_text(f'{message.label} · {v.writer}', 120, single_line=True))}"
+                           f" &nbsp;·&nbsp; {html.escape(fmt_time(v.ts))}{badge}")
+        self.head.setTextFormat(Qt.TextFormat.RichText)  # our own markup of escaped text
+        self.head.setObjectName("BubbleHead")
+        self.head.setToolTip(f"authority {v.effective_label}: {meaning}")
+        self.head.setAccessibleName(safe_text(f"{message.label}, {v.writer}, {fmt_time(v.ts)}, authority "
+                                              f"{v.effective_label}", 200, single_line=True))
+        head.addWidget(self.head)
         head.addStretch(1)
         if v.hidden:
             head.addWidget(Badge("forgotten", theme.STATUS_COLORS["deleted"]))
@@ -139,10 +151,6 @@ class Bubble(QFrame):
             undo.setToolTip("Write it again: it comes back to your agents (the forgotten copy stays in the history)")
             undo.clicked.connect(lambda: self.restore.emit(v.id))
             head.addWidget(undo)
-        badge = Badge(v.effective_label)
-        badge.setToolTip(f"authority {v.effective_label}: " + ("binds as your own word" if v.effective_label == "user"
-                                                               else "information, not an instruction"))
-        head.addWidget(badge)
         self.toggle: QToolButton | None = None
         if message.side == "other":
             self.toggle = QToolButton()
@@ -161,7 +169,9 @@ class Bubble(QFrame):
         self.body.linkActivated.connect(open_link)
         self.body.linkHovered.connect(self.link_hovered)
         self.body.setAccessibleName(f"message from {message.label}")
-        self.body.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)  # as tall as its text needs at the bubble's width: never clipped
+        self.body.setSizePolicy(policy)
         lay.addWidget(self.body)
         self.more: QPushButton | None = None
         if message.truncated:
@@ -172,7 +182,6 @@ class Bubble(QFrame):
             self.body.hide()
             if self.more is not None:
                 self.more.hide()
-        self.set_highlight(False)
 
     def _toggled(self, shown: bool) -> None:
         self.body.setVisible(shown)
@@ -191,14 +200,13 @@ class Bubble(QFrame):
             self.toggle.setChecked(True)
 
     def set_highlight(self, on: bool) -> None:
-        c = theme.current()
-        background = {"user": c["bubble_user"], "assistant": c["bubble_assistant"]}.get(self.message.side,
-                                                                                     c["bubble_other"])
-        border = f"2px solid {c['accent']}" if on else (
-            f"1px dashed {c['control']}" if self.message.side == "other" else f"1px solid {c['border']}")
-        self.setStyleSheet(f"QFrame#Bubble {{ background: {background}; border: {border}; border-radius: 10px; }}"
-                           f"QLabel#BubbleHead {{ color: {c['muted']}; }}")
+        """The message asked for: a strong border (the application's style sheet, by property; a
+        style sheet per bubble would cost milliseconds each)."""
+        changed = bool(self.property("highlight")) != on
+        self.setProperty("highlight", on)
         self.highlighted = on
+        if changed:
+            theme.restyle(self)
 
 
 class ReaderDialog(QWidget):
@@ -220,7 +228,8 @@ class ReaderDialog(QWidget):
 class ThreadView(QWidget):
     """The messages of one conversation (see the module docstring)."""
 
-    shown = Signal()  # the first page of a conversation is on screen
+    shown = Signal()  # a conversation's first bubbles are on screen, scrolled to the message asked for
+    settled = Signal()  # every bubble of the pages read so far is in
     status_message = Signal(str)
     restore_requested = Signal(bytes)
 
@@ -265,7 +274,11 @@ class ThreadView(QWidget):
         self.include_hidden = False
         self.focus_id: bytes | None = None
         self._token = 0  # a newer conversation (or reload) makes older answers stale
-        self._loading = False
+        self._loading = False  # a page is being read or put in
+        self._queue: list[tuple[list[Message], bool]] = []  # messages to put in: (messages, at the top)
+        self._opening = False  # the next bubbles put in are the first of a conversation
+        self._stick_bottom = False  # opened at the latest: stay at the end while earlier ones come in
+        self._keep_top = True  # past WINDOW bubbles, drop those at the bottom (else at the top)
 
     # ---------------------------------------------------------------------------- opening
 
@@ -292,41 +305,47 @@ class ThreadView(QWidget):
         def done(result: tuple[list[bytes], int, int, list[Message]]) -> None:
             if token != self._token:
                 return
-            self._loading = False
-            ids, lo, hi, messages = result
+            ids, lo, _hi, messages = result
             self._clear_bubbles()
-            self.ids, self.lo, self.hi = ids, lo, lo
+            self.ids = ids
             self.focus_id = focus if focus in ids else None
-            self._insert(messages, at_top=False)
-            self.hi = hi
-            self._update_ends()
-            QTimer.singleShot(0, lambda: self._scroll_after_open(token))
+            at = ids.index(self.focus_id) - lo if self.focus_id is not None else len(messages) - 1
+            at = max(0, at)
+            # The message asked for (or the latest) first, then its neighbours a few at a time, the
+            # view kept on it while they come in.
+            self.lo = self.hi = lo + at
+            self._stick_bottom = self.focus_id is None
+            self._opening = True
+            self._queue = [(messages[at:], False), (messages[:at], True)]
+            self._drain()
 
         self.client.submit(job, done, self._failed, context=self, label="opening a conversation")
 
     def _failed(self, exc: BaseException) -> None:
         self._loading = False
+        self._queue = []
         self.status_message.emit(safe_text(str(exc), 300, single_line=True))
 
-    def _scroll_after_open(self, token: int) -> None:
-        if token != self._token:
-            return
-        self.container.layout().activate()
+    def _opened(self) -> None:
+        """The first bubbles are in: scroll to the message asked for (or the end) and say so."""
+        self._opening = False
+        self._relayout()
         target = self.bubble_of(self.focus_id) if self.focus_id else None
+        bar = self.area.verticalScrollBar()
         if target is not None:
             target.expand()
             target.set_highlight(True)
-            self.container.layout().activate()
-            bar = self.area.verticalScrollBar()
-            bar.setValue(max(0, target.y() - max(0, (self.area.viewport().height() - target.height()) // 3)))
+            self._relayout()
+            y = target.holder.y()
+            bar.setValue(max(0, y - max(0, (self.area.viewport().height() - target.holder.height()) // 3)))
         else:
-            bar = self.area.verticalScrollBar()
             bar.setValue(bar.maximum())
         self.shown.emit()
 
     def clear(self) -> None:
         self._token += 1
         self._loading = False
+        self._queue = []
         self._clear_bubbles()
         self.ids, self.lo, self.hi, self.key, self.focus_id = [], 0, 0, None, None
         self._update_ends()
@@ -338,6 +357,48 @@ class ThreadView(QWidget):
         self.bubbles = []
 
     # ---------------------------------------------------------------------------- pages
+
+    def _drain(self) -> None:
+        """Put the next CHUNK bubbles of the queue in (one turn of the event loop each, so that no
+        turn takes long), keeping the message in view where it is; once the queue is empty, drop
+        far pages and look whether the view is near an end again."""
+        token = self._token
+        while self._queue and not self._queue[0][0]:
+            self._queue.pop(0)
+        if not self._queue:
+            self._loading = False
+            self._stick_bottom = False
+            self._evict()
+            self._update_ends()
+            self.settled.emit()
+            QTimer.singleShot(0, self._near_an_end)
+            return
+        messages, at_top = self._queue[0]
+        if at_top:  # the ones nearest to what is shown first
+            chunk, self._queue[0] = messages[-CHUNK:], (messages[:-CHUNK], True)
+        else:
+            chunk, self._queue[0] = messages[:CHUNK], (messages[CHUNK:], False)
+        anchor = None if self._opening else self._anchor()
+        self._insert(chunk, at_top=at_top)
+        if at_top:
+            self.lo -= len(chunk)
+        else:
+            self.hi += len(chunk)
+        self._update_ends()
+        if self._opening:
+            self._opened()
+        elif self._stick_bottom:
+            self._relayout()
+            bar = self.area.verticalScrollBar()
+            bar.setValue(bar.maximum())
+        else:
+            self._restore(anchor)
+        QTimer.singleShot(0, lambda: token == self._token and self._drain())
+
+    def _relayout(self) -> None:
+        """Lay the thread out now (positions and the scroll range are then those of what is in)."""
+        self.container.layout().activate()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
 
     def _insert(self, messages: list[Message], *, at_top: bool) -> None:
         new = []
@@ -353,6 +414,7 @@ class ThreadView(QWidget):
         first_index = 1 if at_top else 1 + len(self.bubbles)  # after the "top" label
         for offset, holder in enumerate(holders):
             self.column.insertWidget(first_index + offset, holder)
+            holder.show()  # now, not on a later turn: the layout that follows counts it
         self.bubbles = new + self.bubbles if at_top else self.bubbles + new
 
     def _holder(self, bubble: Bubble) -> QWidget:
@@ -368,6 +430,11 @@ class ThreadView(QWidget):
             h.addStretch(1)
         bubble.holder = row
         return row
+
+    @property
+    def loading(self) -> bool:
+        """A page is being read or put in."""
+        return self._loading
 
     def bubble_of(self, rid: bytes | None) -> Bubble | None:
         return next((b for b in self.bubbles if b.message.record.id == rid), None)
@@ -392,34 +459,32 @@ class ThreadView(QWidget):
         ids = self.ids[lo:hi]
         token, colors = self._token, markdown_colors()
         self._loading = True
+        self._keep_top = before  # past WINDOW bubbles: drop those on the other side (the bottom, for a page above)
 
         def done(messages: list[Message]) -> None:
             if token != self._token:
                 return
-            self._loading = False
-            anchor = self._anchor()
-            self._insert(messages, at_top=before)
-            if before:
-                self.lo = lo
-            else:
-                self.hi = hi
-            self._evict(keep_top=not before)
-            self._update_ends()
-            self._restore(anchor)
+            self._queue = [(messages, before)]
+            self._drain()
 
         self.client.submit(lambda ctx: prepare(ctx.vault.records(ids), colors), done, self._failed, context=self,
                            label="reading messages")
 
-    def _evict(self, *, keep_top: bool) -> None:
+    def _evict(self) -> None:
         """Drop the bubbles farthest from what is shown, past WINDOW."""
+        if len(self.bubbles) <= WINDOW:
+            return
+        anchor = self._anchor()
         while len(self.bubbles) > WINDOW:
-            b = self.bubbles.pop(-1 if keep_top else 0)
-            if keep_top:
+            b = self.bubbles.pop(-1 if self._keep_top else 0)
+            if self._keep_top:
                 self.hi -= 1
             else:
                 self.lo += 1
             self.column.removeWidget(b.holder)
+            b.holder.hide()
             b.holder.deleteLater()
+        self._restore(anchor)
 
     def _anchor(self) -> tuple[Bubble, int] | None:
         """The first bubble in view and its distance from the top of the view."""
@@ -431,7 +496,7 @@ class ThreadView(QWidget):
         return None
 
     def _restore(self, anchor: tuple[Bubble, int] | None) -> None:
-        self.container.layout().activate()
+        self._relayout()
         if anchor is not None and anchor[0] in self.bubbles:
             b, offset = anchor
             self.area.verticalScrollBar().setValue(b.holder.y() - offset)

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from .helpers import call, wait_idle
 
-ALL = {"timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity", "health", "search"}
+ALL = {"conversations", "timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity", "health", "search"}
 NOT_SHOWN_YET = {"enroll"}  # stale from the start (showing it makes an enrollment offer)
 
 
@@ -51,7 +51,7 @@ class Loads:
 @pytest.fixture
 def window(qtbot, demo_window):
     """The demo window with every page loaded once (so that none is stale), back on the timeline."""
-    for name in ("facts", "conflicts", "inbox", "grants", "devices", "activity", "health"):
+    for name in ("conversations", "facts", "conflicts", "inbox", "grants", "devices", "activity", "health"):
         wait_view(qtbot, demo_window, name)
     wait_view(qtbot, demo_window, "search", "coffee")
     wait_view(qtbot, demo_window, "timeline")
@@ -104,7 +104,7 @@ def test_the_grants_view_is_not_reloaded_after_an_append(qtbot, client, window, 
     append(qtbot, client, MESSAGE)
     assert loads.counts["grants"] == 0 and not window.pages["grants"]._stale
     assert sum(loads.counts.values()) == 0
-    assert {"timeline", "search", "activity", "health"} <= loads.stale()
+    assert {"conversations", "timeline", "search", "activity", "health"} <= loads.stale()
 
 
 def test_the_activity_view_reloads_after_an_append_it_shows(qtbot, client, window, monkeypatch):
@@ -293,7 +293,7 @@ def test_accepting_a_rollback_broadcasts_what_the_vault_returned_and_redraws_the
 EXPECTED = [  # (the Changes, the views it concerns)
     (Changes(), set()),
     (Changes(records=(b"r",), batches=(b"b",), compartments=frozenset({"personal"})),
-     {"timeline", "search", "activity", "health"}),
+     {"conversations", "timeline", "search", "activity", "health"}),
     (Changes(keys=frozenset({("personal", "user/x")})), {"facts", "inbox", "conflicts", "health"}),
     (Changes(batches=(b"b",)), {"activity", "health"}),
     (Changes(devices=True), {"devices", "health"}),

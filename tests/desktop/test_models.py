@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from camillo import ActivityRow, GrantInfo, NewRecord, Unlock, Vault
 from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QTableView
 
 from .helpers import call, no_guard, open_vault, wait_idle
@@ -267,9 +268,9 @@ def row_table_views():
 
 
 HEADERS = {
-    "activity": ["Time", "Who", "Compartment", "What", "Verified", "Status"],
+    "activity": ["Time", "Who", "Where", "What", "Verified", "Status"],
     "grants": ["Agent", "Access", "Highest authority", "Expires", "Last used", "Status"],
-    "devices": ["Name", "Platform", "Enrolled", "Last seen", "Status"],
+    "devices": ["Name", "Kind", "Enrolled", "Last seen", "Status"],
 }
 
 
@@ -304,7 +305,7 @@ def test_a_column_enum_member_is_its_position_and_carries_its_spec():
         assert [int(c) for c in columns] == list(range(len(columns)))
         assert all(columns(int(c)) is c and c.spec.header for c in columns)
         assert sum(c.spec.sizing is Sizing.STRETCH for c in columns) == 1  # one column takes the rest
-    assert RecordColumn.TEXT.spec.sizing is Sizing.STRETCH and RecordColumn.TIME.spec.width == 122
+    assert RecordColumn.TEXT.spec.sizing is Sizing.STRETCH and RecordColumn.TIME.spec.width == 116
 
 
 def test_a_table_sizes_and_badges_its_columns_as_the_specs_say(qtbot, client):
@@ -317,7 +318,7 @@ def test_a_table_sizes_and_badges_its_columns_as_the_specs_say(qtbot, client):
     records = Table(RecordTableModel(client), dense=True, grid=False)
     qtbot.addWidget(records)
     header = records.horizontalHeader()
-    assert [records.columnWidth(c) for c in RecordColumn if c.spec.width] == [122, 104, 92, 86, 118]
+    assert [records.columnWidth(c) for c in RecordColumn if c.spec.width] == [116, 84, 84, 104, 96]
     assert header.stretchLastSection()  # the text: the others stay draggable
     assert all(header.sectionResizeMode(c) == QHeaderView.ResizeMode.Interactive for c in RecordColumn)
     assert isinstance(records.itemDelegateForColumn(RecordColumn.AUTHORITY), BadgeDelegate)
@@ -342,8 +343,9 @@ def test_rejected_writes_are_red_revoked_grants_and_old_devices_dimmed(qapp):
 
     from PySide6.QtGui import QGuiApplication
 
+    from camillo_desktop import theme
     from camillo_desktop.models import Role, TableModel
-    from camillo_desktop.views.activity import REJECTED, ActivityView
+    from camillo_desktop.views.activity import ActivityView
     from camillo_desktop.views.devices import DevicesView
     from camillo_desktop.views.grants import GrantsView
 
@@ -355,6 +357,7 @@ def test_rejected_writes_are_red_revoked_grants_and_old_devices_dimmed(qapp):
         return GrantInfo(grant_id=b"\2" * 16, agent="a", writer_id=b"\3" * 32, scopes={"work": "read"},
                          max_class="inferred", expires=None, created=1, revoked=revoked)
 
+    REJECTED = QColor(theme.current()["error"])
     assert ActivityView.foreground(None, activity("rejected: unknown writer")) == REJECTED
     assert ActivityView.foreground(None, activity("accepted")) is None
     dim = QGuiApplication.palette().placeholderText()
