@@ -488,6 +488,20 @@ class Bench:
                         [max(x["stall"] for x in g["queries"]) for g in qs], target={"kind": "lt", "value": 0.100})
                     fig("gui_search_stall_cpu", "  the same, process CPU inside the gap (idle-machine estimate)", "s",
                         [max(x["stall_cpu"] for x in g["queries"]) for g in qs], target={"kind": "lt", "value": 0.100})
+                th = [g for g in ok if "thread_page_in" in g]
+                if th:
+                    n = th[0]["thread_messages"]
+                    fig("gui_thread_open", f"GUI: a {n:,}-message conversation, asked for to its latest message shown",
+                        "s", [g["thread_open"] for g in th])
+                    fig("gui_thread_page", "  to its first page of messages whole", "s", [g["thread_page_in"] for g in th])
+                    fig("gui_thread_open_stall", "GUI: longest GUI-thread stall while opening it", "s",
+                        [g["thread_open_stall"] for g in th], target={"kind": "lt", "value": 0.100})
+                    fig("gui_thread_open_stall_cpu", "  the same, process CPU inside the gap (idle-machine estimate)", "s",
+                        [g["thread_open_stall_cpu"] for g in th], target={"kind": "lt", "value": 0.100})
+                    fig("gui_thread_scroll_stall", "GUI: longest GUI-thread stall paging through it and to its ends",
+                        "s", [g["thread_scroll_stall"] for g in th], target={"kind": "lt", "value": 0.100})
+                    fig("gui_thread_scroll_stall_cpu", "  the same, process CPU inside the gap (idle-machine estimate)",
+                        "s", [g["thread_scroll_stall_cpu"] for g in th], target={"kind": "lt", "value": 0.100})
         # -- memory
         peaks = [e["peak_rss_mib"] for e in out if e.get("peak_rss_mib")]
         if peaks:

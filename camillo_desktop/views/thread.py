@@ -106,6 +106,34 @@ def open_link(url: str) -> None:
         QDesktopServices.openUrl(QUrl(url))
 
 
+class MessageText(QLabel):
+    """A message's text, word-wrapped: its height for a width is laid out once and remembered (a
+    thread lays out every bubble each time a few come in; rich text layout is the costly part)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._heights: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:
+        self._heights.clear()
+        super().setText(text)
+
+    @qt_virtual(-1)
+    def heightForWidth(self, width: int) -> int:
+        height = self._heights.get(width)
+        if height is None:
+            if len(self._heights) > 8:
+                self._heights.clear()
+            height = self._heights[width] = super().heightForWidth(width)
+        return height
+
+    @qt_virtual()
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._heights.clear()
+        super().changeEvent(event)
+
+
 class Bubble(QFrame):
     """One message: header (who, when, authority), then its text; collapsed for outside content."""
 
@@ -160,7 +188,7 @@ class Bubble(QFrame):
             self.toggle.toggled.connect(self._toggled)
             head.addWidget(self.toggle)
         lay.addLayout(head)
-        self.body = QLabel()
+        self.body = MessageText()
         self.body.setTextFormat(Qt.TextFormat.RichText)  # our own HTML of escaped text (markdown.render)
         self.body.setText(message.html)
         self.body.setWordWrap(True)
@@ -384,6 +412,7 @@ class ThreadView(QWidget):
             self.lo -= len(chunk)
         else:
             self.hi += len(chunk)
+        self._drop(len(chunk))  # as many far ones go as came in: the work stays spread over the turns
         self._update_ends()
         if self._opening:
             self._opened()
@@ -471,11 +500,15 @@ class ThreadView(QWidget):
                            label="reading messages")
 
     def _evict(self) -> None:
-        """Drop the bubbles farthest from what is shown, past WINDOW."""
-        if len(self.bubbles) <= WINDOW:
-            return
-        anchor = self._anchor()
-        while len(self.bubbles) > WINDOW:
+        """Drop the bubbles farthest from what is shown, past WINDOW (keeping the view where it is)."""
+        if len(self.bubbles) > WINDOW:
+            anchor = self._anchor()
+            self._drop(len(self.bubbles) - WINDOW)
+            self._restore(anchor)
+
+    def _drop(self, most: int) -> None:
+        """Drop up to ``most`` bubbles past WINDOW, from the side away from the page coming in."""
+        for _ in range(min(most, len(self.bubbles) - WINDOW)):
             b = self.bubbles.pop(-1 if self._keep_top else 0)
             if self._keep_top:
                 self.hi -= 1
@@ -484,7 +517,6 @@ class ThreadView(QWidget):
             self.column.removeWidget(b.holder)
             b.holder.hide()
             b.holder.deleteLater()
-        self._restore(anchor)
 
     def _anchor(self) -> tuple[Bubble, int] | None:
         """The first bubble in view and its distance from the top of the view."""
