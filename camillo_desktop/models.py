@@ -259,7 +259,7 @@ class RecordColumn(Column):
     AUTHORITY = ColumnSpec("Authority", lambda v: v.effective_label, width=84, tooltip=_authority_tooltip,
                            badge=lambda v: v.effective_label, accessible=lambda v: f"authority {v.effective_label}")
     WRITER = ColumnSpec("Written by", lambda v: v.writer, limit=40, width=104)
-    COMPARTMENT = ColumnSpec("Compartment", lambda v: v.compartment, limit=60, width=96)
+    COMPARTMENT = ColumnSpec("Compartment", lambda v: v.compartment, limit=60, width=110)
 
 
 RECORD_ORDER = {RecordColumn.TIME: "time", RecordColumn.TEXT: "text", RecordColumn.TYPE: "type",
@@ -649,7 +649,7 @@ class FactColumn(Column):
                         badge_color=lambda f: theme.STATUS_COLORS.get(f.status),
                         tooltip=lambda f: STATUS_TIPS.get(f.status))
     AUTHORITY = ColumnSpec("Authority", _fact_authority, width=84, badge=lambda f: _fact_authority(f) or None)
-    COMPARTMENT = ColumnSpec("Compartment", lambda f: f.compartment, limit=60, width=96)
+    COMPARTMENT = ColumnSpec("Compartment", lambda f: f.compartment, limit=60, width=110)
 
 
 class FactsModel(QAbstractItemModel):

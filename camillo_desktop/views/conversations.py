@@ -46,11 +46,11 @@ class ConversationColumn(Column):  # a row: a camillo.ConversationInfo; titles a
     TITLE = ColumnSpec("Conversation", lambda c: c.title, limit=160, sizing=Sizing.STRETCH,
                        tooltip=lambda c: safe_text(c.title, 400))
     LAST = ColumnSpec("Last", lambda c: fmt_when(c.last), width=84, tooltip=lambda c: f"last activity {fmt_time(c.last)}")
-    WHO = ColumnSpec("From", who, limit=60, width=104)
+    WHO = ColumnSpec("From", who, limit=60, width=96)
     MESSAGES = ColumnSpec("Msgs", lambda c: f"{c.messages:,}", width=52,
                           align=Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
                           accessible=lambda c: f"{c.messages} messages")
-    COMPARTMENT = ColumnSpec("Compartment", lambda c: c.compartment, limit=60, width=96)
+    COMPARTMENT = ColumnSpec("Compartment", lambda c: c.compartment, limit=60, width=110)
 
 
 EMPTY_TEXT = ("No conversations yet. Bring your history in from ChatGPT or Claude (Vault \u2192 Import); your "
@@ -115,7 +115,7 @@ class ConversationsView(View):
         self.thread_meta = muted_label("")
         rl.addWidget(self.thread_meta)
         self.thread = ThreadView(client, self)
-        self.thread.shown.connect(self.loaded)
+        self.thread.settled.connect(self.loaded)  # ready: every bubble of its first page is in
         self.thread.status_message.connect(self.status_message)
         self.thread.restore_requested.connect(lambda rid: self.window_.restore_record(rid))
         rl.addWidget(self.thread, 1)

@@ -95,7 +95,7 @@ def test_an_append_reloads_the_timeline_and_leaves_the_grants_and_devices_alone(
     assert loads.counts == {"timeline": 1}  # the one shown, at once
     assert timeline.model.total() == before + 1
     # Hidden: what shows records, batches or anything is marked stale; the rest is left alone.
-    assert loads.stale() == NOT_SHOWN_YET | {"search", "activity", "health"}
+    assert loads.stale() == NOT_SHOWN_YET | {"conversations", "search", "activity", "health"}
 
 
 def test_the_grants_view_is_not_reloaded_after_an_append(qtbot, client, window, monkeypatch):
@@ -121,7 +121,8 @@ def test_a_fact_written_reloads_the_facts_the_inbox_and_conflicts_not_the_roster
     changes = append(qtbot, client, NewRecord(type="fact", key="user/pet", value="a cat"))
     assert ("personal", "user/pet") in changes.keys
     assert loads.counts == {"timeline": 1}
-    assert loads.stale() == NOT_SHOWN_YET | {"search", "activity", "health", "facts", "inbox", "conflicts"}
+    assert loads.stale() == NOT_SHOWN_YET | {"conversations", "search", "activity", "health", "facts", "inbox",
+                                             "conflicts"}
 
 
 # ------------------------------------------------------------------------------------------ one fact

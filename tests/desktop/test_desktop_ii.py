@@ -84,7 +84,7 @@ def test_resolve_a_conflict_by_keeping_a_candidate(qtbot, client, demo_window):
     shown = " ".join(w.text() for w in view.cards_area.widget().findChildren(type(view.key_label)))
     for c in fact.candidates:
         assert c.text in shown and c.writer in shown
-    assert "It had seen" in shown and "Written by" in shown
+    assert "Written without knowing of" in shown and "Written by" in shown
     keep = [b for b in view.cards_area.widget().findChildren(type(view.new_button)) if b.accessibleName() == "keep candidate 2"]
     assert keep
     picked = fact.candidates[1]

@@ -566,3 +566,76 @@ def test_a_long_conversation_loads_in_pages_both_ways_and_ctrl_end_reaches_the_e
     assert thread.hi == n and thread.bubbles[-1].message.record.id == ids[-1]
     bar = thread.area.verticalScrollBar()
     assert bar.value() == bar.maximum()
+
+
+# ------------------------------------------------------------------------------ timeline and search
+
+
+def test_the_timeline_is_newest_first_with_a_toggle_and_ctrl_end_reaches_the_real_end(qtbot, client, demo_window):
+    timeline = demo_window.pages["timeline"]
+    model = timeline.model
+    ids = call(qtbot, client, lambda ctx: ctx.vault.timeline_ids(order="time", descending=True))
+    assert model.total() == len(ids) and model.record(0).id == ids[0]
+    assert timeline.newest.isChecked()
+    with qtbot.waitSignal(timeline.loaded, timeout=15_000):
+        click(qtbot, timeline.newest)
+    assert model.record(0).id == ids[-1]  # oldest first now
+    timeline.table.setFocus()
+    qtbot.keyClick(timeline.table, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: timeline.table.currentIndex().row() == model.total() - 1, timeout=10_000)
+    qtbot.waitUntil(lambda: model.record(model.total() - 1) is not None, timeout=10_000)
+    assert model.record(model.total() - 1).id == ids[0]
+
+
+def test_search_counts_every_match_loads_more_on_scroll_and_marks_the_words(qtbot, client, demo_window, demo_vault):
+    from camillo_desktop.models import HTML_ROLE, SearchColumn
+
+    append_as(qtbot, client, demo_vault, "window", [
+        NewRecord(type="message", conversation="veg", role="user", text=f"note {i}: the zucchini grew again")
+        for i in range(230)])
+    view = demo_window.pages["search"]
+    demo_window.search.setText("zucchini")
+    with qtbot.waitSignal(demo_window.view_ready, timeout=15_000, check_params_cb=lambda n: n == "search"):
+        qtbot.keyClick(demo_window.search, Qt.Key.Key_Return)
+    assert view.model.total == 230 and view.count.text().startswith("230 records match")
+    assert view.model.rowCount() < 230 and view.model.canFetchMore()
+    view.table.scrollToBottom()
+    view.model.fetchMore()
+    qtbot.waitUntil(lambda: view.model.rowCount() == 230, timeout=15_000)
+    html = view.model.data(view.model.index(0, SearchColumn.MATCH), HTML_ROLE)
+    assert "font-weight: 600;\">zucchini</span>" in html  # the matched word marked
+    # The syntax is discoverable: a popover lists the modifiers, and a click adds one.
+    click(qtbot, demo_window.search_help_button)
+    qtbot.waitUntil(lambda: demo_window.search_help.isVisible(), timeout=5000)
+    tokens = [b.text().split()[0] for b in demo_window.search_help.buttons]
+    assert {"type:message", "key:user/home*", "is:pending", "compartment:work", "class:user"} <= set(tokens)
+    demo_window.search_help.buttons[tokens.index("is:pending")].click()
+    assert demo_window.search.text() == "zucchini is:pending" and not demo_window.search_help.isVisible()
+
+
+# ------------------------------------------------------------------------------------------ sizes
+
+
+def test_below_900_pixels_the_sidebar_collapses_to_icons(qtbot, demo_window):
+    demo_window.resize(1280, 800)
+    qtbot.waitUntil(lambda: not demo_window.sidebar_collapsed, timeout=3000)
+    demo_window.resize(800, 600)
+    qtbot.waitUntil(lambda: demo_window.sidebar_collapsed, timeout=3000)
+    item = demo_window.nav.item(0)
+    assert item.text() == "" and item.toolTip() == "Conversations" and not item.icon().isNull()
+    demo_window.resize(1280, 800)
+    qtbot.waitUntil(lambda: not demo_window.sidebar_collapsed, timeout=3000)
+    assert demo_window.nav.item(0).text() == "Conversations"
+
+
+def test_a_dialog_is_never_smaller_than_its_content(qtbot, demo_window):
+    from camillo_desktop.merging import MergeDialog
+
+    dlg = MergeDialog(demo_window)
+    qtbot.addWidget(dlg)
+    dlg.resize(60, 40)  # as a remembered size might be
+    dlg.show()
+    qtbot.waitExposed(dlg)
+    hint = dlg.minimumSizeHint()
+    assert dlg.width() >= hint.width() and dlg.height() >= hint.height()
+    dlg.reject()

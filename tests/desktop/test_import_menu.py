@@ -47,7 +47,7 @@ def test_import_a_chatgpt_export_from_the_menu(qtbot, client, demo_window):
     with qtbot.waitSignal(demo_window.view_ready, timeout=20_000, check_params_cb=lambda n: n == "inbox"):
         qtbot.mouseClick(dlg.inbox, Qt.MouseButton.LeftButton)
     inbox = demo_window.current_view()
-    texts = [inbox.model.record(r).meta.get("import", "") for r in range(inbox.model.rowCount())]
+    texts = [inbox.model.row(r).record.meta.get("import", "") for r in range(inbox.model.rowCount())]
     assert any(t.startswith("chatgpt:") for t in texts)
     # Importing the same export again adds nothing.
     again = demo_window.import_from("chatgpt")

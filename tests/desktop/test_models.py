@@ -318,9 +318,12 @@ def test_a_table_sizes_and_badges_its_columns_as_the_specs_say(qtbot, client):
     records = Table(RecordTableModel(client), dense=True, grid=False)
     qtbot.addWidget(records)
     header = records.horizontalHeader()
-    assert [records.columnWidth(c) for c in RecordColumn if c.spec.width] == [116, 84, 84, 104, 96]
-    assert header.stretchLastSection()  # the text: the others stay draggable
-    assert all(header.sectionResizeMode(c) == QHeaderView.ResizeMode.Interactive for c in RecordColumn)
+    assert [records.columnWidth(c) for c in RecordColumn if c.spec.width] == [116, 84, 84, 104, 110]
+    # The text, second, takes the spare width; the others stay draggable.
+    assert not header.stretchLastSection()
+    assert header.sectionResizeMode(RecordColumn.TEXT) == QHeaderView.ResizeMode.Stretch
+    assert all(header.sectionResizeMode(c) == QHeaderView.ResizeMode.Interactive for c in RecordColumn
+               if c is not RecordColumn.TEXT)
     assert isinstance(records.itemDelegateForColumn(RecordColumn.AUTHORITY), BadgeDelegate)
     assert not isinstance(records.itemDelegateForColumn(RecordColumn.TEXT), BadgeDelegate)
     assert not records.showGrid() and not records.wordWrap() and records.verticalHeader().isHidden()
