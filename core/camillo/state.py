@@ -297,6 +297,24 @@ _RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 
 
 @dataclass
+def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
+                  conversation: str | None = None) -> tuple[str, list[Any]]:
+    """The SQL condition (and its arguments) of the records the timeline shows: valid values and
+    notes, not hidden unless ``include_hidden``, in ``compartments`` and ``conversation`` if given."""
+    where = ["valid = 1", "kind IN (1, 3)"]
+    args: list[Any] = []
+    if not include_hidden:
+        where.append("hidden = 0")
+    if compartments is not None:
+        comps = list(compartments)
+        where.append(f"compartment IN ({','.join('?' * len(comps))})")
+        args += comps
+    if conversation is not None:
+        where.append("conversation = ?")
+        args.append(conversation)
+    return " AND ".join(where), args
+
+
 class MaterializeResult:
     keys: set[tuple[bytes, str]] = field(default_factory=set)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
@@ -762,18 +780,8 @@ class State:
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                      conversation: str | None = None, limit: int | None = None, offset: int = 0) -> list[bytes]:
         """Ids of the timeline in order (time, then id): what the lazy table model pages through."""
-        where = ["valid = 1", "kind IN (1, 3)"]
-        args: list[Any] = []
-        if not include_hidden:
-            where.append("hidden = 0")
-        if compartments is not None:
-            comps = list(compartments)
-            where.append(f"compartment IN ({','.join('?' * len(comps))})")
-            args += comps
-        if conversation is not None:
-            where.append("conversation = ?")
-            args.append(conversation)
-        sql = f"SELECT id FROM records WHERE {' AND '.join(where)} ORDER BY ts, lamport, idx, id"
+        where, args = visible_where(include_hidden, compartments, conversation)
+        sql = f"SELECT id FROM records WHERE {where} ORDER BY ts, lamport, idx, id"
         if limit is not None or offset:
             sql += " LIMIT ? OFFSET ?"
             args += [-1 if limit is None else limit, offset]

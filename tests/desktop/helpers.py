@@ -34,6 +34,21 @@ def wait_idle(qtbot, client, timeout: int = 15_000) -> None:
     qtbot.waitUntil(lambda: not client._jobs, timeout=timeout)
 
 
+def wait_view(qtbot, window, name: str, argument=None, timeout: int = 20_000):
+    """Show the view ``name`` (with ``argument``) and wait until it reports ready; returns it."""
+    with qtbot.waitSignal(window.view_ready, timeout=timeout, check_params_cb=lambda n: n == name):
+        window.show_view(name, argument)
+    return window.current_view()
+
+
+def click(qtbot, button) -> None:
+    """Click a button the person can see and use (a hidden or disabled one fails the test)."""
+    from PySide6.QtCore import Qt
+
+    assert button.isVisible() and button.isEnabled(), f"{button.text()!r} cannot be clicked"
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
 def cell(model, row: int, column: int) -> str:
     """The text a table shows in a cell."""
     return model.data(model.index(row, column))

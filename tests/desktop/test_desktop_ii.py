@@ -22,20 +22,9 @@ from PySide6.QtWidgets import QApplication, QDialog
 from camillo_desktop.views.devices import DeviceColumn
 from camillo_desktop.views.grants import GrantColumn
 
-from .helpers import call, cell, no_guard, wait_idle
+from .helpers import call, cell, click, no_guard, wait_idle, wait_view
 
 WRONG = Unlock.passphrase("not the passphrase")
-
-
-def wait_view(qtbot, window, name: str, argument=None, timeout: int = 20_000):
-    with qtbot.waitSignal(window.view_ready, timeout=timeout, check_params_cb=lambda n: n == name):
-        window.show_view(name, argument)
-    return window.current_view()
-
-
-def click(qtbot, button) -> None:
-    assert button.isVisible() and button.isEnabled(), f"{button.text()!r} cannot be clicked"
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
 def when_modal(qtbot, cls, act, title: str | None = None) -> dict:
@@ -85,9 +74,11 @@ def test_resolve_a_conflict_by_keeping_a_candidate(qtbot, client, demo_window):
     for c in fact.candidates:
         assert c.text in shown and c.writer in shown
     assert "Written without knowing of" in shown and "Written by" in shown
-    keep = [b for b in view.cards_area.widget().findChildren(type(view.new_button)) if b.accessibleName() == "keep candidate 2"]
-    assert keep
     picked = fact.candidates[1]
+    # The button says what it does with which value ("Keep espresso").
+    keep = [b for b in view.cards_area.widget().findChildren(type(view.new_button))
+            if b.accessibleName() == f"Keep {picked.text}"]
+    assert keep
     click(qtbot, keep[0])
     qtbot.waitUntil(lambda: view.result.text().startswith("Resolved"), timeout=15_000)
     assert picked.text in view.result.text() and f"all {len(fact.candidates)} candidates" in view.result.text()

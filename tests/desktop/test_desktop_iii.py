@@ -24,18 +24,7 @@ from PySide6.QtWidgets import QApplication, QPushButton
 
 from camillo_desktop.models import fmt_time
 
-from .helpers import call, copy_demo, jargon_in, visible_texts, wait_idle
-
-
-def wait_view(qtbot, window, name: str, argument=None, timeout: int = 20_000):
-    with qtbot.waitSignal(window.view_ready, timeout=timeout, check_params_cb=lambda n: n == name):
-        window.show_view(name, argument)
-    return window.current_view()
-
-
-def click(qtbot, button) -> None:
-    assert button.isVisible() and button.isEnabled(), f"{button.text()!r} cannot be clicked"
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+from .helpers import call, click, copy_demo, jargon_in, visible_texts, wait_idle, wait_view
 
 
 def in_thread(qtbot, window, act, timeout: int = 20_000):

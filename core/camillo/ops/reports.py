@@ -22,7 +22,7 @@ from ..names import kind_of
 from ..packs import PackReader
 from ..records import Kind, verify_batch_signature
 from ..session import Session
-from ..state import RecordView, shown_ts
+from ..state import RecordView, shown_ts, visible_where
 from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
@@ -381,24 +381,7 @@ def notices(session: Session) -> list[Notice]:
 
 # ---------------------------------------------------------------------------------- browsing memory
 
-_VISIBLE = "valid = 1 AND kind IN (1, 3)"
 TIMELINE_ORDERS = ("time", "compartment", "type", "authority", "writer", "text")
-
-
-def _scope(session: Session, include_hidden: bool, compartments: Iterable[bytes] | None,
-           conversation: str | None) -> tuple[str, list[Any]]:
-    where: list[str] = [_VISIBLE]
-    args: list[Any] = []
-    if not include_hidden:
-        where.append("hidden = 0")
-    if compartments is not None:
-        comps = list(compartments)
-        where.append(f"compartment IN ({','.join('?' * len(comps))})")
-        args += comps
-    if conversation is not None:
-        where.append("conversation = ?")
-        args.append(conversation)
-    return " AND ".join(where), args
 
 
 def timeline_ids(session: Session, *, order: str = "time", descending: bool = False, include_hidden: bool = False,
@@ -413,7 +396,7 @@ def timeline_ids(session: Session, *, order: str = "time", descending: bool = Fa
         return ids[::-1] if descending else ids
     column = {"compartment": "compartment", "type": "coalesce(type, '')", "authority": "coalesce(effective, -1)",
               "writer": "writer", "text": "lower(substr(text, 1, 80))"}[order]
-    where, args = _scope(session, include_hidden, compartments, conversation)
+    where, args = visible_where(include_hidden, compartments, conversation)
     rows = state.db.execute(f"SELECT id, {column} FROM records WHERE {where} ORDER BY ts, lamport, idx, id",
                             args).fetchall()
     if order in ("compartment", "writer"):
@@ -449,7 +432,7 @@ def conversation_ids(session: Session, conversation: str, compartment: str, *,
     cid = session.roster.compartment_id(compartment)
     if cid is None or cid == session.roster.control_id:
         raise UsageError(f"no compartment {compartment}")
-    where, args = _scope(session, include_hidden, [cid], conversation)
+    where, args = visible_where(include_hidden, [cid], conversation)
     rows = session.materialized.db.execute(
         f"SELECT id FROM records WHERE {where} AND (type IS NULL OR type != 'conversation') "
         "ORDER BY ts, lamport, idx, id", args)
@@ -464,7 +447,7 @@ def conversations(session: Session, *, text: str | None = None, compartment: str
     source brought."""
     state, roster = session.materialized, session.roster
     db = state.db
-    where, args = _scope(session, False, None, None)
+    where, args = visible_where(False, None, None)
     if compartment is not None:
         cid = roster.compartment_id(compartment)
         if cid is None or cid == roster.control_id:
