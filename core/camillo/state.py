@@ -296,7 +296,6 @@ _StagedRecord = tuple[bytes, bytes, int, bytes, bytes, bytes | None, int | None,
 _RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 
 
-@dataclass
 def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                   conversation: str | None = None) -> tuple[str, list[Any]]:
     """The SQL condition (and its arguments) of the records the timeline shows: valid values and
@@ -315,6 +314,7 @@ def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | 
     return " AND ".join(where), args
 
 
+@dataclass
 class MaterializeResult:
     keys: set[tuple[bytes, str]] = field(default_factory=set)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
