@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QStackedWidget,
     QToolButton,
     QVBoxLayout,
@@ -137,7 +138,12 @@ class MainWindow(QMainWindow):
         outer.setSpacing(0)
         self.sidebar = QWidget()
         self.sidebar.setObjectName("Sidebar")
-        self.sidebar.setFixedWidth(SIDEBAR_WIDE)
+        # At most WIDE, at least NARROW: the wide sidebar never holds the window above NARROW's width
+        # (the window can always be made narrow enough for the sidebar to collapse to icons).
+        self.sidebar.setMinimumWidth(SIDEBAR_NARROW)
+        self.sidebar.setMaximumWidth(SIDEBAR_WIDE)
+        self.sidebar.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self._narrow = False
         side = QVBoxLayout(self.sidebar)
         side.setContentsMargins(8, 14, 8, 10)
         self.brand = brand = QLabel("Camillo")
@@ -729,14 +735,15 @@ class MainWindow(QMainWindow):
 
     @property
     def sidebar_collapsed(self) -> bool:
-        return self.sidebar.width() == SIDEBAR_NARROW
+        return self._narrow
 
     def _fit_sidebar(self) -> None:
         """Below NARROW pixels of width the sidebar shows its views' icons only (names in tooltips)."""
         narrow = self.width() < NARROW
         if narrow == self.sidebar_collapsed:
             return
-        self.sidebar.setFixedWidth(SIDEBAR_NARROW if narrow else SIDEBAR_WIDE)
+        self._narrow = narrow
+        self.sidebar.setMaximumWidth(SIDEBAR_NARROW if narrow else SIDEBAR_WIDE)
         self.brand.setVisible(not narrow)
         self.vault_name.setVisible(not narrow)
         self.lock_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly if narrow
