@@ -125,6 +125,12 @@ def rotation_records(session: Session, old: Credential, new: Credential) -> list
             seen.setdefault(c, {})[w] = max(chain)
             if w == old.writer_id:
                 pins[c] = chain[max(chain)]
+    # What this device wrote itself counts even where this view cannot accept it yet (a batch of its
+    # own still syncing, or sealed to an epoch a concurrent erasure destroyed): every one was its own.
+    if session.actor is old and session.device_state_store is not None:
+        for c, (seq, bid) in session.device_state.counters.items():
+            if seq > seen.get(c, {}).get(old.writer_id, 0):
+                seen.setdefault(c, {})[old.writer_id], pins[c] = seq, bid
     for c in session.all_compartments():
         seen.setdefault(c, {})[new.writer_id] = 1
     retire = encode_record(Kind.REVOKE, old.writer_id,
