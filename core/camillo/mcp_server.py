@@ -35,18 +35,16 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NotRequired
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
-from typing_extensions import NotRequired, TypedDict  # pydantic reads TypedDicts from here before Python 3.12
+from typing_extensions import TypedDict  # pydantic reads TypedDicts from here before Python 3.12
 
 from .errors import AccessDenied, Revoked, UsageError, VaultError
 from .values import Authority, FactView, GrantInfo, RecordView, check_key, parse_search_query
 from .vault import NewRecord, Unlock, Vault
-
-T = TypeVar("T")
 
 INSTRUCTIONS = """This server gives you access to the user's memory vault (VMEM), under a grant the user gave you.
 Every record carries an authority class:

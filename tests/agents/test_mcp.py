@@ -299,7 +299,7 @@ def test_every_result_says_when_the_view_is_incomplete_and_which_writes_were_ref
                 elsewhere.lock()
             result = await c.call_tool("list_facts", {})
             out = payload(result)
-            assert list(out)[0] == "warning" and "may be incomplete" in out["warning"]
+            assert next(iter(out)) == "warning" and "may be incomplete" in out["warning"]
             assert "batch" not in out["warning"] and "seq" not in out["warning"]  # plain words
             assert len(out["notices"]) == 1 and "of your write(s) in work were refused" in out["notices"][0]
             assert result.meta["camillo/warning"] == out["warning"]
