@@ -520,8 +520,8 @@ def build_server(service: VaultService, grant: GrantInfo) -> MCPServer[Any]:
         limit: Annotated[int, Field(ge=1, le=CONVERSATION_LIMIT, description="the most records to return")] = 200,
         offset: Annotated[int, Field(ge=0, description="records to skip first, to read on after a full page")] = 0,
     ) -> Annotated[CallToolResult, RecordsOut]:
-        """The records of one conversation (its title record, then its messages), oldest first, each with
-        its role, text and authority."""
+        """The records of one conversation (its messages, and any record giving its title), oldest first,
+        each with its role, text and authority."""
 
         def fn(v: Vault) -> dict[str, Any]:
             names = reach.read(compartment)

@@ -126,7 +126,8 @@ def test_reads_outside_the_grant_are_errors_naming_the_grant_and_the_rule(vault_
     run(session)
 
 
-def test_a_read_grant_sees_only_reading_tools(vault_with_grants, tmp_path):
+def test_read_grant_cannot_write(vault_with_grants, tmp_path):
+    """A read grant lists only the reading tools; the writing ones, called anyway, answer with the rule."""
     path, grants, _ = vault_with_grants
 
     async def session():
@@ -145,7 +146,9 @@ def test_a_read_grant_sees_only_reading_tools(vault_with_grants, tmp_path):
     run(session)
 
 
-def test_an_append_grant_adds_but_cannot_read_and_is_never_told_the_vaults_compartments(vault_with_grants, tmp_path):
+def test_append_grant_adds_but_cannot_read(vault_with_grants, tmp_path):
+    """An append grant lists only grant_info and the writing tools, every read is refused with the
+    rule, and an error never tells it the vault's compartments (only its own)."""
     path, grants, _ = vault_with_grants
 
     async def session():
