@@ -421,8 +421,8 @@ class Message(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     role: Literal["user", "assistant", "tool"] = Field(
-        description="who said it: user (stored as observed: the user said it), assistant (you; stored as inferred) "
-                    "or tool (tool or web output; stored as external)")
+        description="who said it: user (the user; stored as observed), assistant (you; stored as inferred) or tool "
+                    "(tool or web output; stored as external), each at most your grant's maximum class")
     text: str = Field(min_length=1, description="the message text")
 
 
