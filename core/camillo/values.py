@@ -1,8 +1,8 @@
 """The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
 
 This module is also the faces' vocabulary of the format: the authority classes, the record kinds
-and keyed types, the key rule, and the views of records and facts (re-exported from the layers
-that define them), so a face never imports those layers.
+and keyed types, the key rule, the search query syntax, and the views of records and facts
+(re-exported from the layers that define them), so a face never imports those layers.
 
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
@@ -21,6 +21,7 @@ from .changes import Changes
 from .control import Policy
 from .errors import UsageError
 from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
+from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
@@ -451,4 +452,5 @@ __all__ = [
     "check_key",
     "json_to_cbor",
     "jsonable",
+    "parse_search_query",
 ]

@@ -439,7 +439,10 @@ class Session:
         seen_generation = max(ds.generation, self.local.load_generation())
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
                                              self.keyring.generation, int(time.time()), ds.epochs, known)
-        self.alerts = alerts
+        # An append grant remembers its own writes but can never read them back: no alert there.
+        g = self.grant
+        unread = {self.grant_scope_ids.get(n) for n, lv in g.scopes.items() if lv == Level.APPEND} if g else set()
+        self.alerts = [a for a in alerts if a.compartment_id not in unread]
         generation = max(ds.generation, self.keyring.generation)
         epochs = dict(ds.epochs)
         if known is not None:
