@@ -11,8 +11,11 @@ starts at the genesis record (whose hash is the vault id):
    counts too, once that certificate's owner signature verifies;
 3. each control record in a signed batch is applied when its inner signatures include a current
    owner (and, for certificates, the subject itself: proof of possession);
-4. repeat until nothing changes; then apply revocations (spec §14.6) and repeat once more with the
-   revoked writers' later batches excluded, until stable.
+4. repeat until nothing changes (a batch by a writer nobody certified yet, and a record whose
+   signers are not principals yet, are tried again in every pass; what is still unsigned at the
+   end is neither excluded nor reported); then judge the manifests' signers and the revocations'
+   signers against every principal of the round, apply the revocations (spec §14.6) and repeat
+   with the revoked writers' later batches excluded, until stable.
 
 The result does not depend on the order in which files arrived.
 

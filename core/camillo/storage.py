@@ -9,8 +9,9 @@ Rules every shelf follows:
 * Names match a strict pattern (below); anything else in the folder is ignored: dot-files and
   temp files, ``*.sync-conflict-*`` copies, iCloud ``*.icloud`` placeholders, editor droppings.
 * A write creates a new file or finds identical bytes already there; it never overwrites.  The
-  folder shelf writes a dot temp file in the target directory, fsyncs it, renames it into place and
-  fsyncs the directory, so a crash leaves either nothing or the whole file.
+  folder shelf writes a dot temp file in the target directory, fsyncs it, gives it its name with
+  link(2) (which, unlike rename(2), fails when the name exists) and fsyncs the directory, so a crash
+  leaves either nothing or the whole file (spec §4.4).  Files are created 0600, directories 0700.
 * Deleting is only done by compaction, erasure and enrollment clean-up.
 * Segments inside ``packs/*.pack`` are listed and read as if they were loose files.
 
