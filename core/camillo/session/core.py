@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import ids, slots
 from ..cache import Cache
-from ..control import BatchView, Level, Roster
+from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
 from ..errors import AccessDenied, KeychainError, ReadOnlyVault, StorageError, UsageError, VaultError
@@ -379,16 +379,10 @@ class Session:
     # ------------------------------------------------------------------------------ records
 
     def revoke_record(self, subject: bytes, reason: str, *, signers: Sequence[SigningKey]) -> bytes:
-        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
-        seen: dict[bytes, dict[bytes, int]] = {}
-        pins: dict[bytes, bytes] = {}
-        for (w, c), chain in self.log.chains.items():
-            if chain:
-                seen.setdefault(c, {})[w] = max(chain)
-                if w == subject:
-                    pins[c] = chain[max(chain)]
+        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins); its
+        author is the last signer (the acting device)."""
         author = ids.writer_id(signers[-1].alg, signers[-1].public)
-        return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason},
+        return encode_record(Kind.REVOKE, author, body=revocation_body(subject, self.log.chains, reason),
                              signers=list(signers))
 
     def erasure_manifests(self) -> list[bytes]:
