@@ -70,6 +70,7 @@ MAX_BYTES = {
     "pack": 4 << 30,
 }
 DOWNLOADERS = 16  # parallel GETs while the mirror catches up
+LIST_PAGE = 1000  # keys asked for per listing page (S3's maximum)
 ATTEMPTS = 6  # tries of one request (botocore's standard retry mode backs off between them)
 BODY_ATTEMPTS = 3  # tries of a download whose body came back cut short
 
@@ -216,8 +217,11 @@ def _client(loc: StoreLocation) -> Any:
                            "(pip install botocore)") from None
     endpoint = loc.effective_endpoint()
     keys = _kept_keys(loc)
+    # the keys botocore would find in the environment are part of what a client is for
+    env = "\0".join(os.environ.get(v, "") for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                                    "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"))
     cache_key = (endpoint, loc.region, keys[0] if keys else None,
-                 hashlib.sha256(keys[1].encode()).digest() if keys else b"")
+                 hashlib.sha256((keys[1] if keys else "").encode() + b"\0" + env.encode()).digest())
     with _clients_lock:
         client = _clients.get(cache_key)
         if client is not None:
@@ -325,10 +329,14 @@ class ObjectShelf(FolderShelf):
         self._pulling = False
         self._bucket_checked()
         root = mirror_dir(self.store, home)
+        found = None
         if create:
             listing = self._list_remote()
             if any(kind_of(n) for n in listing):
                 raise StorageError(f"{self.store.where()} already holds a vault; choose an empty bucket or prefix")
+        else:
+            found = self._remote_descriptor()  # before anything is written locally
+        if create:
             shutil.rmtree(root, ignore_errors=True)  # a mirror of an earlier vault at this place
         try:
             make_dirs_durable(root, 0o700)
@@ -339,8 +347,8 @@ class ObjectShelf(FolderShelf):
         super().__init__(root)
         self.location = self.store.display
         self.writable = True
-        if not create:
-            self._check_descriptor()
+        if found is not None:
+            self._adopt_descriptor(found)
 
     # -- requests
 
@@ -365,8 +373,8 @@ class ObjectShelf(FolderShelf):
     def _bucket_checked(self) -> None:
         self._call("open the bucket", self.client.head_bucket)
 
-    def _check_descriptor(self) -> None:
-        """The store must hold a vault here; a mirror of another vault that lived here is dropped."""
+    def _remote_descriptor(self) -> bytes:
+        """The store's VMEM object; NotAVault, naming what is there instead, when there is none."""
         data = self._get(descriptor.NAME)
         if data is None:
             listing = self._list_remote()
@@ -377,6 +385,10 @@ class ObjectShelf(FolderShelf):
             raise NotAVault(f"{self.store.where()} is not a VMEM vault ({held}): check the bucket and prefix, or "
                             f"create a vault there with 'camillo init {self.store.display}'")
         descriptor.decode(data)
+        return data
+
+    def _adopt_descriptor(self, data: bytes) -> None:
+        """A mirror of another vault that lived at this place before is emptied first."""
         mine = self._local_bytes(descriptor.NAME)
         if mine is not None and mine != data:
             for name in FolderShelf.walk(self):
@@ -392,7 +404,7 @@ class ObjectShelf(FolderShelf):
         prefix = self.store.key_prefix
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
+            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": LIST_PAGE}
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call("list the vault's objects", self.client.list_objects_v2, **kwargs)
