@@ -18,7 +18,7 @@ mirror as a folder; reading reads the mirror.  Writing stages the file in the mi
 write, then ``commit`` uploads it with a conditional PUT (``If-None-Match: *``: nothing is ever
 overwritten; an object already there with the same bytes is success, with other bytes a refusal)
 and only then renames it into place locally.  Throttling and 5xx answers are retried with backoff
-(botocore's "standard" retry mode); truncated bodies are retried, then left "still syncing".
+(exponential backoff with jitter); truncated bodies are retried, then left "still syncing".
 
 The client library is botocore (see docs/storage.md for why): imported only when an object store
 is opened, one client per endpoint and keys kept for the process (clients are thread-safe).
@@ -34,6 +34,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import random
 import shutil
 import threading
 import time
@@ -71,7 +72,10 @@ MAX_BYTES = {
 }
 DOWNLOADERS = 16  # parallel GETs while the mirror catches up
 LIST_PAGE = 1000  # keys asked for per listing page (S3's maximum)
-ATTEMPTS = 6  # tries of one request (botocore's standard retry mode backs off between them)
+ATTEMPTS = 6  # tries of one request
+RETRY_BASE = 0.2  # seconds before the second try; doubled for each further one, with jitter (at most ~6 s in all)
+TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
+                   "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests"}
 BODY_ATTEMPTS = 3  # tries of a download whose body came back cut short
 
 
@@ -229,7 +233,7 @@ def _client(loc: StoreLocation) -> Any:
         session = botocore.session.get_session()
         region = loc.region or session.get_config_variable("region") or "us-east-1"
         config = Config(
-            retries={"mode": "standard", "max_attempts": ATTEMPTS},
+            retries={"mode": "standard", "total_max_attempts": 1},  # retried by ObjectShelf._call
             connect_timeout=5, read_timeout=30, max_pool_connections=DOWNLOADERS * 2,
             s3={"addressing_style": "path" if endpoint else "auto"},
             # the integrity of every object is checked by its name or its own checksum; the newer
@@ -245,6 +249,10 @@ def _client(loc: StoreLocation) -> Any:
                              f"or {ENDPOINT_ENV}") from None
         _clients[cache_key] = client
         return client
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(RETRY_BASE * (2 ** attempt) * (0.5 + random.random() / 2))  # noqa: S311 - jitter, not a secret
 
 
 def _status(exc: Any) -> tuple[int, str]:
@@ -353,22 +361,35 @@ class ObjectShelf(FolderShelf):
     # -- requests
 
     def _call(self, doing: str, fn: Any, *, quiet: tuple[int, ...] = (), **kwargs: Any) -> Any:
-        """One request; an answer whose HTTP status is in ``quiet`` is returned as that number
-        instead of raising (a 404 that only says "not there", a 412 that says "already there")."""
+        """One request, tried again with exponential backoff and jitter on throttling, 5xx answers
+        and dropped connections (ATTEMPTS in all).  An answer whose HTTP status is in ``quiet`` is
+        returned as that number instead of raising (a 404 that only says "not there", a 412 that
+        says "already there")."""
         import botocore.exceptions as bx
 
-        self.requests += 1
-        try:
-            return fn(Bucket=self.store.bucket, **kwargs)
-        except bx.ClientError as exc:
-            status, code = _status(exc)
-            if status in quiet:
-                return status
-            if 409 in quiet and code == "ConditionalRequestConflict":
-                return 409
-            raise _failure(self.store, exc, doing) from None
-        except Exception as exc:
-            raise _failure(self.store, exc, doing) from None
+        for attempt in range(ATTEMPTS):
+            last = attempt + 1 == ATTEMPTS
+            self.requests += 1
+            try:
+                return fn(Bucket=self.store.bucket, **kwargs)
+            except bx.ClientError as exc:
+                status, code = _status(exc)
+                if status in quiet:
+                    return status
+                if 409 in quiet and code == "ConditionalRequestConflict":
+                    return 409
+                if (status >= 500 or code in TRANSIENT_CODES) and not last:
+                    _backoff(attempt)
+                    continue
+                raise _failure(self.store, exc, doing) from None
+            except (bx.ConnectionClosedError, bx.ReadTimeoutError, bx.ResponseStreamingError) as exc:
+                if not last:
+                    _backoff(attempt)
+                    continue
+                raise _failure(self.store, exc, doing) from None
+            except Exception as exc:
+                raise _failure(self.store, exc, doing) from None
+        raise AssertionError("unreachable")
 
     def _bucket_checked(self) -> None:
         self._call("open the bucket", self.client.head_bucket)

@@ -1,5 +1,5 @@
 """A small loopback proxy between Camillo and the S3 server that injects the faults of object stores:
-listings that omit the newest objects, reordered listings, 503 SlowDown answers and slow answers,
+listings that omit recent objects, reordered listings, 503 SlowDown answers and slow answers,
 truncated bodies (cut off mid-body, or with a Content-Length that lies), objects hidden as if the host
 had deleted them (a rollback), and a listing that claims an object is far larger than it is.
 
@@ -23,8 +23,9 @@ NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 @dataclass
 class Faults:
-    hide_newest: int = 0  # listings omit the N most recently written objects
+    lag_writes: bool = False  # objects written through the proxy meanwhile are left out of listings
     reorder: bool = False  # listings come in a shuffled order
+    unlisted: set[str] = field(default_factory=set)  # keys listings omit (still served: a lagging listing)
     hidden: set[str] = field(default_factory=set)  # keys the host "lost": not listed, 404 on GET and HEAD
     unavailable: int = 0  # the next N requests answer 503 SlowDown
     always_unavailable: bool = False
@@ -93,6 +94,8 @@ class FaultProxy:
             if f.unavailable > 0:
                 f.unavailable -= 1
             hidden = key in f.hidden and h.command in ("GET", "HEAD")
+            if f.lag_writes and h.command == "PUT" and key:
+                f.unlisted.add(key)
             cut = (h.command == "GET" and bool(key) and f.truncate > 0 and not hidden and not unavailable
                    and f.truncate_match in key)
             if cut:
@@ -153,11 +156,8 @@ class FaultProxy:
         contents = root.findall(f"{NS}Contents")
         with self.lock:
             f = self.faults
-            hidden, newest, reorder, claimed = set(f.hidden), f.hide_newest, f.reorder, dict(f.claimed_size)
+            hidden, reorder, claimed = f.hidden | f.unlisted, f.reorder, dict(f.claimed_size)
         drop = {id(c) for c in contents if (c.findtext(f"{NS}Key") or "") in hidden}
-        if newest:
-            by_time = sorted(contents, key=lambda c: c.findtext(f"{NS}LastModified") or "", reverse=True)
-            drop |= {id(c) for c in by_time[:newest]}
         for c in contents:
             root.remove(c)
         kept = [c for c in contents if id(c) not in drop]

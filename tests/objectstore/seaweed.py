@@ -96,7 +96,7 @@ def running(directory: str) -> Iterator[Server]:
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3 + 10000}", f"-s3.config={config}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed default ports otherwise; not needed
             f"-filer.localSocket={directory}/filer.sock", f"-s3.localSocket={directory}/s3.sock",
-            "-master.volumeSizeLimitMB=64", "-volume.max=30", "-metricsPort=0", "-volume.preStopSeconds=0"]
+            "-master.volumeSizeLimitMB=16", "-volume.max=400", "-metricsPort=0", "-volume.preStopSeconds=0"]
     log = open(os.path.join(directory, "weed.log"), "wb")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True)
     server = Server(f"http://127.0.0.1:{s3}", process, directory)
