@@ -342,6 +342,7 @@ class ObjectShelf(FolderShelf):
             listing = self._list_remote()
             if any(kind_of(n) for n in listing):
                 raise StorageError(f"{self.store.where()} already holds a vault; choose an empty bucket or prefix")
+            self._check_conditional_writes()
         else:
             found = self._remote_descriptor()  # before anything is written locally
         if create:
@@ -353,7 +354,7 @@ class ObjectShelf(FolderShelf):
         except OSError as exc:
             raise StorageError(f"cannot create the local mirror {root} of {self.store.display}: {exc.strerror}") from None
         super().__init__(root)
-        self.location = self.store.display
+        self.location = self.store.url  # what a face remembers to open it again (no secret in it)
         self.writable = True
         if found is not None:
             self._adopt_descriptor(found)
@@ -393,6 +394,21 @@ class ObjectShelf(FolderShelf):
 
     def _bucket_checked(self) -> None:
         self._call("open the bucket", self.client.head_bucket)
+
+    def _check_conditional_writes(self) -> None:
+        """Before a vault is created: the store must refuse a second conditional PUT of one key.
+        A store that ignores ``If-None-Match`` would let one device overwrite another's files
+        (spec §4.7.1), so no vault is made there.  The probe key is not a vault name (ignored)."""
+        key = self.store.key(f".camillo-probe-{os.urandom(8).hex()}")
+        first = self._call("test conditional writes", self.client.put_object, quiet=(412, 501), Key=key, Body=b"1",
+                           IfNoneMatch="*")
+        second = self._call("test conditional writes", self.client.put_object, quiet=(412, 501), Key=key, Body=b"2",
+                            IfNoneMatch="*") if first not in (412, 501) else first
+        self._call("test conditional writes", self.client.delete_object, Key=key)
+        if second != 412:
+            raise StorageError(f"the object store holding {self.store.where()} does not honour conditional writes "
+                               "(If-None-Match: *), which Camillo needs so that no device ever overwrites another's "
+                               "files: no vault was created; see docs/storage.md for providers that do")
 
     def _remote_descriptor(self) -> bytes:
         """The store's VMEM object; NotAVault, naming what is there instead, when there is none."""

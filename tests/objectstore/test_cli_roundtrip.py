@@ -153,6 +153,12 @@ def test_bad_input_is_one_clear_line(s3env, bucket, proxy, tmp_path):
                         check=3))
     assert "refused the keys" in line and f"s3://{bucket}/v" in line
     assert nothing_local(home) and objects(s3env, bucket) == {}
+    # a store that ignores If-None-Match gets no vault
+    proxy.faults.ignore_conditions = True
+    line = one_line(run("init", url(bucket, "v", proxy.endpoint), home=home, check=4))
+    assert "does not honour conditional writes" in line and f"s3://{bucket}/v" in line
+    proxy.faults.ignore_conditions = False
+    assert nothing_local(home) and objects(s3env, bucket) == {}
     # a bucket holding something else
     s3env.client().put_object(Bucket=bucket, Key="photos/cat.jpg", Body=b"\xff\xd8 not a vault")
     line = one_line(run("log", url(bucket, "photos", s3env.endpoint), home=home, check=4))
