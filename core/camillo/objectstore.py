@@ -30,7 +30,10 @@ objects and write them into the mirror.
 from __future__ import annotations
 
 import base64
+import builtins
 import concurrent.futures
+import datetime
+import email.utils
 import hashlib
 import json
 import os
@@ -39,6 +42,7 @@ import shutil
 import threading
 import time
 import urllib.parse
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +76,7 @@ MAX_BYTES = {
 }
 DOWNLOADERS = 16  # parallel GETs while the mirror catches up
 LIST_PAGE = 1000  # keys asked for per listing page (S3's maximum)
+LIST_REUSE = 1.0  # seconds a listing answers list() (not changes()): an open lists the store once
 ATTEMPTS = 6  # tries of one request
 RETRY_BASE = 0.2  # seconds before the second try; doubled for each further one, with jitter (at most ~6 s in all)
 TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
@@ -231,6 +236,9 @@ def _client(loc: StoreLocation) -> Any:
         if client is not None:
             return client
         session = botocore.session.get_session()
+        # botocore parses every timestamp with dateutil (about 0.6 ms each): a listing of 1,000 objects
+        # would spend most of its time there
+        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
         region = loc.region or session.get_config_variable("region") or "us-east-1"
         config = Config(
             retries={"mode": "standard", "total_max_attempts": 1},  # retried by ObjectShelf._call
@@ -247,8 +255,57 @@ def _client(loc: StoreLocation) -> Any:
         except ValueError as exc:
             raise UsageError(f"the endpoint for {loc.display} is not a usable URL ({exc}); check --endpoint-url "
                              f"or {ENDPOINT_ENV}") from None
+        client.meta.events.register("before-parse.s3.ListObjectsV2", _lean_listing)
         _clients[cache_key] = client
         return client
+
+
+def _timestamp(value: str) -> datetime.datetime:
+    """A timestamp of an S3 answer: ISO 8601 in listings, an HTTP date in headers."""
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        pass
+    try:
+        return email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        import botocore.utils
+
+        return botocore.utils.parse_timestamp(value)  # type: ignore[no-any-return]
+
+
+_S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+def _lean_listing(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_kw: Any) -> None:
+    """A listing page is read here with ElementTree (a 1,000-key page in a few milliseconds instead
+    of botocore's ~70 ms): the objects go to ``CamilloContents`` (key, size, ETag, LastModified
+    text) and botocore is left only the paging fields to parse.  Anything unexpected is left to
+    botocore as it is."""
+    body = response_dict.get("body")
+    if response_dict.get("status_code") != 200 or not isinstance(body, bytes):
+        return
+    try:
+        root = ET.fromstring(body)  # noqa: S314 - the same parser botocore would use on the same answer
+    except ET.ParseError:
+        return
+    ns = _S3_NS if root.tag.startswith(_S3_NS) else ""
+    if root.tag != f"{ns}ListBucketResult":
+        return
+    encoded = root.findtext(f"{ns}EncodingType") == "url"
+    items = []
+    for c in root.iter(f"{ns}Contents"):
+        key = c.findtext(f"{ns}Key") or ""
+        items.append((urllib.parse.unquote_plus(key) if encoded else key, int(c.findtext(f"{ns}Size") or 0),
+                      (c.findtext(f"{ns}ETag") or "").strip('"'), c.findtext(f"{ns}LastModified") or ""))
+    customized_response_dict["CamilloContents"] = items
+    lean = ET.Element("ListBucketResult", xmlns=_S3_NS.strip("{}"))
+    for field in ("Name", "Prefix", "KeyCount", "MaxKeys", "IsTruncated", "NextContinuationToken",
+                  "ContinuationToken"):
+        text = root.findtext(f"{ns}{field}")
+        if text is not None:
+            ET.SubElement(lean, field).text = text
+    response_dict["body"] = ET.tostring(lean)
 
 
 def _backoff(attempt: int) -> None:
@@ -335,6 +392,8 @@ class ObjectShelf(FolderShelf):
         self.lagging: set[str] = set()  # held, missing from the last listing, but still there (HEAD)
         self.requests = 0
         self._pulling = False
+        self._reuse_until = 0.0  # list() may answer from a listing made before this (time.monotonic())
+        self._first_changes = True
         self._bucket_checked()
         root = mirror_dir(self.store, home)
         found = None
@@ -358,6 +417,7 @@ class ObjectShelf(FolderShelf):
         self.writable = True
         if found is not None:
             self._adopt_descriptor(found)
+            self._scan()  # the open's one listing: the unlock's list() and the first changes() use it
 
     # -- requests
 
@@ -445,18 +505,20 @@ class ObjectShelf(FolderShelf):
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call("list the vault's objects", self.client.list_objects_v2, **kwargs)
-            for item in page.get("Contents", []):
-                key = str(item["Key"])
+            contents = page.get("CamilloContents")
+            if contents is None:  # botocore parsed the page itself
+                contents = [(o["Key"], o.get("Size", 0), o.get("ETag", ""), o.get("LastModified"))
+                            for o in page.get("Contents", [])]
+            for key, size, etag, modified in contents:
                 name = key[len(prefix):] if key.startswith(prefix) else ""
                 kind = kind_of(name)
                 if kind is None:
                     others += 1
                     continue
-                size = int(item.get("Size", 0))
-                self._check_size(name, kind, size)
-                modified = item.get("LastModified")
-                found[name] = RemoteObject(size, str(item.get("ETag", "")).strip('"'),
-                                           modified.timestamp() if modified is not None else 0.0)
+                self._check_size(name, kind, int(size))
+                when = _timestamp(modified) if isinstance(modified, str) and modified else modified
+                found[name] = RemoteObject(int(size), str(etag).strip('"'),
+                                           when.timestamp() if isinstance(when, datetime.datetime) else 0.0)
             token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
             if not token:
                 break
@@ -615,20 +677,36 @@ class ObjectShelf(FolderShelf):
 
     # -- the shelf's calls
 
-    def _scan(self) -> None:
+    def _scan(self, *, reuse: bool = False) -> None:
+        """Pull (unless ``reuse`` and the last pull is younger than LIST_REUSE), then list the mirror."""
         was_pending = set(self.pending)
-        if not self._pulling:
+        if not self._pulling and not (reuse and time.monotonic() < self._reuse_until):
             self._pulling = True
             try:
                 self.pull()
             finally:
                 self._pulling = False
+            self._reuse_until = time.monotonic() + LIST_REUSE
         FolderShelf._scan(self)
         for name in self.pending:
             self._gain(name)
         for name in was_pending - self.pending:
             if name not in self._loose and name not in self._packed:
                 self._lose(name)
+
+    def list(self) -> builtins.list[str]:
+        """Every vault name, from a listing of the store made now or less than LIST_REUSE ago."""
+        self._scan(reuse=True)
+        return sorted(self._names)
+
+    def changes(self) -> tuple[set[str], set[str], set[str]]:
+        """As :meth:`FolderShelf.changes`, from a listing of the store made now (the first call after
+        opening uses the open's own listing)."""
+        self._scan(reuse=self._first_changes)
+        self._first_changes = False
+        added, removed = self._added, self._removed
+        self._added, self._removed = set(), set()
+        return self._names, added, removed
 
     def files_in(self, directory: str) -> frozenset[str]:
         """As of the last listing of the store (the mirror's folder, no request)."""
