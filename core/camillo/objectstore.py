@@ -652,7 +652,7 @@ class ObjectShelf(FolderShelf):
         drop what the store no longer has.  A name the listing omits but the store still serves
         (a listing that lags behind writes) is kept."""
         listing = self._list_remote()
-        FolderShelf._scan(self)
+        self.scan_folder()
         have = set(self._loose)
         missing = sorted(n for n in listing if n not in have)
         pending: set[str] = set()
@@ -687,7 +687,7 @@ class ObjectShelf(FolderShelf):
             finally:
                 self._pulling = False
             self._reuse_until = time.monotonic() + LIST_REUSE
-        FolderShelf._scan(self)
+        self.scan_folder()
         for name in self.pending:
             self._gain(name)
         for name in was_pending - self.pending:
@@ -711,7 +711,7 @@ class ObjectShelf(FolderShelf):
     def files_in(self, directory: str) -> frozenset[str]:
         """As of the last listing of the store (the mirror's folder, no request)."""
         if not self.unchanged(directory):
-            FolderShelf._scan(self)
+            self.scan_folder()
         entry = self._dirs.get(directory)
         return entry[1] if entry is not None else frozenset()
 

@@ -139,6 +139,11 @@ class FolderShelf:
     FINE_RACY_NS = 50_000_000
 
     def _scan(self) -> None:
+        self.scan_folder()
+
+    def scan_folder(self) -> None:
+        """The incremental listing of the folder itself (what ``_scan`` does for a folder; a shelf
+        whose folder mirrors a remote store refreshes the mirror first, then calls this)."""
         now = time.time_ns()
         seen_dirs: set[str] = set()
         found_loose: list[str] = []
