@@ -9,10 +9,13 @@ pytest main thread; the CLI runs as separate processes.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -21,14 +24,39 @@ from tests.core.test_cli import PASSPHRASE, jsonl
 from .conftest import url
 
 
-def run(*args: str, home: str, stdin: str | None = None, env: dict | None = None, check: int | None = 0):
+def run(*args: str, home: str, stdin: str | None = None, env: dict | None = None, check: int | None = 0,
+        process: bool = False):
+    """``camillo ARGS`` as a separate process (``process=True``), or through the same entry point in
+    this process (``camillo.cli.main``: the same parser, handlers and exit codes, without paying
+    the interpreter's and botocore's start-up for every command)."""
     full = dict(os.environ, CAMILLO_PASSPHRASE=PASSPHRASE, CAMILLO_HOME=home, **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "camillo.cli", *args], input=stdin, capture_output=True, text=True,
-                          env=full, timeout=120)
+    if process:
+        proc = subprocess.run([sys.executable, "-m", "camillo.cli", *args], input=stdin, capture_output=True,
+                              text=True, env=full, timeout=120)
+    else:
+        proc = in_process(list(args), full, stdin)
     if check is not None:
         assert proc.returncode == check, f"exit {proc.returncode}: {proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+def in_process(argv: list[str], env: dict[str, str], stdin: str | None) -> types.SimpleNamespace:
+    from camillo.cli import main
+
+    saved_env, saved_stdin = dict(os.environ), sys.stdin
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        sys.stdin = io.StringIO(stdin or "")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.stdin = saved_stdin
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def objects(server, bucket: str, prefix: str = "") -> dict[str, bytes]:
@@ -55,14 +83,14 @@ def test_round_trip_on_a_real_object_store(s3env, bucket, tmp_path):
     s3 = f"s3://{bucket}/me/memory"
     endpoint = {"CAMILLO_S3_ENDPOINT": s3env.endpoint}
     # init with --endpoint-url; the other commands take the endpoint from CAMILLO_S3_ENDPOINT
-    init = run("init", s3, "--endpoint-url", s3env.endpoint, home=home_a)
+    init = run("init", s3, "--endpoint-url", s3env.endpoint, home=home_a, process=True)
     assert len(init.stdout.split()) == 24
     stored = objects(s3env, bucket)
     assert "me/memory/VMEM" in stored and any(k.startswith("me/memory/segments/") for k in stored)
     ids = add(s3, home_a, "I live in Lisbon", "I like figs", env=endpoint)
     assert len(ids) == 2
     assert {"I live in Lisbon", "I like figs"} <= texts(s3, home_a, env=endpoint)
-    verify = json.loads(run("verify", s3, "--json", home=home_a, env=endpoint).stdout)
+    verify = json.loads(run("verify", s3, "--json", home=home_a, env=endpoint, process=True).stdout)
     assert verify["ok"] is True and verify["records"] >= 2
     # what the provider sees: names, sizes, times, ETags; no plaintext
     info = json.loads(run("info", s3, "--json", home=home_a, env=endpoint).stdout)
@@ -150,7 +178,7 @@ def test_bad_input_is_one_clear_line(s3env, bucket, proxy, tmp_path):
     assert "bucket no-such-bucket does not exist" in line and "s3://no-such-bucket/v" in line
     # wrong keys: exit 3
     line = one_line(run("init", url(bucket, "v", s3env.endpoint), home=home, env={"AWS_SECRET_ACCESS_KEY": "wrong"},
-                        check=3))
+                        check=3, process=True))
     assert "refused the keys" in line and f"s3://{bucket}/v" in line
     assert nothing_local(home) and objects(s3env, bucket) == {}
     # a store that ignores If-None-Match gets no vault
@@ -176,7 +204,7 @@ def test_bad_input_is_one_clear_line(s3env, bucket, proxy, tmp_path):
     segment = next(k for k in before if "/segments/" in k)
     proxy.faults.claimed_size[segment] = 10 << 30
     fresh = str(tmp_path / "fresh")
-    line = one_line(run("log", url(bucket, "v", proxy.endpoint), home=fresh, check=4))
+    line = one_line(run("log", url(bucket, "v", proxy.endpoint), home=fresh, check=4, process=True))
     assert segment.split("/", 1)[1] in line and "10.0 GB" in line and "remove that object" in line
     assert f"s3://{bucket}/v" in line
     assert objects(s3env, bucket) == before
