@@ -36,6 +36,7 @@ import datetime
 import email.utils
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -76,7 +77,7 @@ MAX_BYTES = {
 }
 DOWNLOADERS = 16  # parallel GETs while the mirror catches up
 LIST_PAGE = 1000  # keys asked for per listing page (S3's maximum)
-LIST_REUSE = 1.0  # seconds a listing answers list() (not changes()): an open lists the store once
+LIST_REUSE = 1.0  # seconds a listing answers list() (not changes()); an open lists the store once
 ATTEMPTS = 6  # tries of one request
 RETRY_BASE = 0.2  # seconds before the second try; doubled for each further one, with jitter (at most ~6 s in all)
 TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
@@ -392,7 +393,7 @@ class ObjectShelf(FolderShelf):
         self.lagging: set[str] = set()  # held, missing from the last listing, but still there (HEAD)
         self.requests = 0
         self._pulling = False
-        self._reuse_until = 0.0  # list() may answer from a listing made before this (time.monotonic())
+        self._pulled_at: float | None = None  # time.monotonic() of the last pull
         self._first_changes = True
         self._bucket_checked()
         root = mirror_dir(self.store, home)
@@ -417,7 +418,6 @@ class ObjectShelf(FolderShelf):
         self.writable = True
         if found is not None:
             self._adopt_descriptor(found)
-            self._scan()  # the open's one listing: the unlock's list() and the first changes() use it
 
     # -- requests
 
@@ -677,16 +677,17 @@ class ObjectShelf(FolderShelf):
 
     # -- the shelf's calls
 
-    def _scan(self, *, reuse: bool = False) -> None:
-        """Pull (unless ``reuse`` and the last pull is younger than LIST_REUSE), then list the mirror."""
+    def _scan(self, *, reuse: float = 0.0) -> None:
+        """Pull (unless the last pull is younger than ``reuse`` seconds), then list the mirror."""
         was_pending = set(self.pending)
-        if not self._pulling and not (reuse and time.monotonic() < self._reuse_until):
+        fresh = self._pulled_at is not None and time.monotonic() - self._pulled_at < reuse
+        if not self._pulling and not fresh:
             self._pulling = True
             try:
                 self.pull()
             finally:
                 self._pulling = False
-            self._reuse_until = time.monotonic() + LIST_REUSE
+            self._pulled_at = time.monotonic()
         self.scan_folder()
         for name in self.pending:
             self._gain(name)
@@ -696,13 +697,13 @@ class ObjectShelf(FolderShelf):
 
     def list(self) -> builtins.list[str]:
         """Every vault name, from a listing of the store made now or less than LIST_REUSE ago."""
-        self._scan(reuse=True)
+        self._scan(reuse=LIST_REUSE)
         return sorted(self._names)
 
     def changes(self) -> tuple[set[str], set[str], set[str]]:
         """As :meth:`FolderShelf.changes`, from a listing of the store made now (the first call after
-        opening uses the open's own listing)."""
-        self._scan(reuse=self._first_changes)
+        opening uses the listing the open made to find the slots, however long unlocking took)."""
+        self._scan(reuse=math.inf if self._first_changes else 0.0)
         self._first_changes = False
         added, removed = self._added, self._removed
         self._added, self._removed = set(), set()

@@ -210,3 +210,22 @@ def test_host_rollback_restored_from_an_older_version(setup):
     status, details = a.sync_status()
     assert status == "rollback alert", (status, details)
     assert any("old slots were restored" in d for d in details)
+
+
+def test_an_open_lists_the_store_once_and_downloads_only_what_it_lacks(setup):
+    s, proxy = setup, setup.proxy
+    s.write(s.a, "m1")
+
+    def requests(method: str, listing: bool = False) -> int:
+        with proxy.lock:
+            return sum(1 for m, path, _ in proxy.faults.log if m == method and ("list-type=2" in path) == listing)
+
+    b = s.device("B")  # a new installation: the open, then its registration's write, each list once
+    assert requests("GET", listing=True) == 2
+    assert requests("GET") >= 6  # the descriptor, slots, envelopes and segments
+    b.lock()
+    proxy.reset()
+    b = s.device("B")  # warm: one listing serves the unlock and the first read; only the descriptor is fetched
+    assert requests("GET", listing=True) == 1, proxy.faults.log
+    assert requests("GET") == 1, proxy.faults.log
+    assert "m1" in texts(b)
