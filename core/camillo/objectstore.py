@@ -290,8 +290,8 @@ def _lean_listing(response_dict: dict[str, Any], customized_response_dict: dict[
         root = ET.fromstring(body)  # noqa: S314 - the same parser botocore would use on the same answer
     except ET.ParseError:
         return
-    ns = _S3_NS if root.tag.startswith(_S3_NS) else ""
-    if root.tag != f"{ns}ListBucketResult":
+    ns = _S3_NS if root.tag.startswith(_S3_NS) else ""  # the element name, not an AEAD tag
+    if not root.tag.endswith("ListBucketResult"):
         return
     encoded = root.findtext(f"{ns}EncodingType") == "url"
     items = []
