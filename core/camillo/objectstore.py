@@ -453,7 +453,9 @@ class ObjectShelf(FolderShelf):
         raise AssertionError("unreachable")
 
     def _bucket_checked(self) -> None:
-        self._call("open the bucket", self.client.head_bucket)
+        """The bucket exists and these keys may list the vault's prefix: a one-key listing rather
+        than HeadBucket, which keys limited to a prefix (docs/storage.md's policy) may not make."""
+        self._call("open the bucket", self.client.list_objects_v2, Prefix=self.store.key_prefix, MaxKeys=1)
 
     def _check_conditional_writes(self) -> None:
         """Before a vault is created: the store must refuse a second conditional PUT of one key.
