@@ -111,6 +111,7 @@ class Bench:
                     ("s3_folder_warm_open", {"op": "warm_open"}), ("s3_warm_open", {"op": "s3_warm_open"}),
                     ("s3_download_loose", {"op": "s3_download", "variant": "loose"}),
                     ("s3_download_bulk", {"op": "s3_download", "variant": "bulk"}),
+                    ("s3_download_compacted", {"op": "s3_download", "variant": "compacted"}),
                     ("s3_first_open", {"op": "s3_first_open", "variant": "loose"})]
         return out
 
@@ -124,6 +125,8 @@ class Bench:
             need += ["compacted", "reopen"]
         if "merge" in g:
             need.append("merge")
+        if "objectstore" in g and "compacted" not in need:
+            need.append("compacted")
         if "erasure" in g:
             need.append("erasure")
         return need
@@ -224,12 +227,12 @@ class Bench:
                 floor={"the folder's warm open": summary(folder)["median"]}, rss=rss,
                 target={"kind": "ratio_le_folder", "value": 1.2}, cpu=cpu("s3_warm_open"),
                 note="the × column is against the same vault opened as a folder in the same run")
-        for variant in ("loose", "bulk"):
+        for variant in ("loose", "compacted", "bulk"):
             key = f"s3_download_{variant}"
             if key in raw:
                 runs = raw[key]
                 r0 = runs[0]
-                what = "loose segments" if variant == "loose" else "bulk-imported"
+                what = {"loose": "loose segments", "compacted": "after compaction", "bulk": "bulk-imported"}[variant]
                 fig(key, f"Object store: first-open download, {what} ({r0['files']:,} objects, "
                     f"{r0['bytes'] / 1e6:.1f} MB)", "MB/s", [r["mb_per_s"] for r in runs],
                     rss=[r["meter"]["peak_rss_mib"] for r in runs], target={"kind": "ge", "value": 50.0},
