@@ -298,20 +298,12 @@ _RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 
 def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                   conversation: str | None = None) -> tuple[str, list[Any]]:
-    """The SQL condition (and its arguments) of the records the timeline shows: valid values and
-    notes, not hidden unless ``include_hidden``, in ``compartments`` and ``conversation`` if given."""
-    where = ["valid = 1", "kind IN (1, 3)"]
-    args: list[Any] = []
-    if not include_hidden:
-        where.append("hidden = 0")
-    if compartments is not None:
-        comps = list(compartments)
-        where.append(f"compartment IN ({','.join('?' * len(comps))})")
-        args += comps
-    if conversation is not None:
-        where.append("conversation = ?")
-        args.append(conversation)
-    return " AND ".join(where), args
+    """The SQL condition and arguments of the records the timeline shows (valid values and notes)."""
+    comps = list(compartments) if compartments is not None else None
+    where = ["valid = 1", "kind IN (1, 3)", *([] if include_hidden else ["hidden = 0"]),
+             *([f"compartment IN ({','.join('?' * len(comps))})"] if comps is not None else []),
+             *(["conversation = ?"] if conversation is not None else [])]
+    return " AND ".join(where), [*(comps or []), *([conversation] if conversation is not None else [])]
 
 
 @dataclass

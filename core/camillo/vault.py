@@ -112,10 +112,8 @@ checked = thread_and_lock_checked
 
 
 class Vault:
-    """An open vault.  Use :meth:`create` or :meth:`open`; close with :meth:`lock`.
-
-    ``session`` is the machinery behind it, for the core's own tests and tools; the faces use only
-    the methods below."""
+    """An open vault (:meth:`create` or :meth:`open`; close with :meth:`lock`).  ``session`` is the
+    machinery behind it, for the core's own tests and tools; the faces use only the methods below."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -140,14 +138,12 @@ class Vault:
     def open(cls, path: str, unlock: Unlock, *, register: bool = True, cache: bool = True, home: str | None = None,
              progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
              read_only: bool = False, re_register: bool = False) -> Vault:
-        """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a writer
-        on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and verifies every
-        file (``camillo verify``).  ``read_only=True`` writes nothing at all: no vault file (registration,
-        key rotation after an erasure, finishing interrupted work), no cache, no device memory (still
-        compared: rollback alerts are reported).  ``home`` overrides CAMILLO_HOME.  ``progress(done,
-        total)`` is called while segments are read; raising :class:`~camillo.errors.Cancelled` from it
-        stops the open before anything is written.  A device another device revoked is not registered
-        again without ``re_register=True`` (:class:`DeviceRevoked`, saying by whom and when)."""
+        """Open a vault folder or ``.vmem`` file.  ``register``: certify this installation as a writer on
+        first use (spec §12.4).  ``cache=False`` reads and verifies every file.  ``read_only=True`` writes
+        nothing (no vault file, cache or device memory; rollback alerts are still reported).  ``home``
+        overrides CAMILLO_HOME.  ``progress(done, total)`` while segments are read (raise Cancelled from
+        it to stop before anything is written).  A revoked device registers again only with ``re_register``
+        (else :class:`DeviceRevoked`, saying by whom and when)."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
         try:
@@ -508,9 +504,8 @@ class Vault:
     @checked
     def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
                           reauth: Unlock | None = None) -> Changes:
-        """Replace the passphrase and roll the keys, in time independent of the vault's size: with a
-        copy of its old slot, the old passphrase opens only what was written before the change.
-        Needs the current passphrase or the recovery phrase (the unlocking credential, or ``reauth``)."""
+        """Replace the passphrase and roll the keys (in time independent of the vault's size; the old one
+        opens only what came before).  Needs the passphrase or recovery phrase (as unlocked, or ``reauth``)."""
         return credentials.change_passphrase(self.session, new_passphrase, kdf=kdf, reauth=reauth)
 
     @checked
