@@ -150,6 +150,7 @@ def apply(app: QApplication, mode: str = "system") -> bool:
         QFrame#Bubble[side="assistant"] {{ background: {c['bubble_assistant']}; border: 1px solid {c['border']}; }}
         QFrame#Bubble[highlight="true"] {{ border: 2px solid {c['accent']}; }}
         QLabel#BubbleHead {{ color: {c['muted']}; }}
+        QFrame#Chip {{ background: {c['alt']}; border: 1px solid {c['border']}; border-radius: 6px; }}
         QFrame#UndoBar {{ background: {c['info_bg']}; border: 1px solid {c['info_border']}; border-radius: 8px; }}
         QFrame#UndoBar QLabel {{ background: transparent; }}
         QFrame#Popover {{ background: {c['base']}; border: 1px solid {c['control']}; border-radius: 6px; }}

@@ -6,7 +6,9 @@ shows its time, its writer and its authority badge, and its whole text: Markdown
 (:mod:`camillo_desktop.markdown`: nothing the record holds is interpreted as HTML, images are never
 loaded, links open only on a click), control and bidirectional characters made visible.  A message
 longer than :data:`BUBBLE_LIMIT` characters shows that much and offers the rest in a reader window
-(a plain-text editor lays out megabytes without stalling).
+(a plain-text editor lays out megabytes without stalling).  A message's attachments show as chips
+under it: name, size and "Save…" (the file's exact bytes, verified), and a thumbnail for an
+image of at most :data:`THUMBNAIL_BYTES`.
 
 Only the message ids of the conversation are fetched whole; messages are read and rendered on the
 vault worker a page (:data:`PAGE`) at a time, around the message asked for (or the latest), and
@@ -21,13 +23,16 @@ GUI thread only; :func:`prepare` runs on the vault worker.
 from __future__ import annotations
 
 import html
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from camillo import RecordView
+from camillo import RecordView, VaultError
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
+from PySide6.QtGui import QDesktopServices, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -52,6 +57,8 @@ CHUNK = 4  # bubbles made per turn of the event loop (each turn stays short)
 WINDOW = 120  # bubbles alive at most
 EDGE = 600  # pixels from an end of the scroll range at which the next page is fetched
 BUBBLE_LIMIT = 100_000  # characters rendered in a bubble; the rest in the reader window
+THUMBNAIL_BYTES = 4 * 1024 * 1024  # an image attachment up to this size is shown as a thumbnail
+THUMBNAIL_SIZE = (240, 160)  # at most, in pixels
 
 USER_ROLES = frozenset({"user", "human"})
 ASSISTANT_ROLES = frozenset({"assistant", "model", "agent", "ai"})
@@ -68,6 +75,25 @@ class Message:
     label: str  # who speaks, in words: "You", "Assistant", "Tool output" ...
     html: str  # its text rendered (its first BUBBLE_LIMIT characters)
     truncated: bool  # the text is longer than what html shows
+    attachments: tuple[Attachment, ...] = ()
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file attached to a message: its record (name, media type, size) and, for an image of at
+    most THUMBNAIL_BYTES, its bytes (decoded to a thumbnail on the GUI thread)."""
+
+    record: RecordView
+    image: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.record.value.get("name") or "attachment")
+
+    @property
+    def size(self) -> int:
+        size = self.record.value.get("size")
+        return size if isinstance(size, int) else 0
 
 
 def side_of(v: RecordView) -> tuple[str, str]:
@@ -85,14 +111,45 @@ def side_of(v: RecordView) -> tuple[str, str]:
     return "other", (role.capitalize() if role else (v.type or "record").capitalize())
 
 
-def prepare(records: list[RecordView], colors: Colors) -> list[Message]:
-    """On the worker: render each message (only its first BUBBLE_LIMIT characters)."""
+def prepare(vault: Any, ids: list[bytes], colors: Colors) -> list[Message]:
+    """On the worker: read these messages and their attachments (an image's bytes when small), and
+    render each message (only its first BUBBLE_LIMIT characters)."""
+    records = vault.records(ids)
+    files = vault.attachments(ids)
     out = []
     for v in records:
         side, label = side_of(v)
         text = v.text or ("(erased)" if v.erased else "")
-        out.append(Message(v, side, label, render(text[:BUBBLE_LIMIT], colors), len(text) > BUBBLE_LIMIT))
+        attached = tuple(Attachment(a, image_bytes(vault, a)) for a in files.get(v.id, ()))
+        out.append(Message(v, side, label, render(text[:BUBBLE_LIMIT], colors), len(text) > BUBBLE_LIMIT,
+                           attached))
     return out
+
+
+def image_bytes(vault: Any, a: RecordView) -> bytes | None:
+    """On the worker: an image attachment's bytes, if it is at most THUMBNAIL_BYTES (else None; a
+    file that does not read back whole and verified is shown without its thumbnail)."""
+    media, size = a.value.get("media_type"), a.value.get("size")
+    if not (isinstance(media, str) and media.startswith("image/") and isinstance(size, int) and size <= THUMBNAIL_BYTES):
+        return None
+    with tempfile.TemporaryDirectory(prefix="camillo-thumb-") as folder:
+        path = os.path.join(folder, "image")
+        try:
+            vault.save_attachment(a.id, path)
+            with open(path, "rb") as f:
+                return f.read()
+        except (VaultError, OSError):
+            return None
+
+
+def fmt_size(n: int) -> str:
+    """A file's size for people: 812 bytes, 3.4 KB, 1.2 MB."""
+    size, unit = float(n), "bytes"
+    for bigger in ("KB", "MB", "GB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{n:,} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
 
 
 def markdown_colors() -> Colors:
@@ -114,9 +171,10 @@ class MessageText(QLabel):
         super().__init__(parent)
         self._heights: dict[int, int] = {}
 
-    def setText(self, text: str) -> None:
+    def show_html(self, markup: str) -> None:
+        """Our own HTML of the message's escaped text (:func:`camillo_desktop.markdown.render`)."""
         self._heights.clear()
-        super().setText(text)
+        self.setText(markup)
 
     @qt_virtual(-1)
     def heightForWidth(self, width: int) -> int:
@@ -140,6 +198,7 @@ class Bubble(QFrame):
     link_hovered = Signal(str)
     read_all = Signal(object)  # the Message, to show whole in the reader
     restore = Signal(bytes)  # a forgotten message: write it again
+    save = Signal(object)  # an Attachment, to save to a file the person chooses
 
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -190,7 +249,7 @@ class Bubble(QFrame):
         lay.addLayout(head)
         self.body = MessageText()
         self.body.setTextFormat(Qt.TextFormat.RichText)  # our own HTML of escaped text (markdown.render)
-        self.body.setText(message.html)
+        self.body.show_html(message.html)
         self.body.setWordWrap(True)
         self.body.setOpenExternalLinks(False)
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
@@ -206,10 +265,38 @@ class Bubble(QFrame):
             self.more = QPushButton(f"Read the whole message ({len(v.text):,} characters)")
             self.more.clicked.connect(lambda: self.read_all.emit(self.message))
             lay.addWidget(self.more)
+        for a in message.attachments:
+            lay.addWidget(self._chip(a))
         if self.toggle is not None:
             self.body.hide()
             if self.more is not None:
                 self.more.hide()
+
+    def _chip(self, a: Attachment) -> QWidget:
+        """An attachment: its thumbnail (a small image), its name and size, and Save…"""
+        chip = QFrame()
+        chip.setObjectName("Chip")
+        lay = QVBoxLayout(chip)
+        lay.setContentsMargins(8, 4, 8, 4)
+        if a.image is not None:
+            pixmap = QPixmap()
+            if pixmap.loadFromData(a.image):
+                thumb = QLabel()
+                thumb.setPixmap(pixmap.scaled(*THUMBNAIL_SIZE, Qt.AspectRatioMode.KeepAspectRatio,
+                                              Qt.TransformationMode.SmoothTransformation))
+                thumb.setAccessibleName(safe_text(f"picture {a.name}", 200, single_line=True))
+                lay.addWidget(thumb)
+        row = QHBoxLayout()
+        name = QLabel(safe_text(f"\U0001f4ce {a.name}  \u00b7  {fmt_size(a.size)}", 200, single_line=True))
+        name.setTextFormat(Qt.TextFormat.PlainText)
+        row.addWidget(name, 1)
+        save = QToolButton()
+        save.setText("Save\u2026")
+        save.setAccessibleName(safe_text(f"save the attachment {a.name}", 200, single_line=True))
+        save.clicked.connect(lambda: self.save.emit(a))
+        row.addWidget(save)
+        lay.addLayout(row)
+        return chip
 
     def _toggled(self, shown: bool) -> None:
         self.body.setVisible(shown)
@@ -328,7 +415,7 @@ class ThreadView(QWidget):
             else:
                 lo = max(0, len(ids) - PAGE)
             hi = min(len(ids), lo + PAGE)
-            return ids, lo, hi, prepare(ctx.vault.records(ids[lo:hi]), colors)
+            return ids, lo, hi, prepare(ctx.vault, ids[lo:hi], colors)
 
         def done(result: tuple[list[bytes], int, int, list[Message]]) -> None:
             if token != self._token:
@@ -436,6 +523,7 @@ class ThreadView(QWidget):
             b.link_hovered.connect(lambda url: self.status_message.emit(safe_text(url, 400, single_line=True)))
             b.read_all.connect(lambda msg: ReaderDialog(msg, self.window()).show())
             b.restore.connect(self.restore_requested)
+            b.save.connect(self.save_attachment)
             if m.record.id == self.focus_id:
                 b.set_highlight(True)
             new.append(b)
@@ -459,6 +547,18 @@ class ThreadView(QWidget):
             h.addStretch(1)
         bubble.holder = row
         return row
+
+    def save_attachment(self, a: Attachment) -> None:
+        """Save… on an attachment: the file the person names gets its exact bytes (verified)."""
+        path, _ = QFileDialog.getSaveFileName(self, "Save the attachment", a.name)
+        if not path:
+            return
+        shown = safe_text(a.name, 80, single_line=True)
+        self.client.submit(lambda ctx: ctx.vault.save_attachment(a.record.id, path),
+                           lambda _f: self.status_message.emit(f"Saved {shown} to {safe_text(path, 200, single_line=True)}."),
+                           lambda exc: self.status_message.emit(safe_text(f"{shown} was not saved: {exc}", 300,
+                                                                          single_line=True)),
+                           context=self, label="saving an attachment")
 
     @property
     def loading(self) -> bool:
@@ -496,7 +596,7 @@ class ThreadView(QWidget):
             self._queue = [(messages, before)]
             self._drain()
 
-        self.client.submit(lambda ctx: prepare(ctx.vault.records(ids), colors), done, self._failed, context=self,
+        self.client.submit(lambda ctx: prepare(ctx.vault, ids, colors), done, self._failed, context=self,
                            label="reading messages")
 
     def _evict(self) -> None:

@@ -79,8 +79,7 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def set_thread_guard(guard: Callable[[], None] | None) -> None:
-    """Install a check run at the start of every facade call (the desktop asserts it is not on
-    the GUI thread).  Pass None to remove it."""
+    """Install a check run at the start of every facade call (the desktop's: not on the GUI thread)."""
     global _thread_guard
     _thread_guard = guard
 
@@ -140,10 +139,9 @@ class Vault:
              read_only: bool = False, re_register: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register``: certify this installation as a writer on
         first use (spec §12.4).  ``cache=False`` reads and verifies every file.  ``read_only=True`` writes
-        nothing (no vault file, cache or device memory; rollback alerts are still reported).  ``home``
-        overrides CAMILLO_HOME.  ``progress(done, total)`` while segments are read (raise Cancelled from
-        it to stop before anything is written).  A revoked device registers again only with ``re_register``
-        (else :class:`DeviceRevoked`, saying by whom and when)."""
+        nothing (no vault file, cache or device memory; rollback alerts still reported).  ``home`` overrides
+        CAMILLO_HOME.  ``progress(done, total)`` while segments are read (raising Cancelled stops the open).
+        A revoked device registers again only with ``re_register`` (else DeviceRevoked, naming who, when)."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
         try:
@@ -335,8 +333,7 @@ class Vault:
 
     @checked
     def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user, beside (never in place of) a fact's value: agents' facts,
-        preferences and instructions below user authority, and imported assistant memories."""
+        """Proposals awaiting the user (agents' and imports' values below user), beside a fact's value."""
         self.session.require_read()
         return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
 
@@ -345,6 +342,12 @@ class Vault:
         """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
         self.session.require_read()
         return reports.forgotten(self.session)
+
+    @checked
+    def attachments(self, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
+        """The attachments of these records (not forgotten, readable here), by record."""
+        self.session.require_read()
+        return reports.attachments(self.session, of)
 
     @checked
     def imported_keys(self, prefix: str = "") -> set[str]:
@@ -378,8 +381,7 @@ class Vault:
 
     @checked
     def notices(self) -> list[Notice]:
-        """What to tell the person about this device: its rejected writes, writes sealed again, a
-        key an erasure replaced, this device revoked, a view still syncing."""
+        """What to tell the person about this device (refused or resealed writes, revocation, syncing)."""
         return reports.notices(self.session)
 
     @checked
@@ -439,8 +441,7 @@ class Vault:
 
     @checked
     def confirm(self, record_ids: Sequence[bytes], *, replace: bool = False) -> Changes:
-        """Make proposals the user's word (a CONFIRM each, signed by this device); over a different
-        value the user set, only with ``replace`` (else UsageError naming both values)."""
+        """Make proposals the user's word; over a different value of theirs only with ``replace``."""
         return curation.confirm(self.session, record_ids, replace)
 
     @checked
@@ -577,8 +578,7 @@ class Joining:
 
     @property
     def device(self) -> Credential:
-        """The new device's credential (for :meth:`Unlock.with_device_credential` before the
-        keychain holds it; never shown)."""
+        """The new device's credential (for :meth:`Unlock.with_device_credential`; never shown)."""
         return self._join.device
 
     @device.setter

@@ -124,3 +124,19 @@ def test_the_timeline_in_any_order(vault):
         set(vault.timeline_ids(compartments=[vault.compartment_id("work")]))
     with pytest.raises(UsageError, match="order: use one of time, compartment"):
         vault.timeline_ids(order="colour")
+
+
+def test_the_attachments_of_messages_by_message(vault, tmp_path):
+    ids = vault.conversation_ids("trip", "personal")
+    photo = tmp_path / "alfama.jpg"
+    photo.write_bytes(b"\xff\xd8 not really a jpeg" * 10)
+    vault.attach(str(photo), of=ids[0])
+    vault.attach(str(photo), name="again.jpg", of=ids[0])
+    vault.attach(str(photo), name="loose.jpg")  # of no record
+    found = vault.attachments(ids)
+    assert set(found) == {ids[0]}
+    assert [a.value["name"] for a in found[ids[0]]] == ["alfama.jpg", "again.jpg"]
+    assert all(a.type == "attachment" and a.value["size"] == 200 for a in found[ids[0]])
+    assert vault.attachments([]) == {} and vault.attachments([ids[1]]) == {}
+    vault.forget(record=found[ids[0]][1].id)
+    assert [a.value["name"] for a in vault.attachments(ids)[ids[0]]] == ["alfama.jpg"]

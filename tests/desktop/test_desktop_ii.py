@@ -114,7 +114,7 @@ def test_confirm_one_and_reject_several_inferences(qtbot, client, demo_window):
     # drives that): a signed CONFIRM makes it the user's own word.
     free = call(qtbot, client, lambda ctx: {p.id for p in ctx.vault.inbox()
                                              if ctx.vault.fact(p.key, p.compartment).current is None})
-    row = next(r for r in range(view.model.rowCount()) if view.model.record(r).id in free)
+    row = next(r for r in range(view.model.rowCount()) if view.model.row(r).record.id in free)
     view.table.selectRow(row)
     first = view.selected_ids()
     assert len(first) == 1

@@ -20,7 +20,7 @@ import pytest
 import shiboken6
 from camillo import NewRecord, Unlock, Vault
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QPushButton
+from PySide6.QtWidgets import QAbstractButton, QApplication, QFrame, QLabel, QPushButton
 
 from camillo_desktop.models import fmt_time
 
@@ -628,3 +628,77 @@ def test_a_dialog_is_never_smaller_than_its_content(qtbot, demo_window):
     hint = dlg.minimumSizeHint()
     assert dlg.width() >= hint.width() and dlg.height() >= hint.height()
     dlg.reject()
+
+
+def test_show_forgotten_marks_them_in_the_thread_with_restore(qtbot, client, demo_window):
+    hidden = call(qtbot, client, lambda ctx: [v for v in ctx.vault.search("wrong chat is:hidden") if v.hidden])
+    assert hidden, "the demo forgot a message in c2"
+    rid, comp = hidden[0].id, hidden[0].compartment
+    # Opened from elsewhere, a forgotten message shows (the view turns "Show forgotten" on), marked.
+    view = in_thread(qtbot, demo_window, lambda: demo_window.open_in_thread(rid))
+    assert view.show_hidden.isChecked()
+    bubble = view.thread.bubble_of(rid)
+    assert bubble is not None and bubble.property("forgotten")
+    texts = visible_texts(bubble)
+    assert "forgotten" in texts and "Restore" in texts
+    restore = next(b for b in bubble.findChildren(QAbstractButton) if b.text() == "Restore")
+    before = call(qtbot, client, lambda ctx: ctx.vault.conversation_ids("c2", comp))
+    with qtbot.waitSignal(client.vault_changed, timeout=15_000):
+        restore.click()
+    wait_idle(qtbot, client)
+    after = call(qtbot, client, lambda ctx: ctx.vault.conversation_ids("c2", comp))
+    (copy,) = set(after) - set(before)  # written again, as a new record; the forgotten one stays forgotten
+    assert call(qtbot, client, lambda ctx: ctx.vault.record(rid)).hidden
+    # Turned off again, the forgotten one is not shown; the restored copy is.
+    with qtbot.waitSignal(view.thread.shown, timeout=15_000):
+        view.show_hidden.setChecked(False)
+    settle(qtbot, view.thread)
+    assert view.thread.bubble_of(rid) is None and view.thread.bubble_of(copy) is not None
+
+
+def test_a_messages_attachments_show_as_chips_with_a_thumbnail_and_save(qtbot, client, demo_window, tmp_path,
+                                                                        monkeypatch):
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+    from PySide6.QtGui import QColor, QImage
+
+    from camillo_desktop.views import thread as thread_mod
+
+    image = QImage(64, 48, QImage.Format.Format_RGB32)
+    image.fill(QColor("#3d5afe"))
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    image.save(buffer, "PNG")
+    picture = tmp_path / "balcony.png"
+    picture.write_bytes(bytes(data))
+    notes = tmp_path / "lease.txt"
+    notes.write_bytes(b"the lease, page 1\n" * 100)
+    (rid,) = append_as(qtbot, client, None, "window", [NewRecord(type="message", conversation="c7", role="user",
+                                                                 text="Here is the balcony and the lease.")])
+
+    def attach(ctx):
+        ctx.vault.attach(str(picture), of=rid)
+        ctx.vault.attach(str(notes), of=rid)
+
+    call(qtbot, client, attach)
+    view = in_thread(qtbot, demo_window, lambda: demo_window.open_in_thread(rid))
+    bubble = view.thread.bubble_of(rid)
+    assert [a.name for a in bubble.message.attachments] == ["balcony.png", "lease.txt"]
+    png, txt = bubble.message.attachments
+    assert png.image == bytes(data) and txt.image is None  # only an image gets a thumbnail
+    chips = [w for w in bubble.findChildren(QFrame) if w.objectName() == "Chip"]
+    assert len(chips) == 2
+    texts = visible_texts(bubble)
+    assert any("balcony.png" in t and ("bytes" in t or "KB" in t) for t in texts)
+    thumbs = [w for w in chips[0].findChildren(QLabel) if w.pixmap() is not None and not w.pixmap().isNull()]
+    assert thumbs and thumbs[0].pixmap().width() <= thread_mod.THUMBNAIL_SIZE[0]
+    assert thumbs[0].accessibleName() == "picture balcony.png"
+    # Save…: the file the person names gets the exact bytes.
+    out = tmp_path / "saved.txt"
+    monkeypatch.setattr(thread_mod.QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    save = next(b for b in chips[1].findChildren(QAbstractButton) if b.text() == "Save\u2026")
+    assert save.accessibleName() == "save the attachment lease.txt"
+    save.click()
+    qtbot.waitUntil(out.exists, timeout=10_000)
+    wait_idle(qtbot, client)
+    assert out.read_bytes() == notes.read_bytes()

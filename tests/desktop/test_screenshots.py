@@ -91,7 +91,7 @@ def test_screenshot_of_a_given_search(tmp_path):
     check_png(out)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("VIEW:"))
     assert line.startswith("VIEW: search |")
-    assert "for \u201ccoffee\u201d" in line and " 0 results" not in line
+    assert "match \u201ccoffee\u201d" in line and " 0 records" not in line
 
 
 def test_the_default_search_screenshot_shows_results(tmp_path):

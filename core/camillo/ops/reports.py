@@ -409,6 +409,22 @@ def timeline_ids(session: Session, *, order: str = "time", descending: bool = Fa
     return [r[0] for r in rows]
 
 
+def attachments(session: Session, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
+    """The attachments (not forgotten, readable here) of these records, by record, oldest first."""
+    wanted = {rid.hex(): rid for rid in of}
+    out: dict[bytes, list[RecordView]] = {}
+    if not wanted:
+        return out
+    where, args = visible_where()
+    ids = [r[0] for r in session.materialized.db.execute(
+        f"SELECT id FROM records WHERE {where} AND type = 'attachment' ORDER BY ts, lamport, idx, id", args)]
+    for v in session.materialized.records(ids):
+        target = v.value.get("of") if isinstance(v.value, dict) else None
+        if isinstance(target, str) and target in wanted:
+            out.setdefault(wanted[target], []).append(v)
+    return out
+
+
 def forgotten(session: Session) -> list[tuple[RecordView, int | None]]:
     """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
     state = session.materialized
