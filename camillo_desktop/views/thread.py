@@ -115,7 +115,7 @@ def prepare(vault: Any, ids: list[bytes], colors: Colors) -> list[Message]:
     """On the worker: read these messages and their attachments (an image's bytes when small), and
     render each message (only its first BUBBLE_LIMIT characters)."""
     records = vault.records(ids)
-    files = vault.attachments(ids)
+    files = vault.attachments_of(ids)
     out = []
     for v in records:
         side, label = side_of(v)

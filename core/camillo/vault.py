@@ -344,10 +344,10 @@ class Vault:
         return reports.forgotten(self.session)
 
     @checked
-    def attachments(self, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
+    def attachments_of(self, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
         """The attachments of these records (not forgotten, readable here), by record."""
         self.session.require_read()
-        return reports.attachments(self.session, of)
+        return reports.attachments_of(self.session, of)
 
     @checked
     def imported_keys(self, prefix: str = "") -> set[str]:

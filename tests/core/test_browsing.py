@@ -133,10 +133,10 @@ def test_the_attachments_of_messages_by_message(vault, tmp_path):
     vault.attach(str(photo), of=ids[0])
     vault.attach(str(photo), name="again.jpg", of=ids[0])
     vault.attach(str(photo), name="loose.jpg")  # of no record
-    found = vault.attachments(ids)
+    found = vault.attachments_of(ids)
     assert set(found) == {ids[0]}
     assert [a.value["name"] for a in found[ids[0]]] == ["alfama.jpg", "again.jpg"]
     assert all(a.type == "attachment" and a.value["size"] == 200 for a in found[ids[0]])
-    assert vault.attachments([]) == {} and vault.attachments([ids[1]]) == {}
+    assert vault.attachments_of([]) == {} and vault.attachments_of([ids[1]]) == {}
     vault.forget(record=found[ids[0]][1].id)
-    assert [a.value["name"] for a in vault.attachments(ids)[ids[0]]] == ["alfama.jpg"]
+    assert [a.value["name"] for a in vault.attachments_of(ids)[ids[0]]] == ["alfama.jpg"]

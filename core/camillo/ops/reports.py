@@ -409,7 +409,7 @@ def timeline_ids(session: Session, *, order: str = "time", descending: bool = Fa
     return [r[0] for r in rows]
 
 
-def attachments(session: Session, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
+def attachments_of(session: Session, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
     """The attachments (not forgotten, readable here) of these records, by record, oldest first."""
     wanted = {rid.hex(): rid for rid in of}
     out: dict[bytes, list[RecordView]] = {}
