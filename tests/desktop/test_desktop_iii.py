@@ -702,3 +702,14 @@ def test_a_messages_attachments_show_as_chips_with_a_thumbnail_and_save(qtbot, c
     qtbot.waitUntil(out.exists, timeout=10_000)
     wait_idle(qtbot, client)
     assert out.read_bytes() == notes.read_bytes()
+
+
+def test_the_window_is_kept_inside_the_screens_available_area(qtbot, make_window):
+    window = make_window()
+    area = window.screen().availableGeometry()
+    window.resize(area.width() + 900, area.height() + 700)
+    window.move(area.right() + 300, area.bottom() + 300)
+    window.fit_to_screen()
+    frame = window.frameGeometry()
+    assert window.width() <= area.width() and window.height() <= area.height()
+    assert area.contains(frame.topLeft()) and frame.right() <= area.right() + 1
