@@ -53,7 +53,7 @@ from ..text import safe_text
 from ..widgets import Badge
 
 PAGE = 40  # messages read and rendered per job
-CHUNK = 4  # bubbles made per turn of the event loop (each turn stays short)
+CHUNK = 3  # bubbles made per turn of the event loop (each turn stays short)
 WINDOW = 120  # bubbles alive at most
 EDGE = 600  # pixels from an end of the scroll range at which the next page is fetched
 BUBBLE_LIMIT = 100_000  # characters rendered in a bubble; the rest in the reader window
