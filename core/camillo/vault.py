@@ -6,12 +6,11 @@ directly.  Every mutation returns a :class:`~camillo.changes.Changes`, or a type
 one in ``.changes``, naming exactly what moved.
 
 The facade holds one :class:`~camillo.session.Session` and delegates: opening to
-:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (the
-reader pipeline of spec §20); reading to the session's reader and :mod:`camillo.ops.reports`; writing
-to :mod:`camillo.ops`.
+:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (spec
+§20); reading to the session's reader and :mod:`camillo.ops.reports`; writing to :mod:`camillo.ops`.
 
-Threading: a Vault is confined to one thread (the desktop's vault worker).  The desktop installs a
-guard with :func:`set_thread_guard` that raises when a facade method runs on the GUI thread.
+Threading: a Vault is confined to one thread (the desktop's vault worker; :func:`set_thread_guard`
+installs a check that raises when a facade method runs on another).
 """
 
 from __future__ import annotations
@@ -79,14 +78,13 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def set_thread_guard(guard: Callable[[], None] | None) -> None:
-    """Install a check run at the start of every facade call (the desktop's: not on the GUI thread)."""
+    """Install a check run at the start of every facade call (None removes it)."""
     global _thread_guard
     _thread_guard = guard
 
 
 def thread_guard() -> Callable[[], None] | None:
-    """The check installed with :func:`set_thread_guard`, if any."""
-    return _thread_guard
+    return _thread_guard  # the check installed with set_thread_guard, if any
 
 
 def _check_thread() -> None:
@@ -111,8 +109,7 @@ checked = thread_and_lock_checked
 
 
 class Vault:
-    """An open vault (:meth:`create` or :meth:`open`; close with :meth:`lock`).  ``session`` is the
-    machinery behind it, for the core's own tests and tools; the faces use only the methods below."""
+    """An open vault (:meth:`create`, :meth:`open`; :meth:`lock` closes it); ``session`` is for core tests."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -138,8 +135,8 @@ class Vault:
              progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
              read_only: bool = False, re_register: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register``: certify this installation as a writer on
-        first use (spec §12.4).  ``cache=False`` reads and verifies every file.  ``read_only=True`` writes
-        nothing (no vault file, cache or device memory; rollback alerts still reported).  ``home`` overrides
+        first use (spec §12.4).  ``cache=False`` reads and verifies every file.  ``read_only=True`` writes no
+        vault file and no cache, only what this device saw, in local state (spec §17.5).  ``home`` overrides
         CAMILLO_HOME.  ``progress(done, total)`` while segments are read (raising Cancelled stops the open).
         A revoked device registers again only with ``re_register`` (else DeviceRevoked, naming who, when)."""
         _check_thread()
@@ -172,8 +169,7 @@ class Vault:
 
     @staticmethod
     def join(path: str, code: str, *, name: str | None = None, home: str | None = None) -> Joining:
-        """Join a vault as a new device with the code another device of its owner shows (spec §21):
-        :meth:`Joining.start` gives the code to compare, :meth:`Joining.poll` the open vault."""
+        """Join as a new device with the code another device of the owner shows (spec §21; :class:`Joining`)."""
         _check_thread()
         return Joining(enrollment.Join(path, code, name=name, home=home))
 
@@ -333,7 +329,7 @@ class Vault:
 
     @checked
     def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user (agents' and imports' values below user), beside a fact's value."""
+        """Proposals awaiting the user, beside (never in place of) a fact's value (spec §19.3)."""
         self.session.require_read()
         return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
 
@@ -474,6 +470,11 @@ class Vault:
         return attachments.read_attachment(self.session, record_id, out_path)
 
     @checked
+    def attachment_bytes(self, record_id: bytes, limit: int) -> tuple[attachments.StoredFile, bytes]:
+        """An attachment's exact bytes, checked, if it has at most ``limit`` bytes."""
+        return attachments.attachment_bytes(self.session, record_id, limit)
+
+    @checked
     def erase(self, record_ids: Sequence[bytes], *, reauth: Unlock | None = None) -> ReachReport:
         """Erase records for real (crypto-erasure).  Returns the reach report."""
         return erasure.erase(self.session, list(record_ids), reauth=reauth)
@@ -505,8 +506,7 @@ class Vault:
     @checked
     def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
                           reauth: Unlock | None = None) -> Changes:
-        """Replace the passphrase and roll the keys (in time independent of the vault's size; the old one
-        opens only what came before).  Needs the passphrase or recovery phrase (as unlocked, or ``reauth``)."""
+        """Replace the passphrase and roll the keys; needs the passphrase or recovery phrase (or ``reauth``)."""
         return credentials.change_passphrase(self.session, new_passphrase, kdf=kdf, reauth=reauth)
 
     @checked
