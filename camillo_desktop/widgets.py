@@ -58,6 +58,19 @@ def paint_badge(painter: QPainter, rect: QRect, text: str, background: str, fore
     painter.restore()
 
 
+def paint_empty_cell(delegate: QStyledItemDelegate, painter: QPainter, option: QStyleOptionViewItem,
+                     index: QModelIndex) -> QStyleOptionViewItem:
+    """Paint a cell's background, selection and focus without its text (a delegate draws that);
+    returns the cell's style option."""
+    opt = QStyleOptionViewItem(option)
+    delegate.initStyleOption(opt, index)
+    opt.text = ""
+    style = opt.widget.style() if opt.widget else None
+    if style is not None:
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+    return opt
+
+
 class BadgeDelegate(QStyledItemDelegate):
     """Paints the cell's BADGE_ROLE text as a coloured pill (authority classes, statuses)."""
 
@@ -67,12 +80,7 @@ class BadgeDelegate(QStyledItemDelegate):
         if not text:
             super().paint(painter, option, index)
             return
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = ""
-        style = opt.widget.style() if opt.widget else None
-        if style is not None:
-            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        paint_empty_cell(self, painter, option, index)
         color = index.data(BADGE_COLOR_ROLE) or theme.AUTHORITY_COLORS.get(text, theme.AUTHORITY_COLORS["-"])[0]
         paint_badge(painter, option.rect, text, color)
 
@@ -96,12 +104,7 @@ class HtmlDelegate(QStyledItemDelegate):
         if not markup:
             super().paint(painter, option, index)
             return
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = ""
-        style = opt.widget.style() if opt.widget else None
-        if style is not None:
-            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        opt = paint_empty_cell(self, painter, option, index)
         doc = QTextDocument()
         doc.setDefaultFont(opt.font)
         doc.setDocumentMargin(2)
