@@ -222,7 +222,8 @@ class Bench:
             gui = []
             for run in range(a.runs):
                 self.say(f"run {run + 1}/{a.runs}: gui (offscreen)")
-                gui.append(self.child({"op": "gui", "rounds": 1 if a.quick else 2}, module="benchmarks.gui"))
+                gui.append(self.child({"op": "gui", "rounds": 1 if a.quick else 2,
+                                       "thread_messages": 2_000 if a.quick else 10_000}, module="benchmarks.gui"))
         comparison = None
         if "vaultmem" in self.groups:
             m = min(self.n, a.vaultmem_max)

@@ -21,6 +21,7 @@ EXPECTED = {
     "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
     "merge", "merge_copy", "pack", "unpack", "compaction", "erasure", "revoke", "gui_launch", "gui_open",
     "gui_open_stall", "gui_open_stall_cpu", "gui_search", "gui_search_stall", "gui_search_stall_cpu", "peak_rss",
+    "gui_thread_open", "gui_thread_page", "gui_thread_open_stall", "gui_thread_scroll_stall",
     # the objectstore group, against a SeaweedFS the benchmark starts on loopback
     "s3_append_p50", "s3_append_p99", "s3_folder_warm_open", "s3_warm_open", "s3_download_loose",
     "s3_download_compacted", "s3_download_bulk", "s3_first_open",
