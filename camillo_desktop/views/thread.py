@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from camillo import RecordView, VaultError
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -190,6 +190,16 @@ class MessageText(QLabel):
         if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
             self._heights.clear()
         super().changeEvent(event)
+
+
+class ThreadColumn(QWidget):
+    """The widget the thread's scroll area holds.  Its minimum height is 0: the scroll area then
+    sizes it by its height for the view's width (by default it would also keep the height the
+    bubbles need at the narrowest width, leaving blank space to scroll through at any wider one)."""
+
+    @qt_virtual(factory=QSize)
+    def minimumSizeHint(self) -> QSize:
+        return QSize(super().minimumSizeHint().width(), 0)
 
 
 class Bubble(QFrame):
@@ -359,7 +369,7 @@ class ThreadView(QWidget):
         self.area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.area.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.area.setAccessibleName("conversation thread")
-        self.container = QWidget()
+        self.container = ThreadColumn()
         self.container.setObjectName("Thread")
         self.column = QVBoxLayout(self.container)
         self.column.setContentsMargins(8, 8, 8, 8)
