@@ -230,6 +230,20 @@ def revoke(params: dict[str, Any], scratch: str) -> dict[str, Any]:
             **_diff(before, after)}
 
 
+@op("passwd")
+def passwd(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """``Vault.change_passphrase``: one Argon2id of the new passphrase, then the keys roll (new slots
+    for every credential, a new epoch per compartment, envelopes re-wrapped)."""
+    fx = _clone(params, "loose", scratch)
+    v = _open(fx)
+    before = _files(fx.vault)
+    with Meter() as m:
+        v.change_passphrase("a new benchmark passphrase")
+    after = _files(fx.vault)
+    v.lock()
+    return {"meter": m.to_json(), **_diff(before, after)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading
 
@@ -361,7 +375,8 @@ def counts(params: dict[str, Any], scratch: str) -> dict[str, Any]:
         "batches": len(v.session.batches), "batches_verified": verified, "batches_vouched": vouched,
         "control_records": len(controls), "signature_verifies": verified + sum(controls.values()),
         "records": records, "record_bytes": record_bytes, "timeline_records": v.session.materialized.count(),
-        "cache_bytes": os.path.getsize(cache_path) if cache_path and os.path.exists(cache_path) else 0,
+        "cache_bytes": sum(os.path.getsize(cache_path + x) for x in ("", "-wal")
+                           if cache_path and os.path.exists(cache_path + x)),
         "state_bytes": os.path.getsize(state_path) if state_path and os.path.exists(state_path) else 0,
         "files": len(names),
     }

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from . import hostview, keychain, transport
+from .cache import DatabaseError, is_damage
 from .changes import Changes
 from .control import Level
 from .credentials import Credential
@@ -100,7 +101,10 @@ def thread_and_lock_checked(method: Method) -> Method:
         _check_thread()
         if self.session.locked:
             raise VaultError("the vault is locked; unlock it again to continue")
-        return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except DatabaseError as exc:  # a page of the local state that did not authenticate: never used
+            raise (self.session.state_damaged() if is_damage(exc) else exc) from None
 
     return cast(Method, wrapper)
 
