@@ -53,6 +53,64 @@ else:
     DatabaseError = sqlite.DatabaseError
 
 
+# The state's tables (:mod:`camillo.state` computes what they hold; spec §19).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records(
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+  id BLOB UNIQUE NOT NULL,
+  batch BLOB NOT NULL,
+  idx INTEGER NOT NULL,
+  compartment BLOB NOT NULL,
+  writer BLOB NOT NULL,
+  author BLOB,
+  kind INTEGER,
+  type TEXT,
+  key TEXT,
+  class INTEGER,
+  effective INTEGER,
+  ts INTEGER,
+  conversation TEXT,
+  role TEXT,
+  text TEXT,
+  raw BLOB,
+  has_refs INTEGER NOT NULL DEFAULT 0,
+  valid INTEGER NOT NULL DEFAULT 0,
+  reason TEXT,
+  hidden INTEGER NOT NULL DEFAULT 0,
+  erased INTEGER NOT NULL DEFAULT 0,
+  import_key TEXT,
+  lamport INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
+CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
+CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
+CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
+CREATE INDEX IF NOT EXISTS refs_record ON refs(record);
+CREATE TABLE IF NOT EXISTS facts(
+  compartment BLOB NOT NULL,
+  key TEXT NOT NULL,
+  status TEXT NOT NULL,
+  current BLOB,
+  candidates BLOB,
+  discarded BLOB,
+  history BLOB,
+  proposed BLOB,
+  PRIMARY KEY(compartment, key)
+);
+CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', contentless_delete = 1,
+                                                     tokenize = 'unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS cache_batches(
+  id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
+  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0
+); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
+CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
+CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
+"""
+
 def memory_database() -> Connection:
     """A state database in memory (an open without local state: ``cache=False``, read-only, a
     second process of this installation).  The same SQLite as the local state, unencrypted."""

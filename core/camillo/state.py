@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
-from .cache import Connection, memory_database
+from .cache import SCHEMA, Connection, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .facts import FactRow, decide
@@ -45,63 +45,6 @@ from .records import (
     validated_record,
     verify_inner_signatures,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS records(
-  rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-  id BLOB UNIQUE NOT NULL,
-  batch BLOB NOT NULL,
-  idx INTEGER NOT NULL,
-  compartment BLOB NOT NULL,
-  writer BLOB NOT NULL,
-  author BLOB,
-  kind INTEGER,
-  type TEXT,
-  key TEXT,
-  class INTEGER,
-  effective INTEGER,
-  ts INTEGER,
-  conversation TEXT,
-  role TEXT,
-  text TEXT,
-  raw BLOB,
-  has_refs INTEGER NOT NULL DEFAULT 0,
-  valid INTEGER NOT NULL DEFAULT 0,
-  reason TEXT,
-  hidden INTEGER NOT NULL DEFAULT 0,
-  erased INTEGER NOT NULL DEFAULT 0,
-  import_key TEXT,
-  lamport INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
-CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
-CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
-CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
-CREATE INDEX IF NOT EXISTS refs_record ON refs(record);
-CREATE TABLE IF NOT EXISTS facts(
-  compartment BLOB NOT NULL,
-  key TEXT NOT NULL,
-  status TEXT NOT NULL,
-  current BLOB,
-  candidates BLOB,
-  discarded BLOB,
-  history BLOB,
-  proposed BLOB,
-  PRIMARY KEY(compartment, key)
-);
-CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', contentless_delete = 1,
-                                                     tokenize = 'unicode61 remove_diacritics 2');
-CREATE TABLE IF NOT EXISTS cache_batches(
-  id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
-  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0
-); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
-CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
-CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
-"""
 
 # Timestamps are informational (spec §8.2: any uint).  One a calendar cannot show (after the year 3000)
 # or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
@@ -125,7 +68,7 @@ def value_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(text := value.get("text"), str):
+    if isinstance(value, dict) and isinstance(text := value.get("text", value.get("name")), str):  # a file: its name
         return text
     return json.dumps(jsonable(value), ensure_ascii=False, sort_keys=True)
 
@@ -757,6 +700,16 @@ class State:
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
         return self._view(row) if row else None
+
+    def raw_record(self, rid: bytes) -> bytes | None:
+        """A valid record's bytes (None when unknown, invalid or erased)."""
+        row = self.db.execute("SELECT raw FROM records WHERE id = ? AND valid = 1 AND erased = 0", (rid,)).fetchone()
+        return row[0] if row else None
+
+    def raw_records_of_type(self, typ: str) -> Iterator[tuple[bytes, bytes]]:
+        """(id, bytes) of the valid, unerased records of one semantic type (attachments' chunk lists)."""
+        yield from self.db.execute("SELECT id, raw FROM records WHERE type = ? AND valid = 1 AND erased = 0 "
+                                   "AND raw IS NOT NULL", (typ,))
 
     def records(self, ids: Iterable[bytes]) -> list[RecordView]:
         """The views of these records, in the order given (unknown ids are left out)."""

@@ -1,8 +1,8 @@
 """The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
 
 This module is also the faces' vocabulary of the format: the authority classes, the record kinds
-and keyed types, the key rule, and the views of records and facts (re-exported from the layers
-that define them), so a face never imports those layers.
+and keyed types, the key rule, the search query syntax, and the views of records and facts
+(re-exported from the layers that define them), so a face never imports those layers.
 
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .changes import Changes
 from .control import Policy
 from .errors import UsageError
+
+# object-store locations and their keys, for the faces (the desktop's Open object storage…, the CLI's --endpoint-url)
+from .objectstore import forget_object_store_keys as forget_object_store_keys
+from .objectstore import is_object_store as is_object_store
+from .objectstore import object_store_keys_kept as object_store_keys_kept
+from .objectstore import object_store_url as object_store_url
+from .objectstore import remember_object_store_keys as remember_object_store_keys
+from .objectstore import with_endpoint as with_endpoint
 from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
+from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
@@ -353,6 +362,7 @@ class ReachReport:
     generation: int
     exposed: list[str] = field(default_factory=list)
     changes: Changes = field(default_factory=Changes)
+    attachment_chunks_deleted: int = 0  # the erased files' chunks (whose keys only erased records held)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "changes"}
@@ -364,6 +374,11 @@ class ReachReport:
             f"Re-encrypted {self.batches_reencrypted} surviving batch(es) into {self.segments_written} new segment(s); "
             f"deleted {self.segments_deleted} old segment(s) and {self.key_files_deleted} old key file(s); "
             f"the master secret is now at generation {self.generation} and this device has a new key.",
+        ]
+        if self.attachment_chunks_deleted:
+            out.append(f"Deleted {self.attachment_chunks_deleted} chunk file(s) of the erased attachments, whose keys "
+                       "were only in the erased records.")
+        out += [
             "What erasure cannot reach:",
         ]
         out += [f"  - {line}" for line in self.exposed]
@@ -445,4 +460,5 @@ __all__ = [
     "check_key",
     "json_to_cbor",
     "jsonable",
+    "parse_search_query",
 ]

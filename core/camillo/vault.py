@@ -5,13 +5,12 @@ The command line, the MCP server, the importers, the exporters and the desktop a
 directly.  Every mutation returns a :class:`~camillo.changes.Changes`, or a typed report holding
 one in ``.changes``, naming exactly what moved.
 
-The facade holds one :class:`~camillo.session.Session` (the unlocked vault's machinery) and
-delegates: opening to :mod:`camillo.session.unlock` then :mod:`camillo.ops.repair` and
-:mod:`camillo.ops.registration`; reading to the session's reader and :mod:`camillo.ops.reports`;
-writing to :mod:`camillo.ops`.  Opening runs the reader pipeline of spec §20.
+The facade holds one :class:`~camillo.session.Session` and delegates: opening to
+:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (spec
+§20); reading to the session's reader and :mod:`camillo.ops.reports`; writing to :mod:`camillo.ops`.
 
-Threading: a Vault is confined to one thread (the desktop's vault worker).  The desktop installs a
-guard with :func:`set_thread_guard` that raises when a facade method runs on the GUI thread.
+Threading: a Vault is confined to one thread (the desktop's vault worker; :func:`set_thread_guard`
+installs a check that raises when a facade method runs on another).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from . import hostview, keychain, transport
-from .cache import DatabaseError, is_damage
 from .changes import Changes
 from .control import Level
 from .credentials import Credential
@@ -29,6 +27,7 @@ from .errors import DeviceRevoked, VaultError
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
+    attachments,
     compaction,
     credentials,
     curation,
@@ -77,15 +76,13 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def set_thread_guard(guard: Callable[[], None] | None) -> None:
-    """Install a check run at the start of every facade call (the desktop asserts it is not on
-    the GUI thread).  Pass None to remove it."""
+    """Install a check run at the start of every facade call (None removes it)."""
     global _thread_guard
     _thread_guard = guard
 
 
 def thread_guard() -> Callable[[], None] | None:
-    """The check installed with :func:`set_thread_guard`, if any."""
-    return _thread_guard
+    return _thread_guard  # the check installed with set_thread_guard, if any
 
 
 def _check_thread() -> None:
@@ -101,10 +98,7 @@ def thread_and_lock_checked(method: Method) -> Method:
         _check_thread()
         if self.session.locked:
             raise VaultError("the vault is locked; unlock it again to continue")
-        try:
-            return method(self, *args, **kwargs)
-        except DatabaseError as exc:  # a page of the local state that did not authenticate: never used
-            raise (self.session.state_damaged() if is_damage(exc) else exc) from None
+        return self.session.guarded(method, self, *args, **kwargs)  # a damaged local state is never used
 
     return cast(Method, wrapper)
 
@@ -131,8 +125,7 @@ class Vault:
     def create(cls, path: str, passphrase: str, *, compartments: Sequence[str] = DEFAULT_COMPARTMENTS,
                device_name: str | None = None, kdf: tuple[int, int, int] | None = None,
                home: str | None = None) -> tuple[Vault, str]:
-        """Create a vault in an empty folder.  Returns the open vault and the recovery phrase,
-        which is shown to the user once and never stored."""
+        """Create a vault in an empty folder: the open vault and the recovery phrase (shown once)."""
         _check_thread()
         session, phrase = create_vault(path, passphrase, compartments=compartments, device_name=device_name,
                                        kdf=kdf, home=home)
@@ -145,9 +138,8 @@ class Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
         verifies every file instead of resuming from the local cache (``camillo verify``).
-        ``read_only=True`` writes nothing at all: no vault file (no registration, no key rotation
-        after an erasure, no finishing of an interrupted write or credential change), no cache and
-        no device memory (which is still compared, so rollback alerts are reported; ``camillo verify``).
+        ``read_only=True`` writes no vault file (no registration, key rotation or finishing of an
+        interrupted change) and no cache; only what this device saw, in local state (spec §17.5).
         ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
         called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
         the open before anything is written.  An installation whose device another device revoked
@@ -174,8 +166,7 @@ class Vault:
 
     @staticmethod
     def device_unlock_available(path: str, home: str | None = None) -> bool:
-        """Does this installation hold a device key for the vault at ``path`` in the OS keychain?
-        (Blocks on the keychain: call it off the GUI thread.)"""
+        """Does the OS keychain hold this installation's device key for ``path``?  (Blocks: not on the GUI.)"""
         _check_thread()
         try:
             return device_unlock_available(read_vault_id(path), home)
@@ -208,8 +199,7 @@ class Vault:
 
     @staticmethod
     def keychain_status() -> KeychainStatus:
-        """Whether this machine's OS keychain can hold device keys, and which one it is (blocks on
-        the keychain: call it off the GUI thread)."""
+        """Whether the OS keychain can hold device keys, and which one (blocks: not on the GUI thread)."""
         return keychain.status()
 
     @staticmethod
@@ -334,8 +324,7 @@ class Vault:
 
     @checked
     def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user, beside (never in place of) a fact's value: agents' facts,
-        preferences and instructions below user authority, and imported assistant memories."""
+        """Proposals awaiting the user, beside (never in place of) a fact's value (spec §19.3)."""
         self.session.require_read()
         return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
 
@@ -378,8 +367,7 @@ class Vault:
 
     @checked
     def problems(self, *, full: bool = False) -> list[Problem]:
-        """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
-        gaps, forks and rejected records."""
+        """Everything wrong or incomplete about this copy: damaged files, gaps, forks, rejections."""
         return reports.problems(self.session, full=full)
 
     @checked
@@ -464,9 +452,24 @@ class Vault:
     @checked
     def forget(self, *, key: str | None = None, compartment: str | None = None,
                record: bytes | None = None) -> Changes:
-        """Hide a fact (DEL of its key) or a message.  It stays in the history, unreadable to
-        no one who could read it before; erase it to destroy it."""
+        """Hide a fact (DEL of its key) or a message.  It stays in the history; erase it to destroy it."""
         return curation.forget_memory(self.session, key=key, compartment=compartment, record=record)
+
+    @checked
+    def attach(self, source: str | Iterable[bytes], *, compartment: str = "personal", name: str | None = None,
+               media_type: str | None = None, of: bytes | None = None) -> Changes:
+        """Store a file (a path, or its bytes in pieces) encrypted in chunks, as an attachment of ``of``."""
+        return attachments.attach(self.session, source, compartment=compartment, name=name, media_type=media_type, of=of)
+
+    @checked
+    def save_attachment(self, record_id: bytes, out_path: str) -> attachments.StoredFile:
+        """Write an attachment's exact bytes to a new file, checked chunk by chunk and whole."""
+        return attachments.read_attachment(self.session, record_id, out_path)
+
+    @checked
+    def attachment_bytes(self, record_id: bytes, limit: int) -> tuple[attachments.StoredFile, bytes]:
+        """An attachment's exact bytes, checked, if it has at most ``limit`` bytes."""
+        return attachments.attachment_bytes(self.session, record_id, limit)
 
     @checked
     def erase(self, record_ids: Sequence[bytes], *, reauth: Unlock | None = None) -> ReachReport:
@@ -483,8 +486,7 @@ class Vault:
     @checked
     def create_grant(self, agent: str, scopes: Mapping[str, str | Level], out_path: str, *,
                      max_class: str | int = "inferred", expires: int | None = None) -> GrantCreated:
-        """Give an agent access: ``scopes`` maps compartment names to read, write or append.  Writes
-        the grant file (the agent's credential, mode 0600)."""
+        """Give an agent access (``scopes``: compartment → read, write or append); writes its grant file."""
         levels = {name: lv if isinstance(lv, Level) else Level.parse(lv) for name, lv in scopes.items()}
         klass = Authority.parse(max_class) if isinstance(max_class, str) else Authority(max_class)
         return grants.create_grant(self.session, agent, levels, klass, expires, out_path)
@@ -508,8 +510,7 @@ class Vault:
 
     @checked
     def reissue_recovery_phrase(self, *, reauth: Unlock | None = None) -> RecoveryPhrase:
-        """A new recovery phrase replaces the old one (the keys roll, as for a passphrase change);
-        returned once, never stored."""
+        """A new recovery phrase replaces the old one (the keys roll); returned once, never stored."""
         return credentials.reissue_recovery(self.session, reauth=reauth)
 
     @checked

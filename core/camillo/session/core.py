@@ -19,12 +19,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import ids, slots
-from ..cache import Cache, DatabaseError
-from ..control import BatchView, Level, Roster
+from ..cache import Cache, DatabaseError, is_damage
+from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
 from ..errors import (
@@ -384,16 +384,10 @@ class Session:
     # ------------------------------------------------------------------------------ records
 
     def revoke_record(self, subject: bytes, reason: str, *, signers: Sequence[SigningKey]) -> bytes:
-        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
-        seen: dict[bytes, dict[bytes, int]] = {}
-        pins: dict[bytes, bytes] = {}
-        for (w, c), chain in self.log.chains.items():
-            if chain:
-                seen.setdefault(c, {})[w] = max(chain)
-                if w == subject:
-                    pins[c] = chain[max(chain)]
+        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins); its
+        author is the last signer (the acting device)."""
         author = ids.writer_id(signers[-1].alg, signers[-1].public)
-        return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason},
+        return encode_record(Kind.REVOKE, author, body=revocation_body(subject, self.log.chains, reason),
                              signers=list(signers))
 
     def erasure_manifests(self) -> list[bytes]:
@@ -437,14 +431,19 @@ class Session:
         credential) remembers, then remember the union (spec §17.5), read-only opens included: the
         memory lives in this installation's local state, never in the vault folder."""
         store, ds = self.device_state_store, self.device_state
+        me = self.actor.writer_id if self.actor is not None else None
         if store is None and (mine := self.reader_memory()) is not None:
             store, ds = mine
+            me = self.unlocking.writer_id if self.unlocking is not None else None
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         seen_generation = max(ds.generation, self.local.load_generation())
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
-                                             self.keyring.generation, int(time.time()), ds.epochs, known)
-        self.alerts = alerts
+                                             self.keyring.generation, int(time.time()), ds.epochs, known, me)
+        # An append grant remembers its own writes but can never read them back: no alert there.
+        g = self.grant
+        unread = {self.grant_scope_ids.get(n) for n, lv in g.scopes.items() if lv == Level.APPEND} if g else set()
+        self.alerts = [a for a in alerts if a.compartment_id not in unread]
         generation = max(ds.generation, self.keyring.generation)
         epochs = dict(ds.epochs)
         if known is not None:
@@ -528,6 +527,14 @@ class Session:
         """The actor no longer counts: its local state is deleted on close, not trusted again."""
         self.reader.store_doomed = self.reader.store is not None
         self.cache = None
+
+    def guarded(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``method``; a page of the local state that did not authenticate during it raises
+        :meth:`state_damaged`'s error instead (the database is never used again)."""
+        try:
+            return method(*args, **kwargs)
+        except DatabaseError as exc:
+            raise (self.state_damaged() if is_damage(exc) else exc) from None
 
     def state_damaged(self) -> DamagedFile:
         """A page of the local state did not authenticate during a query: it is deleted on lock (the

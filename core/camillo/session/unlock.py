@@ -35,8 +35,9 @@ from ..errors import (
     VaultError,
     WrongCredential,
 )
+from ..objectstore import open_location
 from ..primitives import CryptoFailure, KdfParams, SecretBytes
-from ..storage import FolderShelf, PackShelf, open_shelf
+from ..storage import FolderShelf, PackShelf
 from ..values import Unlock
 from .core import Session
 from .grantfile import read_grant_file
@@ -49,9 +50,9 @@ from .installation import (
 from .reader import Progress
 
 
-def read_vault_id(path: str) -> bytes:
+def read_vault_id(path: str, home: str | None = None) -> bytes:
     """The vault id from the descriptor of the vault at ``path`` (a hint: the genesis proves it)."""
-    shelf = open_shelf(path)
+    shelf = open_location(path, home=home)
     try:
         return _descriptor(shelf, path)
     finally:
@@ -82,7 +83,7 @@ def open_session(path: str, unlock: Unlock, *, cache: bool = True, home: str | N
 
 def _open_session(path: str, unlock: Unlock, cache: bool, home: str | None, progress: Progress | None,
                   read_only: bool) -> Session:
-    shelf = open_shelf(path)
+    shelf = open_location(path, home=home)
     session: Session | None = None
     try:
         session = Session(shelf, _descriptor(shelf, path), home)
