@@ -232,16 +232,26 @@ def revoke(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 
 @op("passwd")
 def passwd(params: dict[str, Any], scratch: str) -> dict[str, Any]:
-    """``Vault.change_passphrase``: one Argon2id of the new passphrase, then the keys roll (new slots
-    for every credential, a new epoch per compartment, envelopes re-wrapped)."""
+    """``Vault.change_passphrase``: one Argon2id of the new passphrase, with the vault's parameters
+    (those of its floor: the writer's default is 256 MiB, four times the corpus's 64 MiB), then the
+    keys roll (new slots for every credential, a new epoch per compartment, envelopes re-wrapped)."""
     fx = _clone(params, "loose", scratch)
     v = _open(fx)
+    kdf = _passphrase_kdf(v)
     before = _files(fx.vault)
     with Meter() as m:
-        v.change_passphrase("a new benchmark passphrase")
+        v.change_passphrase("a new benchmark passphrase", kdf=kdf)
     after = _files(fx.vault)
     v.lock()
     return {"meter": m.to_json(), **_diff(before, after)}
+
+
+def _passphrase_kdf(v: Any) -> tuple[int, int, int] | None:
+    """The Argon2id parameters (m KiB, t, p) of the vault's current passphrase slot."""
+    for h in v.session.slot_headers()[0]:
+        if h.kdf is not None and h.generation == v.session.keyring.generation:
+            return (h.kdf.memory_kib, h.kdf.time_cost, h.kdf.parallelism)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
