@@ -653,6 +653,10 @@ class Bench:
         if arrived:
             fig("sync_append_file_p50", "  of which Syncthing: the segment in B's folder, p50", "s",
                 [percentile(arrived, 50)], floor={"syncthing_one_file": percentile(flo, 50)}, note=note)
+            camillo = [x["seconds"] - x["file"] for x in s0["append"] if x.get("file") is not None]
+            for q, name in ((50, "p50"), (95, "p95")):
+                fig(f"sync_append_camillo_{name}", f"  of which Camillo: segment in B's folder → in B's refresh, {name}",
+                    "s", [percentile(camillo, q)], note="B's refresh polled every 20 ms: up to 20 ms is the polling")
         for kind, label in (("erase", "erase one message"), ("revoke", "revoke a device")):
             xs = s0.get(kind) or []
             if not xs:
