@@ -13,15 +13,20 @@ from __future__ import annotations
 import os
 
 from . import descriptor
-from .errors import DamagedFile, NotAVault, StorageError
+from .errors import DamagedFile, NotAVault, StorageError, UsageError
 from .names import kind_of
 from .packs import PackReader, write_pack
 from .primitives import random_bytes
-from .storage import FolderShelf, hash_matches, open_shelf
+from .storage import FolderShelf, check_new_file, hash_matches, open_shelf
 
 
-def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
-    """Write ``out_path`` (a ``.vmem``); return (size, SHA-256)."""
+def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
+    """Write ``out_path`` (a ``.vmem``); return (size, SHA-256).  Never inside a vault folder (the
+    one packed or another); an existing file only with ``replace``."""
+    check_new_file(out_path, "the .vmem file")
+    if not replace and os.path.lexists(out_path):
+        raise UsageError(f"{out_path} already exists; choose a new file name, or replace it on purpose "
+                         "(camillo pack --force)")
     shelf = open_shelf(path)
     try:
         if not shelf.exists(descriptor.NAME):

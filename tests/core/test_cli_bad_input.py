@@ -1,0 +1,236 @@
+"""Bad input to ``camillo`` gets exit 2 and one sentence naming the line or the path and what to do,
+never "internal error" and never "damaged or unsupported vault" (issue 15, item 5): ``add`` with
+values nested too deep, lone surrogates, invalid UTF-8, integers and times outside 64 bits, too many
+``pred`` or ``sources``; ``pack`` over an existing file or into a vault folder; ``grant --out`` into
+a missing folder or a vault folder.  A refused ``add`` writes nothing: the vault's files are
+compared before and after.
+
+Most cases run ``camillo.cli.main`` in this process (fast); a few run a real ``camillo`` process,
+where standard input is the operating system's.  Runs on pytest's main thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from camillo import Unlock, Vault
+
+from .helpers import cli, snapshot
+
+PASSPHRASE = "correct horse battery staple"
+ID = "ab" * 32
+
+
+def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """``camillo ARGS`` as its own process, standard input as bytes."""
+    env = {**os.environ, "CAMILLO_PASSPHRASE": PASSPHRASE}
+    return subprocess.run([sys.executable, "-m", "camillo.cli", *args], input=stdin, capture_output=True, env=env,
+                          timeout=120)
+
+
+def refused(code: int, err: str) -> str:
+    assert code == 2, f"exit {code}: {err}"
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert "damaged" not in err and "unsupported" not in err, err
+    assert err.startswith("camillo: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture
+def vault(tmp_path, monkeypatch):
+    """A new vault (this installation is its device); the passphrase in the environment."""
+    monkeypatch.setenv("CAMILLO_PASSPHRASE", PASSPHRASE)
+    path = str(tmp_path / "vault")
+    Vault.create(path, PASSPHRASE, device_name="test laptop")[0].lock()
+    return path
+
+
+def line(**record: object) -> bytes:
+    return json.dumps(record).encode()
+
+
+def deep(levels: int) -> bytes:
+    return b'{"type": "message", "value": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+ISSUE_CASES = {
+    # exit 70 "internal error" before
+    "nested 500 levels": (deep(500), "more than 63 levels deep"),
+    "nested 100 000 levels": (deep(100_000), "too deeply to read"),
+    "lone surrogate in text": (b'{"type": "message", "text": "\\ud800"}', "lone surrogate"),
+    "lone surrogate in a key": (b'{"type": "fact", "key": "user/\\udfff", "value": 1}', "lone surrogate"),
+    "lone surrogate as a name in a value": (b'{"type": "message", "value": {"\\ud800": 1}}', "lone surrogate"),
+    "invalid UTF-8": (b'{"type": "message", "text": "\xff\xfe"}', "not UTF-8 text"),
+    "a surrogate encoded as UTF-8 bytes": (b'{"type": "message", "text": "\xed\xa0\x80"}', "not UTF-8 text"),
+    "a number of 5000 digits": (b'{"type": "message", "value": ' + b"7" * 5000 + b"}", "digits long"),
+    # exit 4 "damaged or unsupported vault" before
+    "ts 2^70": (line(type="message", text="x", ts=2**70), "\"ts\" is 1180591620717411303424"),
+    "ts 2^64": (line(type="message", text="x", ts=2**64), "0 to 2^64-1"),
+    "integer 2^100": (line(type="message", value=2**100), "-2^64 to 2^64-1"),
+    "integer -2^100": (line(type="message", value={"n": [-(2**100)]}), "-2^64 to 2^64-1"),
+    "fact value 2^64": (line(type="fact", key="user/n", value=2**64), "-2^64 to 2^64-1"),
+    "meta integer 2^64": (line(type="message", text="x", meta={"n": 2**64}), "\"meta\" 'n'"),
+    "nested 65 levels": (deep(65), "more than 63 levels deep"),
+    "nested 64 levels": (deep(64), "more than 63 levels deep"),
+    "nested 490 levels": (deep(490), "more than 63 levels deep"),
+    "4097 pred": (line(type="fact", key="user/a", value=1, pred=[f"{i:064x}" for i in range(4097)]),
+                  "\"pred\" lists 4097 record ids; a VMEM record holds at most 4096"),
+    "4097 sources": (line(type="message", text="x", sources=[f"{i:064x}" for i in range(4097)]),
+                     "\"sources\" lists 4097 record ids"),
+    # refused before, but without naming the line
+    "unknown type": (line(type="note", text="x"), "unknown record type 'note'"),
+    "fact without key": (line(type="fact", value=1), "needs a \"key\""),
+    "record over 4 MiB": (line(type="message", text="x" * (4 * 1024 * 1024)), "limited to 4194304 bytes"),
+    "key over 512 bytes": (line(type="fact", key="user/" + "k" * 600, value=1), "longer than 512 bytes"),
+    "type over 128 bytes": (line(type="com.example/" + "t" * 200, value=1), "longer than 128 bytes"),
+    "class as a list": (line(type="message", text="x", **{"class": [[1]]}), "\"class\" must be one of"),
+}
+
+
+@pytest.mark.parametrize("case", list(ISSUE_CASES))
+def test_bad_add_line_is_exit_2_naming_the_line_and_nothing_is_added(vault, case):
+    bad, expected = ISSUE_CASES[case]
+    before = snapshot(vault)
+    good = b'{"type": "message", "text": "fine"}\n'
+    code, out, err = cli("add", vault, stdin=good + b"\n" + bad + b"\n" + good)
+    err = refused(code, err)
+    assert err.startswith("camillo: line 3") and err.rstrip().endswith("nothing was added"), err
+    assert expected in err, err
+    assert out == ""
+    assert snapshot(vault) == before
+
+
+def test_what_the_limits_allow_is_added(vault):
+    """The edges of the refusals above are accepted: 63 levels in a value, ±2^64 bounds, 4096 ids,
+    a surrogate pair, a byte order mark."""
+    ids = [f"{i:064x}" for i in range(4096)]
+    lines = [deep(63), line(type="message", value=[2**64 - 1, -(2**64)]), line(type="message", text="t", ts=2**64 - 1),
+             line(type="fact", key="user/many", value=1, pred=ids, sources=ids),
+             b'{"type": "message", "text": "\\ud83d\\ude00"}', b"\xef\xbb\xbf" + line(type="message", text="bom")]
+    code, out, err = cli("add", vault, stdin=b"\n".join(lines))
+    assert code == 0, err
+    assert len(out.splitlines()) == len(lines)
+    code, out, err = cli("log", vault, "--json")
+    texts = [json.loads(x).get("text") for x in out.splitlines()]
+    assert "\U0001f600" in texts and "bom" in texts
+
+
+def records(vault: str) -> list[str]:
+    code, out, err = cli("log", vault, "--json", "--all")
+    assert code == 0, err
+    return [json.loads(x)["id"] for x in out.splitlines()]
+
+
+def test_session_refusals_say_nothing_was_added(vault, tmp_path):
+    """What only the open vault can refuse (an unknown compartment, a grant's limits) adds nothing
+    either; bad lines from a grant or into another compartment are refused by line like the owner's."""
+    helper = str(tmp_path / "helper.grant")
+    with Vault.open(vault, Unlock.passphrase(PASSPHRASE)) as v:
+        v.create_grant("helper", {"personal": "write", "work": "write"}, helper)
+    before = records(vault)
+    code, _, err = cli("add", vault, "--compartment", "nope", stdin=line(type="message", text="x"))
+    assert "has no compartment 'nope'" in refused(code, err) and "nothing was added" in err
+    code, _, err = cli("add", vault, "--grant", helper, stdin=line(type="fact", key="user/a", value=1, **{"class": "user"}))
+    assert code == 5 and "at most inferred" in err and "nothing was added" in err, err
+    for extra in (["--grant", helper], ["--compartment", "work"], ["--grant", helper, "--compartment", "work"]):
+        code, _, err = cli("add", vault, *extra, stdin=line(type="message", text="ok") + b"\n" + deep(500))
+        assert refused(code, err).startswith("camillo: line 2: value nests"), err
+    assert records(vault) == before
+    code, out, err = cli("add", vault, "--grant", helper, "--compartment", "work", stdin=line(type="message", text="ok"))
+    assert code == 0 and len(out.splitlines()) == 1, err
+    assert len(records(vault)) == len(before) + 1
+
+
+def test_empty_input_and_blank_lines(vault):
+    code, _, err = cli("add", vault, stdin=b"\n  \n\r\n")
+    assert "no records on standard input" in refused(code, err)
+
+
+@pytest.mark.parametrize("data,expected", [
+    (deep(500), "line 1: value nests arrays and objects more than 63 levels deep"),
+    (deep(200_000), "line 1 nests arrays and objects too deeply to read"),
+    (b'{"type": "message", "text": "a"}\n{"type": "message", "text": "\xc3("}', "line 2 is not UTF-8 text"),
+    (b'{"type": "message", "text": "\\ud800"}', "line 1: \"text\" holds a lone surrogate (\\ud800)"),
+])
+def test_bad_add_in_a_real_process(vault, data, expected):
+    before = snapshot(vault)
+    proc = run("add", vault, stdin=data)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert expected in err and "nothing was added" in err, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert snapshot(vault) == before
+
+
+# ---------------------------------------------------------------------------------------------- pack
+
+
+def test_pack_refuses_an_existing_file_unless_forced(vault, tmp_path):
+    out = str(tmp_path / "v.vmem")
+    Path(out).write_bytes(b"precious")
+    code, _, err = cli("pack", vault, out)
+    assert "already exists" in refused(code, err) and "--force" in err and out in err
+    assert Path(out).read_bytes() == b"precious"
+    assert cli("add", vault, stdin=line(type="message", text="first"))[0] == 0
+    code, stdout, err = cli("pack", vault, out, "--force")
+    assert code == 0 and "wrote" in stdout, err
+    code, out_log, err = cli("log", out, "--json")
+    assert code == 0 and "first" in out_log, err
+
+
+@pytest.mark.parametrize("where", ["VMEM", "v.vmem", "segments/v.vmem", "new/v.vmem", "."])
+def test_pack_never_writes_inside_a_vault_folder(vault, where):
+    before = snapshot(vault)
+    target = os.path.normpath(os.path.join(vault, where))
+    for extra in ([], ["--force"]):
+        code, _, err = cli("pack", vault, target, *extra)
+        assert "vault folder" in refused(code, err) and target in err, err
+    assert snapshot(vault) == before
+    code, _, err = cli("verify", vault)
+    assert code == 0, err
+
+
+def test_pack_into_another_vaults_folder_or_a_missing_folder(vault, tmp_path):
+    other, _ = Vault.create(str(tmp_path / "other"), PASSPHRASE)
+    other.lock()
+    before = snapshot(other.location)
+    code, _, err = cli("pack", vault, str(tmp_path / "other" / "v.vmem"), "--force")
+    assert f"inside the vault folder {tmp_path / 'other'}" in refused(code, err)
+    assert snapshot(str(tmp_path / "other")) == before
+    code, _, err = cli("pack", vault, str(tmp_path / "missing" / "v.vmem"))
+    assert f"the folder {tmp_path / 'missing'} does not exist" in refused(code, err)
+    code, _, err = cli("pack", vault, str(tmp_path))
+    assert "is a folder" in refused(code, err)
+
+
+# ---------------------------------------------------------------------------------------------- grant --out
+
+
+def grant(vault: str, out: str) -> tuple[int, str, str]:
+    return cli("grant", vault, "--agent", "bot", "--compartment", "personal", "--level", "read", "--out", out)
+
+
+def test_grant_out_into_a_missing_folder_names_it_and_grants_nothing(vault, tmp_path):
+    code, _, err = grant(vault, str(tmp_path / "missing" / "bot.grant"))
+    assert f"the folder {tmp_path / 'missing'} does not exist" in refused(code, err)
+    code, out, err = cli("grants", vault, "--json")
+    assert code == 0 and out == "", err
+
+
+def test_grant_out_never_inside_a_vault_folder(vault, tmp_path):
+    """The grant file is the agent's secret; the vault folder is what the sync service sees."""
+    before = snapshot(vault)
+    for out in (os.path.join(vault, "bot.grant"), os.path.join(vault, "env", "bot.grant"), vault):
+        code, _, err = grant(vault, out)
+        assert "vault folder" in refused(code, err), err
+    assert snapshot(vault) == before
+    code, _, err = grant(vault, str(tmp_path))
+    assert "is a folder" in refused(code, err)
+    (tmp_path / "taken.grant").write_text("mine")
+    code, _, err = grant(vault, str(tmp_path / "taken.grant"))
+    assert "already exists" in refused(code, err)
