@@ -111,32 +111,44 @@ def json_to_cbor(value: JSONValue, path: str = "value", *, fractions: str = "ref
     """A JSON value in the CBOR profile (spec §2): no floating-point numbers, integers within
     -2^64 … 2^64-1, text that is UTF-8, at most :data:`VALUE_MAX_DEPTH` nested arrays and objects.
 
-    Whole floats become integers.  A fraction is refused with a :class:`UsageError` naming
-    ``path`` (``fractions="refuse"``: what a person or agent typed), or kept as its text
-    (``fractions="text"``: what an importer found in someone else's export).  ``text`` cleans
-    every string (importers drop control characters).  Everything else outside the profile is a
-    UsageError naming ``path`` and the limit; the recursion never goes deeper than the limit."""
+    Whole floats become integers.  With ``fractions="refuse"`` (what a person or agent typed) a
+    fraction, an integer outside 64 bits, text that is not UTF-8 and nesting beyond the limit are
+    refused: UsageError or LimitExceeded naming ``path`` and the limit.  With ``fractions="text"``
+    (what an importer found in someone else's export) they are kept as text: the number's digits,
+    the nested part as compact JSON.  ``text`` cleans every string and name (importers drop control
+    characters and lone surrogates).  The recursion never goes deeper than the limit."""
+    lenient = fractions == "text"
+
+    def as_text(s: str) -> str:
+        return check_text(text(s) if text is not None else s, path)
 
     def convert(v: JSONValue, depth: int) -> Any:
         if isinstance(v, bool) or v is None:
             return v
         if isinstance(v, int):
+            if lenient and not encoding.INT_MIN <= v <= encoding.INT_MAX:
+                return str(v)
             return check_int(v, path)
         if isinstance(v, float):
             if math.isfinite(v) and v.is_integer() and abs(v) < 2**63:
                 return int(v)
-            if fractions == "text":
+            if lenient:
                 return repr(v)
             raise UsageError(f"{path}: VMEM stores no floating-point numbers; write {v!r} as text")
         if isinstance(v, str):
-            return check_text(text(v) if text is not None else v, path)
+            return as_text(v)
         if isinstance(v, (list, dict)):
             if depth >= VALUE_MAX_DEPTH:
+                if lenient:
+                    try:
+                        return as_text(json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=str))
+                    except (RecursionError, ValueError):
+                        return "…"
                 raise LimitExceeded(f"{path} nests arrays and objects more than {VALUE_MAX_DEPTH} levels deep, "
                                     f"the most a VMEM record holds (spec §2.2); flatten it or store it as text")
             if isinstance(v, list):
                 return [convert(x, depth + 1) for x in v]
-            return {check_text(str(k), path): convert(x, depth + 1) for k, x in v.items()}
+            return {as_text(str(k)): convert(x, depth + 1) for k, x in v.items()}
         return v
 
     return convert(value, 0)

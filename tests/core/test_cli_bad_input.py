@@ -234,3 +234,35 @@ def test_grant_out_never_inside_a_vault_folder(vault, tmp_path):
     (tmp_path / "taken.grant").write_text("mine")
     code, _, err = grant(vault, str(tmp_path / "taken.grant"))
     assert "already exists" in refused(code, err)
+
+
+# ---------------------------------------------------------------------------------------------- the two conversions
+
+
+def test_what_add_refuses_an_importer_keeps_as_text():
+    """The one JSON-to-CBOR conversion: strict for what a person or agent typed (each case refused,
+    naming the limit), lenient for someone else's export (the same values kept as text, and the
+    result encodes within the profile), so an export's odd tool input does not lose its message."""
+    import json as _json
+
+    from camillo import encoding
+    from camillo.errors import LimitExceeded, UsageError
+    from camillo.importers.safety import json_safe
+    from camillo.values import json_to_cbor
+
+    deep_value = _json.loads("[" * 100 + '"\\ud800"' + "]" * 100)
+    cases = [({"n": 2**70}, {"n": str(2**70)}), ({"\ud800": 1}, {"?": 1}), ([1.5], ["1.5"]),
+             ([-(2**100), 2**64 - 1], [str(-(2**100)), 2**64 - 1])]
+    for given, kept in cases:
+        with pytest.raises(UsageError):
+            json_to_cbor(given)
+        assert json_safe(given) == kept
+        encoding.encode({"v": json_safe(given)})
+    with pytest.raises(LimitExceeded, match="more than 63 levels deep"):
+        json_to_cbor(deep_value)
+    kept = json_safe(deep_value)
+    encoding.encode({"v": kept})
+    inner = kept
+    for _ in range(63):
+        inner = inner[0]
+    assert inner == "[" * 37 + '"?"' + "]" * 37
