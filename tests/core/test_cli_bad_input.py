@@ -266,3 +266,30 @@ def test_what_add_refuses_an_importer_keeps_as_text():
     for _ in range(63):
         inner = inner[0]
     assert inner == "[" * 37 + '"?"' + "]" * 37
+
+
+def test_what_the_limits_allow_is_read_back_by_every_command(vault, tmp_path):
+    """Records at the edges of what ``add`` accepts (4096 sources, cited at class external: a source
+    this vault does not have counts as external, spec §16.3 rule 8) are the user's own data: every reading command,
+    the inbox, confirming, both exports, verify and pack handle them (exit 0), never an internal error."""
+    edge = {"a": [2**64 - 1, -(2**64), "\ud83d\ude00", "\u202eevil", "\x00"]}
+    for _ in range(30):
+        edge = {"e": [edge]}  # 62 levels of arrays and objects in all
+    lines = [json.dumps({"type": "fact", "key": "user/edge", "value": edge}).encode(),
+             json.dumps({"type": "fact", "key": "user/big", "value": 2**64 - 1, "class": "external",
+                         "sources": [f"{i:064x}" for i in range(4096)], "meta": {"n": 2**64 - 1, "\x00": "\x00"},
+                         "ts": 2**64 - 1}).encode(),
+             json.dumps({"type": "com.example/bookmark", "value": edge, "ts": 0}).encode(),
+             deep(63)]
+    code, out, err = cli("add", vault, stdin=b"\n".join(lines))
+    assert code == 0, err
+    proposal = json.loads(out.splitlines()[1])["id"]
+    commands = [["log", vault, "--json", "--all"], ["log", vault], ["facts", vault], ["facts", vault, "--json"],
+                ["fact", vault, "user/edge", "--json"],
+                ["fact", vault, "user/big"], ["search", vault, "edge"], ["search", vault, "key:user/big", "--json"],
+                ["inbox", vault], ["inbox", vault, "--json"], ["confirm", vault, proposal], ["verify", vault],
+                ["export", "pam", vault, str(tmp_path / "pam")], ["export", "portable-memory", vault, str(tmp_path / "mem")],
+                ["pack", vault, str(tmp_path / "v.vmem")], ["log", str(tmp_path / "v.vmem"), "--json"]]
+    for args in commands:
+        code, out, err = cli(*args)
+        assert code == 0 and "internal error" not in err, (args, code, err)
