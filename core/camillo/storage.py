@@ -493,6 +493,10 @@ def vault_folder_holding(path: str) -> str | None:
         folder = parent
 
 
+PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                         errno.ENAMETOOLONG, errno.EEXIST})  # writing a new file failed because of the place chosen
+
+
 def check_new_file(path: str, what: str) -> None:
     """Refuse (UsageError naming the path and what to do) to write ``what`` at ``path`` inside a
     vault folder (it would travel with the vault to every host it syncs to, and could replace one of

@@ -17,7 +17,7 @@ from .errors import DamagedFile, NotAVault, StorageError, UsageError
 from .names import kind_of
 from .packs import PackReader, write_pack
 from .primitives import random_bytes
-from .storage import FolderShelf, check_new_file, hash_matches, open_shelf
+from .storage import PATH_ERRNOS, FolderShelf, check_new_file, hash_matches, open_shelf
 
 
 def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
@@ -54,6 +54,8 @@ def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, 
             os.unlink(tmp)
         except OSError:
             pass
+        if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault: say where to write instead
+            raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to") from None
         raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None
     return size, digest
 

@@ -293,3 +293,21 @@ def test_what_the_limits_allow_is_read_back_by_every_command(vault, tmp_path):
     for args in commands:
         code, out, err = cli(*args)
         assert code == 0 and "internal error" not in err, (args, code, err)
+
+
+def test_pack_into_a_folder_that_refuses_writing_is_exit_2(vault):
+    """A place the system will not write to (here /sys, which refuses even root) is the user's choice
+    of path, not a damaged vault: exit 2 naming it and what to do."""
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs /sys")
+    code, _, err = cli("pack", vault, "/sys/kernel/v.vmem")
+    assert "cannot write /sys/kernel/v.vmem" in refused(code, err) and "choose a folder you can write to" in err
+
+
+def test_grant_out_into_a_folder_that_refuses_writing_is_exit_2_and_grants_nothing(vault):
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs /sys")
+    code, _, err = grant(vault, "/sys/kernel/bot.grant")
+    assert "cannot write the grant file /sys/kernel/bot.grant" in refused(code, err)
+    code, out, err = cli("grants", vault, "--json")
+    assert code == 0 and out == "", err

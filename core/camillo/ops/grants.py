@@ -21,7 +21,7 @@ from ..records import Authority, Kind, encode_record
 from ..session import Session
 from ..session.grantfile import GrantFile, write_grant_file
 from ..session.writer import write_batches
-from ..storage import check_new_file
+from ..storage import PATH_ERRNOS, check_new_file
 from ..values import GrantCreated, GrantInfo
 from .rekey import FileList, grant_envelopes
 
@@ -67,11 +67,11 @@ def create_grant(session: Session, agent: str, scopes: dict[str, Level], max_cla
     g = GrantFile(session.vault_id, grant_id, agent, dict(scopes), max_class, not_after, cred, trusted)
     try:
         write_grant_file(out_path, g, scope_ids)
-    except (PermissionError, FileExistsError) as exc:
+    except OSError as exc:
+        if exc.errno not in PATH_ERRNOS:
+            raise StorageError(f"cannot write the grant file {out_path}: {exc.strerror}") from None
         raise UsageError(f"cannot write the grant file {out_path} ({exc.strerror}); choose a folder you can "
                          "write to") from None
-    except OSError as exc:
-        raise StorageError(f"cannot write the grant file {out_path}: {exc.strerror}") from None
     try:
         written = session.write_files(files)
         write_batches(session, {c: [record] for c in [session.all_compartments()[0], *scope_ids.values()]},
