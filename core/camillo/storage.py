@@ -501,12 +501,16 @@ def check_new_file(path: str, what: str) -> None:
     """Refuse (UsageError naming the path and what to do) to write ``what`` at ``path`` inside a
     vault folder (it would travel with the vault to every host it syncs to, and could replace one of
     its files), in a folder that does not exist, or over a folder."""
+    if not path:
+        raise UsageError(f"no file name given; give one for {what}")
     vault = vault_folder_holding(path)
     if vault is not None:
         where = "the vault folder" if vault == os.path.realpath(path) else f"inside the vault folder {vault}"
         raise UsageError(f"{path} is {where}; write {what} outside it (whatever is in a vault folder travels "
                          "with the vault to every host it syncs to, and could replace its files)")
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{folder} is a file, not a folder; write {what} into a folder")
     if not os.path.isdir(folder):
         raise UsageError(f"the folder {folder} does not exist; create it, or write {what} somewhere else")
     if os.path.isdir(path):

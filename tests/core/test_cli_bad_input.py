@@ -206,6 +206,11 @@ def test_pack_into_another_vaults_folder_or_a_missing_folder(vault, tmp_path):
     assert f"the folder {tmp_path / 'missing'} does not exist" in refused(code, err)
     code, _, err = cli("pack", vault, str(tmp_path))
     assert "is a folder" in refused(code, err)
+    code, _, err = cli("pack", vault, "")
+    assert "no file name given" in refused(code, err)
+    (tmp_path / "plain").write_text("a file")
+    code, _, err = cli("pack", vault, str(tmp_path / "plain" / "v.vmem"))
+    assert f"{tmp_path / 'plain'} is a file, not a folder" in refused(code, err)
 
 
 # ---------------------------------------------------------------------------------------------- grant --out
@@ -218,6 +223,8 @@ def grant(vault: str, out: str) -> tuple[int, str, str]:
 def test_grant_out_into_a_missing_folder_names_it_and_grants_nothing(vault, tmp_path):
     code, _, err = grant(vault, str(tmp_path / "missing" / "bot.grant"))
     assert f"the folder {tmp_path / 'missing'} does not exist" in refused(code, err)
+    code, _, err = grant(vault, "")
+    assert "no file name given; give one for the grant file" in refused(code, err)
     code, out, err = cli("grants", vault, "--json")
     assert code == 0 and out == "", err
 
