@@ -41,7 +41,7 @@ from .names import kind_of as kind_of  # re-exported
 from .packs import TYPE_SEGMENT, PackReader
 from .primitives import random_bytes, sha256
 
-DIRECTORIES = ("slots", "env", "segments", "packs", "enroll")
+DIRECTORIES = ("slots", "env", "segments", "packs", "enroll", "blobs")
 
 
 def segment_name(data: bytes) -> str:
@@ -50,8 +50,9 @@ def segment_name(data: bytes) -> str:
 
 
 def content_hash_of(name: str) -> bytes | None:
-    """For content-addressed names (segments, envelopes, packs) the hash the bytes must have."""
-    m = re.search(r"([0-9a-f]{64})\.(seg|env|pack)$", name)
+    """For content-addressed names (segments, envelopes, packs, attachment chunks) the hash the bytes
+    must have."""
+    m = re.search(r"([0-9a-f]{64})\.(seg|env|pack|blob)$", name)
     return bytes.fromhex(m.group(1)) if m else None
 
 
@@ -297,6 +298,13 @@ class FolderShelf:
         """The loose file's size in bytes, or None if it is not here as a loose file."""
         try:
             return os.path.getsize(self._path(name))
+        except OSError:
+            return None
+
+    def mtime(self, name: str) -> float | None:
+        """When the loose file last changed (seconds), or None if it is not here as a loose file."""
+        try:
+            return os.path.getmtime(self._path(name))
         except OSError:
             return None
 

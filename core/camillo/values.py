@@ -523,6 +523,7 @@ class ReachReport:
     generation: int
     exposed: list[str] = field(default_factory=list)
     changes: Changes = field(default_factory=Changes)
+    attachment_chunks_deleted: int = 0  # the erased files' chunks (whose keys only erased records held)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "changes"}
@@ -534,6 +535,11 @@ class ReachReport:
             f"Re-encrypted {self.batches_reencrypted} surviving batch(es) into {self.segments_written} new segment(s); "
             f"deleted {self.segments_deleted} old segment(s) and {self.key_files_deleted} old key file(s); "
             f"the master secret is now at generation {self.generation} and this device has a new key.",
+        ]
+        if self.attachment_chunks_deleted:
+            out.append(f"Deleted {self.attachment_chunks_deleted} chunk file(s) of the erased attachments, whose keys "
+                       "were only in the erased records.")
+        out += [
             "What erasure cannot reach:",
         ]
         out += [f"  - {line}" for line in self.exposed]

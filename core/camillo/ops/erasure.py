@@ -41,6 +41,7 @@ from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import segment_name
 from ..values import Notice, ReachReport, Unlock
+from . import attachments
 from .credentials import authenticate
 from .policy import require_erasure_allowed
 from .rekey import (
@@ -211,6 +212,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(session)
     r, reader = session.roster, session.reader
+    record_ids = sorted(set(record_ids) | attachments.attachments_of(session, set(record_ids)))  # files go along
     views = []
     for rid in record_ids:
         where = session.materialized.record_location(rid)
@@ -236,6 +238,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
                           if c == cid and e in affected and name not in reader.unreadable)
     targets = set(record_ids)
     target_keys = {(r.compartment_name(cid), k) for k in session.materialized.keys_of(targets)}
+    chunks = attachments.chunks_named(session, targets)  # deleted at the end unless another record names them
 
     # The erasing device rotates its key: the new key signs every new key file.
     old_actor = session.require_writer()
@@ -335,11 +338,15 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         deleted += 1
     changes = session.reader.changes()
     session.reset_after_erasure()
+    chunks -= attachments.chunks_named(session)
+    for name in sorted(chunks):
+        session.shelf.delete(name)
     session.reader.changes()  # everything was read again: what moved is the erased records and their facts
     return ReachReport(
         records=[t.hex() for t in sorted(targets)], compartment=r.compartment_name(cid),
         epochs_destroyed=[e.hex() for e in sorted(affected)], batches_reencrypted=len(seen),
         segments_deleted=deleted, segments_written=len(new_segments), key_files_deleted=len(rekey.delete),
+        attachment_chunks_deleted=len(chunks),
         generation=session.keyring.generation, exposed=_exposed(session, cid, {new_dev.writer_id}),
         changes=Changes(records=tuple(sorted(targets)) + changes.records, batches=changes.batches, keys=changes.keys | target_keys,
                         compartments=changes.compartments | {r.compartment_name(cid)}, devices=True,
