@@ -188,8 +188,7 @@ class Vault:
 
     @staticmethod
     def pack(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
-        """Pack the vault folder into one new ``.vmem`` file outside any vault folder (over an existing
-        one only with ``replace``): (size, pack hash)."""
+        """Pack the vault into a ``.vmem`` file outside any vault folder (existing: ``replace``): (size, hash)."""
         return transport.pack_vault(path, out_path, replace=replace)
 
     @staticmethod

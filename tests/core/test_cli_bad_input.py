@@ -318,3 +318,26 @@ def test_grant_out_into_a_folder_that_refuses_writing_is_exit_2_and_grants_nothi
     assert "cannot write the grant file /sys/kernel/bot.grant" in refused(code, err)
     code, out, err = cli("grants", vault, "--json")
     assert code == 0 and out == "", err
+
+
+# ---------------------------------------------------------------------------------------------- attachment --out
+
+
+def test_attachment_out_never_inside_a_vault_folder_nor_a_missing_one(vault, tmp_path):
+    """An attachment's bytes are plaintext: written into the vault folder they would travel to the
+    sync service.  Refused with exit 2 naming the path, like a missing folder; nothing is written."""
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG not really" * 100)
+    code, out, err = cli("attach", vault, str(tmp_path / "photo.png"))
+    assert code == 0, err
+    rid = json.loads(out.splitlines()[-1])["id"]
+    before = snapshot(vault)
+    for target, expected in [(os.path.join(vault, "photo.png"), "vault folder"),
+                             (os.path.join(vault, "blobs", "photo.png"), "vault folder"),
+                             (str(tmp_path / "missing" / "photo.png"), "does not exist"),
+                             ("/sys/kernel/photo.png", "choose a folder you can write to")]:
+        code, _, err = cli("attachment", vault, rid, "--out", target)
+        assert expected in refused(code, err) and target.rsplit("/", 1)[0] in err, err
+    assert snapshot(vault) == before
+    assert not (tmp_path / "missing").exists()
+    code, _, err = cli("attachment", vault, rid, "--out", str(tmp_path / "back.png"))
+    assert code == 0 and (tmp_path / "back.png").read_bytes() == (tmp_path / "photo.png").read_bytes(), err
