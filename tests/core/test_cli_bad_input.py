@@ -110,7 +110,7 @@ def test_what_the_limits_allow_is_added(vault):
     a surrogate pair, a byte order mark."""
     ids = [f"{i:064x}" for i in range(4096)]
     lines = [deep(63), line(type="message", value=[2**64 - 1, -(2**64)]), line(type="message", text="t", ts=2**64 - 1),
-             line(type="fact", key="user/many", value=1, pred=ids, sources=ids),
+             line(type="fact", key="user/many", value=1, pred=ids, sources=ids, **{"class": "external"}),
              b'{"type": "message", "text": "\\ud83d\\ude00"}', b"\xef\xbb\xbf" + line(type="message", text="bom")]
     code, out, err = cli("add", vault, stdin=b"\n".join(lines))
     assert code == 0, err
@@ -144,6 +144,31 @@ def test_session_refusals_say_nothing_was_added(vault, tmp_path):
     code, out, err = cli("add", vault, "--grant", helper, "--compartment", "work", stdin=line(type="message", text="ok"))
     assert code == 0 and len(out.splitlines()) == 1, err
     assert len(records(vault)) == len(before) + 1
+
+
+def test_a_record_above_its_sources_is_refused_by_line(vault):
+    """Spec §16.3 rule 8: every reader rejects a record that claims more authority than a source (one
+    the vault does not have counts as external).  ``camillo add`` refused nothing and printed its id;
+    the record then vanished from every view.  Now the owner's line is refused, naming the source (an
+    agent's grant is not checked: it may cite records of compartments it cannot read)."""
+    code, out, err = cli("add", vault, stdin=line(type="message", text="a web page said so", role="web"))
+    assert code == 0, err
+    web = json.loads(out)["id"]
+    before = snapshot(vault)
+    for bad, why in [(line(type="fact", key="user/bank", value="Evil Bank", sources=[ID]),
+                      f"claims user authority, but its source {ID[:12]} is not in this vault"),
+                     (line(type="fact", key="user/bank", value="Evil Bank", sources=[web], **{"class": "observed"}),
+                      f"claims observed authority, but its source {web[:12]} holds external authority"),
+                     (line(type="summary", text="from the web", sources=[web]), "give \"class\": \"external\"")]:
+        code, _, err = cli("add", vault, stdin=line(type="message", text="fine") + b"\n" + bad)
+        assert refused(code, err).startswith("camillo: line 2: claims"), err
+        assert why in err and "nothing was added" in err, err
+    assert snapshot(vault) == before
+    code, out, err = cli("add", vault, stdin=line(type="fact", key="user/bank", value="Evil Bank", sources=[web],
+                                                   **{"class": "external"}))
+    assert code == 0, err
+    code, out, err = cli("fact", vault, "user/bank", "--json")
+    assert code == 0 and json.loads(out)["proposed"][0]["class"] == "external", (out, err)
 
 
 def test_empty_input_and_blank_lines(vault):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import AccessDenied, LimitExceeded, UsageError, VaultError, WrongCredential
-from ..values import DEFAULT_COMPARTMENTS, Problem, RecordView, parse_json
+from ..values import DEFAULT_COMPARTMENTS, Authority, Problem, RecordView, parse_json
 from ..vault import NewRecord, Vault
 from .common import (
     Commands,
@@ -46,10 +46,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_records(lines: Iterable[bytes]) -> list[NewRecord]:
-    """The records of ``camillo add``: one JSON object per line, all checked before any vault is
-    opened, so a refused line (UsageError naming it) refuses them all and nothing is written."""
-    items: list[NewRecord] = []
+def read_records(lines: Iterable[bytes]) -> list[tuple[int, NewRecord]]:
+    """The records of ``camillo add`` with their line numbers: one JSON object per line, all checked
+    before any vault is opened, so a refused line (UsageError naming it) refuses them all and nothing
+    is written."""
+    items: list[tuple[int, NewRecord]] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -58,7 +59,7 @@ def read_records(lines: Iterable[bytes]) -> list[NewRecord]:
         except (UsageError, LimitExceeded) as exc:
             raise UsageError(f"{exc.message.rstrip('.')}; nothing was added") from None
         try:
-            items.append(NewRecord.from_json(obj))
+            items.append((number, NewRecord.from_json(obj)))
         except (UsageError, LimitExceeded) as exc:
             raise UsageError(f"line {number}: {exc.message.rstrip('.')}; nothing was added") from None
     if not items:
@@ -66,9 +67,35 @@ def read_records(lines: Iterable[bytes]) -> list[NewRecord]:
     return items
 
 
+def check_sources(vault: Vault, items: list[tuple[int, NewRecord]]) -> None:
+    """Refuse (UsageError naming the line) a record of the owner's that claims more authority than
+    one of its sources holds, which every reader would reject (spec §16.3 rule 8: a source this vault
+    does not have counts as external).  Not for an agent's grant: it may cite records of compartments
+    it cannot read, which other readers hold."""
+    if vault.agent_grant is not None:
+        return
+    for number, item in items:
+        if not item.sources:
+            continue
+        claim = item.default_authority()
+        known = {r.id: r for r in vault.records(item.sources)}
+        for source in item.sources:
+            r = known.get(source)
+            held = Authority(r.effective_class) if r is not None and r.valid and r.effective_class is not None \
+                else Authority.EXTERNAL
+            if claim > held:
+                why = "is not in this vault" if r is None else f"holds {held.label} authority"
+                raise UsageError(f"line {number}: claims {claim.label} authority, but its source {source.hex()[:12]} "
+                                 f"{why}, so every reader would reject the record (a record may not claim more than "
+                                 f"its sources); give \"class\": \"{held.label}\" or cite other records; "
+                                 "nothing was added")
+
+
 def cmd_add(args: argparse.Namespace) -> int:
-    items = read_records(sys.stdin.buffer if sys.stdin is not None else [])
+    numbered = read_records(sys.stdin.buffer if sys.stdin is not None else [])
+    items = [item for _, item in numbered]
     with open_vault(args) as vault:
+        check_sources(vault, numbered)
         try:
             changes = vault.append(items, compartment=args.compartment)
         except (UsageError, LimitExceeded, AccessDenied) as exc:  # refused before anything was written
