@@ -9,8 +9,9 @@ Rules every shelf follows:
 * Names match a strict pattern (below); anything else in the folder is ignored: dot-files and
   temp files, ``*.sync-conflict-*`` copies, iCloud ``*.icloud`` placeholders, editor droppings.
 * A write creates a new file or finds identical bytes already there; it never overwrites.  The
-  folder shelf writes a dot temp file in the target directory, fsyncs it, renames it into place and
-  fsyncs the directory, so a crash leaves either nothing or the whole file.
+  folder shelf writes a dot temp file in the target directory, fsyncs it, gives it its name with
+  link(2) (which, unlike rename(2), fails when the name exists) and fsyncs the directory, so a crash
+  leaves either nothing or the whole file (spec §4.4).  Files are created 0600, directories 0700.
 * Deleting is only done by compaction, erasure and enrollment clean-up.
 * Segments inside ``packs/*.pack`` are listed and read as if they were loose files.
 
@@ -84,7 +85,9 @@ class FolderShelf:
     """A vault folder.  ``writable`` is False when the folder cannot be written."""
 
     def __init__(self, path: str, *, create: bool = False) -> None:
-        self.location = os.path.abspath(path)
+        # ``root`` is the folder on disk; ``location`` is what messages name (the same, except for a
+        # shelf whose folder is a local mirror of a remote store: see camillo.objectstore)
+        self.location = self.root = os.path.abspath(path)
         if create:
             try:
                 make_dirs_durable(self.location)
@@ -115,7 +118,7 @@ class FolderShelf:
     def walk(self) -> Iterator[str]:
         """Every file name in the vault's top level and directories, listed from the disk now (not
         the incremental listing) and not filtered by kind: what a host sees, packs included."""
-        base = self.location
+        base = self.root
         try:
             top = os.listdir(base)
         except OSError as exc:
@@ -146,11 +149,16 @@ class FolderShelf:
     FINE_RACY_NS = 50_000_000
 
     def _scan(self) -> None:
+        self.scan_folder()
+
+    def scan_folder(self) -> None:
+        """The incremental listing of the folder itself (what ``_scan`` does for a folder; a shelf
+        whose folder mirrors a remote store refreshes the mirror first, then calls this)."""
         now = time.time_ns()
         seen_dirs: set[str] = set()
         found_loose: list[str] = []
         lost_loose: list[str] = []
-        stat, dirs, base = os.stat, self._dirs, self.location
+        stat, dirs, base = os.stat, self._dirs, self.root
         stack = [""]
         while stack:
             rel = stack.pop()
@@ -255,7 +263,7 @@ class FolderShelf:
             if entry is None or entry[3]:
                 return False
             try:
-                if os.stat(os.path.join(self.location, directory)).st_mtime_ns != entry[0]:
+                if os.stat(os.path.join(self.root, directory)).st_mtime_ns != entry[0]:
                     return False
             except OSError:
                 return False
@@ -273,7 +281,7 @@ class FolderShelf:
         reader = self._packs.get(pack)
         if reader is None:
             try:
-                reader = PackReader(os.path.join(self.location, pack))
+                reader = PackReader(os.path.join(self.root, pack))
             except (DamagedFile, NotAVault, UnsupportedVersion, OSError):
                 return []  # not fully synced yet, damaged or from a newer Camillo: verify reports it
             self._packs[pack] = reader
@@ -289,7 +297,7 @@ class FolderShelf:
     def _path(self, name: str) -> str:
         if kind_of(name) is None:
             raise ValueError(f"not a vault file name: {name}")
-        return os.path.join(self.location, *name.split("/"))
+        return os.path.join(self.root, *name.split("/"))
 
     def exists(self, name: str) -> bool:
         return os.path.exists(self._path(name)) or name in self._packed
@@ -352,7 +360,7 @@ class FolderShelf:
         tmp = f".tmp-{random_bytes(8).hex()}"
         try:
             make_dirs_durable(directory)
-            fd = os.open(os.path.join(directory, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(os.path.join(directory, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
                 view = memoryview(data)
                 while view:
@@ -368,23 +376,52 @@ class FolderShelf:
         return tmp
 
     def commit(self, name: str, tmp: str) -> bool:
-        """The second half of :meth:`write`: rename the staged temp file into place and fsync the
-        directory.  False when there is nothing to do (already committed, or never staged).  On
+        """The second half of :meth:`write`: move the staged temp file to ``name`` **create-only**
+        and fsync the directory (spec §4.4).  The move is link(2) then unlink of the temp name,
+        which fails instead of replacing a file that appeared meanwhile (rename(2) would replace
+        it); where the file system has no hard links, a rename that refuses an existing name
+        (Windows) or, on POSIX, a rename after checking that the name is free.  False when there is
+        nothing to do: the name already holds these bytes, or the temp file is gone (committed
+        before).  A name holding other bytes raises StorageError and is left as it is.  On any other
         failure the temp file stays, for a later commit (or :meth:`unstage`)."""
         path = self._path(name)
         directory = os.path.dirname(path)
         staged = os.path.join(directory, tmp)
-        if os.path.exists(path):
-            self.unstage(name, tmp)
-            return False
         try:
-            os.rename(staged, path)
+            try:
+                os.link(staged, path)
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                if os.name != "nt" and os.path.lexists(path):
+                    raise FileExistsError(errno.EEXIST, "exists", path) from None
+                os.rename(staged, path)  # Windows: refuses an existing name; POSIX: checked just above
+            else:
+                os.unlink(staged)
             _fsync_dir(directory)
+        except FileExistsError:
+            return self._settle_existing(name, path, staged, tmp)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise self._write_error(name, exc) from None
         return True
+
+    def _settle_existing(self, name: str, path: str, staged: str, tmp: str) -> bool:
+        """``name`` appeared before the staged file could take it: identical bytes are success (rule
+        1 of spec §4.4), other bytes are refused (rule 2) and both files are left alone except the
+        temp file, which is dropped."""
+        try:
+            with open(path, "rb") as a, open(staged, "rb") as b:
+                same = a.read() == b.read()
+        except FileNotFoundError:
+            return False  # the temp file was committed by another process meanwhile
+        except OSError as exc:
+            raise self._write_error(name, exc) from None
+        self.unstage(name, tmp)
+        if not same:
+            raise StorageError(f"{name} already exists with different content; refusing to overwrite", file=name)
+        return False
 
     def unstage(self, name: str, tmp: str) -> None:
         """Drop a staged temp file that will not be committed."""
@@ -418,6 +455,16 @@ class FolderShelf:
         self._packs.clear()
 
 
+# errno values of link(2) on a file system without hard links (FAT, exFAT, some network and FUSE
+# mounts): commit falls back to a rename that does not replace (spec §4.4)
+_NO_HARD_LINKS = frozenset(e for e in (getattr(errno, n, None) for n in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS",
+                                                                          "EMLINK", "EXDEV", "EACCES"))
+                           if e is not None)
+
+FILE_MODE = 0o600  # vault files, before the umask (spec §4.4)
+DIRECTORY_MODE = 0o700  # directories a writer creates in or for a vault, before the umask
+
+
 def _fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -426,7 +473,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def make_dirs_durable(directory: str, mode: int = 0o777) -> None:
+def make_dirs_durable(directory: str, mode: int = DIRECTORY_MODE) -> None:
     """``os.makedirs`` whose result survives a power cut: a new directory's entry lives in its
     parent, so each directory created here is followed by an fsync of its parent (POSIX makes a
     directory entry durable only then; a file fsynced inside a directory that is not is lost)."""

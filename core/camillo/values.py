@@ -1,8 +1,8 @@
 """The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
 
 This module is also the faces' vocabulary of the format: the authority classes, the record kinds
-and keyed types, the key rule, and the views of records and facts (re-exported from the layers
-that define them), so a face never imports those layers.
+and keyed types, the key rule, the search query syntax, and the views of records and facts
+(re-exported from the layers that define them), so a face never imports those layers.
 
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
@@ -22,6 +22,14 @@ from . import encoding
 from .changes import Changes
 from .control import Policy
 from .errors import CanonicalError, LimitExceeded, UsageError
+
+# object-store locations and their keys, for the faces (the desktop's Open object storage…, the CLI's --endpoint-url)
+from .objectstore import forget_object_store_keys as forget_object_store_keys
+from .objectstore import is_object_store as is_object_store
+from .objectstore import object_store_keys_kept as object_store_keys_kept
+from .objectstore import object_store_url as object_store_url
+from .objectstore import remember_object_store_keys as remember_object_store_keys
+from .objectstore import with_endpoint as with_endpoint
 from .records import (
     KEYED_TYPES,
     MAX_ID_LIST,
@@ -33,6 +41,7 @@ from .records import (
     check_key,
     encode_record,
 )
+from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
@@ -623,4 +632,5 @@ __all__ = [
     "json_to_cbor",
     "jsonable",
     "parse_json",
+    "parse_search_query",
 ]
