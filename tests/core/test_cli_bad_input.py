@@ -366,3 +366,20 @@ def test_attachment_out_never_inside_a_vault_folder_nor_a_missing_one(vault, tmp
     assert not (tmp_path / "missing").exists()
     code, _, err = cli("attachment", vault, rid, "--out", str(tmp_path / "back.png"))
     assert code == 0 and (tmp_path / "back.png").read_bytes() == (tmp_path / "photo.png").read_bytes(), err
+
+
+def test_add_from_a_text_stream_in_place_of_standard_input(vault, monkeypatch):
+    """A caller running ``camillo.cli.main`` in its process may put text (io.StringIO, no bytes
+    underneath) in place of standard input: read as text, with the same checks."""
+    import io
+
+    from camillo.cli import main
+
+    before = snapshot(vault)
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"type": "message", "text": "ok"}\n{"type": "message", "text": "\ud800"}\n'))
+    assert main(["add", vault]) == 2
+    assert snapshot(vault) == before
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"type": "message", "text": "from text"}\n'))
+    assert main(["add", vault]) == 0
+    code, out, err = cli("log", vault, "--json")
+    assert "from text" in out, err

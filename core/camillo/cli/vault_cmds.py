@@ -46,7 +46,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_records(lines: Iterable[bytes]) -> list[tuple[int, NewRecord]]:
+def read_records(lines: Iterable[bytes | str]) -> list[tuple[int, NewRecord]]:
     """The records of ``camillo add`` with their line numbers: one JSON object per line, all checked
     before any vault is opened, so a refused line (UsageError naming it) refuses them all and nothing
     is written."""
@@ -92,7 +92,8 @@ def check_sources(vault: Vault, items: list[tuple[int, NewRecord]]) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    numbered = read_records(sys.stdin.buffer if sys.stdin is not None else [])
+    stdin = sys.stdin  # its bytes (UTF-8 is checked line by line), or the text a caller put in its place
+    numbered = read_records(getattr(stdin, "buffer", stdin) if stdin is not None else [])
     items = [item for _, item in numbered]
     with open_vault(args) as vault:
         check_sources(vault, numbered)
