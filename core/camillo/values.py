@@ -44,6 +44,9 @@ from .records import (
 from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
 
+# where a face must not write plaintext or secrets: a vault folder travels to every host it syncs to
+from .storage import vault_folder_holding as vault_folder_holding
+
 if TYPE_CHECKING:
     from .credentials import Credential
 

@@ -383,3 +383,17 @@ def test_add_from_a_text_stream_in_place_of_standard_input(vault, monkeypatch):
     assert main(["add", vault]) == 0
     code, out, err = cli("log", vault, "--json")
     assert "from text" in out, err
+
+
+def test_export_never_inside_a_vault_folder(vault, tmp_path):
+    """An export is the memory in plaintext: inside the vault folder it would travel to the sync
+    service.  Refused with exit 2 naming the folder; nothing is written."""
+    assert cli("add", vault, stdin=line(type="message", text="private"))[0] == 0
+    before = snapshot(vault)
+    for kind in ("pam", "portable-memory"):
+        for out in (os.path.join(vault, "export"), vault, os.path.join(vault, "segments", "x")):
+            code, _, err = cli("export", kind, vault, out)
+            assert "is inside the vault folder" in refused(code, err) and "plaintext" in err, err
+    assert snapshot(vault) == before
+    code, _, err = cli("export", "pam", vault, str(tmp_path / "export"))
+    assert code == 0, err
