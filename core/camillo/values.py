@@ -39,7 +39,9 @@ from .records import (
     Kind,
     awaits_confirmation,
     check_key,
+    check_type_name,
     encode_record,
+    quoted,
 )
 from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
@@ -92,10 +94,6 @@ class Unlock:
 VALUE_MAX_DEPTH = encoding.MAX_DEPTH - 1  # arrays and objects in a value: the record map is the first level
 
 
-def _clip(text: str, width: int = 40) -> str:
-    """User input quoted for a message: printable, lone surrogates as ``\\udXXX``, at most ``width``."""
-    shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return repr(shown if len(shown) <= width else shown[: width - 1] + "…")
 
 
 def check_text(text: str, path: str) -> str:
@@ -206,9 +204,9 @@ def _check_meta(meta: Any) -> None:
     for k, v in meta.items():
         check_text(k, "\"meta\"")
         if isinstance(v, str):
-            check_text(v, f"\"meta\" {_clip(k)}")
+            check_text(v, f"\"meta\" {quoted(k)}")
         elif isinstance(v, int) and not isinstance(v, bool):
-            check_int(v, f"\"meta\" {_clip(k)}", 0, "0 to 2^64-1")
+            check_int(v, f"\"meta\" {quoted(k)}", 0, "0 to 2^64-1")
         elif not isinstance(v, (bool, bytes)):
             raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
 
@@ -263,7 +261,8 @@ class NewRecord:
             if isinstance(field_value, str):
                 check_text(field_value, f"\"{name}\"")
         if len(typ.encode("utf-8")) > TYPE_MAX_BYTES:
-            raise LimitExceeded(f"the type {_clip(typ)} is longer than {TYPE_MAX_BYTES} bytes")
+            raise LimitExceeded(f"the type {quoted(typ)} is longer than {TYPE_MAX_BYTES} bytes")
+        check_type_name(typ)
         if self.ts is not None and (not isinstance(self.ts, int) or isinstance(self.ts, bool)):
             raise UsageError("\"ts\" must be a Unix time in seconds")
         if self.ts is not None:
@@ -275,7 +274,7 @@ class NewRecord:
                 raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
             value = json_to_cbor(self.value if self.value is not None else self.text)
             if value is None:
-                raise UsageError(f"the {typ} {_clip(self.key)} needs a \"value\"")
+                raise UsageError(f"the {typ} {quoted(self.key)} needs a \"value\"")
             pred = _id_list(self.pred if self.pred is not None else supersedes(self.key), "pred")
             return encode_record(Kind.PUT, author, key=self.key, value=value, authority=authority, pred=pred,
                                  sources=sources, meta=self.meta, type=typ, ts=self.ts)
@@ -309,7 +308,7 @@ class NewRecord:
                              "{\"type\": \"message\", \"text\": \"...\"}")
         unknown = sorted(set(obj) - set(JSON_FIELDS))
         if unknown:
-            names = ", ".join(_clip(n, 24) for n in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+            names = ", ".join(quoted(n, 24) for n in unknown[:5]) + (", …" if len(unknown) > 5 else "")
             raise UsageError(f"unknown field(s) {names}; allowed: {', '.join(JSON_FIELDS)}")
         typ = obj.get("type")
         if not isinstance(typ, str):
@@ -322,7 +321,7 @@ class NewRecord:
             authority = Authority.parse(klass) if klass is not None else None
         except UsageError:
             raise UsageError("\"class\" must be one of user, observed, inferred or external"
-                             + (f", not {_clip(klass)}" if isinstance(klass, str) else "")) from None
+                             + (f", not {quoted(klass)}" if isinstance(klass, str) else "")) from None
         ts = obj.get("ts")
         if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
             raise UsageError("\"ts\" must be a Unix time in seconds")

@@ -89,6 +89,11 @@ ISSUE_CASES = {
     "key over 512 bytes": (line(type="fact", key="user/" + "k" * 600, value=1), "longer than 512 bytes"),
     "type over 128 bytes": (line(type="com.example/" + "t" * 200, value=1), "longer than 128 bytes"),
     "class as a list": (line(type="message", text="x", **{"class": [[1]]}), "\"class\" must be one of"),
+    # found by the property test: the message quoted the line's text raw, a new line and all
+    "a key that is a new line": (line(type="fact", key="\n", value=[]), "the key '\\n' must look like"),
+    "a key with a bidi override": (line(type="fact", key="user/\u202eevil", value=1), "'user/\\u202eevil'"),
+    "a type with a new line": (line(type="com.example/a\nb", value=1), "record type 'com.example/a\\nb' may use"),
+    "an unknown type with a new line": (line(type="x\n", text="t"), "unknown record type 'x\\n'"),
 }
 
 
