@@ -49,9 +49,10 @@ scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(), texts)
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(texts, inner, max_size=4)), max_leaves=10)
 keys = st.one_of(st.sampled_from(["user/home_city", "user/food", "work/role", "a/b", "", "nokey", "/x", "user/e\u0301",
-                                  "user/" + "k" * 600, "user/\ud800"]), texts, values)
+                                  "user/" + "k" * 600, "user/\ud800", "\n", "user/a\nb", "user/\u202e"]), texts,
+                 values)
 types = st.one_of(st.sampled_from([*STANDARD_TYPES, "note", "", "com.example/bookmark", "com.example/" + "t" * 200,
-                                   "x\ud800"]), values)
+                                   "x\ud800", "x\n", "com.example/a\nb"]), values)
 id_lists = st.one_of(
     st.lists(st.one_of(st.sampled_from(IDS[:4]), st.text(max_size=66), values), max_size=4),
     st.sampled_from([IDS[:4096], IDS, IDS[:1] * 5000, []]),
