@@ -100,7 +100,7 @@ def thread_and_lock_checked(method: Method) -> Method:
         _check_thread()
         if self.session.locked:
             raise VaultError("the vault is locked; unlock it again to continue")
-        return method(self, *args, **kwargs)
+        return self.session.guarded(method, self, *args, **kwargs)  # a damaged local state is never used
 
     return cast(Method, wrapper)
 
@@ -176,9 +176,9 @@ class Vault:
     # files, no keys: packing, merging and what a host sees
 
     @staticmethod
-    def pack(path: str, out_path: str) -> tuple[int, bytes]:
-        """Pack the vault folder into one ``.vmem`` file: (files packed, pack hash)."""
-        return transport.pack_vault(path, out_path)
+    def pack(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
+        """Pack the vault into a ``.vmem`` file outside any vault folder (existing: ``replace``): (size, hash)."""
+        return transport.pack_vault(path, out_path, replace=replace)
 
     @staticmethod
     def unpack(pack_path: str, directory: str) -> int:
