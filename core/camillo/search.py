@@ -36,6 +36,7 @@ import math
 import re
 import struct
 import time
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, SupportsIndex, runtime_checkable
@@ -187,27 +188,48 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
     return state.records(r[0] for r in rows)
 
 
-# Marks FTS5's snippet() puts around a matched word (private-use characters; a record that contains
-# them itself at worst shows a wrong word highlighted, never anything else).
-_OPEN, _CLOSE = "\ue000", "\ue001"
-SNIPPET_WORDS = 24  # FTS5 snippet(): at most this many words around the matches
+SNIPPET_WORDS = 24  # at most this many words around the first match
 Snippet = tuple[tuple[str, bool], ...]
+_WORD = re.compile(r"\w+")
 
 
-def _pieces(marked: str) -> Snippet:
-    """A snippet with marks, in pieces: (text, True) for a matched word, (text, False) around it."""
-    out: list[tuple[str, bool]] = []
-    rest = marked
-    while rest:
-        before, opened, after = rest.partition(_OPEN)
-        if before:
-            out.append((before, False))
-        word, closed, rest = after.partition(_CLOSE)
-        if word:
-            out.append((word, bool(closed)))
-        if not opened:
-            break
-    return tuple(out)
+def _fold(word: str) -> str:
+    """A word as the index compares it: case and accents aside (unicode61, remove_diacritics)."""
+    return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c)).casefold()
+
+
+def _snippet(text: str, q: Query) -> Snippet:
+    """The words of ``text`` around its first match, in pieces: (word, True) for a matched word (a
+    query word, a ``word*`` prefix or a phrase's word), (text, False) around them.  The index holds
+    no copy of the text, so the snippet is made from the record's own."""
+    terms, prefixes = set(), set()
+    for w in q.words:
+        tokens = [_fold(t) for t in _WORD.findall(w.rstrip("*"))]
+        terms.update(tokens)
+        if w.endswith("*") and tokens:
+            prefixes.add(tokens[-1])
+    terms.update(_fold(t) for p in q.phrases for t in _WORD.findall(p))
+    words = list(_WORD.finditer(text))
+    hit = [m for m in words if _fold(m.group()) in terms or any(_fold(m.group()).startswith(p) for p in prefixes)]
+    if not hit:
+        return _opening(text)
+    first = words.index(hit[0])
+    lo = max(0, min(first - SNIPPET_WORDS // 3, len(words) - SNIPPET_WORDS))
+    shown = words[lo:lo + SNIPPET_WORDS]
+    matched = {m.start() for m in hit}
+    out: list[tuple[str, bool]] = [("\u2026", False)] if lo > 0 else []
+    at = shown[0].start() if lo > 0 else 0
+    for m in shown:
+        if m.start() in matched:
+            between = text[at:m.start()]
+            if out and out[-1][1] and at > 0 and not between.strip():  # a run of matched words: one piece
+                out[-1] = (out[-1][0] + between + m.group(), True)
+            else:
+                out += [(between, False), (m.group(), True)]
+            at = m.end()
+    end = shown[-1].end() if lo + SNIPPET_WORDS < len(words) else len(text)
+    out.append((text[at:end] + ("\u2026" if end < len(text) else ""), False))
+    return tuple((t, k) for t, k in out if t)
 
 
 def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
@@ -231,35 +253,14 @@ def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
         base = f"FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND {' AND '.join(where)}"
         total: int = db.execute(f"SELECT count(*) {base}", [match, *args]).fetchone()[0]
         ranking = f"bm25(search), {NEWEST}" if order == "relevance" else NEWEST
-        rows = db.execute(f"SELECT r.id, snippet(search, 0, ?, ?, '\u2026', {SNIPPET_WORDS}) {base} "
-                          f"ORDER BY {ranking} LIMIT ? OFFSET ?",
-                          [_OPEN, _CLOSE, match, *args, limit, offset]).fetchall()
-        marked = {rid: snip for rid, snip in rows}
+        rows = db.execute(f"SELECT r.id {base} ORDER BY {ranking} LIMIT ? OFFSET ?",
+                          [match, *args, limit, offset]).fetchall()
     else:
         base = f"FROM records r WHERE {' AND '.join(where)}"
         total = db.execute(f"SELECT count(*) {base}", args).fetchone()[0]
         rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
-        marked = {}
     views = state.records(r[0] for r in rows)
-    return total, [(v, _without_tail(_pieces(marked[v.id]), v) if v.id in marked else _opening(v.text))
-                   for v in views]
-
-
-def _without_tail(pieces: Snippet, v: RecordView) -> Snippet:
-    """A snippet without the key and type the index adds after a record's text (the views show them)."""
-    tail = " ".join(x for x in ("", v.key or "", v.type or "") if x) if v.key or v.type else ""
-    tail = (" " + tail) if tail else ""
-    if not v.text or not tail or not "".join(t for t, _ in pieces).endswith(tail):
-        return pieces
-    out = list(pieces)
-    cut = len(tail)
-    while cut and out:
-        text, matched = out.pop()
-        if len(text) > cut:
-            out.append((text[:-cut], matched))
-            break
-        cut -= len(text)
-    return tuple(out)
+    return total, [(v, _snippet(v.text, q) if q.has_text else _opening(v.text)) for v in views]
 
 
 def conversations_matching(state: State, text: str) -> set[tuple[bytes, str]]:
