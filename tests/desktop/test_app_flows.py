@@ -491,11 +491,13 @@ def test_agent_text_with_control_and_bidi_characters_is_shown_escaped(qtbot, cli
 
 def test_an_agent_written_record_type_is_shown_escaped(qtbot, client, demo_vault, make_window, monkeypatch):
     import camillo.records
+    import camillo.values
 
     from camillo_desktop.models import RecordColumn
 
     # A hostile agent runs its own code: it skips the client-side check of type names.
     monkeypatch.setattr(camillo.records, "check_type_name", lambda name: None)
+    monkeypatch.setattr(camillo.values, "check_type_name", lambda name: None)  # NewRecord's own check too
     evil_type = "com.evil/\u202eexe.txt\x1b[2J"
     (rid,) = append_as(qtbot, client, demo_vault, "planner",
                        [NewRecord(type=evil_type, conversation="c1", role="assistant", text="hello")])
