@@ -240,8 +240,10 @@ class Reader:
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
-        if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
-            return False
+        if not new_batches and not vanished and self.roster.genesis is not None:
+            # nothing to read: new keys that open no new batch (the same epoch secrets wrapped to a
+            # rolled owner key, or keys for epochs nothing is sealed to yet) change nothing read
+            return bool(new_keys)
         if vanished or new_keys or not self.extend(new_batches):
             self.recompute()
         return bool(new_keys or vanished)
