@@ -686,8 +686,7 @@ class _Builder:
             if not isinstance(name, str) or not name.strip() or len(name.encode()) > MAX_DEVICE_NAME_BYTES:
                 raise CanonicalError(f"a device name must be non-empty text of at most {MAX_DEVICE_NAME_BYTES} bytes")
             pred = _id_set(body.get(2) or [], 32, "replaced names")
-            p = self.r.principals.get(subject)
-            if p is None or p.kind != CredentialKind.DEVICE:
+            if not (named := self.r.principals.get(subject)) or named.kind != CredentialKind.DEVICE:
                 return False  # its certificate may come later in the fixpoint
             self.r.renames[rec.id] = DeviceName(rec.id, subject, name, pred, rec.ts or 0)
             return True

@@ -132,7 +132,8 @@ def test_info_shows_only_host_visible_fields(vault_dir):
 
 COMMANDS = ["init", "add", "log", "verify", "pack", "unpack", "passwd", "info",
             "facts", "fact", "conflicts", "resolve", "inbox", "confirm", "reject", "forget", "search", "merge",
-            "grant", "grants", "devices", "revoke", "policy", "enroll", "erase", "compact", "recovery",
+            "grant", "grants", "devices", "revoke", "compartments", "policy", "enroll", "recipient", "erase",
+            "compact", "recovery",
             "mcp", "import", "export"]
 
 

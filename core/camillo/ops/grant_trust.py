@@ -80,13 +80,13 @@ def revoked_owners(session: Session, pending: Sequence[Record] = ()) -> list[byt
     """Owner credentials revoked by another credential (a lost device), not replaced by a successor."""
     r = session.roster
     replaced = {p.replaces for p in r.principals.values() if p.replaces is not None}
-    replaced |= {rec.body.get(1) for rec in pending if rec.kind in CERT_KINDS}
+    replaced |= {w for rec in pending if rec.kind in CERT_KINDS and isinstance(w := rec.body.get(1), bytes)}
     out = {w for w, rev in r.revocations.items()
            if r.is_owner(w) and w not in replaced and w not in rev.signers}
     for rec in pending:
         subject = rec.body.get(0)
-        if rec.kind == Kind.REVOKE and r.is_owner(subject) and subject not in replaced and \
-                subject not in {s[0] for s in rec.sigs if isinstance(s, list) and s}:
+        if rec.kind == Kind.REVOKE and isinstance(subject, bytes) and r.is_owner(subject) and \
+                subject not in replaced and subject not in {s[0] for s in rec.sigs if isinstance(s, list) and s}:
             out.add(subject)
     return sorted(out)
 
