@@ -72,9 +72,10 @@ def rename_device(session: Session, who: str, new_name: str) -> Changes:
     r = session.roster
     if name == p.name:
         return Changes(note=f"the device is already called {name}")
-    if any(q.name.lower() == name.lower() and q.writer_id != p.writer_id and q.writer_id not in r.revocations
-           for q in r.devices()):
-        raise UsageError(f"another device is already called '{name}'; choose another name")
+    other = next((q for q in r.devices() if q.name.lower() == name.lower() and q.writer_id != p.writer_id
+                  and q.writer_id not in r.revocations), None)
+    if other is not None:
+        raise UsageError(f"another device is already called '{other.name}'; choose another name")
     live = sorted(n.record_id for n in r.renames.values() if n.subject == p.writer_id)
     record = encode_record(Kind.DEVICE_NAME, actor.writer_id, body={0: p.writer_id, 1: name, 2: live},
                            signers=[actor.signer])

@@ -493,10 +493,12 @@ class Reader:
 def control_changes(records: Sequence[Record], roster: Roster) -> dict[str, bool]:
     """Which parts of the roster these control records touch (for :class:`Changes`): a revocation
     touches what its subject is (a device, a grant, a passphrase or recovery phrase)."""
-    out = {"devices": False, "grants": False, "credentials": False, "policy": False}
+    out = {"devices": False, "grants": False, "credentials": False, "policy": False, "compartment_list": False}
     for r in records:
-        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT):
+        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT, Kind.DEVICE_NAME, Kind.DEVICE_ACK):
             out["devices"] = True
+        if r.kind == Kind.COMPARTMENT:
+            out["compartment_list"] = True
         if r.kind in (Kind.GENESIS, Kind.CRED_ANCHOR):
             out["credentials"] = True
         if r.kind == Kind.GRANT:
