@@ -40,6 +40,7 @@ from .primitives import (
     labelled,
     random_bytes,
     recovery_entropy,
+    sha256,
     verify_signature,
 )
 
@@ -127,7 +128,14 @@ def _seal_key(passphrase: str, kdf: KdfParams) -> bytes:
     return hkdf(argon2id(passphrase, kdf), labelled("vmem/v1/recipient-key/seal"))
 
 
+def _checksum(m: dict[Any, Any]) -> bytes:
+    """Field 15 of a key file: SHA-256 of the map without it.  It tells a damaged file from a wrong
+    passphrase; it is not a security control (the seal and the proof of possession are)."""
+    return sha256(encoding.encode({k: v for k, v in m.items() if k != 15}))
+
+
 def _armored(lines: list[str], armor: tuple[str, str], m: dict[int, Any]) -> str:
+    m = {**m, 15: _checksum(m)}
     body = base64.b64encode(encoding.encode(m)).decode()
     return "\n".join([*lines, armor[0], *(body[i:i + 64] for i in range(0, len(body), 64)), armor[1], ""])
 
@@ -201,6 +209,8 @@ def _read_armored(path: str, armor: tuple[str, str], what: str) -> dict[Any, Any
         raise UsageError(f"{path} is damaged ({what} that cannot be decoded); ask for a new copy") from None
     if not isinstance(m, dict) or m.get(1) != 1:
         raise UsageError(f"{path} is {what} of a version this Camillo does not know")
+    if m.get(15) != _checksum(m):
+        raise UsageError(f"{path} is damaged (its checksum does not match); ask for a new copy")
     return m
 
 

@@ -8,6 +8,8 @@ are named when they join and renamed with a signed record that every copy shows.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from camillo import NewRecord, Unlock, Vault
 from camillo.errors import UsageError
@@ -153,7 +155,10 @@ def test_concurrent_renames_converge(new_vault, tmp_path, monkeypatch):
     switch_home(monkeypatch, first)
     v.rename_device("vm", "Name from the first")
     switch_home(monkeypatch, tmp_path / "second")
-    s.rename_device("vm", "Name from the second")
+    real = time.time
+    with monkeypatch.context() as later:  # record times are whole seconds: this rename is a few seconds later
+        later.setattr(time, "time", lambda: real() + 5)
+        s.rename_device("vm", "Name from the second")
     s.refresh()
     switch_home(monkeypatch, first)
     v.refresh()

@@ -135,7 +135,7 @@ def compartment_line(c: CompartmentInfo) -> str:
 
 def cmd_compartments(args: argparse.Namespace) -> int:
     with open_vault(args) as vault:
-        if args.add:
+        if args.add is not None:
             vault.add_compartment(args.add)
             sys.stderr.write(f"Added compartment {args.add.strip()}: write to it with --compartment "
                              f"{args.add.strip()}, or grant it to an agent.\n")
