@@ -144,7 +144,7 @@ def test_every_command_is_registered_once_in_the_order_help_lists_them():
 
     [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(sub.choices) == COMMANDS
-    assert all(callable(p.get_default("func")) for name, p in sub.choices.items() if name != "enroll")
+    assert all(callable(p.get_default("func")) for name, p in sub.choices.items() if name not in ("enroll", "recipient"))
 
 
 def test_emit_prints_json_lines_or_text_lines(capsys):
