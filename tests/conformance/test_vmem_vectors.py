@@ -51,6 +51,7 @@ from camillo.primitives import (
 )
 from camillo.records import batch_from_cbor, verify_batch_signature
 from camillo.storage import hash_matches, segment_name
+from owner_operations import OPERATIONS as OWNER_OPERATIONS
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 VECTOR_FILES = sorted(VECTORS.glob("*.json"))
@@ -423,6 +424,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "cbor-decode": op_cbor_decode,
     "descriptor-decode": op_descriptor_decode,
     "open-vault": op_open_vault,
+    **OWNER_OPERATIONS,  # recovery recipients and the owner's control records (owner_operations.py)
 }
 
 # Rejections that are an outcome rather than an exception: (operation, check on its result).
