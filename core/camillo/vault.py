@@ -515,7 +515,8 @@ class Vault:
                           reauth: Unlock | None = None) -> Changes:
         """Replace the passphrase and roll the keys, in time independent of the vault's size: with a
         copy of its old slot, the old passphrase opens only what was written before the change.
-        Needs the current passphrase or the recovery phrase (the unlocking credential, or ``reauth``)."""
+        Needs the current passphrase, the recovery phrase or a trusted person's recovery key (the
+        unlocking credential, or ``reauth``): after opening with a recovery key, call this next."""
         return credentials.change_passphrase(self.session, new_passphrase, kdf=kdf, reauth=reauth)
 
     @checked

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from camillo import NewRecord, Unlock, Vault, ids, sealed, slots, transport
 from camillo import records as rec
-from camillo.credentials import Credential, CredentialKind, read_recipient_key, recipient_pop, write_recipient_key
+from camillo.credentials import (
+    Credential,
+    CredentialKind,
+    read_recipient_key,
+    recipient_pop,
+    write_recipient_key,
+)
 from camillo.primitives import ARGON2_TEST, SigningKey, labelled
 from camillo.session.writer import write_control
 

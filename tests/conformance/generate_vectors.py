@@ -842,7 +842,9 @@ def main() -> int:
         derivations(out)
         objects_and_negatives(out)
         tiny_vault(out, work)
-        from tests.conformance.generate_owner_vectors import owner_vectors  # recipients, compartments, devices
+        from tests.conformance.generate_owner_vectors import (
+            owner_vectors,  # recipients, compartments, devices
+        )
 
         owner_vectors(out, work)
     print(f"wrote {len(out.names)} vectors to {VECTORS}")

@@ -73,7 +73,7 @@ def test_the_device_name_is_asked_for_a_new_installation(vault, tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child runs camillo with a terminal on stdin
         os.environ.update(CAMILLO_HOME=str(tmp_path / "tty-home"), CAMILLO_PASSPHRASE=PASSPHRASE)
-        os.execv(sys.executable, [sys.executable, "-m", "camillo.cli", "log", vault])
+        os.execv(sys.executable, [sys.executable, "-m", "camillo.cli", "log", vault])  # noqa: S606
     out = b""
     while b"Name for this device" not in out:
         out += os.read(fd, 1024)
