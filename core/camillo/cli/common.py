@@ -75,10 +75,10 @@ def one_line(text: str, width: int = 80) -> str:
 # ---------------------------------------------------------------------------------------------- credentials
 
 
-def prompt_secret(prompt: str) -> str:
+def prompt_secret(prompt: str, env: str | None = None) -> str:
     if not sys.stdin or not sys.stdin.isatty():
-        raise UsageError(f"{prompt.rstrip(': ')} is needed but there is no terminal to ask on; "
-                         "set it in the environment (see camillo --help)")
+        where = f"set {env}" if env else "set it in the environment (see camillo --help)"
+        raise UsageError(f"{prompt.rstrip(': ')} is needed but there is no terminal to ask on; {where}")
     return getpass.getpass(prompt)
 
 
@@ -86,15 +86,15 @@ def passphrase(env: str = "CAMILLO_PASSPHRASE", prompt: str = "Passphrase: ") ->
     value = os.environ.get(env)
     if value:
         return value
-    return prompt_secret(prompt)
+    return prompt_secret(prompt, env)
 
 
 def new_passphrase(env: str) -> str:
     value = os.environ.get(env)
     if value:
         return value
-    first = prompt_secret("New passphrase: ")
-    if prompt_secret("Repeat it: ") != first:
+    first = prompt_secret("New passphrase: ", env)
+    if prompt_secret("Repeat it: ", env) != first:
         raise UsageError("the two passphrases differ; nothing was changed")
     return first
 
@@ -127,7 +127,7 @@ def unlock(args: argparse.Namespace) -> Unlock:
     if getattr(args, "device", False):
         return Unlock.device()
     if getattr(args, "recovery", False):
-        phrase = os.environ.get("CAMILLO_RECOVERY_PHRASE") or prompt_secret("Recovery phrase: ")
+        phrase = os.environ.get("CAMILLO_RECOVERY_PHRASE") or prompt_secret("Recovery phrase: ", "CAMILLO_RECOVERY_PHRASE")
         return Unlock.recovery(phrase)
     return Unlock.passphrase(passphrase())
 
