@@ -11,8 +11,11 @@ starts at the genesis record (whose hash is the vault id):
    counts too, once that certificate's owner signature verifies;
 3. each control record in a signed batch is applied when its inner signatures include a current
    owner (and, for certificates, the subject itself: proof of possession);
-4. repeat until nothing changes; then apply revocations (spec §14.6) and repeat once more with the
-   revoked writers' later batches excluded, until stable.
+4. repeat until nothing changes (a batch by a writer nobody certified yet, and a record whose
+   signers are not principals yet, are tried again in every pass; what is still unsigned at the
+   end is neither excluded nor reported); then judge the manifests' signers and the revocations'
+   signers against every principal of the round, apply the revocations (spec §14.6) and repeat
+   with the revoked writers' later batches excluded, until stable.
 
 The result does not depend on the order in which files arrived.
 
@@ -21,8 +24,8 @@ Pure computation over decrypted batches; confined to the thread that owns the va
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
@@ -378,6 +381,23 @@ def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes
     }
 
 
+def revocation_body(subject: bytes, chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]],
+                    reason: str) -> dict[int, Any]:
+    """The body of a REVOKE of ``subject`` by a writer whose causal log holds ``chains``
+    ((writer, compartment) -> {seq: batch id}, the accepted batches): ``seen`` = for every chain its
+    highest accepted seq (the highest, also when a lower seq is missing), ``pins`` = the subject's
+    highest accepted batch per compartment (spec §14.6)."""
+    seen: dict[bytes, dict[bytes, int]] = {}
+    pins: dict[bytes, bytes] = {}
+    for (w, c), chain in chains.items():
+        if chain:
+            top = max(chain)
+            seen.setdefault(c, {})[w] = top
+            if w == subject:
+                pins[c] = chain[top]
+    return {0: subject, 2: seen, 3: pins, 4: reason}
+
+
 def _principal_from_entry(entry: Any, record: Record, replaces: bytes | None = None) -> Principal:
     kind, alg, sig_pk, rpk, name, platform = _owner_entry(entry)
     return Principal(ids.writer_id(alg, sig_pk), kind, alg, sig_pk, rpk, name, platform, record.ts or 0, record.id,
@@ -422,6 +442,7 @@ class _Builder:
         self.prior = prior  # revocations found by the previous round
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
+        self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
 
     def find_genesis(self) -> bool:
         for view in self.views.values():
@@ -478,6 +499,7 @@ class _Builder:
                     changed = True
                 if view.signed and self._apply_controls(view):
                     changed = True
+        self.judge_manifest_signers()
         # Batches a valid owner listed in a COMPACTION record were verified by that owner: accept
         # them on its signature (``camillo verify --full`` checks them again).
         vouched: set[bytes] = set()
@@ -670,6 +692,7 @@ class _Builder:
             added = _id_set(body.get(2) or [], 32, "added segments")
             batches = _id_set(body.get(3) or [], 32, "batch ids")
             self.r.manifests[rec.id] = ManifestInfo(Kind(kind), rec.id, cid, removed, added, batches, signers[0], rec.ts or 0)
+            self.manifest_carriers[rec.id] = (rec, view)
             return True
         if kind == Kind.COMPARTMENT:
             cid = _bytes(body.get(0), 16, "compartment id")
@@ -699,6 +722,16 @@ class _Builder:
             return True
         self.r.unknown_control += 1
         return True
+
+    def judge_manifest_signers(self) -> None:
+        """A manifest's signer is its first valid owner signature in the order of field 13, judged
+        once every control record of this round is applied (spec §14.5, §14.7): when the record was
+        first met, a signer whose certificate sits in a later batch was not known yet, and the
+        result must not depend on batch order."""
+        for rid, (rec, view) in self.manifest_carriers.items():
+            signers = self._owner_signers(rec, view)
+            if signers and signers[0] != self.r.manifests[rid].signer:
+                self.r.manifests[rid] = replace(self.r.manifests[rid], signer=signers[0])
 
     def apply_revocations(self) -> None:
         """Apply REVOKE records in record-id order; a revocation signed by a key that an earlier

@@ -281,8 +281,8 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     for cid, per_writer in remembered.items():
         for wid, (seq, bid) in per_writer.items():
             chain = log.chains.get((wid, cid), {})
-            if chain.get(seq) == bid:
-                continue
+            if chain.get(seq) == bid or bid in log.rejected:
+                continue  # here (a rejected batch is here too: its rejection is reported with its reason)
             if seq in chain:
                 alerts.append(Alert("rollback", cid, wid, seq, bid, now,
                                     f"batch {bid.hex()[:12]} (seq {seq}) that this device saw was replaced by another"))

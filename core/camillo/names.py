@@ -15,6 +15,7 @@ NAME_PATTERNS = {
     "slot": re.compile(r"slots/[0-9a-f]{32}\.slot"),
     "envelope": re.compile(r"env/[0-9a-f]{64}\.env"),
     "segment": re.compile(r"segments/([0-9a-f]{2})/([0-9a-f]{64})\.seg"),
+    "blob": re.compile(r"blobs/([0-9a-f]{2})/([0-9a-f]{64})\.blob"),
     "pack": re.compile(r"packs/[0-9a-f]{64}\.pack"),
     "enroll": re.compile(r"enroll/[0-9a-f]{32}\.(req|resp|ack)"),
 }
@@ -26,7 +27,7 @@ def kind_of(name: str) -> str | None:
     for kind, pattern in NAME_PATTERNS.items():
         m = pattern.fullmatch(name)
         if m:
-            if kind == "segment" and m.group(1) != m.group(2)[:2]:
+            if kind in ("segment", "blob") and m.group(1) != m.group(2)[:2]:
                 return None
             return kind
     return None

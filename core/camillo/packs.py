@@ -36,10 +36,12 @@ TYPE_DESCRIPTOR = 1
 TYPE_SLOT = 2
 TYPE_ENVELOPE = 3
 TYPE_SEGMENT = 4
-MIN_ENTRY = {TYPE_DESCRIPTOR: 8, TYPE_SLOT: 4096, TYPE_ENVELOPE: 4096, TYPE_SEGMENT: 4096}
+TYPE_BLOB = 5  # an attachment chunk (spec §9.5)
+MIN_ENTRY = {TYPE_DESCRIPTOR: 8, TYPE_SLOT: 4096, TYPE_ENVELOPE: 4096, TYPE_SEGMENT: 4096, TYPE_BLOB: 4096}
 
 
-_TYPES = {"descriptor": TYPE_DESCRIPTOR, "slot": TYPE_SLOT, "envelope": TYPE_ENVELOPE, "segment": TYPE_SEGMENT}
+_TYPES = {"descriptor": TYPE_DESCRIPTOR, "slot": TYPE_SLOT, "envelope": TYPE_ENVELOPE, "segment": TYPE_SEGMENT,
+          "blob": TYPE_BLOB}
 
 
 def entry_type(name: str) -> int:

@@ -408,9 +408,13 @@ def encode_record(
     ts: int | None = None,
     type: str | None = None,
     extra: dict[int, Any] | None = None,
+    salt: bytes | None = None,
 ) -> bytes:
-    """Build one record's bytes.  ``signers`` inner-sign it (control records and CONFIRM)."""
-    m: dict[int, Any] = {F.V: 1, F.KIND: int(kind), F.AUTHOR: author, F.SALT: random_bytes(16)}
+    """Build one record's bytes.  ``signers`` inner-sign it (control records and CONFIRM), in the
+    order given.  ``salt`` is random unless given (the writer-side conformance vectors fix it)."""
+    if salt is not None and len(salt) != 16:
+        raise ValueError("a record salt is 16 bytes")
+    m: dict[int, Any] = {F.V: 1, F.KIND: int(kind), F.AUTHOR: author, F.SALT: salt or random_bytes(16)}
     if key is not None:
         check_key(key)
         m[F.KEY] = key

@@ -32,8 +32,13 @@ SALT_LEN = XNONCE_LEN
 OVERHEAD = SALT_LEN + COMMIT_LEN + TAG_LEN + 4  # salt, commitment, tag, length prefix
 
 
-def seal(prk: bytes, label: str, context: bytes, header: bytes, payload: bytes, total_len: int) -> bytes:
-    salt = random_bytes(SALT_LEN)
+def seal(prk: bytes, label: str, context: bytes, header: bytes, payload: bytes, total_len: int,
+         salt: bytes | None = None) -> bytes:
+    """``salt``: random unless given (attachment chunks derive it, so that equal chunks under one
+    compartment epoch seal to equal files: deduplication, spec §9.5)."""
+    salt = random_bytes(SALT_LEN) if salt is None else salt
+    if len(salt) != SALT_LEN:
+        raise ValueError("salt of the wrong length")
     keys = derive_body_keys(prk, label, salt, context)
     prefix = header + salt + keys.commitment
     plaintext_len = total_len - len(prefix) - TAG_LEN

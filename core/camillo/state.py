@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
@@ -123,7 +123,7 @@ def value_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(text := value.get("text"), str):
+    if isinstance(value, dict) and isinstance(text := value.get("text", value.get("name")), str):  # a file: its name
         return text
     return json.dumps(jsonable(value), ensure_ascii=False, sort_keys=True)
 
@@ -747,6 +747,16 @@ class State:
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
         return self._view(row) if row else None
+
+    def raw_record(self, rid: bytes) -> bytes | None:
+        """A valid record's bytes (None when unknown, invalid or erased)."""
+        row = self.db.execute("SELECT raw FROM records WHERE id = ? AND valid = 1 AND erased = 0", (rid,)).fetchone()
+        return row[0] if row else None
+
+    def raw_records_of_type(self, typ: str) -> Iterator[tuple[bytes, bytes]]:
+        """(id, bytes) of the valid, unerased records of one semantic type (attachments' chunk lists)."""
+        yield from self.db.execute("SELECT id, raw FROM records WHERE type = ? AND valid = 1 AND erased = 0 "
+                                   "AND raw IS NOT NULL", (typ,))
 
     def records(self, ids: Iterable[bytes]) -> list[RecordView]:
         """The views of these records, in the order given (unknown ids are left out)."""

@@ -9,8 +9,9 @@ Rules every shelf follows:
 * Names match a strict pattern (below); anything else in the folder is ignored: dot-files and
   temp files, ``*.sync-conflict-*`` copies, iCloud ``*.icloud`` placeholders, editor droppings.
 * A write creates a new file or finds identical bytes already there; it never overwrites.  The
-  folder shelf writes a dot temp file in the target directory, fsyncs it, renames it into place and
-  fsyncs the directory, so a crash leaves either nothing or the whole file.
+  folder shelf writes a dot temp file in the target directory, fsyncs it, gives it its name with
+  link(2) (which, unlike rename(2), fails when the name exists) and fsyncs the directory, so a crash
+  leaves either nothing or the whole file (spec §4.4).  Files are created 0600, directories 0700.
 * Deleting is only done by compaction, erasure and enrollment clean-up.
 * Segments inside ``packs/*.pack`` are listed and read as if they were loose files.
 
@@ -33,7 +34,7 @@ from .names import kind_of as kind_of  # re-exported
 from .packs import TYPE_SEGMENT, PackReader
 from .primitives import random_bytes, sha256
 
-DIRECTORIES = ("slots", "env", "segments", "packs", "enroll")
+DIRECTORIES = ("slots", "env", "segments", "packs", "enroll", "blobs")
 
 
 def segment_name(data: bytes) -> str:
@@ -42,8 +43,9 @@ def segment_name(data: bytes) -> str:
 
 
 def content_hash_of(name: str) -> bytes | None:
-    """For content-addressed names (segments, envelopes, packs) the hash the bytes must have."""
-    m = re.search(r"([0-9a-f]{64})\.(seg|env|pack)$", name)
+    """For content-addressed names (segments, envelopes, packs, attachment chunks) the hash the bytes
+    must have."""
+    m = re.search(r"([0-9a-f]{64})\.(seg|env|pack|blob)$", name)
     return bytes.fromhex(m.group(1)) if m else None
 
 
@@ -292,6 +294,13 @@ class FolderShelf:
         except OSError:
             return None
 
+    def mtime(self, name: str) -> float | None:
+        """When the loose file last changed (seconds), or None if it is not here as a loose file."""
+        try:
+            return os.path.getmtime(self._path(name))
+        except OSError:
+            return None
+
     def read(self, name: str) -> bytes:
         path = self._path(name)
         try:
@@ -336,7 +345,7 @@ class FolderShelf:
         tmp = f".tmp-{random_bytes(8).hex()}"
         try:
             make_dirs_durable(directory)
-            fd = os.open(os.path.join(directory, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(os.path.join(directory, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
                 view = memoryview(data)
                 while view:
@@ -352,23 +361,52 @@ class FolderShelf:
         return tmp
 
     def commit(self, name: str, tmp: str) -> bool:
-        """The second half of :meth:`write`: rename the staged temp file into place and fsync the
-        directory.  False when there is nothing to do (already committed, or never staged).  On
+        """The second half of :meth:`write`: move the staged temp file to ``name`` **create-only**
+        and fsync the directory (spec §4.4).  The move is link(2) then unlink of the temp name,
+        which fails instead of replacing a file that appeared meanwhile (rename(2) would replace
+        it); where the file system has no hard links, a rename that refuses an existing name
+        (Windows) or, on POSIX, a rename after checking that the name is free.  False when there is
+        nothing to do: the name already holds these bytes, or the temp file is gone (committed
+        before).  A name holding other bytes raises StorageError and is left as it is.  On any other
         failure the temp file stays, for a later commit (or :meth:`unstage`)."""
         path = self._path(name)
         directory = os.path.dirname(path)
         staged = os.path.join(directory, tmp)
-        if os.path.exists(path):
-            self.unstage(name, tmp)
-            return False
         try:
-            os.rename(staged, path)
+            try:
+                os.link(staged, path)
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                if os.name != "nt" and os.path.lexists(path):
+                    raise FileExistsError(errno.EEXIST, "exists", path) from None
+                os.rename(staged, path)  # Windows: refuses an existing name; POSIX: checked just above
+            else:
+                os.unlink(staged)
             _fsync_dir(directory)
+        except FileExistsError:
+            return self._settle_existing(name, path, staged, tmp)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise self._write_error(name, exc) from None
         return True
+
+    def _settle_existing(self, name: str, path: str, staged: str, tmp: str) -> bool:
+        """``name`` appeared before the staged file could take it: identical bytes are success (rule
+        1 of spec §4.4), other bytes are refused (rule 2) and both files are left alone except the
+        temp file, which is dropped."""
+        try:
+            with open(path, "rb") as a, open(staged, "rb") as b:
+                same = a.read() == b.read()
+        except FileNotFoundError:
+            return False  # the temp file was committed by another process meanwhile
+        except OSError as exc:
+            raise self._write_error(name, exc) from None
+        self.unstage(name, tmp)
+        if not same:
+            raise StorageError(f"{name} already exists with different content; refusing to overwrite", file=name)
+        return False
 
     def unstage(self, name: str, tmp: str) -> None:
         """Drop a staged temp file that will not be committed."""
@@ -402,6 +440,16 @@ class FolderShelf:
         self._packs.clear()
 
 
+# errno values of link(2) on a file system without hard links (FAT, exFAT, some network and FUSE
+# mounts): commit falls back to a rename that does not replace (spec §4.4)
+_NO_HARD_LINKS = frozenset(e for e in (getattr(errno, n, None) for n in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS",
+                                                                          "EMLINK", "EXDEV", "EACCES"))
+                           if e is not None)
+
+FILE_MODE = 0o600  # vault files, before the umask (spec §4.4)
+DIRECTORY_MODE = 0o700  # directories a writer creates in or for a vault, before the umask
+
+
 def _fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -410,7 +458,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def make_dirs_durable(directory: str, mode: int = 0o777) -> None:
+def make_dirs_durable(directory: str, mode: int = DIRECTORY_MODE) -> None:
     """``os.makedirs`` whose result survives a power cut: a new directory's entry lives in its
     parent, so each directory created here is followed by an fsync of its parent (POSIX makes a
     directory entry durable only then; a file fsynced inside a directory that is not is lost)."""

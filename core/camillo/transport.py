@@ -1,6 +1,6 @@
 """Moving a vault as one file: pack a folder into a ``.vmem``, unpack it into a folder.
 
-Packing needs no key: it copies the vault's files (descriptor, slots, envelopes, segments, including
+Packing needs no key: it copies the vault's files (descriptor, slots, envelopes, attachment chunks, segments, including
 segments already inside folder packs) into one deterministic pack (:mod:`camillo.packs`), so the
 same vault state always gives the same bytes.  Unpacking writes every entry to its canonical path
 after checking that content-addressed entries hash to their names.
@@ -29,7 +29,7 @@ def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
         descriptor.decode(shelf.read(descriptor.NAME))
         entries = []
         for name in shelf.list():
-            if kind_of(name) in ("descriptor", "slot", "envelope", "segment"):
+            if kind_of(name) in ("descriptor", "slot", "envelope", "segment", "blob"):
                 data = shelf.read(name)
                 if hash_matches(name, data) is False:
                     raise DamagedFile(f"{name} does not match its name; run 'camillo verify' before packing", file=name)
@@ -98,7 +98,7 @@ def merge_into(path: str, other: str) -> list[str]:
         have = set(target.list())
         copied = []
         for name in source.list():
-            if name in have or kind_of(name) not in ("slot", "envelope", "segment"):
+            if name in have or kind_of(name) not in ("slot", "envelope", "segment", "blob"):
                 continue
             data = source.read(name)
             if hash_matches(name, data) is False:

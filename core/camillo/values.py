@@ -1,8 +1,8 @@
 """The values the vault facade takes and returns: how to unlock, what to append, and typed reports.
 
 This module is also the faces' vocabulary of the format: the authority classes, the record kinds
-and keyed types, the key rule, and the views of records and facts (re-exported from the layers
-that define them), so a face never imports those layers.
+and keyed types, the key rule, the search query syntax, and the views of records and facts
+(re-exported from the layers that define them), so a face never imports those layers.
 
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
@@ -22,6 +22,7 @@ from .changes import Changes
 from .control import Policy
 from .errors import UsageError
 from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
+from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
@@ -454,6 +455,7 @@ class ReachReport:
     generation: int
     exposed: list[str] = field(default_factory=list)
     changes: Changes = field(default_factory=Changes)
+    attachment_chunks_deleted: int = 0  # the erased files' chunks (whose keys only erased records held)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "changes"}
@@ -465,6 +467,11 @@ class ReachReport:
             f"Re-encrypted {self.batches_reencrypted} surviving batch(es) into {self.segments_written} new segment(s); "
             f"deleted {self.segments_deleted} old segment(s) and {self.key_files_deleted} old key file(s); "
             f"the master secret is now at generation {self.generation} and this device has a new key.",
+        ]
+        if self.attachment_chunks_deleted:
+            out.append(f"Deleted {self.attachment_chunks_deleted} chunk file(s) of the erased attachments, whose keys "
+                       "were only in the erased records.")
+        out += [
             "What erasure cannot reach:",
         ]
         out += [f"  - {line}" for line in self.exposed]
@@ -550,5 +557,6 @@ __all__ = [
     "describe_platform",
     "json_to_cbor",
     "jsonable",
+    "parse_search_query",
     "when_text",
 ]

@@ -5,10 +5,10 @@ The command line, the MCP server, the importers, the exporters and the desktop a
 directly.  Every mutation returns a :class:`~camillo.changes.Changes`, or a typed report holding
 one in ``.changes``, naming exactly what moved.
 
-The facade holds one :class:`~camillo.session.Session` (the unlocked vault's machinery) and
-delegates: opening to :mod:`camillo.session.unlock` then :mod:`camillo.ops.repair` and
-:mod:`camillo.ops.registration`; reading to the session's reader and :mod:`camillo.ops.reports`;
-writing to :mod:`camillo.ops`.  Opening runs the reader pipeline of spec §20.
+The facade holds one :class:`~camillo.session.Session` and delegates: opening to
+:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (the
+reader pipeline of spec §20); reading to the session's reader and :mod:`camillo.ops.reports`; writing
+to :mod:`camillo.ops`.
 
 Threading: a Vault is confined to one thread (the desktop's vault worker).  The desktop installs a
 guard with :func:`set_thread_guard` that raises when a facade method runs on the GUI thread.
@@ -27,6 +27,7 @@ from .errors import VaultError
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
+    attachments,
     compaction,
     compartments,
     credentials,
@@ -131,8 +132,7 @@ class Vault:
     def create(cls, path: str, passphrase: str, *, compartments: Sequence[str] = DEFAULT_COMPARTMENTS,
                device_name: str | None = None, kdf: tuple[int, int, int] | None = None,
                home: str | None = None) -> tuple[Vault, str]:
-        """Create a vault in an empty folder.  Returns the open vault and the recovery phrase,
-        which is shown to the user once and never stored."""
+        """Create a vault in an empty folder: the open vault and the recovery phrase (shown once)."""
         _check_thread()
         session, phrase = create_vault(path, passphrase, compartments=compartments, device_name=device_name,
                                        kdf=kdf, home=home)
@@ -167,8 +167,7 @@ class Vault:
 
     @staticmethod
     def device_unlock_available(path: str, home: str | None = None) -> bool:
-        """Does this installation hold a device key for the vault at ``path`` in the OS keychain?
-        (Blocks on the keychain: call it off the GUI thread.)"""
+        """Does the OS keychain hold this installation's device key for ``path``?  (Blocks: not on the GUI.)"""
         _check_thread()
         try:
             return device_unlock_available(read_vault_id(path), home)
@@ -349,8 +348,7 @@ class Vault:
 
     @checked
     def problems(self, *, full: bool = False) -> list[Problem]:
-        """Everything wrong or incomplete about this copy: damaged files, unverifiable batches,
-        gaps, forks and rejected records."""
+        """Everything wrong or incomplete about this copy: damaged files, gaps, forks, rejections."""
         return reports.problems(self.session, full=full)
 
     @checked
@@ -450,9 +448,19 @@ class Vault:
     @checked
     def forget(self, *, key: str | None = None, compartment: str | None = None,
                record: bytes | None = None) -> Changes:
-        """Hide a fact (DEL of its key) or a message.  It stays in the history, unreadable to
-        no one who could read it before; erase it to destroy it."""
+        """Hide a fact (DEL of its key) or a message.  It stays in the history; erase it to destroy it."""
         return curation.forget_memory(self.session, key=key, compartment=compartment, record=record)
+
+    @checked
+    def attach(self, source: str | Iterable[bytes], *, compartment: str = "personal", name: str | None = None,
+               media_type: str | None = None, of: bytes | None = None) -> Changes:
+        """Store a file (a path, or its bytes in pieces) encrypted in chunks, as an attachment of ``of``."""
+        return attachments.attach(self.session, source, compartment=compartment, name=name, media_type=media_type, of=of)
+
+    @checked
+    def save_attachment(self, record_id: bytes, out_path: str) -> attachments.StoredFile:
+        """Write an attachment's exact bytes to a new file, checked chunk by chunk and whole."""
+        return attachments.read_attachment(self.session, record_id, out_path)
 
     @checked
     def erase(self, record_ids: Sequence[bytes], *, reauth: Unlock | None = None) -> ReachReport:
@@ -469,8 +477,7 @@ class Vault:
     @checked
     def create_grant(self, agent: str, scopes: Mapping[str, str | Level], out_path: str, *,
                      max_class: str | int = "inferred", expires: int | None = None) -> GrantCreated:
-        """Give an agent access: ``scopes`` maps compartment names to read, write or append.  Writes
-        the grant file (the agent's credential, mode 0600)."""
+        """Give an agent access (``scopes``: compartment → read, write or append); writes its grant file."""
         levels = {name: lv if isinstance(lv, Level) else Level.parse(lv) for name, lv in scopes.items()}
         klass = Authority.parse(max_class) if isinstance(max_class, str) else Authority(max_class)
         return grants.create_grant(self.session, agent, levels, klass, expires, out_path)
@@ -521,8 +528,7 @@ class Vault:
 
     @checked
     def reissue_recovery_phrase(self, *, reauth: Unlock | None = None) -> RecoveryPhrase:
-        """A new recovery phrase replaces the old one (the keys roll, as for a passphrase change);
-        returned once, never stored."""
+        """A new recovery phrase replaces the old one (the keys roll); returned once, never stored."""
         return credentials.reissue_recovery(self.session, reauth=reauth)
 
     @checked

@@ -1,8 +1,9 @@
 """Conformance vectors for the owner's controls (issue 17): recovery recipients (spec §3.9, §12.6, slots
 of type 4) and the records COMPARTMENT, DEVICE_NAME and DEVICE_ACK (§14.5, §14.9).
 
-Called by ``generate_vectors.main`` (so a regeneration of the whole directory keeps them); the
-operations they name are checked by ``owner_operations.py``.  Like the other object vectors they
+Called by ``generate_vectors.main`` (regenerate only these with ``python -m
+tests.conformance.generate_vectors 'derive-recipient-pop' '*recipient*' 'record-*' vault-owner-controls``);
+the operations they name are checked by ``owner_operations.py``.  Like the other object vectors they
 contain random salts and encapsulations: they are generated once, committed, and then only checked.
 """
 
@@ -27,7 +28,6 @@ from .generate_vectors import (
     T0,
     VAULT_ID,
     VAULT_PASSPHRASE,
-    VECTORS,
     VMS,
     Out,
     fixed,
@@ -134,7 +134,7 @@ def control_vectors(out: Out, work: Path) -> None:
                    if r is not None and r.kind in (rec.Kind.COMPARTMENT, rec.Kind.DEVICE_NAME)
                    and r.body.get(1) not in ("", "shadow")}
         signer = actor.signer.public
-    vmem = VECTORS / "vault-owner-controls.vmem"
+    vmem = out.dir / "vault-owner-controls.vmem"
     transport.pack_vault(str(folder), str(vmem))
     ref = out.artefact_ref("vault-owner-controls.vmem")
     expected = read_back(str(vmem), Unlock.passphrase(VAULT_PASSPHRASE))
@@ -183,20 +183,3 @@ def owner_vectors(out: Out, work: Path) -> None:
     recipient_vectors(out, work)
     control_vectors(out, work)
 
-
-def main() -> int:
-    """Write (again) only these vectors: ``python -m tests.conformance.generate_owner_vectors``."""
-    import os
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="vmem-owner-vectors-") as tmp:
-        work = Path(tmp)
-        os.environ.update(CAMILLO_INSECURE_TEST_KDF="1", CAMILLO_KEYCHAIN="none", CAMILLO_HOME=str(work / "home"))
-        out = Out(VECTORS)
-        owner_vectors(out, work)
-    print(f"wrote {len(out.names)} vectors to {VECTORS}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,10 +20,12 @@ user's own installation.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unicodedata
@@ -70,6 +72,8 @@ from camillo.primitives import (
     sha256,
 )
 from camillo.storage import segment_name
+
+from .control_vectors import roster_vectors, writer_vectors
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 KEEP = {"README.md"}
@@ -485,7 +489,7 @@ def objects_and_negatives(out: Out) -> None:
     out.vector(
         "object-envelope",
         "An envelope opened with the recipient's X-Wing seed and the vault id yields an owner-signed payload "
-        "carrying the epoch secret of one compartment and epoch.",
+        "carrying the epoch secret of one compartment and epoch, with key 6 (previous epoch) present and null.",
         "open-envelope",
         {"artefact": out.artefact("object-envelope.env", env), "name": envelopes.file_name(env),
          "recipient_xwing_seed": RECIPIENT_SEED.hex(), "vault_id": VAULT_ID.hex(), "signer_public": owner.public.hex()},
@@ -496,6 +500,7 @@ def objects_and_negatives(out: Out) -> None:
             "payload_cbor": env_raw.hex(),
             "payload": {"kind": 1, "vault_id": VAULT_ID.hex(), "compartment_id": COMPARTMENT_ID.hex(),
                         "epoch_id": EPOCH_ID.hex(), "recipient_id": rid.hex(), "key": EPOCH_SECRET.hex(),
+                        "prev_epoch": None, "keys": sorted(encoding.decode(env_raw)),
                         "signer_ids": [owner_id.hex()]},
             "signatures_verify": True,
         },
@@ -764,7 +769,7 @@ def tiny_vault(out: Out, work: Path) -> None:
         vault.append([NewRecord(type="message", conversation="standup", role="user",
                                 text="The quarterly report is due on Friday.", ts=T0 + 50)], compartment="work")
         vault_id = vault.vault_id
-    vmem = VECTORS / "tiny-vault.vmem"
+    vmem = out.dir / "tiny-vault.vmem"
     transport.pack_vault(str(folder), str(vmem))
 
     # Read back as a fresh installation that has never seen this vault.
@@ -803,7 +808,7 @@ def tiny_vault(out: Out, work: Path) -> None:
         recipient_public=cred.recipient.public, recipient_id=cred.recipient_id, kdf=kdf, label="planted",
         signer=attacker.signer, signer_id=attacker.writer_id,
     ))
-    planted = VECTORS / "tiny-vault-planted-slot.vmem"
+    planted = out.dir / "tiny-vault-planted-slot.vmem"
     transport.pack_vault(str(planted_dir), str(planted))
     try:
         Vault.open(str(planted), Unlock.passphrase(VAULT_PASSPHRASE), register=False).lock()
@@ -831,23 +836,62 @@ def tiny_vault(out: Out, work: Path) -> None:
     )
 
 
-def main() -> int:
+def selected(out: Out, patterns: list[str]) -> set[str]:
+    """The vectors named by ``patterns`` (names or shell patterns such as ``roster-*``), plus every
+    vector that shares an artefact with one of them (its artefact is written again too)."""
+    names = {n for n in out.names if any(fnmatch.fnmatch(n, p) for p in patterns)}
+    unknown = [p for p in patterns if not any(fnmatch.fnmatch(n, p) for n in out.names)]
+    if unknown:
+        raise SystemExit(f"no vector is named {', '.join(unknown)}; the vectors are: {', '.join(sorted(out.names))}")
+    files = {n: set(_artefact_files(json.loads((out.dir / f"{n}.json").read_text(encoding="ascii"))))
+             for n in out.names}
+    while True:
+        shared = {n for n in out.names if files[n] & {f for m in names for f in files[m]}} - names
+        if not shared:
+            return names
+        names |= shared
+
+
+def _artefact_files(obj: Any) -> list[str]:
+    if isinstance(obj, dict):
+        if set(obj) == {"file", "sha256", "length"}:
+            return [obj["file"]]
+        return [f for x in obj.values() for f in _artefact_files(x)]
+    if isinstance(obj, list):
+        return [f for x in obj for f in _artefact_files(x)]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every vector, or (with names or patterns) only those, leaving the others as they are.
+    Object vectors change on every run, so regenerate only what changed and commit it."""
+    patterns = sys.argv[1:] if argv is None else argv
     with tempfile.TemporaryDirectory(prefix="vmem-vectors-") as tmp:
         work = Path(tmp)
         os.environ["CAMILLO_INSECURE_TEST_KDF"] = "1"
         os.environ["CAMILLO_KEYCHAIN"] = "none"
         os.environ["CAMILLO_HOME"] = str(work / "writer-home")
-        out = Out(VECTORS)
+        out = Out(work / "vectors" if patterns else VECTORS)
         out.clean()
         derivations(out)
         objects_and_negatives(out)
+        roster_vectors(out.vector)
+        writer_vectors(out.vector)
         tiny_vault(out, work)
         from tests.conformance.generate_owner_vectors import (
             owner_vectors,  # recipients, compartments, devices
         )
 
         owner_vectors(out, work)
-    print(f"wrote {len(out.names)} vectors to {VECTORS}")
+        if not patterns:
+            print(f"wrote {len(out.names)} vectors to {VECTORS}")
+            return 0
+        names = selected(out, patterns)
+        for name in sorted(names):
+            shutil.copyfile(out.dir / f"{name}.json", VECTORS / f"{name}.json")
+            for f in _artefact_files(json.loads((out.dir / f"{name}.json").read_text(encoding="ascii"))):
+                shutil.copyfile(out.dir / f, VECTORS / f)
+    print(f"wrote {', '.join(sorted(names))} to {VECTORS}")
     return 0
 
 

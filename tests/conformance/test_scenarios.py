@@ -207,17 +207,20 @@ def _deliver_in_order(src: Path, names: list[str], folder: Path, passphrase: str
 
 
 @pytest.mark.parametrize("d", _params("files"))
-def test_arrival_orders(d: Path, tmp_path: Path):
+def test_arrival_orders(d: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     s = _load(d)
     src = d / "files"
     names = _names(src)
     # All at once, as a fresh installation.
+    monkeypatch.setenv("CAMILLO_HOME", str(tmp_path / "device-all-at-once"))
     shutil.copytree(src, tmp_path / "all-at-once")
     with _open(tmp_path / "all-at-once", s["passphrase"]) as v:
         _assert_state(_state(v), s["expect"], f"{s['name']} (all files at once)")
     assert s["orders"] >= 20
     for i in range(s["orders"]):
         rng = random.Random(f"{s['name']}/{i}")
+        # each order is another device's experience: what one saw is not remembered by the next
+        monkeypatch.setenv("CAMILLO_HOME", str(tmp_path / f"device-{i}"))
         state, chunks = _deliver_in_order(src, names, tmp_path / f"order-{i}", s["passphrase"], rng)
         order = " | ".join(" ".join(n.rsplit("/", 1)[1][:8] for n in c) for c in chunks)
         _assert_state(state, s["expect"], f"{s['name']} arrival order {i} ({order})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,9 @@ from camillo import (
     segments,
     slots,
 )
-from camillo.credentials import Credential, from_passphrase, from_recovery_phrase
+from camillo.control import BatchView, build_roster
+from camillo.credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
+from camillo.ops.registration import registration_records
 from camillo.primitives import (
     CryptoFailure,
     KdfParams,
@@ -49,7 +52,8 @@ from camillo.primitives import (
     sha256,
     verify_signature,
 )
-from camillo.records import batch_from_cbor, verify_batch_signature
+from camillo.records import BatchHeader, batch_from_cbor, decode_record, make_batch, verify_batch_signature
+from camillo.session.writer import causal_fields
 from camillo.storage import hash_matches, segment_name
 from owner_operations import OPERATIONS as OWNER_OPERATIONS
 
@@ -247,6 +251,8 @@ def op_open_envelope(inp: dict[str, Any]) -> dict[str, Any]:
         "payload": {"kind": int(payload.kind), "vault_id": encoding.decode(raw)[1].hex(),
                     "compartment_id": payload.compartment_id.hex(), "epoch_id": payload.epoch_id.hex(),
                     "recipient_id": payload.recipient_id.hex(), "key": payload.key.hex(),
+                    "prev_epoch": None if payload.prev_epoch is None else payload.prev_epoch.hex(),
+                    "keys": sorted(encoding.decode(raw)),
                     "signer_ids": [s[0].hex() for s in payload.signatures]},
         "signatures_verify": verifies,
     }
@@ -403,6 +409,130 @@ def op_open_vault(inp: dict[str, Any]) -> dict[str, Any]:
     return results[0]
 
 
+def _views(inp: dict[str, Any]) -> list[BatchView]:
+    """The vector's batches as a reader hands them to the roster: structure checked, every record
+    checked against its id, control records decoded."""
+    views = []
+    for item in inp["batches"]:
+        batch = batch_from_cbor(encoding.decode(_b(item["batch_cbor"]), "batch"))
+        assert batch.id.hex() == item["batch_id"]
+        assert batch.header.compartment_id.hex() == inp["compartments"][item["compartment"]]
+        records = [decode_record(raw, expected_id=rid) for rid, raw in zip(batch.header.records, batch.records)]
+        views.append(BatchView(batch, f"batch {batch.id.hex()}", bytes(16), [r if r.is_control else None for r in records]))
+    return views
+
+
+def _roster(vault_id: bytes, views: list[BatchView]) -> dict[str, Any]:
+    roster, signed = build_roster(vault_id, {v.id: v for v in views})
+    policy = roster.policy
+    return {
+        "principals": sorted(({"writer_id": w.hex(), "kind": p.kind.label} for w, p in roster.principals.items()),
+                             key=lambda p: p["writer_id"]),
+        "revoked": sorted(({"subject": w.hex(), "record_id": r.record_id.hex()} for w, r in roster.revocations.items()),
+                          key=lambda r: r["subject"]),
+        "signed": sorted(b.hex() for b in signed),
+        "unsigned": sorted(v.id.hex() for v in views if v.id not in signed and v.id not in roster.excluded),
+        "excluded": sorted(b.hex() for b in roster.excluded),
+        "policy": {"erasure": "enabled" if policy.erasure_enabled else "disabled",
+                   "record_id": None if policy.record_id is None else policy.record_id.hex()},
+        "manifests": sorted(({"record_id": m.record_id.hex(), "signer": m.signer.hex()} for m in roster.manifests.values()),
+                            key=lambda m: m["record_id"]),
+        "problems": sorted(kind for kind, _, _ in roster.problems),
+    }
+
+
+def op_compute_roster(inp: dict[str, Any]) -> dict[str, Any]:
+    """The roster of these batches, which must not depend on the order they arrive in: computed
+    for the listed order, the reverse and a few shuffles."""
+    views = _views(inp)
+    results = []
+    for seed in range(4):
+        order = list(views) if seed == 0 else list(reversed(views)) if seed == 1 else random.Random(seed).sample(views, len(views))
+        for v in views:  # a fresh reader: nothing judged yet
+            v.signed = v.vouched = v.sig_ok = False
+        results.append(_roster(_b(inp["vault_id"]), order))
+    assert all(r == results[0] for r in results), "the roster depends on the order of the batches"
+    return results[0]
+
+
+def _check_registration_shape(inp: dict[str, Any], records: list[bytes], batches: list[Any]) -> None:
+    """The normative shape (spec §12.4, §17.6), checked on the decoded bytes without Camillo's writer."""
+    unlocking = Credential.from_seeds(CredentialKind.PASSPHRASE, _b(inp["unlocking"]["xwing_seed"]),
+                                      _b(inp["unlocking"]["ed25519_seed"]))
+    device = Credential.from_seeds(CredentialKind.DEVICE, _b(inp["device"]["xwing_seed"]), _b(inp["device"]["ed25519_seed"]))
+    cert = encoding.decode(records[0])
+    assert cert[1] == 17 and cert[2] == unlocking.writer_id and cert[14] == inp["ts"]
+    assert set(cert[12]) == {0, 1, 2}, "key 3 is absent: the new key's own signature is its proof of possession"
+    assert cert[12][0] == {0: 1, 1: 1, 2: device.signer.public, 3: device.recipient.public,
+                           4: inp["device"]["name"], 5: inp["device"]["platform"]}
+    replaced = None if inp["replaced"] is None else _b(inp["replaced"])
+    assert cert[12][1] == replaced and cert[12][2] == inp["unlocking"]["kind"]
+    assert [sig[0] for sig in cert[13]] == [unlocking.writer_id, device.writer_id]
+    if replaced is None:
+        assert len(records) == 1
+    else:
+        revoke = encoding.decode(records[1])
+        assert len(records) == 2 and revoke[1] == 20 and revoke[2] == device.writer_id
+        assert [sig[0] for sig in revoke[13]] == [unlocking.writer_id, device.writer_id]
+        body = revoke[12]
+        assert body[0] == replaced and body[4] == "its installation could no longer read its key; replaced"
+        seen: dict[bytes, dict[bytes, int]] = {}
+        for chain in inp["chains"]:  # the highest accepted seq of every chain, gaps below it included
+            seen.setdefault(_b(chain["compartment"]), {})[_b(chain["writer"])] = max(int(s) for s in chain["batches"])
+        assert body[2] == seen
+        assert body[3] == {_b(c["compartment"]): _b(c["batches"][str(max(int(s) for s in c["batches"]))])
+                           for c in inp["chains"] if _b(c["writer"]) == replaced}
+    order = [inp["control"], *(cid for cid, _ in inp["data_compartments"])]
+    assert [b.header.compartment_id.hex() for b in batches] == order, "control first, then genesis order"
+    for b in batches:
+        h = b.header
+        cid = h.compartment_id.hex()
+        assert (h.writer_id, h.seq, h.prev, h.ts) == (device.writer_id, 1, None, inp["ts"])
+        assert list(h.records) == [ids.record_id(r) for r in records] and list(b.records) == records
+        assert list(h.deps) == sorted(_b(x) for x in inp["dag_heads"].get(cid, []))[-64:]
+        expected_frontier = {_b(c["writer"]): max(int(s) for s in c["batches"]) for c in inp["chains"]
+                             if c["compartment"] == cid}
+        assert h.frontier == {**expected_frontier, device.writer_id: 0}
+        expected_heads: dict[bytes, dict[bytes, int]] = {}
+        if cid == inp["control"]:  # key 11: what the writer had seen of every data compartment
+            data = {_b(x) for x, _ in inp["data_compartments"]}
+            for c in inp["chains"]:
+                if _b(c["compartment"]) in data:
+                    expected_heads.setdefault(_b(c["compartment"]), {})[_b(c["writer"])] = max(int(s) for s in c["batches"])
+        assert h.heads == expected_heads
+        assert verify_batch_signature(b, device.signer.public)
+
+
+def op_write_registration(inp: dict[str, Any]) -> dict[str, Any]:
+    """What Camillo's writer writes from these inputs (the records, then one batch per compartment),
+    whose shape is checked against the spec's rules independently of that code."""
+    unlocking = Credential.from_seeds(CredentialKind(_KIND_BY_LABEL[inp["unlocking"]["kind"]]),
+                                      _b(inp["unlocking"]["xwing_seed"]), _b(inp["unlocking"]["ed25519_seed"]))
+    device = Credential.from_seeds(CredentialKind.DEVICE, _b(inp["device"]["xwing_seed"]), _b(inp["device"]["ed25519_seed"]))
+    chains = {(_b(c["writer"]), _b(c["compartment"])): {int(s): _b(b) for s, b in c["batches"].items()}
+              for c in inp["chains"]}
+    dag_heads = {_b(c): [_b(x) for x in hs] for c, hs in inp["dag_heads"].items()}
+    records = registration_records(unlocking, device, inp["device"]["name"], inp["device"]["platform"],
+                                   replaced=None if inp["replaced"] is None else _b(inp["replaced"]), chains=chains,
+                                   ts=inp["ts"], salts=[_b(x) for x in inp["salts"]])
+    data = [_b(cid) for cid, _ in inp["data_compartments"]]
+    batches = []
+    for cid in [_b(inp["control"]), *data]:
+        deps, frontier, heads = causal_fields(chains, dag_heads.get(cid, []), cid,
+                                              data if cid == _b(inp["control"]) else None)
+        frontier[device.writer_id] = 0
+        header = BatchHeader(_b(inp["vault_id"]), cid, device.writer_id, 1, None, deps, frontier,
+                             tuple(ids.record_id(r) for r in records), inp["ts"], heads=heads)
+        batches.append(make_batch(header, records, device.signer))
+    _check_registration_shape(inp, records, batches)
+    return {"records": [{"record_id": ids.record_id(r).hex(), "record_cbor": r.hex()} for r in records],
+            "batches": [{"compartment": b.header.compartment_id.hex(), "batch_id": b.id.hex(),
+                         "batch_cbor": encoding.encode(b.to_cbor()).hex()} for b in batches]}
+
+
+_KIND_BY_LABEL = {"passphrase": 2, "recovery phrase": 3}
+
+
 OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "derive-passphrase": op_derive_passphrase,
     "derive-recovery-phrase": op_derive_recovery_phrase,
@@ -424,6 +554,8 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "cbor-decode": op_cbor_decode,
     "descriptor-decode": op_descriptor_decode,
     "open-vault": op_open_vault,
+    "compute-roster": op_compute_roster,
+    "write-registration": op_write_registration,
     **OWNER_OPERATIONS,  # recovery recipients and the owner's control records (owner_operations.py)
 }
 

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 import zipfile
@@ -211,11 +212,23 @@ def check_split_export(vault: Vault, report) -> None:
     assert "OLD ANSWER" not in texts and "LOOPING MESSAGE" not in texts and "EARLIER LEAF" not in texts
     # The report: what came in, per kind; files left out by kind; nothing unknown dropped quietly.
     assert report.by_type == {"conversation": 4, "message": 13}
-    assert report.files == {"image": 3, "audio": 2, "file": 1} and report.files_missing == 1
+    # every file the export holds is stored, encrypted, as an attachment of its message; the one it lacks is not
+    assert report.files_stored == {"image": 2, "audio": 2, "file": 1}
+    assert report.files == {"image": 1} and report.files_missing == 1
+    stored = {r.value["name"]: r for r in vault.timeline() if r.type == "attachment" and "sha256" in r.value}
+    assert set(stored) >= {"basil.jpg", "watering.pdf"}
+    for r in stored.values():
+        assert vault.record(bytes.fromhex(r.value["of"])).type == "message"
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "saved"
+            vault.save_attachment(r.id, str(out))  # the very bytes of the export's member, checked
+            assert hashlib.sha256(out.read_bytes()).hexdigest() == r.value["sha256"]
+            assert out.stat().st_size == r.value["size"]
     assert report.unknown == {"ChatGPT content type 'app_pairing_content'": 1, "ChatGPT part 'mystery_part'": 1,
                               "file 'tasks.json'": 1}
     lines = "\n".join(report.lines())
-    assert "left out: 3 images, 2 audio files, 1 file — attachments are not stored yet" in lines
+    assert "stored, encrypted, as attachments of their messages: 2 audio files, 1 file, 2 images" in lines
+    assert "left out: 1 image (not in the export" in lines
     assert "1 file(s) a message refers to are not in the export" in lines
     reasons = "\n".join(report.reasons)
     for expected in ("its messages link in a circle (node 'n-x' is its own ancestor); nothing of it was imported",
@@ -395,7 +408,7 @@ def check_claude_2026(vault: Vault, report) -> None:
         assert expected in reasons, expected
     lines = "\n".join(report.lines())
     assert "3 message(s) of earlier or abandoned branches kept as alternates" in lines
-    assert "left out: 2 images, 1 file — attachments are not stored yet" in lines
+    assert "left out: 2 images, 1 file (not in the export, or not readable" in lines and not report.files_stored
 
 
 @pytest.mark.parametrize("layout", ["folder", "zip", "downloads"])

@@ -501,19 +501,71 @@ class _OsProxy:
         return getattr(os, name)
 
 
-def test_write_is_atomic_when_the_rename_fails(shelf, monkeypatch):
-    """A crash (here: a failing rename) leaves nothing behind: neither the file nor a temp file."""
+def test_write_is_atomic_when_the_link_fails(shelf, monkeypatch):
+    """A failure while the staged file takes its name (here: a failing link) leaves nothing behind:
+    neither the file nor a temp file."""
     name, data = seg_entry(40)
 
-    def failing_rename(src, dst):
+    def failing_link(src, dst):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(storage, "os", _OsProxy(rename=failing_rename))
+    monkeypatch.setattr(storage, "os", _OsProxy(link=failing_link))
     with pytest.raises(StorageError, match="cannot write"):
         shelf.write(name, data)
     monkeypatch.undo()
     assert _all_files(shelf.location) == []
     assert shelf.write(name, data) is True
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["link", "no-hard-links"])
+def test_commit_never_replaces_a_file_that_appeared_meanwhile(shelf, monkeypatch, hard_links):
+    """Spec §4.4 rules 2 and 3: between staging and commit another writer (or the sync service) may
+    create the name; the commit then refuses different bytes and leaves them as they are, and
+    accepts identical bytes, with link(2) and, where the file system has no hard links, with the
+    non-replacing rename (which rename(2) alone is not)."""
+    if not hard_links:
+        def no_links(src, dst):
+            raise OSError(errno.EPERM, "Operation not permitted")
+
+        monkeypatch.setattr(storage, "os", _OsProxy(link=no_links))
+    name, data = seg_entry(42)
+    other = data[:-1] + bytes([data[-1] ^ 1])
+    path = os.path.join(shelf.location, *name.split("/"))
+    tmp = shelf.stage(name, data)
+    assert tmp is not None
+    with open(path, "wb") as fh:  # appeared after the stage, before the commit
+        fh.write(other)
+    with pytest.raises(StorageError, match="refusing to overwrite"):
+        shelf.commit(name, tmp)
+    with open(path, "rb") as fh:
+        assert fh.read() == other
+    assert not [f for f in _all_files(shelf.location) if ".tmp-" in f]
+    os.unlink(path)
+    tmp = shelf.stage(name, data)
+    assert tmp is not None
+    with open(path, "wb") as fh:  # the same bytes, written by another process meanwhile
+        fh.write(data)
+    assert shelf.commit(name, tmp) is False
+    assert not [f for f in _all_files(shelf.location) if ".tmp-" in f]
+    os.unlink(path)
+    assert shelf.write(name, data) is True  # a free name is taken as usual
+    assert shelf.read(name) == data
+
+
+def test_vault_files_and_directories_are_private(tmp_path, monkeypatch):
+    """Spec §4.4: vault files are created with mode 0600 and the directories a writer creates with
+    0700 (before the umask)."""
+    old = os.umask(0o022)
+    try:
+        shelf = storage.FolderShelf(str(tmp_path / "vault"), create=True)
+        name, data = seg_entry(43)
+        shelf.write(name, data)
+    finally:
+        os.umask(old)
+    path = os.path.join(shelf.location, *name.split("/"))
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    for d in (shelf.location, os.path.join(shelf.location, "segments"), os.path.dirname(path)):
+        assert os.stat(d).st_mode & 0o777 == 0o700, d
 
 
 def test_write_disk_full_is_storage_error(shelf, monkeypatch):

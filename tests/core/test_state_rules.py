@@ -195,8 +195,9 @@ def test_nesting_limit_counts_containers_exactly():
 
 
 def test_verify_writes_nothing_even_when_an_erasure_is_unseen(new_vault, tmp_path, monkeypatch, capsys):
-    """`camillo verify` never writes: not the key rotation an unseen erasure asks for (§16.4), not
-    a finished write, not the cache, not the device memory."""
+    """`camillo verify` never writes to the vault: not the key rotation an unseen erasure asks for
+    (§16.4), not a finished write; in local state it writes only what this device has seen (so a
+    later rollback is noticed, spec §17.3), never the cache; a second verify writes nothing."""
     import json
     import os
 
@@ -220,11 +221,13 @@ def test_verify_writes_nothing_even_when_an_erasure_is_unseen(new_vault, tmp_pat
     assert cli.main(["verify", path, "--device", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     assert snapshot(path) == before
-    assert snapshot(home) == before_home
-    # The facade call verify makes.
+    after_home = snapshot(home)
+    changed = {k for k in set(before_home) | set(after_home) if before_home.get(k) != after_home.get(k)}
+    assert changed and all(k.endswith(("/state.bin", "/generation.cbor")) for k in changed), changed
+    # The facade call verify makes: what it saw is already remembered, so nothing changes.
     with Vault.open(path, Unlock.device(), register=False, cache=False, read_only=True) as v:
         assert v.writer_id == device.writer_id and v.problems() == []
-    assert snapshot(path) == before and snapshot(home) == before_home
+    assert snapshot(path) == before and snapshot(home) == after_home
     # An ordinary open still rotates this device's key.
     with Vault.open(path, Unlock.device()) as v:
         assert v.writer_id != device.writer_id

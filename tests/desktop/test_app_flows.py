@@ -589,7 +589,8 @@ def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
     assert status["user/meeting_time"] == "pending"
     assert status["user/home_city"] == "ok"
     assert view.title_label.text() == f"Facts  ({len(status)})"
-    assert "1 in conflict, 2 waiting" in view.subtitle.text()
+    assert status["user/diet"] == "ok"  # the user's value binds; an agent's proposal waits beside it
+    assert "1 in conflict, 4 waiting" in view.subtitle.text()
 
     view.select_fact("user/favorite_coffee")
     assert view.status_badge.text() == "conflict"
@@ -673,7 +674,8 @@ def test_search_modifiers(qtbot, demo_window):
 
     view = search(qtbot, demo_window, "is:pending")
     keys = {view.model.record(r).key for r in range(view.model.rowCount())}
-    assert keys == {"user/meeting_time", "user/reply_style"}
+    # every proposal (spec §19.3), also the one beside the user's diet
+    assert keys == {"user/meeting_time", "user/reply_style", "user/partner_name", "user/knee_injury", "user/diet"}
 
 
 def test_a_bad_search_modifier_shows_its_error(qtbot, demo_window):

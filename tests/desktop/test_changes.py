@@ -229,7 +229,9 @@ def test_the_desktops_jobs_broadcast_the_changes_the_vault_returned(qtbot, clien
         return blocker.args[0]
 
     inbox = wait_view(qtbot, window, "inbox")
-    inbox.table.selectRow(0)
+    free = call(qtbot, client, lambda ctx: {p.id for p in ctx.vault.inbox()
+                                             if ctx.vault.fact(p.key, p.compartment).current is None})
+    inbox.table.selectRow(next(r for r in range(inbox.model.rowCount()) if inbox.model.record(r).id in free))
     assert len(inbox.selected_ids()) == 1
     confirmed = broadcast(lambda: qtbot.mouseClick(inbox.confirm_button, Qt.MouseButton.LeftButton))
     assert confirmed.keys and confirmed.records and not confirmed.reloaded

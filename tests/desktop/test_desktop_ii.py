@@ -119,8 +119,12 @@ def test_confirm_one_and_reject_several_inferences(qtbot, client, demo_window):
     assert len(pending) >= 2, "the demo vault has agent inferences waiting"
     assert view.model.rowCount() == len(pending)
     assert all(p.effective_label != "user" for p in pending)
-    # Confirm the first: a signed CONFIRM makes it the user's own word.
-    view.table.selectRow(0)
+    # Confirm one that no value of the user's stands against (the other asks first; test_desktop_iii
+    # drives that): a signed CONFIRM makes it the user's own word.
+    free = call(qtbot, client, lambda ctx: {p.id for p in ctx.vault.inbox()
+                                             if ctx.vault.fact(p.key, p.compartment).current is None})
+    row = next(r for r in range(view.model.rowCount()) if view.model.record(r).id in free)
+    view.table.selectRow(row)
     first = view.selected_ids()
     assert len(first) == 1
     with qtbot.waitSignal(view.loaded, timeout=15_000):

@@ -7,7 +7,7 @@ account of what is durable, and on a power cut undoes what is not:
 
 * a file's bytes are durable only once the file was fsynced; at the cut an unsynced file keeps its
   last fsynced bytes (``cut="all"``) or a random prefix of what was written (``cut="random"``);
-* a directory entry change (create, rename, replace, unlink, mkdir) is durable only once its
+* a directory entry change (create, link, rename, replace, unlink, mkdir) is durable only once its
   directory was fsynced; at the cut the changes not yet covered are undone, all of them
   (``cut="all"``) or a random suffix per directory (``cut="random"``, i.e. each directory kept its
   changes in order up to a random point);
@@ -18,7 +18,7 @@ everything there before :meth:`FaultFS.install` counts as durable.  Calls throug
 (not ``os.open``) are not tracked and count as durable.
 
 Counted events (the kill points): ``os.open`` that creates a file, ``os.write``, ``os.fsync``,
-``os.rename``, ``os.replace``, ``os.unlink``/``os.remove`` and ``os.mkdir`` under the roots.
+``os.link``, ``os.rename``, ``os.replace``, ``os.unlink``/``os.remove`` and ``os.mkdir`` under the roots.
 
 Used only by the worker process, on its main thread, around real product code.
 """
@@ -64,7 +64,7 @@ class FaultFS:
 
     def install(self) -> None:
         os.makedirs(self.stash, exist_ok=True)
-        for name in ("open", "write", "fsync", "close", "rename", "replace", "unlink", "remove", "mkdir"):
+        for name in ("open", "write", "fsync", "close", "link", "rename", "replace", "unlink", "remove", "mkdir"):
             self.o[name] = getattr(os, name)
             setattr(os, name, getattr(self, f"_{name}"))
         self.active = True
@@ -86,7 +86,8 @@ class FaultFS:
             return None
         self._stashed += 1
         target = os.path.join(self.stash, f"{self._stashed:08d}")
-        os.link(path, target)
+        link = self.o.get("link", os.link)
+        link(path, target)  # type: ignore[operator]
         return target
 
     # ------------------------------------------------------------------ hooks
@@ -138,6 +139,16 @@ class FaultFS:
     def _close(self, fd):
         self.fds.pop(fd, None)
         return self.o["close"](fd)
+
+    def _link(self, src, dst, **kw):
+        """A new name for an existing file (the create-only commit of spec §4.4): undone at a power
+        cut like a created file until its directory is fsynced."""
+        if kw or not self._tracked(dst):
+            return self.o["link"](src, dst, **kw)
+        self._event(f"link {src} -> {dst}")
+        self.o["link"](src, dst)
+        self.pending.append((os.path.dirname(os.path.abspath(dst)), "create", os.path.abspath(dst)))
+        return None
 
     def _rename_like(self, which: str, src, dst, **kw):
         if kw or not self._tracked(dst):

@@ -169,6 +169,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attach(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        of = find_id(vault, args.to) if args.to else None
+        print_written(vault.attach(args.file, compartment=args.compartment or "personal", name=args.name,
+                                   media_type=args.media_type, of=of))
+    return 0
+
+
+def cmd_attachment(args: argparse.Namespace) -> int:
+    with open_vault(args) as vault:
+        f = vault.save_attachment(find_id(vault, args.record), args.out)
+        sys.stderr.write(f"wrote {f.name} ({f.size} bytes, {f.media_type}, SHA-256 {f.sha256}) to {args.out}\n")
+    return 0
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     copied = Vault.merge(args.vault, args.other)
     with open_vault(args) as vault:
@@ -225,6 +240,15 @@ def register(commands: Commands) -> None:
     p.add_argument("query")
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=int, default=200)
+    p = commands.add("attach", cmd_attach, "store a file encrypted in the vault (prints the attachment record's id)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--to", metavar="RECORD_ID", help="the record (a message) the file belongs to")
+    p.add_argument("--compartment")
+    p.add_argument("--name", help="the file name to show (default: FILE's name)")
+    p.add_argument("--media-type", dest="media_type", help="e.g. image/png (default: guessed from the name)")
+    p = commands.add("attachment", cmd_attachment, "write an attachment's exact bytes to a new file")
+    p.add_argument("record", metavar="RECORD_ID")
+    p.add_argument("--out", required=True, metavar="FILE", help="a file that does not exist yet")
     p = commands.add("merge", cmd_merge, "merge another copy (folder or .vmem) of the same vault into DIR")
     p.add_argument("other", metavar="OTHER")
     p.add_argument("--json", action="store_true")

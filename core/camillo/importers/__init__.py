@@ -14,8 +14,8 @@ preferences and instructions below ``user``, so they wait in the inbox for confi
 
 Nothing is left out silently: each unit says what it left out and why (``notes``), which files the
 export carries for it (images, audio, video, uploads: counted by kind, referenced in the message's
-``meta["files"]``, not stored: the vault holds no attachments yet), which of those files the export
-does not hold, which branches were kept as alternates, and which blocks, content types or files
+``meta["files"]`` and stored, encrypted, as attachments of that message when the export holds them:
+:func:`_store_files`), which of those files the export does not hold, which branches were kept as alternates, and which blocks, content types or files
 the importer does not know (counted by name).  :class:`ImportReport` adds them up and says what
 came in, per record type.
 
@@ -36,15 +36,11 @@ from ..changes import Changes
 from ..errors import VaultError
 from ..values import KEYED_TYPES, awaits_confirmation
 from ..vault import NewRecord
+from .safety import ImportFailed as ImportFailed
+from .safety import open_source
 
 if TYPE_CHECKING:
     from ..vault import Vault
-
-
-class ImportFailed(VaultError):
-    """The source cannot be imported at all (nothing was written)."""
-
-    exit_code = 4
 
 
 @dataclass
@@ -54,7 +50,7 @@ class ImportUnit:
     ``notes`` are what the reader left out of this unit and why (regenerated branches, hidden
     turns, tombstoned or retracted memories); ``skipped`` counts the items they cover.  ``files``
     counts the files the unit refers to, by kind (``image``, ``audio``, ``video``, ``file``): they
-    are referenced in their message's meta, not stored; ``files_missing`` of them are not in the
+    are referenced in their message's meta (and stored after the append); ``files_missing`` of them are not in the
     export, ``files_unhashed`` were too large to fingerprint.  ``alternates`` counts records kept
     from branches other than the current one; ``unknown`` counts, by name, what the reader does
     not know (a block type, a content type, a file).  A unit may carry notes and no records.
@@ -97,6 +93,7 @@ class ImportReport:
     reasons: list[str] = field(default_factory=list)
     by_type: dict[str, int] = field(default_factory=dict)  # what came in, per record type
     files: dict[str, int] = field(default_factory=dict)  # files referenced and left out, per kind
+    files_stored: dict[str, int] = field(default_factory=dict)  # files stored as attachments, per kind
     files_missing: int = 0
     files_unhashed: int = 0
     alternates: int = 0
@@ -114,9 +111,12 @@ class ImportReport:
         if self.alternates:
             out.append(f"  {self.alternates} message(s) of earlier or abandoned branches kept as alternates, "
                        "outside the conversations' threads")
+        if self.files_stored:
+            out.append("  stored, encrypted, as attachments of their messages: " + ", ".join(
+                _plural(self.files_stored[k], k) for k in sorted(self.files_stored)))
         if self.files:
             kinds = ", ".join(_plural(self.files[k], k) for k in sorted(self.files, key=lambda k: (-self.files[k], k)))
-            out.append(f"  left out: {kinds} — attachments are not stored yet (each message keeps a reference "
+            out.append(f"  left out: {kinds} (not in the export, or not readable; each message keeps a reference "
                        "to its files)")
         if self.files_missing:
             out.append(f"  {self.files_missing} file(s) a message refers to are not in the export")
@@ -164,6 +164,38 @@ def _proposal(r: NewRecord) -> bool:
     return r.type in KEYED_TYPES and awaits_confirmation(r.default_authority())
 
 
+def _store_files(vault: Vault, source: str, written: list[tuple[NewRecord, bytes]], compartment: str,
+                 report: ImportReport) -> None:
+    """Store the files the export carries as attachments of the messages that refer to them
+    (``meta["files"]``), streamed from the export (never read whole); each one stored is no longer
+    counted as left out.  A file that cannot be stored is said in the report; the message stays."""
+    import json
+
+    todo = []
+    for record, rid in written:
+        try:
+            refs = json.loads((record.meta or {}).get("files") or "[]")
+        except ValueError:
+            continue
+        todo += [(rid, ref) for ref in refs if isinstance(ref, dict) and isinstance(ref.get("member"), str)]
+    if not todo:
+        return
+    with open_source(source) as src:
+        for rid, ref in todo:
+            kind, name = str(ref.get("kind", "file")), str(ref.get("name") or ref["member"].rsplit("/", 1)[-1])
+            try:
+                report.changes |= vault.attach(src.stream(ref["member"]), compartment=compartment, name=name[:255],
+                                               media_type=ref.get("media_type"), of=rid)
+            except (VaultError, ImportFailed) as exc:
+                report.reasons.append(f"{name}: not stored ({exc})")
+                continue
+            report.files_stored[kind] = report.files_stored.get(kind, 0) + 1
+            if report.files.get(kind):
+                report.files[kind] -= 1
+                if not report.files[kind]:
+                    del report.files[kind]
+
+
 def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "personal",
                passphrase: str | None = None, progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import ``source`` into ``vault``; returns what was imported and what was skipped, and why."""
@@ -199,13 +231,15 @@ def run_import(vault: Vault, kind: str, source: str, *, compartment: str = "pers
             report.reasons.append(f"{unit.label}: {already} record(s) already imported")
         if fresh:
             try:
-                report.changes |= vault.append(fresh, compartment=unit.compartment or compartment)
+                changes = vault.append(fresh, compartment=unit.compartment or compartment)
+                report.changes |= changes
             except VaultError as exc:
                 existing -= {(r.meta or {}).get("import") for r in fresh}
                 report.skipped += len(fresh)
                 report.reasons.append(f"{unit.label}: not imported ({exc})")
                 continue
             report.imported += len(fresh)
+            _store_files(vault, source, list(zip(fresh, changes.written)), unit.compartment or compartment, report)
             report.proposals += sum(1 for r in fresh if _proposal(r))
             _add(report.by_type, {t: sum(1 for r in fresh if r.type == t) for t in {r.type for r in fresh}})
         if progress is not None:

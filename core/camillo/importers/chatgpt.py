@@ -37,8 +37,9 @@ DALL·E generated: ``meta["prompt"]`` keeps the prompt), ``audio_asset_pointer``
 ``video_container_asset_pointer``, ``real_time_user_audio_video_asset_pointer`` (voice-mode audio,
 video and frames) and the uploads listed in ``metadata.attachments``.  A file becomes a line in the
 text (``[image: photo.png]``) and an entry of ``meta["files"]`` (name, media type, size, SHA-256,
-the member holding it; see :mod:`~camillo.importers.files`); the files themselves are not stored
-yet and the report counts them by kind.  Citations (``metadata.content_references``,
+the member holding it; see :mod:`~camillo.importers.files`); the files the export holds are then
+stored as attachments of their message (:func:`camillo.importers._store_files`) and the report counts
+them by kind.  Citations (``metadata.content_references``,
 ``metadata.citations``) are kept in ``meta["citations"]`` (JSON text: title and url each), and the
 private-use markers that anchor them in the text become ``[n]``.  Left out and counted: nodes
 without a message, turns marked ``is_visually_hidden_from_conversation``, empty system turns,

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
 
+from ..errors import VaultError
 from ..values import json_to_cbor
 
 MAX_MEMBERS = 100_000
@@ -67,9 +68,13 @@ MAX_TS = 2**40  # about the year 36812: anything later is not a time
 _CHUNK = 1024 * 1024
 
 
-def _failed(message: str) -> Exception:
-    from . import ImportFailed
+class ImportFailed(VaultError):
+    """The source cannot be imported at all (nothing was written)."""
 
+    exit_code = 4
+
+
+def _failed(message: str) -> Exception:
     return ImportFailed(message)
 
 

@@ -28,6 +28,7 @@ from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.writer import write_batches
 from ..values import CompactionReport
+from .attachments import collect_garbage
 from .erasure import reseal, segment_id
 
 SMALL = 64 * 1024
@@ -88,6 +89,7 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
         files = session.write_files(new_files)  # every new segment, or none, before the records listing them
         write_batches(session, records, undo=lambda: session.delete_quietly(reversed(files)))
     deleted, pending = prune(session, prune_now=prune_now, now=now)
+    deleted += collect_garbage(session, now=now)  # chunk files no attachment names (after the grace period)
     now_r = session.roster
     alone = not any(p.writer_id not in now_r.revocations and p.writer_id != actor.writer_id for p in now_r.devices())
     changes = session.reader.changes(files_written=len(new_files) if records else 0, files_removed=deleted)

@@ -145,12 +145,23 @@ def finish_credential_changes(session: Session) -> int:
     §12.4 and §16.4, when a crash came between the control records and the deletion: such a slot no
     longer counts, but the old secret still unwraps the current master secret from it), and those
     whose every signer is revoked (originals that a retirement re-issued, which can never count
-    again).  Returns how many slots were deleted."""
+    again).  And the passphrase and recovery slots of older generations: a credential change that
+    rolled the keys gave every remaining user credential a slot of the new generation, so an older
+    one only lets a replaced credential open the old generation (a crash came before the roll's
+    deletions).  Device slots of older generations stay: a device that joined while the keys rolled
+    may have nothing newer yet.  Returns how many slots were deleted."""
     r = session.roster
-    if not session.is_owner or not r.revocations:
+    if not session.is_owner:
         return 0
-    dead = {p.recipient_id for p in r.principals.values() if p.writer_id in r.revocations and p.kind in USER_KINDS}
     deleted = 0
+    superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
+    for h in session.slot_headers()[0]:
+        if h.generation < session.keyring.generation and h.type in superseded:
+            session.shelf.delete(h.name)
+            deleted += 1
+    if not r.revocations:
+        return deleted
+    dead = {p.recipient_id for p in r.principals.values() if p.writer_id in r.revocations and p.kind in USER_KINDS}
     for h, st in list(session.current_slots()):
         if st.recipient_id in dead or all(sig[0] in r.revocations for sig in st.signatures):
             session.shelf.delete(h.name)

@@ -41,6 +41,7 @@ from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import segment_name
 from ..values import Notice, ReachReport, Unlock
+from . import attachments
 from .credentials import authenticate
 from .grant_trust import trust_files
 from .policy import require_erasure_allowed
@@ -125,6 +126,12 @@ def rotation_records(session: Session, old: Credential, new: Credential) -> list
             seen.setdefault(c, {})[w] = max(chain)
             if w == old.writer_id:
                 pins[c] = chain[max(chain)]
+    # What this device wrote itself counts even where this view cannot accept it yet (a batch of its
+    # own still syncing, or sealed to an epoch a concurrent erasure destroyed): every one was its own.
+    if session.actor is old and session.device_state_store is not None:
+        for c, (seq, bid) in session.device_state.counters.items():
+            if seq > seen.get(c, {}).get(old.writer_id, 0):
+                seen.setdefault(c, {})[old.writer_id], pins[c] = seq, bid
     for c in session.all_compartments():
         seen.setdefault(c, {})[new.writer_id] = 1
     retire = encode_record(Kind.REVOKE, old.writer_id,
@@ -213,6 +220,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(session)
     r, reader = session.roster, session.reader
+    record_ids = sorted(set(record_ids) | attachments.attachments_of(session, set(record_ids)))  # files go along
     views = []
     for rid in record_ids:
         where = session.materialized.record_location(rid)
@@ -238,6 +246,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
                           if c == cid and e in affected and name not in reader.unreadable)
     targets = set(record_ids)
     target_keys = {(r.compartment_name(cid), k) for k in session.materialized.keys_of(targets)}
+    chunks = attachments.chunks_named(session, targets)  # deleted at the end unless another record names them
 
     # The erasing device rotates its key: the new key signs every new key file.
     old_actor = session.require_writer()
@@ -339,11 +348,15 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         deleted += 1
     changes = session.reader.changes()
     session.reset_after_erasure()
+    chunks -= attachments.chunks_named(session)
+    for name in sorted(chunks):
+        session.shelf.delete(name)
     session.reader.changes()  # everything was read again: what moved is the erased records and their facts
     return ReachReport(
         records=[t.hex() for t in sorted(targets)], compartment=r.compartment_name(cid),
         epochs_destroyed=[e.hex() for e in sorted(affected)], batches_reencrypted=len(seen),
         segments_deleted=deleted, segments_written=len(new_segments), key_files_deleted=len(rekey.delete),
+        attachment_chunks_deleted=len(chunks),
         generation=session.keyring.generation, exposed=_exposed(session, cid, {new_dev.writer_id}),
         changes=Changes(records=tuple(sorted(targets)) + changes.records, batches=changes.batches, keys=changes.keys | target_keys,
                         compartments=changes.compartments | {r.compartment_name(cid)}, devices=True,

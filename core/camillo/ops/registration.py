@@ -11,8 +11,10 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from .. import ids, slots
-from ..control import REAUTH_KINDS, owner_entry
+from ..control import REAUTH_KINDS, owner_entry, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..errors import DeviceRevoked, UsageError
 from ..localstate import VaultLocal
@@ -24,6 +26,34 @@ from . import reports
 from .devices import MAX_NAME_CHARS, check_device_name, unique_name
 from .grant_trust import trust_files
 from .rekey import reissue_slots, slots_of
+
+REPLACED_REASON = "its installation could no longer read its key; replaced"
+
+
+def registration_records(unlocking: Credential, device: Credential, name: str, platform: str, *,
+                         replaced: bytes | None = None,
+                         chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]] | None = None,
+                         ts: int | None = None, salts: Sequence[bytes | None] = (None, None)) -> list[bytes]:
+    """The records a new writer's first batch in every compartment carries, in this order (spec
+    §12.4): its DEVICE_CERT (author the unlocking credential; body ``{0: owner entry, 1: the replaced
+    writer id or null, 2: the unlocking credential's kind}``, no key 3: the new key's own inner
+    signature is its proof of possession; inner signatures in the order unlocking credential, new
+    device) and, when it replaces an active key of this installation, the REVOKE of that key
+    (author the new device, the same two signers, ``seen`` and ``pins`` from ``chains``).
+    ``ts`` and ``salts`` are the current time and random unless given (the conformance vectors
+    fix them)."""
+    signers = [unlocking.signer, device.signer]
+    cert = encode_record(
+        Kind.DEVICE_CERT, unlocking.writer_id,
+        body={0: owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, name, platform),
+              1: replaced, 2: unlocking.kind.label},
+        signers=signers, ts=ts, salt=salts[0],
+    )
+    if replaced is None:
+        return [cert]
+    revoke = encode_record(Kind.REVOKE, device.writer_id, body=revocation_body(replaced, chains or {}, REPLACED_REASON),
+                           signers=signers, ts=ts, salt=salts[1])
+    return [cert, revoke]
 
 
 def is_new_installation(vault_id: bytes, home: str | None = None) -> bool:
@@ -80,18 +110,12 @@ def certify_installation(session: Session, device_name: str | None = None) -> No
         name = roster.principals[replaced].name
     else:
         name = unique_name(roster, default_device_name())
-    cert = encode_record(
-        Kind.DEVICE_CERT, unlocking.writer_id,
-        body={0: owner_entry(CredentialKind.DEVICE, device.signer.public, device.recipient.public, name,
-                             platform_label()), 1: replaced, 2: unlocking.kind.label},
-        signers=[unlocking.signer, device.signer],
-    )
-    records = [cert]
+    records = registration_records(unlocking, device, name, platform_label(), replaced=replaced,
+                                   chains=session.log.chains)
+    cert = records[0]
     files = [session.build_slot(device.recipient.public, slots.SlotType.DEVICE, name, signer=device)]
     dead: list[str] = []
     if replaced is not None:
-        records.append(session.revoke_record(replaced, "its installation could no longer read its key; replaced",
-                                             signers=[unlocking.signer, device.signer]))
         # The slots that count only through the retired key's signature (it created the vault,
         # or rolled the keyring last) are re-issued under the new key first (spec §12.4).
         again, dead = reissue_slots(session, replaced, device)

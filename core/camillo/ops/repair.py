@@ -9,7 +9,8 @@ Run by the facade after every writable unlock, in this order:
    epoch secrets this writer kept for that purpose (spec §16.10);
 3. a device certified before an erasure it has not seen replaces its key (its old key could open
    the pre-erasure copies through its old slot, §16.4);
-4. the current generation's dead slots are deleted: those of revoked credentials, whose deletion a
+4. dead slots are deleted: those of revoked credentials and older generations' passphrase and
+   recovery slots, whose deletion a
    crash interrupted (the last step of a credential change, §16.7);
 5. an erasure that another device's concurrent erasure left incomplete (a copy of an erased record
    under a key that erasure did not destroy) is completed (spec §16.10);

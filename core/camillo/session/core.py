@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import ids, slots
 from ..cache import Cache
-from ..control import BatchView, Level, Roster
+from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
 from ..errors import AccessDenied, KeychainError, ReadOnlyVault, StorageError, UsageError, VaultError
@@ -379,16 +379,10 @@ class Session:
     # ------------------------------------------------------------------------------ records
 
     def revoke_record(self, subject: bytes, reason: str, *, signers: Sequence[SigningKey]) -> bytes:
-        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins)."""
-        seen: dict[bytes, dict[bytes, int]] = {}
-        pins: dict[bytes, bytes] = {}
-        for (w, c), chain in self.log.chains.items():
-            if chain:
-                seen.setdefault(c, {})[w] = max(chain)
-                if w == subject:
-                    pins[c] = chain[max(chain)]
+        """A REVOKE of ``subject`` with what this device has seen of every chain (its pins); its
+        author is the last signer (the acting device)."""
         author = ids.writer_id(signers[-1].alg, signers[-1].public)
-        return encode_record(Kind.REVOKE, author, body={0: subject, 2: seen, 3: pins, 4: reason},
+        return encode_record(Kind.REVOKE, author, body=revocation_body(subject, self.log.chains, reason),
                              signers=list(signers))
 
     def erasure_manifests(self) -> list[bytes]:
@@ -439,7 +433,10 @@ class Session:
         seen_generation = max(ds.generation, self.local.load_generation())
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
                                              self.keyring.generation, int(time.time()), ds.epochs, known)
-        self.alerts = alerts
+        # An append grant remembers its own writes but can never read them back: no alert there.
+        g = self.grant
+        unread = {self.grant_scope_ids.get(n) for n, lv in g.scopes.items() if lv == Level.APPEND} if g else set()
+        self.alerts = [a for a in alerts if a.compartment_id not in unread]
         generation = max(ds.generation, self.keyring.generation)
         epochs = dict(ds.epochs)
         if known is not None:

@@ -12,11 +12,12 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from .. import ids, segments
 from ..devicestate import DeviceState
-from ..errors import AccessDenied, Incomplete, VaultError, WriterFrozen
+from ..errors import AccessDenied, DamagedFile, Incomplete, VaultError, WriterFrozen
+from ..primitives import constant_time_equal
 from ..records import Batch, BatchHeader, make_batch
 from ..storage import FolderShelf, segment_name
 from .core import Session
@@ -65,6 +66,15 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
             held = [h for h in roster.epoch_heads(cid) if (cid, h.epoch_id) in keyring.epoch_keys]
             if held:
                 epoch = min(held, key=lambda e: e.record_id)
+        own = keyring.epoch_keys.get((cid, epoch.epoch_id))
+        if own is not None and not constant_time_equal(own.public, epoch.public):
+            # The EPOCH record announces a public key that its secret does not give: what would be
+            # sealed to it could never be read with the epoch's secret (spec §9.2, §15.2).
+            raise DamagedFile(
+                f"the EPOCH record {epoch.record_id.hex()[:12]} of compartment {session.compartment_name(cid)} "
+                "announces a public key that does not belong to its epoch secret, so nothing was written there "
+                "(what it already holds is unaffected); the owner device that wrote that record is faulty: "
+                "revoking it ('camillo devices', 'camillo revoke') starts a new epoch")
         return epoch.epoch_id, epoch.public
     # An append grant cannot read EPOCH records: it follows the chain of public keys delivered to it.
     keyring = session.keyring
@@ -85,6 +95,34 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
     prevs = {keyring.envelope_sources[(cid, e)].prev_epoch for e in mine}
     heads = sorted(e for e in mine if e not in prevs) or sorted(mine)
     return heads[0], mine[heads[0]]
+
+
+def causal_fields(chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]], dag_heads: Iterable[bytes], cid: bytes,
+                  data_compartments: Collection[bytes] | None = None,
+                  prev_frontier: Mapping[bytes, int] | None = None,
+                  ) -> tuple[tuple[bytes, ...], dict[bytes, int], dict[bytes, dict[bytes, int]]]:
+    """``deps``, ``frontier`` (without the writer's own entry) and ``heads`` of the next batch in
+    ``cid`` (spec §17.6 rule 5), from the writer's causal log: ``chains`` ((writer, compartment) ->
+    {seq: batch id}, the accepted batches) and ``dag_heads`` (the compartment's DAG heads, §17.2).
+
+    * ``deps``: the heads in byte order, the 64 highest when there are more;
+    * ``frontier``: for every writer with a chain in ``cid``, its highest accepted seq (the highest,
+      also when a lower seq is missing), raised where needed to ``prev_frontier`` (the writer's
+      previous batch, which another process of the installation may have written having seen more);
+    * ``heads``: for a control batch (``data_compartments`` given), writer -> highest accepted seq in
+      every data compartment with a chain, so a reader that lacks a compartment's batches knows it
+      (§17.4); empty otherwise (key 11 is then not written)."""
+    deps = tuple(sorted(dag_heads)[-64:])
+    frontier = {w: max(chain) for (w, c), chain in chains.items() if c == cid and chain}
+    for w, s in (prev_frontier or {}).items():
+        if frontier.get(w, 0) < s:
+            frontier[w] = s
+    heads: dict[bytes, dict[bytes, int]] = {}
+    if data_compartments is not None:
+        for (w, c), chain in chains.items():
+            if c in data_compartments and chain:
+                heads.setdefault(c, {})[w] = max(chain)
+    return deps, frontier, heads
 
 
 def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *,
@@ -129,23 +167,11 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                 )
             if any(f.writer_id == actor.writer_id for f in log.forks):
                 raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
-            deps = tuple(sorted(log.heads.get(cid, set()))[-64:])
-            # a control batch says what its writer had seen of every data compartment, so a reader
-            # that lacks a compartment's batches knows it (spec §17.4)
-            heads: dict[bytes, dict[bytes, int]] = {}
-            if cid == session.roster.control_id:
-                for (w, c), chain in log.chains.items():
-                    if c in session.roster.compartments and chain:
-                        heads.setdefault(c, {})[w] = max(chain)
-            chain_writers = {w for (w, c) in log.chains if c == cid}
-            frontier = {w: log.max_seq(w, cid) for w in chain_writers}
-            # never behind the previous batch's (written by another process of this installation
-            # that may have seen more): readers reject a frontier that goes backwards
             prev_view = session.batches.get(prev) if prev is not None else None
-            if prev_view is not None:
-                for w, s in prev_view.batch.header.frontier.items():
-                    if frontier.get(w, 0) < s:
-                        frontier[w] = s
+            deps, frontier, heads = causal_fields(
+                log.chains, log.heads.get(cid, set()), cid,
+                session.roster.compartments if cid == session.roster.control_id else None,
+                prev_view.batch.header.frontier if prev_view is not None else None)
             group: list[Batch] = []
             group_size = 0
             batches: list[Batch] = []

@@ -1,0 +1,395 @@
+"""The roster and writer conformance vectors (``compute-roster``, ``write-registration``), written by
+``generate_vectors.py``.
+
+Both kinds are deterministic: every key comes from a fixed seed, every record from a fixed salt and
+timestamp, and Ed25519 signatures are deterministic, so a new run writes the same bytes.
+
+* ``compute-roster`` vectors are small sets of decrypted batches, built by hand with the keys each
+  party holds, for the places where a reader written from the spec alone can go wrong (spec §14.1,
+  §14.3, §14.6, §14.7): when a control record's signers are judged, what "a batch carrying the
+  revocation" means for copies of a record, and control batches by a writer the roster does not
+  know.  The expected roster is written from what each case *means* (the spec rule that decides),
+  then compared with what Camillo computes; a disagreement stops the generator.
+* ``write-registration`` vectors are the exact first batches a new writer writes when it registers
+  (spec §12.4) and when it replaces its own earlier key (re-certification), from fixed inputs: the
+  bytes come from Camillo's writer code.
+
+Runs on the generator's main thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from camillo import encoding, ids
+from camillo.control import BatchView, build_roster, owner_entry, pop_message
+from camillo.credentials import Credential, CredentialKind
+from camillo.ops.registration import registration_records
+from camillo.records import Batch, BatchHeader, Kind, decode_record, encode_record, make_batch
+from camillo.session.writer import causal_fields
+
+T0 = 1_700_000_000
+
+Vector = Callable[..., None]  # Out.vector
+
+
+def fixed(label: str, n: int = 32) -> bytes:
+    return hashlib.sha256(label.encode("ascii")).digest()[:n]
+
+
+def credential(kind: CredentialKind, label: str) -> Credential:
+    return Credential.from_seeds(kind, fixed(f"{label} x-wing seed"), fixed(f"{label} ed25519 seed"))
+
+
+def entry(cred: Credential, name: str, platform: str = "") -> dict[int, Any]:
+    return owner_entry(cred.kind, cred.signer.public, cred.recipient.public, name, platform)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute-roster
+
+
+class RosterCase:
+    """One vault's worth of hand-made batches: a genesis with three owners (device D, passphrase P1,
+    recovery phrase R), a data compartment ``personal``, and whatever the case adds."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.control = fixed(f"{name} control", 16)
+        self.personal = fixed(f"{name} personal", 16)
+        self.D = credential(CredentialKind.DEVICE, "roster device D")
+        self.P1 = credential(CredentialKind.PASSPHRASE, "roster passphrase P1")
+        self.R = credential(CredentialKind.RECOVERY, "roster recovery R")
+        self.D2 = credential(CredentialKind.DEVICE, "roster device D2")
+        self.P2 = credential(CredentialKind.PASSPHRASE, "roster passphrase P2")
+        self.U = credential(CredentialKind.DEVICE, "roster device U")
+        self.who = {"D": self.D, "P1": self.P1, "R": self.R, "D2": self.D2, "P2": self.P2, "U": self.U}
+        self.n = 0
+        self.batches: list[tuple[str, Batch]] = []
+        self.chains: dict[tuple[bytes, bytes], tuple[int, bytes | None]] = {}
+        self.genesis = self.record(Kind.GENESIS, self.D, {
+            0: 1, 1: self.control, 2: [[self.personal, "personal"]],
+            3: [entry(self.D, "laptop", "Linux 6.8"), entry(self.P1, "passphrase"), entry(self.R, "recovery phrase")],
+            4: T0}, [self.D, self.P1, self.R])
+        self.vault_id = ids.vault_id(self.genesis)
+
+    def record(self, kind: Kind, author: Credential, body: dict[int, Any], signers: list[Credential]) -> bytes:
+        self.n += 1
+        return encode_record(kind, author.writer_id, body=body, signers=[s.signer for s in signers],
+                             ts=T0 + self.n, salt=fixed(f"{self.name} record {self.n}", 16))
+
+    def pop(self, cred: Credential) -> bytes:
+        return cred.signer.sign(pop_message(self.vault_id, cred.signer.public, cred.recipient.public))
+
+    def batch(self, writer: Credential, compartment: str, records: list[bytes], *,
+              below: bytes | None = None, above: bytes | None = None) -> Batch:
+        """The writer's next batch in the compartment; its ``ts`` is chosen (from T0 + 100 on) so
+        that its id sorts below or above a given batch id, which is what a case is about."""
+        cid = self.control if compartment == "control" else self.personal
+        seq, prev = self.chains.get((writer.writer_id, cid), (0, None))
+        for k in range(10_000):
+            header = BatchHeader(self.vault_id, cid, writer.writer_id, seq + 1, prev, () if prev is None else (prev,),
+                                 {writer.writer_id: seq}, tuple(ids.record_id(r) for r in records), T0 + 100 + k)
+            batch = make_batch(header, records, writer.signer)
+            if (below is None or batch.id < below) and (above is None or batch.id > above):
+                break
+        else:
+            raise AssertionError("no timestamp gives the batch id order the case needs")
+        self.chains[(writer.writer_id, cid)] = (seq + 1, batch.id)
+        self.batches.append((compartment, batch))
+        return batch
+
+    def inputs(self) -> dict[str, Any]:
+        return {
+            "vault_id": self.vault_id.hex(),
+            "compartments": {"control": self.control.hex(), "personal": self.personal.hex()},
+            "who": {k: c.writer_id.hex() for k, c in self.who.items()},
+            "batches": [{"compartment": c, "batch_id": b.id.hex(), "batch_cbor": encoding.encode(b.to_cbor()).hex()}
+                        for c, b in self.batches],
+        }
+
+    def expected(self, *, principals: list[str], revoked: dict[str, bytes] | None = None,
+                 unsigned: tuple[Batch, ...] = (), policy: tuple[str, bytes | None] = ("enabled", None),
+                 manifests: dict[bytes, str] | None = None, problems: tuple[str, ...] = ()) -> dict[str, Any]:
+        """What the case means: ``principals`` names the parties the roster holds (``who``),
+        ``revoked`` maps a party to the REVOKE record that revokes it, ``manifests`` a manifest
+        record to the party that is its signer."""
+        unsigned_ids = {b.id for b in unsigned}
+        return {
+            "principals": sorted(({"writer_id": self.who[p].writer_id.hex(), "kind": self.who[p].kind.label}
+                                  for p in principals), key=lambda p: p["writer_id"]),
+            "revoked": sorted(({"subject": self.who[p].writer_id.hex(), "record_id": ids.record_id(r).hex()}
+                               for p, r in (revoked or {}).items()), key=lambda r: r["subject"]),
+            "signed": sorted(b.id.hex() for _, b in self.batches if b.id not in unsigned_ids),
+            "unsigned": sorted(b.id.hex() for b in unsigned),
+            "excluded": [],
+            "policy": {"erasure": policy[0], "record_id": None if policy[1] is None else ids.record_id(policy[1]).hex()},
+            "manifests": sorted(({"record_id": ids.record_id(r).hex(), "signer": self.who[p].writer_id.hex()}
+                                 for r, p in (manifests or {}).items()), key=lambda m: m["record_id"]),
+            "problems": sorted(problems),
+        }
+
+
+def camillo_roster(vault_id: bytes, batches: list[Batch]) -> dict[str, Any]:
+    """What Camillo computes from these batches (as its reader hands them over: control records
+    decoded, every other record left out)."""
+    views = {}
+    for b in batches:
+        records = [decode_record(raw, expected_id=rid) for rid, raw in zip(b.header.records, b.records) if raw]
+        views[b.id] = BatchView(b, f"batch {b.id.hex()}", bytes(16), [r if r.is_control else None for r in records])
+    roster, signed = build_roster(vault_id, views)
+    policy = roster.policy
+    return {
+        "principals": sorted(({"writer_id": w.hex(), "kind": p.kind.label} for w, p in roster.principals.items()),
+                             key=lambda p: p["writer_id"]),
+        "revoked": sorted(({"subject": w.hex(), "record_id": r.record_id.hex()} for w, r in roster.revocations.items()),
+                          key=lambda r: r["subject"]),
+        "signed": sorted(b.hex() for b in signed),
+        "unsigned": sorted(b.id.hex() for b in batches if b.id not in signed and b.id not in roster.excluded),
+        "excluded": sorted(b.hex() for b in roster.excluded),
+        "policy": {"erasure": "enabled" if policy.erasure_enabled else "disabled",
+                   "record_id": None if policy.record_id is None else policy.record_id.hex()},
+        "manifests": sorted(({"record_id": m.record_id.hex(), "signer": m.signer.hex()} for m in roster.manifests.values()),
+                            key=lambda m: m["record_id"]),
+        "problems": sorted(kind for kind, _, _ in roster.problems),
+    }
+
+
+def roster_vector(vector: Vector, case: RosterCase, description: str, expected: dict[str, Any], notes: str) -> None:
+    got = camillo_roster(case.vault_id, [b for _, b in case.batches])
+    if got != expected:
+        raise AssertionError(f"{case.name}: Camillo computes {got}, the spec says {expected}")
+    vector(case.name, description, "compute-roster", case.inputs(), expected=expected, notes=notes)
+
+
+def roster_vectors(vector: Vector) -> None:
+    # A revocation co-signed by a new passphrase whose certificate sits in a batch with a larger id.
+    c = RosterCase("roster-revoke-cosigner-certified-later")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2])
+    anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                               2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D])
+    a = c.batch(c.D, "control", [anchor])
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 2}}, 3: {},
+                                          4: "revoked tablet"}, [c.D, c.P2])
+    c.batch(c.D, "control", [revoke], below=a.id)
+    roster_vector(
+        vector, c,
+        "A REVOKE of a device co-signed by the device and a new passphrase whose CRED_ANCHOR sits in a batch with "
+        "a larger id is applied: its signers are judged once the round's certificates are all applied.",
+        c.expected(principals=["D", "P1", "R", "D2", "P2"], revoked={"D2": revoke}),
+        "Spec 14.6 step 3 and 14.7 step 5. A reader that judged the REVOKE's signers when it first met the "
+        "batch carrying it (in ascending batch-id order, before the batch certifying P2) would find only D, "
+        "report a missing passphrase signature and leave D2 active.")
+
+    c = RosterCase("roster-revoke-signer-certified-later")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2])
+    anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                               2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D])
+    a = c.batch(c.D, "control", [anchor])
+    revoke = c.record(Kind.REVOKE, c.P2, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 2}}, 3: {},
+                                           4: "revoked tablet"}, [c.P2])
+    c.batch(c.D, "control", [revoke], below=a.id)
+    roster_vector(
+        vector, c,
+        "A REVOKE signed only by a new passphrase, carried by a batch whose id is smaller than that of the batch "
+        "certifying the passphrase, is applied: a control record is tried again until nothing changes.",
+        c.expected(principals=["D", "P1", "R", "D2", "P2"], revoked={"D2": revoke}),
+        "Spec 14.7 step 3. When the REVOKE's batch is first met no signer is a principal yet; the record is "
+        "tried again in every later pass and applies once P2's certificate has.")
+
+    # "carried by B itself": B carries a copy of the revoking record.
+    c = RosterCase("roster-revoke-copy-carried")
+    c.batch(c.D, "control", [c.genesis])
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.P1.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {},
+                                          4: "passphrase changed"}, [c.P1, c.D])
+    first = c.batch(c.D, "personal", [revoke])
+    anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                               2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D])
+    c.batch(c.D, "control", [anchor, revoke], above=first.id)
+    roster_vector(
+        vector, c,
+        "A passphrase's signature on a new passphrase's CRED_ANCHOR counts in a batch that carries a copy of the "
+        "old passphrase's REVOKE, although another batch with a smaller id carried that REVOKE first.",
+        c.expected(principals=["D", "P1", "R", "P2"], revoked={"P1": revoke}),
+        "Spec 14.1: a revoked owner's signature still counts in any batch that carries a copy (the same record "
+        "id) of its revoking record. The REVOKE's seen does not cover the second batch, so only the copy makes "
+        "P1 a valid owner there; without P1 the CRED_ANCHOR lacks its passphrase or recovery co-signature.")
+
+    c = RosterCase("roster-revoke-same-batch")
+    c.batch(c.D, "control", [c.genesis])
+    anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                               2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D])
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.P1.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {},
+                                          4: "passphrase changed"}, [c.P2, c.P1, c.D])
+    c.batch(c.D, "control", [anchor, revoke])
+    roster_vector(
+        vector, c,
+        "A passphrase change in one batch (the new passphrase's CRED_ANCHOR and the old passphrase's REVOKE, both "
+        "signed by the new and the old passphrase and the device) certifies the new passphrase and revokes the old.",
+        c.expected(principals=["D", "P1", "R", "P2"], revoked={"P1": revoke}),
+        "Spec 14.1 and 16.7: the old passphrase's signatures count in the batch that carries its revocation.")
+
+    c = RosterCase("roster-revoke-without-reauth")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2])
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {},
+                                          4: "revoked tablet"}, [c.D])
+    c.batch(c.D, "control", [revoke])
+    roster_vector(
+        vector, c,
+        "A REVOKE of another device signed by a device alone is not applied and is reported: revoking a user "
+        "credential needs a passphrase or recovery-phrase signature.",
+        c.expected(principals=["D", "P1", "R", "D2"], problems=("revocation",)),
+        "Spec 14.6 step 3 (re-authentication); the problem kind is 'revocation'.")
+
+    c = RosterCase("roster-cred-anchor-device-only")
+    c.batch(c.D, "control", [c.genesis])
+    anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                               2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.D])
+    c.batch(c.D, "control", [anchor])
+    roster_vector(
+        vector, c,
+        "A CRED_ANCHOR for a new passphrase signed by the new passphrase and a device, without the current "
+        "passphrase or the recovery phrase, is not applied and not reported.",
+        c.expected(principals=["D", "P1", "R"]),
+        "Spec 14.3 condition 3: a device alone cannot mint a passphrase credential.")
+
+    # A manifest's signer: its first valid owner signature in field-13 order, judged on the whole round.
+    c = RosterCase("roster-manifest-signer-certified-later")
+    c.batch(c.D, "control", [c.genesis])
+    compaction = c.record(Kind.COMPACTION, c.D, {0: c.personal, 1: [fixed("old segment", 32)],
+                                                  2: [fixed("new segment", 32)], 3: [fixed("a batch", 32)]},
+                          [c.D2, c.D])
+    m = c.batch(c.D, "control", [compaction])
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [cert_d2], above=m.id)
+    roster_vector(
+        vector, c,
+        "The signer of a COMPACTION signed first by a device whose certificate sits in a batch with a larger id, "
+        "then by another device, is the first one: signers are judged once the round's certificates apply.",
+        c.expected(principals=["D", "P1", "R", "D2"], manifests={compaction: "D2"}),
+        "Spec 14.5 (the signer of a manifest is its first valid owner signature in the order of field 13) and "
+        "14.7 step 3. The signer decides whether the manifest vouches for batches (16.5): only while it is not "
+        "revoked.")
+
+    # Control batches by a writer the roster does not know and that carry no self-certificate.
+    c = RosterCase("roster-unknown-writer-unsigned")
+    enabled = c.record(Kind.POLICY, c.D, {0: "enabled", 1: "default", 2: []}, [c.D])
+    c.batch(c.D, "control", [c.genesis, enabled])
+    disabled = c.record(Kind.POLICY, c.D, {0: "disabled", 1: "retention", 2: [ids.record_id(enabled)]}, [c.D])
+    unknown = c.batch(c.U, "control", [disabled])
+    roster_vector(
+        vector, c,
+        "A control batch by a writer the roster does not know, without a certificate for itself, stays unsigned: "
+        "its records, even one a valid owner signed, are not applied, and nothing is reported.",
+        c.expected(principals=["D", "P1", "R"], unsigned=(unknown,), policy=("enabled", enabled)),
+        "Spec 14.7 step 3: such a batch is neither excluded nor reported (a device enrolled by another device "
+        "has its certificate in the enrolling device's batch, which may arrive later); it counts once a "
+        "certificate for its writer is applied.")
+
+    c = RosterCase("roster-unknown-writer-certified-later")
+    enabled = c.record(Kind.POLICY, c.D, {0: "enabled", 1: "default", 2: []}, [c.D])
+    c.batch(c.D, "control", [c.genesis, enabled])
+    disabled = c.record(Kind.POLICY, c.D, {0: "disabled", 1: "retention", 2: [ids.record_id(enabled)]}, [c.D])
+    unknown = c.batch(c.U, "control", [disabled])
+    cert_u = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.U, "phone"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D])
+    c.batch(c.D, "control", [cert_u], above=unknown.id)
+    roster_vector(
+        vector, c,
+        "A control batch by a writer whose certificate sits in another writer's batch with a larger id is signed "
+        "once that certificate applies, and its records apply then.",
+        c.expected(principals=["D", "P1", "R", "U"], policy=("disabled", disabled)),
+        "Spec 14.7 step 3: an unsigned batch is tried again in every pass until nothing changes.")
+
+
+# ---------------------------------------------------------------------------------------------
+# write-registration
+
+
+def seeds(cred: Credential) -> dict[str, str]:
+    return {"xwing_seed": cred.recipient.seed.hex(), "ed25519_seed": cred.signer.seed.hex()}
+
+
+def registration_vector(vector: Vector, name: str, description: str, *, replaced: Credential | None,
+                        chains: dict[tuple[bytes, bytes], dict[int, bytes]], dag_heads: dict[bytes, list[bytes]],
+                        notes: str) -> None:
+    vault_id = fixed(f"{name} vault id")
+    control = fixed(f"{name} control", 16)
+    data = [(fixed(f"{name} personal", 16), "personal"), (fixed(f"{name} work", 16), "work")]
+    unlocking = credential(CredentialKind.PASSPHRASE, f"{name} passphrase")
+    device = credential(CredentialKind.DEVICE, f"{name} new device")
+    ts = T0 + 5000
+    salts = [fixed(f"{name} record salt {i}", 16) for i in (1, 2)]
+    records = registration_records(unlocking, device, "conformance laptop", "Linux 6.8",
+                                   replaced=replaced.writer_id if replaced else None, chains=chains, ts=ts, salts=salts)
+    data_ids = [cid for cid, _ in data]
+    batches = []
+    for cid in [control, *data_ids]:
+        deps, frontier, heads = causal_fields(chains, dag_heads.get(cid, []), cid,
+                                              data_ids if cid == control else None)
+        frontier[device.writer_id] = 0
+        header = BatchHeader(vault_id, cid, device.writer_id, 1, None, deps, frontier,
+                             tuple(ids.record_id(r) for r in records), ts, heads=heads)
+        batch = make_batch(header, records, device.signer)
+        batches.append({"compartment": cid.hex(), "batch_id": batch.id.hex(),
+                        "batch_cbor": encoding.encode(batch.to_cbor()).hex()})
+    vector(
+        name, description, "write-registration",
+        {
+            "vault_id": vault_id.hex(),
+            "control": control.hex(),
+            "data_compartments": [[cid.hex(), n] for cid, n in data],
+            "unlocking": {"kind": "passphrase", **seeds(unlocking)},
+            "device": {**seeds(device), "name": "conformance laptop", "platform": "Linux 6.8"},
+            "replaced": replaced.writer_id.hex() if replaced else None,
+            "chains": [{"writer": w.hex(), "compartment": c.hex(), "batches": {str(s): b.hex() for s, b in sorted(ch.items())}}
+                       for (w, c), ch in sorted(chains.items())],
+            "dag_heads": {c.hex(): sorted(b.hex() for b in hs) for c, hs in sorted(dag_heads.items())},
+            "ts": ts,
+            "salts": [s.hex() for s in salts[:len(records)]],
+        },
+        expected={"records": [{"record_id": ids.record_id(r).hex(), "record_cbor": r.hex()} for r in records],
+                  "batches": batches},
+        notes=notes,
+    )
+
+
+def writer_vectors(vector: Vector) -> None:
+    name = "writer-registration"
+    creator = credential(CredentialKind.DEVICE, f"{name} creating device").writer_id
+    control, personal, work = (fixed(f"{name} {c}", 16) for c in ("control", "personal", "work"))
+    b = {k: fixed(f"{name} batch {k}") for k in ("c1", "p1", "p2", "w1")}
+    registration_vector(
+        vector, name,
+        "A new installation's first batches (spec 12.4): one batch in the control compartment, then one in each "
+        "data compartment in genesis order, each carrying exactly its DEVICE_CERT, with these exact bytes.",
+        replaced=None,
+        chains={(creator, control): {1: b["c1"]}, (creator, personal): {1: b["p1"], 2: b["p2"]},
+                (creator, work): {1: b["w1"]}},
+        dag_heads={control: [b["c1"]], personal: [b["p2"]], work: [b["w1"]]},
+        notes="The DEVICE_CERT's author is the unlocking credential; its body is {0: owner entry, 1: null, 2: "
+              "'passphrase'} without key 3; its inner signatures are the unlocking credential's, then the new "
+              "device's. Each batch: seq 1, prev null, deps = the compartment's DAG heads, frontier = every "
+              "chain's highest accepted seq plus the writer itself at 0, key 11 only in the control batch.")
+
+    name = "writer-recertification"
+    creator = credential(CredentialKind.DEVICE, f"{name} creating device").writer_id
+    old = credential(CredentialKind.DEVICE, f"{name} lost device")
+    control, personal, work = (fixed(f"{name} {c}", 16) for c in ("control", "personal", "work"))
+    b = {k: fixed(f"{name} batch {k}") for k in ("c1", "p1", "p2", "oc1", "op1", "op2", "op4", "w1")}
+    registration_vector(
+        vector, name,
+        "An installation that lost its key re-certifies (spec 12.4): its first batches carry the DEVICE_CERT naming "
+        "the old writer and a REVOKE of it whose seen counts a writer's highest accepted seq above a gap.",
+        replaced=old,
+        chains={(creator, control): {1: b["c1"]}, (creator, personal): {1: b["p1"], 2: b["p2"]},
+                (creator, work): {1: b["w1"]}, (old.writer_id, control): {1: b["oc1"]},
+                (old.writer_id, personal): {1: b["op1"], 2: b["op2"], 4: b["op4"]}},
+        dag_heads={control: [b["c1"], b["oc1"]], personal: [b["op4"], b["p2"]], work: [b["w1"]]},
+        notes="The old writer's chain in personal holds seqs 1, 2 and 4 (3 is missing): seen, pins and the frontier "
+              "name seq 4, the highest accepted, not the highest contiguous (spec 14.6, 17.6 rule 5). The REVOKE's "
+              "author is the new device; both records are signed by the unlocking credential, then the new device.")
