@@ -777,15 +777,8 @@ def _apply_names(r: Roster) -> None:
     """Each device shows its latest name: among the DEVICE_NAME records of it that no other one
     names as replaced, the one with the latest ``ts`` (then the greatest record id)."""
     replaced = {rid for n in r.renames.values() for rid in n.pred}
-    live: dict[bytes, DeviceName] = {}
-    for n in r.renames.values():
-        if n.record_id in replaced:
-            continue
-        best = live.get(n.subject)
-        if best is None or (n.ts, n.record_id) > (best.ts, best.record_id):
-            live[n.subject] = n
-    for subject, n in live.items():
-        r.principals[subject].name = n.name
+    for n in sorted((n for n in r.renames.values() if n.record_id not in replaced), key=lambda n: (n.ts, n.record_id)):
+        r.principals[n.subject].name = n.name  # in that order: the latest applies last
 
 
 def certificate_signers(vault_id: bytes, rec: Record, p: Principal,
@@ -834,14 +827,9 @@ def grant_trust(vault_id: bytes, roots: dict[bytes, bytes], certificates: Iterab
 
     def closure(barred: set[bytes]) -> dict[bytes, bytes]:
         keys = {w: k for w, k in roots.items() if w not in barred}
-        grown = True
-        while grown:
-            grown = False
-            for rec, p in chain:
-                if p.writer_id not in keys and p.writer_id not in barred and p.is_owner and \
-                        certificate_signers(vault_id, rec, p, keys.get) is not None:
-                    keys[p.writer_id] = p.sig_public
-                    grown = True
+        while new := [p for rec, p in chain if p.writer_id not in keys and p.writer_id not in barred and p.is_owner
+                      and certificate_signers(vault_id, rec, p, keys.get) is not None]:
+            keys.update((p.writer_id, p.sig_public) for p in new)
         return keys
 
     reach = closure(set())

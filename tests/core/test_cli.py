@@ -131,7 +131,8 @@ def test_info_shows_only_host_visible_fields(vault_dir):
 # ---------------------------------------------------------------------------------------------- the parser, in process
 
 COMMANDS = ["init", "add", "log", "verify", "pack", "unpack", "passwd", "info",
-            "facts", "fact", "conflicts", "resolve", "inbox", "confirm", "reject", "forget", "search", "merge",
+            "facts", "fact", "conflicts", "resolve", "inbox", "confirm", "reject", "forget", "search", "attach",
+            "attachment", "merge",
             "grant", "grants", "devices", "revoke", "compartments", "policy", "enroll", "recipient", "erase",
             "compact", "recovery",
             "mcp", "import", "export"]
