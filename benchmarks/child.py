@@ -49,6 +49,8 @@ def main(argv: list[str]) -> int:
     name = params["op"]
     if name.startswith("vaultmem_") or name.startswith("camillo_"):
         from .vaultmem_cmp import OPS
+    elif name.startswith("s3_"):
+        from .objectstore import OPS
     else:
         from .ops import OPS
     fn = OPS[name]

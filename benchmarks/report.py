@@ -50,6 +50,10 @@ def _target(t: dict[str, Any] | None) -> str:
         return f"≤ {t['value']:g}× floor{at}"
     if t["kind"] == "ratio_lt":
         return f"< {t['value']:g}× plaintext{at}"
+    if t["kind"] == "ratio_le_folder":
+        return f"≤ {t['value']:g}× the folder{at}"
+    if t["kind"] == "ge":
+        return f"≥ {t['value']:g} MB/s{at}"
     return ""
 
 

@@ -16,6 +16,7 @@ from PySide6.QtGui import QKeySequence
 class Action(Enum):
     NEW_VAULT = auto()
     OPEN_VAULT = auto()
+    OPEN_OBJECT_STORAGE = auto()
     LOCK = auto()
     FIND = auto()
     REFRESH = auto()
@@ -37,6 +38,8 @@ class Spec:
 SPECS: dict[Action, Spec] = {
     Action.NEW_VAULT: Spec("&New vault\u2026", QKeySequence.StandardKey.New, False, "Create a new vault"),
     Action.OPEN_VAULT: Spec("&Open vault\u2026", QKeySequence.StandardKey.Open, False, "Open a vault folder or .vmem file"),
+    Action.OPEN_OBJECT_STORAGE: Spec("Open object &storage\u2026", None, False,
+                                     "Open a vault kept in an S3-compatible bucket"),
     Action.LOCK: Spec("&Lock", "Ctrl+L", True, "Lock the vault: its keys leave memory"),
     Action.FIND: Spec("&Find\u2026", QKeySequence.StandardKey.Find, True, "Search memory (field modifiers allowed)"),
     Action.REFRESH: Spec("&Refresh", QKeySequence.StandardKey.Refresh, True, "Read what other devices and agents wrote"),

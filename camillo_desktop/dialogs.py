@@ -113,7 +113,9 @@ class UnlockDialog(BaseDialog):
     or "Cancel"."""
 
     def __init__(self, client: Any, path: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent, f"Unlock {safe_text(os.path.basename(path.rstrip('/')) or path, 80, single_line=True)}")
+        name = os.path.basename(path.split("?")[0].rstrip("/")) if camillo.is_object_store(path) else \
+            os.path.basename(path.rstrip("/"))
+        super().__init__(parent, f"Unlock {safe_text(name or path, 80, single_line=True)}")
         self.client = client
         self.path = path
         self.setMinimumWidth(480)

@@ -48,6 +48,7 @@ from .dialogs import Ask, RecordsDialog, SettingsDialog, UnlockDialog
 from .guard import qt_virtual
 from .importing import EXPORT_KINDS, IMPORT_KINDS, ImportDialog, export_vault
 from .notices import NoticeBar, sync_explanation, sync_label
+from .objectstorage import ObjectStorageDialog
 from .settings import Setting, Settings
 from .text import safe_text
 from .views.activity import ActivityView
@@ -227,7 +228,7 @@ class MainWindow(QMainWindow):
             Action.NEW_VAULT: self._new_vault, Action.OPEN_VAULT: self._open_vault, Action.LOCK: self.lock,
             Action.FIND: self._focus_search, Action.REFRESH: self.refresh, Action.SETTINGS: self._settings,
             Action.QUIT: self.close, Action.COPY: self._copy_selected, Action.SHORTCUTS: self._shortcuts,
-            Action.ABOUT: self._about,
+            Action.ABOUT: self._about, Action.OPEN_OBJECT_STORAGE: self._open_object_storage,
         }
         for action, spec in SPECS.items():
             a = QAction(spec.label, self)
@@ -242,7 +243,8 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         mb = self.menuBar()
         file_menu = mb.addMenu("&Vault")
-        for a in (Action.NEW_VAULT, Action.OPEN_VAULT, None, Action.LOCK, Action.REFRESH, None):
+        for a in (Action.NEW_VAULT, Action.OPEN_VAULT, Action.OPEN_OBJECT_STORAGE, None, Action.LOCK, Action.REFRESH,
+                  None):
             file_menu.addSeparator() if a is None else file_menu.addAction(self.actions_[a])
         self.import_menu = file_menu.addMenu("&Import")
         for kind, (label, _pick, tip) in IMPORT_KINDS.items():
@@ -605,6 +607,13 @@ class MainWindow(QMainWindow):
         path = QFileDialog.getExistingDirectory(self, "Open a vault folder")
         if path:
             info = UnlockDialog.ask(self.client, path, self)
+            if info:
+                self.vault_opened(info)
+
+    def _open_object_storage(self) -> None:
+        location = ObjectStorageDialog.ask(self.client, self)
+        if location:
+            info = UnlockDialog.ask(self.client, location, self)
             if info:
                 self.vault_opened(info)
 

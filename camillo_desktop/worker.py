@@ -345,7 +345,7 @@ def describe(vault: camillo.Vault) -> dict[str, Any]:
     grant = vault.agent_grant
     return {
         "path": vault.location,
-        "name": os.path.basename(vault.location.rstrip("/")) or vault.location,
+        "name": os.path.basename(vault.location.split("?")[0].rstrip("/")) or vault.location,
         "vault_id": vault.vault_id.hex(),
         "credential": vault.unlocked_with,
         "read_only": vault.read_only,

@@ -114,3 +114,20 @@ __all__ = [
     "run_import",
     "set_thread_guard",
 ]
+
+# vaults in object stores (s3://bucket/prefix): locations and the keys kept for them in the OS keychain
+from .values import (
+    forget_object_store_keys,
+    is_object_store,
+    object_store_keys_kept,
+    object_store_url,
+    remember_object_store_keys,
+)
+
+__all__ += [
+    "forget_object_store_keys",
+    "is_object_store",
+    "object_store_keys_kept",
+    "object_store_url",
+    "remember_object_store_keys",
+]

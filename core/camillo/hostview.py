@@ -8,13 +8,15 @@ Pure reading; any thread may call it on its own shelf.
 
 from __future__ import annotations
 
+import time
 from typing import NotRequired, Required, TypedDict
 
 from . import descriptor, envelopes, segments, slots
 from .errors import VaultError
 from .names import kind_of
+from .objectstore import ObjectShelf, open_location
 from .packs import PackReader
-from .storage import FolderShelf, Shelf, hash_matches, open_shelf
+from .storage import FolderShelf, Shelf, hash_matches
 
 
 class HostKdf(TypedDict):
@@ -50,17 +52,21 @@ class HostFile(TypedDict, total=False):
     epoch_id: str
     # pack (in a vault folder)
     entries: int
+    # an object in an object store: what its provider also keeps about it
+    modified: str  # when it was written (UTC, ISO 8601)
+    etag: str
 
 
 class HostView(TypedDict):
     location: str
-    kind: str  # "folder" or ".vmem file"
+    kind: str  # "folder", ".vmem file" or "object store"
     vault_id: NotRequired[str]  # hex, from the descriptor when it reads
     files: list[HostFile]
+    other_objects: NotRequired[int]  # an object store: objects under the prefix that are not vault files
 
 
 def host_view(path: str) -> HostView:
-    shelf = open_shelf(path)
+    shelf = open_location(path)
     try:
         return _view(shelf)
     finally:
@@ -108,12 +114,20 @@ def _view(shelf: Shelf) -> HostView:
     if isinstance(shelf, FolderShelf):
         for pack in sorted(n for n in shelf.walk() if kind_of(n) == "pack"):
             try:
-                reader = PackReader(f"{shelf.location}/{pack}")
+                reader = PackReader(f"{shelf.root}/{pack}")
                 files.append({"name": pack, "kind": "pack", "entries": len(reader.entries)})
                 reader.close()
             except VaultError as exc:
                 files.append({"name": pack, "kind": "pack", "error": str(exc)})
     location, shelf_kind = shelf.location, "folder" if isinstance(shelf, FolderShelf) else ".vmem file"
-    if vault_id is None:
-        return {"location": location, "kind": shelf_kind, "files": files}
-    return {"location": location, "kind": shelf_kind, "vault_id": vault_id, "files": files}
+    view: HostView = {"location": location, "kind": shelf_kind, "files": files}
+    if isinstance(shelf, ObjectShelf):  # what the provider keeps about each object besides its bytes
+        view["kind"], view["other_objects"] = shelf.kind, shelf.others
+        for entry in files:
+            listed = shelf.remote.get(entry["name"])
+            if listed is not None:
+                entry["modified"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(listed.modified))
+                entry["etag"] = listed.etag
+    if vault_id is not None:
+        view["vault_id"] = vault_id
+    return view

@@ -142,3 +142,42 @@ def delete(vault_id: bytes, writer_id: bytes) -> None:
         pass
     except Exception as exc:
         raise KeychainError(f"the OS keychain failed to delete the old device key: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------- other secrets
+# The keys of an object store a vault lives in (camillo.objectstore) are kept here too, each under
+# its own service name, never in a settings file.
+
+
+def store_secret(service: str, user: str, value: str, what: str) -> None:
+    """Keep ``value`` under (service, user); KeychainError when no usable keychain can hold it."""
+    st = status()
+    if not st.usable:
+        raise KeychainError(f"{st.reason}, so the {what} cannot be kept there")
+    import keyring
+
+    _call(f"store the {what}", lambda: keyring.set_password(service, user, value))
+
+
+def load_secret(service: str, user: str, what: str) -> str | None:
+    """The value kept under (service, user), or None when there is none or no usable keychain."""
+    if not status().usable:
+        return None
+    import keyring
+
+    return _call(f"read the {what}", lambda: keyring.get_password(service, user))
+
+
+def delete_secret(service: str, user: str, what: str) -> None:
+    """Forget what is kept under (service, user), if anything is."""
+    if not status().usable:
+        return
+    import keyring
+    import keyring.errors
+
+    try:
+        keyring.delete_password(service, user)
+    except keyring.errors.PasswordDeleteError:
+        pass
+    except Exception as exc:
+        raise KeychainError(f"the OS keychain failed to delete the {what}: {exc}") from None

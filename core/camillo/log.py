@@ -260,7 +260,7 @@ class Alert:
 def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_missing: dict[bytes, int],
                  remembered_generation: int, log: CausalLog, covered: set[bytes], generation: int,
                  now: int, remembered_epochs: dict[bytes, bytes] | None = None,
-                 known_epochs: set[tuple[bytes, bytes]] | None = None,
+                 known_epochs: set[tuple[bytes, bytes]] | None = None, mine: bytes | None = None,
                  ) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:
     """Compare what a device remembers with what the vault shows now.
 
@@ -269,6 +269,10 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     it (then it is only syncing: its new copy has not arrived yet).  A gap (a batch named but absent)
     is likewise "syncing", then "missing".  Returns the alerts, the new memory (the union of the old
     and the present: memory never shrinks), and the updated first-noticed times.
+
+    A remembered batch that is here but rejected (a fork, a revoked writer) is reported with its
+    reason elsewhere; only when it is the rememberer's own (``mine``: a write it made and was told
+    succeeded) is it also "syncing" here, since what it wrote is not part of the vault's view.
     """
     alerts: list[Alert] = []
     still_missing: dict[bytes, int] = {}
@@ -281,8 +285,13 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     for cid, per_writer in remembered.items():
         for wid, (seq, bid) in per_writer.items():
             chain = log.chains.get((wid, cid), {})
-            if chain.get(seq) == bid or bid in log.rejected:
-                continue  # here (a rejected batch is here too: its rejection is reported with its reason)
+            if chain.get(seq) == bid:
+                continue
+            if bid in log.rejected:
+                if wid == mine:
+                    alerts.append(Alert("syncing", cid, wid, seq, bid, now, f"batch {bid.hex()[:12]} (seq {seq}) that "
+                                        f"this device wrote was refused: {log.rejected[bid]}"))
+                continue
             if seq in chain:
                 alerts.append(Alert("rollback", cid, wid, seq, bid, now,
                                     f"batch {bid.hex()[:12]} (seq {seq}) that this device saw was replaced by another"))

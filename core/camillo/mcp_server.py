@@ -27,6 +27,7 @@ Threads: the MCP SDK runs tools on its event loop; the vault is confined to one 
 # grant inside build_server, and the SDK reads them from the signatures at registration.
 
 import asyncio
+import base64
 import concurrent.futures
 import importlib.metadata
 import inspect
@@ -83,6 +84,7 @@ ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_
 
 SEARCH_LIMIT = 200
 CONVERSATION_LIMIT = 1000
+ATTACHMENT_LIMIT = 8 * 1024 * 1024  # bytes of one attachment returned in a result (base64: a third more)
 
 
 def package_version() -> str:
@@ -259,7 +261,7 @@ class Reach:
         return True
 
 
-READING_TOOLS = ("search_memory", "read_conversation", "list_facts", "get_fact")
+READING_TOOLS = ("search_memory", "read_conversation", "list_facts", "get_fact", "get_attachment")
 WRITING_TOOLS = ("append_messages", "propose")
 
 
@@ -294,6 +296,16 @@ class FactsOut(Results):
 
 class FactOut(Results):
     fact: dict[str, Any]
+
+
+class AttachmentOut(Results):
+    record: str
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    of: str | None
+    data_base64: str
 
 
 class AppendedOut(Results):
@@ -578,6 +590,26 @@ def build_server(service: VaultService, grant: GrantInfo) -> MCPServer[Any]:
             # why: the binding value's sources, else (a key with only proposals) the proposals'
             cited = f.current.sources if f.current is not None else [s for p in f.proposed for s in p.sources]
             return {"fact": fact_json(f, detail=True, sources=v.records(cited) if cited else [])}
+
+        return await service.call(fn)
+
+    @tool("Get an attachment", READS)
+    async def get_attachment(
+        record: RecordId,
+        max_bytes: Annotated[int, Field(ge=1, le=ATTACHMENT_LIMIT, description=(
+            "refuse a file larger than this many bytes (at most 8 MiB)"))] = 1024 * 1024,
+    ) -> Annotated[CallToolResult, AttachmentOut]:
+        """The exact bytes of a file attached to a message (an image, a document, a recording), base64,
+        with its name, media type, size and SHA-256 (checked), and "of": the record it belongs to.  Find
+        attachments with search_memory (type:attachment) or beside a conversation's messages."""
+
+        def fn(v: Vault) -> dict[str, Any]:
+            reach.read(None)
+            f, data = v.attachment_bytes(bytes.fromhex(record), max_bytes)
+            of = v.record(f.record_id)
+            value = of.value if of is not None and isinstance(of.value, dict) else {}
+            return {"record": f.record_id.hex(), "name": f.name, "media_type": f.media_type, "size": f.size,
+                    "sha256": f.sha256, "of": value.get("of"), "data_base64": base64.b64encode(data).decode()}
 
         return await service.call(fn)
 

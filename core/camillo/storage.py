@@ -77,7 +77,9 @@ class FolderShelf:
     """A vault folder.  ``writable`` is False when the folder cannot be written."""
 
     def __init__(self, path: str, *, create: bool = False) -> None:
-        self.location = os.path.abspath(path)
+        # ``root`` is the folder on disk; ``location`` is what messages name (the same, except for a
+        # shelf whose folder is a local mirror of a remote store: see camillo.objectstore)
+        self.location = self.root = os.path.abspath(path)
         if create:
             try:
                 make_dirs_durable(self.location)
@@ -108,7 +110,7 @@ class FolderShelf:
     def walk(self) -> Iterator[str]:
         """Every file name in the vault's top level and directories, listed from the disk now (not
         the incremental listing) and not filtered by kind: what a host sees, packs included."""
-        base = self.location
+        base = self.root
         try:
             top = os.listdir(base)
         except OSError as exc:
@@ -139,11 +141,16 @@ class FolderShelf:
     FINE_RACY_NS = 50_000_000
 
     def _scan(self) -> None:
+        self.scan_folder()
+
+    def scan_folder(self) -> None:
+        """The incremental listing of the folder itself (what ``_scan`` does for a folder; a shelf
+        whose folder mirrors a remote store refreshes the mirror first, then calls this)."""
         now = time.time_ns()
         seen_dirs: set[str] = set()
         found_loose: list[str] = []
         lost_loose: list[str] = []
-        stat, dirs, base = os.stat, self._dirs, self.location
+        stat, dirs, base = os.stat, self._dirs, self.root
         stack = [""]
         while stack:
             rel = stack.pop()
@@ -248,7 +255,7 @@ class FolderShelf:
             if entry is None or entry[3]:
                 return False
             try:
-                if os.stat(os.path.join(self.location, directory)).st_mtime_ns != entry[0]:
+                if os.stat(os.path.join(self.root, directory)).st_mtime_ns != entry[0]:
                     return False
             except OSError:
                 return False
@@ -266,7 +273,7 @@ class FolderShelf:
         reader = self._packs.get(pack)
         if reader is None:
             try:
-                reader = PackReader(os.path.join(self.location, pack))
+                reader = PackReader(os.path.join(self.root, pack))
             except (DamagedFile, NotAVault, UnsupportedVersion, OSError):
                 return []  # not fully synced yet, damaged or from a newer Camillo: verify reports it
             self._packs[pack] = reader
@@ -282,7 +289,7 @@ class FolderShelf:
     def _path(self, name: str) -> str:
         if kind_of(name) is None:
             raise ValueError(f"not a vault file name: {name}")
-        return os.path.join(self.location, *name.split("/"))
+        return os.path.join(self.root, *name.split("/"))
 
     def exists(self, name: str) -> bool:
         return os.path.exists(self._path(name)) or name in self._packed

@@ -15,14 +15,15 @@ import os
 from . import descriptor
 from .errors import DamagedFile, NotAVault, StorageError
 from .names import kind_of
+from .objectstore import open_location
 from .packs import PackReader, write_pack
 from .primitives import random_bytes
-from .storage import FolderShelf, hash_matches, open_shelf
+from .storage import hash_matches
 
 
 def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
     """Write ``out_path`` (a ``.vmem``); return (size, SHA-256)."""
-    shelf = open_shelf(path)
+    shelf = open_location(path)
     try:
         if not shelf.exists(descriptor.NAME):
             raise NotAVault(f"{path} is not a VMEM vault (no VMEM descriptor)")
@@ -60,7 +61,7 @@ def unpack_vault(pack_path: str, directory: str) -> int:
         names = [e.name for e in reader.entries]
         if descriptor.NAME not in names:
             raise NotAVault(f"{pack_path} holds no vault descriptor; it is not a complete .vmem")
-        shelf = FolderShelf(directory, create=True)
+        shelf = open_location(directory, create=True)
         count = 0
         for name in names:
             data = reader.read(name)
@@ -81,8 +82,8 @@ def merge_into(path: str, other: str) -> list[str]:
     that it lacks; return the names copied.  The union of files is the merge: the state computed
     from it does not depend on the order in which files arrived (spec §17).  Refuses a different
     vault; never overwrites anything."""
-    target = FolderShelf(path)
-    source = open_shelf(other)
+    target = open_location(path)
+    source = open_location(other)
     try:
         if not target.exists(descriptor.NAME):
             raise NotAVault(f"{path} is not a VMEM vault (no VMEM descriptor)")

@@ -21,6 +21,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .changes import Changes
 from .control import Policy
 from .errors import UsageError
+
+# object-store locations and their keys, for the faces (the desktop's Open object storage…, the CLI's --endpoint-url)
+from .objectstore import forget_object_store_keys as forget_object_store_keys
+from .objectstore import is_object_store as is_object_store
+from .objectstore import object_store_keys_kept as object_store_keys_kept
+from .objectstore import object_store_url as object_store_url
+from .objectstore import remember_object_store_keys as remember_object_store_keys
+from .objectstore import with_endpoint as with_endpoint
 from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
 from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable

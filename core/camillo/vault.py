@@ -6,12 +6,11 @@ directly.  Every mutation returns a :class:`~camillo.changes.Changes`, or a type
 one in ``.changes``, naming exactly what moved.
 
 The facade holds one :class:`~camillo.session.Session` and delegates: opening to
-:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (the
-reader pipeline of spec §20); reading to the session's reader and :mod:`camillo.ops.reports`; writing
-to :mod:`camillo.ops`.
+:mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (spec
+§20); reading to the session's reader and :mod:`camillo.ops.reports`; writing to :mod:`camillo.ops`.
 
-Threading: a Vault is confined to one thread (the desktop's vault worker).  The desktop installs a
-guard with :func:`set_thread_guard` that raises when a facade method runs on the GUI thread.
+Threading: a Vault is confined to one thread (the desktop's vault worker; :func:`set_thread_guard`
+installs a check that raises when a facade method runs on another).
 """
 
 from __future__ import annotations
@@ -81,15 +80,13 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 
 def set_thread_guard(guard: Callable[[], None] | None) -> None:
-    """Install a check run at the start of every facade call (the desktop asserts it is not on
-    the GUI thread).  Pass None to remove it."""
+    """Install a check run at the start of every facade call (None removes it)."""
     global _thread_guard
     _thread_guard = guard
 
 
 def thread_guard() -> Callable[[], None] | None:
-    """The check installed with :func:`set_thread_guard`, if any."""
-    return _thread_guard
+    return _thread_guard  # the check installed with set_thread_guard, if any
 
 
 def _check_thread() -> None:
@@ -145,9 +142,8 @@ class Vault:
         """Open a vault folder or ``.vmem`` file.  ``register`` certifies this installation as a
         writer on first use when the folder is writable (spec §12.4).  ``cache=False`` reads and
         verifies every file instead of resuming from the local cache (``camillo verify``).
-        ``read_only=True`` writes nothing at all: no vault file (no registration, no key rotation
-        after an erasure, no finishing of an interrupted write or credential change), no cache and
-        no device memory (which is still compared, so rollback alerts are reported; ``camillo verify``).
+        ``read_only=True`` writes no vault file (no registration, key rotation or finishing of an
+        interrupted change) and no cache; only what this device saw, in local state (spec §17.5).
         ``home`` overrides CAMILLO_HOME for this vault object.  ``progress(done, total)`` is
         called while segments are read; raising :class:`~camillo.errors.Cancelled` from it stops
         the open before anything is written.  An installation whose device another device revoked
@@ -178,7 +174,7 @@ class Vault:
     def is_new_installation(path: str, home: str | None = None) -> bool:
         """Has this installation never written to the vault at ``path`` (its first open will
         register it as a device, under a name to ask for: :func:`default_device_name`)?"""
-        return registration.is_new_installation(read_vault_id(path), home)
+        return registration.is_new_installation(read_vault_id(path, home), home)
 
     default_device_name = staticmethod(registration.default_device_name)
     make_recipient_key = staticmethod(recipients.make_key)  # (path, passphrase, name) -> RecipientKeyFile
@@ -316,8 +312,7 @@ class Vault:
 
     @checked
     def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user, beside (never in place of) a fact's value: agents' facts,
-        preferences and instructions below user authority, and imported assistant memories."""
+        """Proposals awaiting the user, beside (never in place of) a fact's value (spec §19.3)."""
         self.session.require_read()
         return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
 
@@ -461,6 +456,11 @@ class Vault:
     def save_attachment(self, record_id: bytes, out_path: str) -> attachments.StoredFile:
         """Write an attachment's exact bytes to a new file, checked chunk by chunk and whole."""
         return attachments.read_attachment(self.session, record_id, out_path)
+
+    @checked
+    def attachment_bytes(self, record_id: bytes, limit: int) -> tuple[attachments.StoredFile, bytes]:
+        """An attachment's exact bytes, checked, if it has at most ``limit`` bytes."""
+        return attachments.attachment_bytes(self.session, record_id, limit)
 
     @checked
     def erase(self, record_ids: Sequence[bytes], *, reauth: Unlock | None = None) -> ReachReport:

@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.agents.conftest import PASSPHRASE
 
-READING = {"search_memory", "read_conversation", "list_facts", "get_fact"}
+READING = {"search_memory", "read_conversation", "list_facts", "get_fact", "get_attachment"}
 WRITING = {"append_messages", "propose"}
 ALL_TOOLS = READING | WRITING | {"grant_info", "list_my_proposals"}
 
@@ -376,3 +376,40 @@ def test_records_and_facts_the_server_returns_are_derived_from_their_json(new_va
             assert out["authority"]["binding"] is (j["effective_class"] == "user" and j["status"] == "ok")
         assert out["value"] == (f.current.text if f.current is not None else None)
         assert [p["id"] for p in out.get("proposed", [])] == [p["record"] for p in j["proposed"]]
+
+
+def test_an_agent_fetches_the_attachments_its_grant_reads(vault_with_grants, tmp_path):
+    """get_attachment: the exact bytes (base64, checked against the SHA-256) of a file in a compartment
+    the grant reads, with the record it belongs to; a file above max_bytes is refused naming its size;
+    a file in another compartment is refused naming the grant and the rule; an append grant has no such tool."""
+    import base64
+    import hashlib
+
+    path, grants, _ = vault_with_grants
+    photo = bytes(range(256)) * 40 + b"\x89PNG end"
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        msg = next(r for r in v.timeline() if r.text == "I prefer meetings in the morning")
+        v.attach([photo], compartment="work", name="whiteboard.png", media_type="image/png", of=msg.id)
+        v.attach([b"private scan"], compartment="personal", name="passport.pdf")
+        work = next(r for r in v.timeline() if r.type == "attachment" and r.compartment == "work")
+        private = next(r for r in v.timeline() if r.type == "attachment" and r.compartment == "personal")
+
+    async def session():
+        async with Client(params(path, grants["read"], tmp_path / "agent")) as c:
+            hits = payload(await c.call_tool("search_memory", {"query": "type:attachment"}))["records"]
+            assert [h["id"] for h in hits] == [work.id.hex()]  # found by search, within the grant only
+            got = payload(await c.call_tool("get_attachment", {"record": work.id.hex()}))
+            assert base64.b64decode(got["data_base64"]) == photo
+            assert got["sha256"] == hashlib.sha256(photo).hexdigest() and got["size"] == len(photo)
+            assert (got["name"], got["media_type"], got["of"]) == ("whiteboard.png", "image/png", msg.id.hex())
+            text = refusal(await c.call_tool("get_attachment", {"record": work.id.hex(), "max_bytes": 100}))
+            assert f"has {len(photo):,} bytes, more than the 100" in text
+            text = refusal(await c.call_tool("get_attachment", {"record": private.id.hex()}))
+            assert "agent-read" in text and "rule: a grant reads only its compartments" in text
+            assert "passport" not in text and "personal" not in text
+        async with Client(params(path, grants["append"], tmp_path / "agent2")) as c:
+            assert "get_attachment" not in {t.name for t in (await c.list_tools()).tools}
+            text = refusal(await c.call_tool("get_attachment", {"record": work.id.hex()}))
+            assert "(rule: append grants never read)" in text
+
+    run(session)

@@ -20,7 +20,7 @@ import pytest
 from camillo import NewRecord, Unlock, Vault
 
 CLIENT = Path(__file__).parent / "ts-client"
-READING = {"search_memory", "read_conversation", "list_facts", "get_fact"}
+READING = {"search_memory", "read_conversation", "list_facts", "get_fact", "get_attachment"}
 WRITING = {"append_messages", "propose"}
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 

@@ -622,6 +622,25 @@ def objects_and_negatives(out: Out) -> None:
         notes="Packs are deterministic: writing the same entries again must give the same bytes.",
     )
 
+    # -- an attachment chunk (spec 9.5): deterministic for a writer holding the epoch secret
+    from camillo import attachments
+
+    chunk = b"An attached file's first (and only) chunk: " + bytes(range(256))
+    chunk_key = attachments.convergent_key(EPOCH_SECRET, VAULT_ID, COMPARTMENT_ID, EPOCH_ID, chunk)
+    blob = attachments.seal_chunk(VAULT_ID, chunk_key, chunk, convergent=True)
+    out.vector(
+        "object-attachment-chunk",
+        "An attachment chunk written by a writer holding its compartment's epoch secret: its key is derived "
+        "from that secret and the chunk's SHA-256, its salt from its key, so the file (sealed body, padded like "
+        "a segment, named by its hash under blobs/) is byte for byte the same wherever it is written.",
+        "open-attachment-chunk",
+        {"artefact": out.artefact("object-attachment-chunk.blob", blob), "vault_id": VAULT_ID.hex(),
+         "compartment_id": COMPARTMENT_ID.hex(), "epoch_id": EPOCH_ID.hex(), "epoch_secret": EPOCH_SECRET.hex(),
+         "name": attachments.chunk_name(blob), "chunk_key": chunk_key.hex()},
+        expected={"chunk": chunk.hex(), "derived_key": chunk_key.hex(), "size": len(blob), "rewritten_equal": True},
+        notes="chunk_key is what the attachment record's body carries for this chunk (spec 9.5).",
+    )
+
     # -- batches
     good = chain[0]
     out.vector(

@@ -304,6 +304,21 @@ def op_open_segment(inp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def op_open_attachment_chunk(inp: dict[str, Any]) -> dict[str, Any]:
+    """Open a chunk with the key its attachment record carries; derive that key again from the epoch
+    secret and the chunk (a writer's way) and seal the chunk again: the same file."""
+    from camillo import attachments
+
+    _, data = _artefact(inp["artefact"])
+    assert attachments.chunk_name(data) == inp["name"]
+    vault_id, carried = _b(inp["vault_id"]), _b(inp["chunk_key"])
+    chunk = attachments.open_chunk(data, inp["name"], vault_id, carried)
+    key = attachments.convergent_key(_b(inp["epoch_secret"]), vault_id, _b(inp["compartment_id"]),
+                                     _b(inp["epoch_id"]), chunk)
+    again = attachments.seal_chunk(vault_id, key, chunk, convergent=True)
+    return {"chunk": chunk.hex(), "derived_key": key.hex(), "size": len(data), "rewritten_equal": again == data}
+
+
 def op_hash_matches_name(inp: dict[str, Any]) -> dict[str, Any]:
     _, data = _artefact(inp["artefact"])
     return {"matches": hash_matches(inp["name"], data)}
@@ -547,6 +562,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "open-envelope": op_open_envelope,
     "open-segment": op_open_segment,
     "hash-matches-name": op_hash_matches_name,
+    "open-attachment-chunk": op_open_attachment_chunk,
     "hpke-unwrap": op_hpke_unwrap,
     "read-pack": op_read_pack,
     "batch-decode": op_batch_decode,

@@ -33,7 +33,7 @@ from importlib import metadata
 
 from ..errors import VaultError
 from . import access, enroll, interop, memory, recipients, upkeep, vault_cmds
-from .common import Commands, Handler
+from .common import Commands, Handler, apply_endpoint
 
 
 def version() -> str:
@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="camillo",
         description="Camillo: user-owned, encrypted agent memory (VMEM vaults).",
         epilog="Environment: CAMILLO_PASSPHRASE, CAMILLO_NEW_PASSPHRASE, CAMILLO_RECOVERY_PHRASE, "
-        "CAMILLO_RECIPIENT_PASSPHRASE, CAMILLO_DEVICE_NAME, CAMILLO_HOME, CAMILLO_KEYCHAIN (auto|os|none), CAMILLO_DEBUG.",
+        "CAMILLO_RECIPIENT_PASSPHRASE, CAMILLO_DEVICE_NAME, CAMILLO_HOME, CAMILLO_KEYCHAIN (auto|os|none), CAMILLO_DEBUG; "
+        "for s3:// vaults CAMILLO_S3_ENDPOINT and the AWS variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_PROFILE, AWS_REGION).",
     )
     parser.add_argument("--version", action="version", version=f"camillo {version()}")
     commands = Commands(parser)
@@ -61,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
     try:
+        apply_endpoint(args)
         return handler(args)
     except VaultError as exc:
         sys.stderr.write(f"camillo: {exc.message}\n")

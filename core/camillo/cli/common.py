@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from ..changes import Changes
 from ..errors import UsageError
+from ..values import with_endpoint
 from ..vault import Unlock, Vault
 
 T = TypeVar("T")
@@ -205,12 +206,36 @@ class Commands:
         """A command ``camillo NAME [DIR] [credential options]`` run by ``fn``."""
         p = self.sub.add_parser(name, help=help_, description=help_)
         if vault_arg:
-            p.add_argument("vault", metavar="DIR", help="the vault folder (or a .vmem file where reading is enough)")
+            p.add_argument("vault", metavar="DIR", help="the vault folder, a .vmem file where reading is enough, or "
+                           "an object store: s3://BUCKET/PREFIX")
         if cred:
             add_credential_options(p)
+        add_endpoint_option(p)
         p.set_defaults(func=fn)
         return p
 
     def plain(self, name: str, help_: str) -> argparse.ArgumentParser:
         """A command whose arguments the caller adds (and its ``func``)."""
-        return self.sub.add_parser(name, help=help_)
+        p = self.sub.add_parser(name, help=help_)
+        add_endpoint_option(p)
+        return p
+
+
+# ---------------------------------------------------------------------------------------------- object stores
+
+LOCATION_ARGS = ("vault", "other", "file", "dir", "out", "source")
+
+
+def add_endpoint_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint-url", metavar="URL",
+                   help="the S3-compatible server of s3:// locations (default: CAMILLO_S3_ENDPOINT, then the AWS "
+                   "configuration)")
+
+
+def apply_endpoint(args: argparse.Namespace) -> None:
+    """Every s3:// location among the arguments names the server given with ``--endpoint-url``."""
+    endpoint = getattr(args, "endpoint_url", None)
+    for name in LOCATION_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, with_endpoint(value, endpoint))

@@ -179,6 +179,26 @@ def attach(session: Session, source: str | Iterable[bytes], *, compartment: str,
                                   note=f"attached {shown}")
 
 
+def pieces(session: Session, f: StoredFile) -> Iterator[bytes]:
+    """The file's bytes, chunk by chunk, each checked; DamagedFile for a missing or damaged chunk, or
+    (after the last chunk) when the whole does not match its SHA-256: a caller keeps nothing it has
+    not seen to the end."""
+    digest = hashlib.sha256()
+    for c in f.chunks:
+        try:
+            data = session.shelf.read(c.name)
+        except FileNotFoundError:
+            raise DamagedFile(f"attachment {f.record_id.hex()[:12]} ({f.name}) lacks its chunk {c.name}: it has not "
+                              "arrived (wait for the sync) or was deleted", file=c.name) from None
+        piece = layout.open_chunk(data, c.name, session.vault_id, c.key)
+        if len(piece) != c.length:
+            raise DamagedFile(f"attachment chunk {c.name} has {len(piece)} bytes, not {c.length}", file=c.name)
+        digest.update(piece)
+        yield piece
+    if digest.hexdigest() != f.sha256:
+        raise DamagedFile(f"attachment {f.record_id.hex()[:12]} ({f.name}) does not match its SHA-256")
+
+
 def read_attachment(session: Session, rid: bytes, out_path: str) -> StoredFile:
     """Write the attachment's exact bytes to ``out_path`` (which must not exist), checking every chunk
     and the whole file's SHA-256; on any failure nothing is left at ``out_path``."""
@@ -186,24 +206,12 @@ def read_attachment(session: Session, rid: bytes, out_path: str) -> StoredFile:
     if os.path.lexists(out_path):
         raise UsageError(f"{out_path} exists; choose another file name (nothing was written)")
     tmp = f"{out_path}.camillo-partial"
-    digest = hashlib.sha256()
     try:
         with open(tmp, "xb") as out:
-            for c in f.chunks:
-                try:
-                    data = session.shelf.read(c.name)
-                except FileNotFoundError:
-                    raise DamagedFile(f"attachment {rid.hex()[:12]} ({f.name}) lacks its chunk {c.name}: it has not "
-                                      "arrived (wait for the sync) or was deleted", file=c.name) from None
-                piece = layout.open_chunk(data, c.name, session.vault_id, c.key)
-                if len(piece) != c.length:
-                    raise DamagedFile(f"attachment chunk {c.name} has {len(piece)} bytes, not {c.length}", file=c.name)
-                digest.update(piece)
+            for piece in pieces(session, f):
                 out.write(piece)
             out.flush()
             os.fsync(out.fileno())
-        if digest.hexdigest() != f.sha256:
-            raise DamagedFile(f"attachment {rid.hex()[:12]} ({f.name}) does not match its SHA-256")
         os.replace(tmp, out_path)
     except OSError as exc:
         raise StorageError(f"cannot write {out_path} ({exc.strerror}); nothing was written") from None
@@ -211,6 +219,16 @@ def read_attachment(session: Session, rid: bytes, out_path: str) -> StoredFile:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return f
+
+
+def attachment_bytes(session: Session, rid: bytes, limit: int) -> tuple[StoredFile, bytes]:
+    """The attachment's exact bytes in memory, checked, when it has at most ``limit`` bytes (an agent's
+    or a thumbnail's read); UsageError naming its size otherwise."""
+    f = stored_file(session, rid)
+    if f.size > limit:
+        raise UsageError(f"attachment {rid.hex()[:12]} ({f.name}) has {f.size:,} bytes, more than the {limit:,} "
+                         "this read returns; save it to a file instead (camillo attachment DIR ID --out FILE)")
+    return f, b"".join(pieces(session, f))
 
 
 def chunks_named(session: Session, record_ids: set[bytes] | None = None) -> set[str]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .. import encoding, ids, keys, segments, slots
 from ..changes import Changes
-from ..control import Level, owner_entry
+from ..control import Level, owner_entry, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..envelopes import EnvelopeKind
 from ..errors import UsageError, VaultError
@@ -119,13 +119,8 @@ def rotation_records(session: Session, old: Credential, new: Credential) -> list
               1: old.writer_id, 2: "key rotation", 3: proof_of_possession(session.vault_id, new)},
         signers=[old.signer],
     )
-    seen: dict[bytes, dict[bytes, int]] = {}
-    pins: dict[bytes, bytes] = {}
-    for (w, c), chain in session.log.chains.items():
-        if chain:
-            seen.setdefault(c, {})[w] = max(chain)
-            if w == old.writer_id:
-                pins[c] = chain[max(chain)]
+    body = revocation_body(old.writer_id, session.log.chains, "key rotated")
+    seen, pins = body[2], body[3]
     # What this device wrote itself counts even where this view cannot accept it yet (a batch of its
     # own still syncing, or sealed to an epoch a concurrent erasure destroyed): every one was its own.
     if session.actor is old and session.device_state_store is not None:
@@ -134,8 +129,7 @@ def rotation_records(session: Session, old: Credential, new: Credential) -> list
                 seen.setdefault(c, {})[old.writer_id], pins[c] = seq, bid
     for c in session.all_compartments():
         seen.setdefault(c, {})[new.writer_id] = 1
-    retire = encode_record(Kind.REVOKE, old.writer_id,
-                           body={0: old.writer_id, 2: seen, 3: pins, 4: "key rotated"}, signers=[old.signer])
+    retire = encode_record(Kind.REVOKE, old.writer_id, body=body, signers=[old.signer])
     return [cert, retire]
 
 

@@ -92,7 +92,7 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
         for name in session.shelf.walk():
             if kind_of(name) == "pack":
                 try:
-                    PackReader(os.path.join(session.shelf.location, name)).close()
+                    PackReader(os.path.join(session.shelf.root, name)).close()
                 except VaultError as exc:
                     out.append(Problem("damaged", name, exc.message))
     for kind, file, message in roster.problems + reader.materialize_problems:

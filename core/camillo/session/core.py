@@ -426,13 +426,15 @@ class Session:
         credential) remembers, then remember the union (spec §17.5), read-only opens included: the
         memory lives in this installation's local state, never in the vault folder."""
         store, ds = self.device_state_store, self.device_state
+        me = self.actor.writer_id if self.actor is not None else None
         if store is None and (mine := self.reader_memory()) is not None:
             store, ds = mine
+            me = self.unlocking.writer_id if self.unlocking is not None else None
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         seen_generation = max(ds.generation, self.local.load_generation())
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
-                                             self.keyring.generation, int(time.time()), ds.epochs, known)
+                                             self.keyring.generation, int(time.time()), ds.epochs, known, me)
         # An append grant remembers its own writes but can never read them back: no alert there.
         g = self.grant
         unread = {self.grant_scope_ids.get(n) for n, lv in g.scopes.items() if lv == Level.APPEND} if g else set()

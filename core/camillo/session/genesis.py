@@ -22,9 +22,10 @@ from .. import descriptor, envelopes, ids, keys, segments, slots
 from ..control import owner_entry
 from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
 from ..errors import UsageError
+from ..objectstore import open_location
 from ..primitives import KdfParams, new_recovery_phrase, random_bytes
 from ..records import Batch, BatchHeader, Kind, encode_record, make_batch
-from ..storage import FolderShelf, segment_name
+from ..storage import segment_name
 from .core import Session
 from .installation import hostname, platform_label, register_installation
 from .unlock import check_unlocking_credential
@@ -39,7 +40,7 @@ def create_vault(path: str, passphrase: str, *, compartments: Sequence[str], dev
         raise UsageError("compartment names must be distinct, non-empty and not 'control'")
     if len(passphrase) < 1:
         raise UsageError("the passphrase is empty")
-    shelf = FolderShelf(path, create=True)
+    shelf = open_location(path, create=True, home=home)
     phrase = new_recovery_phrase()
     device = Credential.generate(CredentialKind.DEVICE)
     pw = from_passphrase(passphrase, KdfParams.fresh(kdf))

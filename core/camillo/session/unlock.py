@@ -40,8 +40,9 @@ from ..errors import (
     VaultError,
     WrongCredential,
 )
+from ..objectstore import open_location
 from ..primitives import CryptoFailure, KdfParams, SecretBytes
-from ..storage import FolderShelf, PackShelf, open_shelf
+from ..storage import FolderShelf, PackShelf
 from ..values import Unlock
 from .core import Session
 from .grantfile import read_grant_file
@@ -54,9 +55,9 @@ from .installation import (
 from .reader import Progress
 
 
-def read_vault_id(path: str) -> bytes:
+def read_vault_id(path: str, home: str | None = None) -> bytes:
     """The vault id from the descriptor of the vault at ``path`` (a hint: the genesis proves it)."""
-    shelf = open_shelf(path)
+    shelf = open_location(path, home=home)
     try:
         return _descriptor(shelf, path)
     finally:
@@ -75,7 +76,7 @@ def _descriptor(shelf: FolderShelf | PackShelf, path: str) -> bytes:
 def open_session(path: str, unlock: Unlock, *, cache: bool = True, home: str | None = None,
                  progress: Progress | None = None, read_only: bool = False) -> Session:
     """Open the vault at ``path`` with ``unlock`` and read it (nothing is written to the vault)."""
-    shelf = open_shelf(path)
+    shelf = open_location(path, home=home)
     try:
         session = Session(shelf, _descriptor(shelf, path), home)
         session.use_cache = cache
