@@ -31,7 +31,7 @@ from .stats import machine, percentile, summary
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GROUPS = ("open", "append", "bulk", "search", "merge", "pack", "compaction", "erasure", "revoke", "gui", "vaultmem",
-          "keychanges", "sync", "objectstore")
+          "keychanges", "sync", "objectstore", "attachments")
 PROFILED = ("cold_open", "warm_open", "reopen", "search", "append", "merge", "erasure", "bulk_import")
 
 
@@ -146,6 +146,8 @@ class Bench:
             out.append(("erasure", {"op": "erasure"}))
         if "revoke" in g:
             out.append(("revoke", {"op": "revoke"}))
+        if "attachments" in g:
+            out.append(("attachments", {"op": "attachments", "mib": 8 if q else 64}))
         if "keychanges" in g:
             rounds = 3 if q else 20
             # before/after, interleaved so that load on the machine falls on both alike
@@ -533,6 +535,25 @@ class Bench:
             floor = fl.add({"xwing_keygen": (epochs + 1) * p["xwing_keygen"]},
                            fl.write_segments_floor(p, new_files, new_bytes, r0.get("new_segments", {"files": 0})["files"], 0, 0))
             fig("revoke", "Revoke a device (lost laptop)", "s", v, floor=floor, rss=rss, cpu=cpu("revoke"))
+        # -- attachments: streamed in and out, each chunk sealed (or opened) and hashed twice
+        if "attachments" in raw:
+            runs = raw["attachments"]
+            r0 = runs[0]
+            nbytes, chunks = r0["bytes"], r0["chunks"]
+            # attach: hash the file, derive a key per chunk, seal it, name it by its hash, write it durably
+            seal = {"sha256": fl._sha(p, 2 * chunks, 2 * nbytes), "aead": fl._aead_seal(p, chunks, nbytes),
+                    "hkdf": 2 * chunks * p["hkdf_expand"],
+                    "durable_write": p["durable_write_4k"] * chunks + p["seq_write_per_byte"] * nbytes}
+            fetch = {"sha256": fl._sha(p, chunks, nbytes), "aead": fl._aead_open(p, chunks, nbytes),
+                     "write": p["seq_write_per_byte"] * nbytes}
+            rate = [nbytes / r["meter"]["seconds"] / 1e6 for r in runs]
+            fig("attach", f"Attach a {nbytes >> 20} MiB file (streamed, {chunks} chunks)", "s",
+                [r["meter"]["seconds"] for r in runs], floor=seal, rss=[r["meter"]["peak_rss_mib"] for r in runs],
+                cpu=cpu("attachments"), note=f"{summary(rate)['median']:.0f} MB/s")
+            frate = [nbytes / r["fetch"]["seconds"] / 1e6 for r in runs]
+            fig("attachment_fetch", f"Save that attachment to a file (checked, {chunks} chunks)", "s",
+                [r["fetch"]["seconds"] for r in runs], floor=fetch, rss=[r["fetch"]["peak_rss_mib"] for r in runs],
+                cpu=[r["fetch"]["cpu_seconds"] for r in runs], note=f"{summary(frate)['median']:.0f} MB/s")
         # -- key changes under concurrency (spec §16.10): the new work on its own
         self.keychanges_figures(fig, p, counts, avg_record)
         # -- sync through a real sync engine
@@ -632,6 +653,10 @@ class Bench:
         if arrived:
             fig("sync_append_file_p50", "  of which Syncthing: the segment in B's folder, p50", "s",
                 [percentile(arrived, 50)], floor={"syncthing_one_file": percentile(flo, 50)}, note=note)
+            camillo = [x["seconds"] - x["file"] for x in s0["append"] if x.get("file") is not None]
+            for q, name in ((50, "p50"), (95, "p95")):
+                fig(f"sync_append_camillo_{name}", f"  of which Camillo: segment in B's folder → in B's refresh, {name}",
+                    "s", [percentile(camillo, q)], note="B's refresh polled every 20 ms: up to 20 ms is the polling")
         for kind, label in (("erase", "erase one message"), ("revoke", "revoke a device")):
             xs = s0.get(kind) or []
             if not xs:

@@ -230,6 +230,29 @@ def revoke(params: dict[str, Any], scratch: str) -> dict[str, Any]:
             **_diff(before, after)}
 
 
+@op("attachments")
+def attachments(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """``Vault.attach`` of a ``mib`` MiB file (random bytes, so no chunk is shared) to a message of
+    the lived-in vault, streamed from disk, then ``Vault.save_attachment`` of it to a new file (every
+    chunk opened and checked, the whole hashed, written and fsynced)."""
+    fx = _clone(params, "loose", scratch)
+    mib = int(params.get("mib", 64))
+    src, out = os.path.join(scratch, "file.bin"), os.path.join(scratch, "file-out.bin")
+    with open(src, "wb") as fh:
+        for _ in range(mib):
+            fh.write(os.urandom(1 << 20))
+    v = _open(fx)
+    before = _files(fx.vault)
+    with Meter() as m_attach:
+        rid = v.attach(src, compartment="personal", name="file.bin").written[0]
+    after = _files(fx.vault)
+    with Meter() as m_fetch:
+        v.save_attachment(rid, out)
+    v.lock()
+    return {"meter": m_attach.to_json(), "fetch": m_fetch.to_json(), "bytes": mib << 20, "chunks": mib,
+            **_diff(before, after)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading
 

@@ -167,6 +167,8 @@ def sync_table(sync: dict[str, Any]) -> str:
     app = sync["append"]
     rows = [("B's refresh shows the record", [x["seconds"] for x in app]),
             ("the segment file is in B's folder", [x["file"] for x in app if x.get("file") is not None]),
+            ("from the file in B's folder to B's refresh showing it (20 ms polling)",
+             [x["seconds"] - x["file"] for x in app if x.get("file") is not None]),
             ("floor: Syncthing carries one file of that size", [x["seconds"] for x in sync["floor"]]),
             ("A's append() itself", [x["append"] for x in app]),
             ("the refresh on B that found it", [x["last_refresh"] for x in app])]

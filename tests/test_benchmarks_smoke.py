@@ -24,11 +24,12 @@ EXPECTED = {
     # the objectstore group, against a SeaweedFS the benchmark starts on loopback
     "s3_append_p50", "s3_append_p99", "s3_folder_warm_open", "s3_warm_open", "s3_download_loose",
     "s3_download_compacted", "s3_download_bulk", "s3_first_open",
+    "attach", "attachment_fetch",
 }
 WITH_FLOOR = {"append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
               "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "merge", "merge_copy",
               "pack", "unpack", "compaction", "erasure", "revoke", "gui_open", "peak_rss", "s3_append_p50",
-              "s3_warm_open"}
+              "s3_warm_open", "attach", "attachment_fetch"}
 
 
 @pytest.mark.slow

@@ -338,10 +338,11 @@ def test_huge_claimed_count_on_a_small_file_is_rejected_fast(workdir):
         ([b"x" * 100], [[4, "segments/aa/" + "a" * 64 + ".seg", 12, 100]], "out of place"),
         ([b"x" * 7], [[1, "VMEM", 12, 7]], "out of place"),
         # unknown entry type
-        ([A_DATA], [[5, A_NAME, 12, 4096]], "out of place"),
+        ([A_DATA], [[6, A_NAME, 12, 4096]], "out of place"),
         ([A_DATA], [[0, A_NAME, 12, 4096]], "out of place"),
         # type does not match the name
         ([A_DATA], [[2, A_NAME, 12, 4096]], "wrong type"),
+        ([A_DATA], [[5, A_NAME, 12, 4096]], "wrong type"),  # an attachment chunk's type, a segment's name
         ([A_DATA], [[4, "packs/x.pack", 12, 4096]], "wrong type"),
         ([A_DATA], [[4, "README", 12, 4096]], "wrong type"),
         # malformed entries

@@ -29,7 +29,7 @@ from ..changes import Changes
 from ..control import Level
 from ..errors import AccessDenied, DamagedFile, StorageError, UsageError
 from ..log import SYNC_GRACE_SECONDS
-from ..primitives import random_bytes
+from ..primitives import constant_time_equal, random_bytes
 from ..records import Authority, F, Kind, encode_record, validated_record
 from ..session import Session
 from ..session.writer import sealing_key, write_batches
@@ -195,7 +195,7 @@ def pieces(session: Session, f: StoredFile) -> Iterator[bytes]:
             raise DamagedFile(f"attachment chunk {c.name} has {len(piece)} bytes, not {c.length}", file=c.name)
         digest.update(piece)
         yield piece
-    if digest.hexdigest() != f.sha256:
+    if not constant_time_equal(digest.hexdigest().encode(), f.sha256.encode()):  # a hash of the plaintext
         raise DamagedFile(f"attachment {f.record_id.hex()[:12]} ({f.name}) does not match its SHA-256")
 
 

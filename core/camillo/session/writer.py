@@ -168,10 +168,13 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             if any(f.writer_id == actor.writer_id for f in log.forks):
                 raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
             prev_view = session.batches.get(prev) if prev is not None else None
+            # the previous batch's frontier, also when this view cannot read that batch (sealed to an
+            # epoch another device's erasure destroyed, not sealed again yet): remembered at its write
+            last = session.device_state.extra.get("frontiers", {}).get(cid)
             deps, frontier, heads = causal_fields(
                 log.chains, log.heads.get(cid, set()), cid,
                 session.roster.compartments if cid == session.roster.control_id else None,
-                prev_view.batch.header.frontier if prev_view is not None else None)
+                prev_view.batch.header.frontier if prev_view is not None else last)
             group: list[Batch] = []
             group_size = 0
             batches: list[Batch] = []
@@ -196,6 +199,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             if prev is None:
                 raise AssertionError("no batch written")
             session.device_state.counters[cid] = (seq, prev)
+            session.device_state.extra.setdefault("frontiers", {})[cid] = dict(frontier)
             # remembered with the counter (one save): the rollback memory of this writer's own chain
             session.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
             written[cid] = batches
