@@ -72,17 +72,21 @@ class Fixture:
         return {h: os.path.join(self.root, "homes", h) for h in HOMES}
 
 
+# The local state database (and its write-ahead log) is changed in place: a clone copies it.
+_COPIED = (".lock", "state.db", "state.db-wal", "state.db-shm")
+
+
 def clone_tree(src: str, dst: str) -> None:
-    """Copy a folder with hard links: vault files and local-state files are never changed in place
-    (writes create new files and rename them), so a linked clone behaves as a copy.  Lock files
-    are copied."""
+    """Copy a folder with hard links: vault files and the sealed local files are never changed in
+    place (writes create new files and rename them), so a linked clone behaves as a copy.  Lock
+    files and the local state database, which SQLite changes in place, are copied."""
     for dirpath, _dirnames, filenames in os.walk(src):
         rel = os.path.relpath(dirpath, src)
         target = os.path.join(dst, rel) if rel != "." else dst
         os.makedirs(target, exist_ok=True)
         for f in filenames:
             s, d = os.path.join(dirpath, f), os.path.join(target, f)
-            if f.endswith(".lock"):
+            if f.endswith(_COPIED):
                 shutil.copy2(s, d)
                 continue
             try:
@@ -217,12 +221,42 @@ class Corpus:
                     "build_seconds": round(time.perf_counter() - t0, 2),
                     "parent_built": dep.meta["built"] if dep else None, **(extra or {})}
             meta["fingerprint"] = tree_fingerprint(fx.vault)
+            from camillo.cache import FORMAT
+
+            meta["state_format"] = FORMAT
             with open(meta_path, "w") as fh:
                 json.dump(meta, fh, indent=1)
             self.say(f"  built in {meta['build_seconds']} s")
         fx = Fixture(name, root, meta)
+        if not self.readonly:
+            self._upgrade_local_state(fx, meta_path)
         self._built[name] = fx
         return fx
+
+    def _upgrade_local_state(self, fx: Fixture, meta_path: str) -> None:
+        """A fixture built before the local state database (or an older format of it): the simulated
+        installations' local state is made what building it now would leave (the vault is unchanged)."""
+        from camillo.cache import FORMAT
+
+        if fx.meta.get("state_format") == FORMAT:
+            return
+        self.say(f"making the local state of the {fx.name} corpus current (format {FORMAT})")
+        if fx.name == "reopen":  # the desktop's state predates the laptop's batches: loose's, copied
+            loose = self.get("loose")
+            for sub in ("cache",):
+                target = os.path.join(fx.homes["desktop"], sub)
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(os.path.join(loose.homes["desktop"], sub), target)
+        elif fx.name == "merge":
+            with _open(os.path.join(fx.root, "A", "vault"), os.path.join(fx.root, "A", "homes", "desktop")):
+                pass
+        else:
+            for who in ("laptop", "desktop"):
+                if os.path.isdir(fx.homes[who]):
+                    warm(fx, who)
+        fx.meta["state_format"] = FORMAT
+        with open(meta_path, "w") as fh:
+            json.dump(fx.meta, fh, indent=1)
 
     # -- builders
 

@@ -230,6 +230,30 @@ def revoke(params: dict[str, Any], scratch: str) -> dict[str, Any]:
             **_diff(before, after)}
 
 
+@op("passwd")
+def passwd(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """``Vault.change_passphrase``: one Argon2id of the new passphrase, with the vault's parameters
+    (those of its floor: the writer's default is 256 MiB, four times the corpus's 64 MiB), then the
+    keys roll (new slots for every credential, a new epoch per compartment, envelopes re-wrapped)."""
+    fx = _clone(params, "loose", scratch)
+    v = _open(fx)
+    kdf = _passphrase_kdf(v)
+    before = _files(fx.vault)
+    with Meter() as m:
+        v.change_passphrase("a new benchmark passphrase", kdf=kdf)
+    after = _files(fx.vault)
+    v.lock()
+    return {"meter": m.to_json(), **_diff(before, after)}
+
+
+def _passphrase_kdf(v: Any) -> tuple[int, int, int] | None:
+    """The Argon2id parameters (m KiB, t, p) of the vault's current passphrase slot."""
+    for h in v.session.slot_headers()[0]:
+        if h.kdf is not None and h.generation == v.session.keyring.generation:
+            return (h.kdf.memory_kib, h.kdf.time_cost, h.kdf.parallelism)
+    return None
+
+
 @op("attachments")
 def attachments(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """``Vault.attach`` of a ``mib`` MiB file (random bytes, so no chunk is shared) to a message of
@@ -384,7 +408,8 @@ def counts(params: dict[str, Any], scratch: str) -> dict[str, Any]:
         "batches": len(v.session.batches), "batches_verified": verified, "batches_vouched": vouched,
         "control_records": len(controls), "signature_verifies": verified + sum(controls.values()),
         "records": records, "record_bytes": record_bytes, "timeline_records": v.session.materialized.count(),
-        "cache_bytes": os.path.getsize(cache_path) if cache_path and os.path.exists(cache_path) else 0,
+        "cache_bytes": sum(os.path.getsize(cache_path + x) for x in ("", "-wal")
+                           if cache_path and os.path.exists(cache_path + x)),
         "state_bytes": os.path.getsize(state_path) if state_path and os.path.exists(state_path) else 0,
         "files": len(names),
     }

@@ -50,6 +50,8 @@ def _target(t: dict[str, Any] | None) -> str:
         return f"≤ {t['value']:g}× floor{at}"
     if t["kind"] == "ratio_lt":
         return f"< {t['value']:g}× plaintext{at}"
+    if t["kind"] == "floor_plus":
+        return f"≤ floor + {fmt(t['value'], 's')}{at}"
     if t["kind"] == "ratio_le_folder":
         return f"≤ {t['value']:g}× the folder{at}"
     if t["kind"] == "ge":

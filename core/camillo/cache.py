@@ -1,148 +1,257 @@
-"""The encrypted cache of the materialised state, so a warm open reads only new segments (spec §18.3).
+"""The local state database: one actor's materialised state of one vault, opened in place (spec §18.3).
 
-The cache is the state's SQLite database, serialised with ``sqlite3.Connection.serialize`` and
-sealed (XChaCha20-Poly1305 with key commitment, :mod:`camillo.localstate`) under a key derived from
-the actor's own seed and the vault id, in chunks of 1 MiB: ``magic ‖ u32 chunk count ‖ u64 image
-length ‖ (u32 length ‖ sealed chunk)*``, where chunk *i* of *n* is sealed under the purpose
-``cache/i/n/length``, so no chunk can be moved, dropped, repeated or taken from another cache.  At a
-million records the image is over a gigabyte, and one AEAD call over it held the interpreter lock
-for seconds (the GUI thread froze); a chunk holds it for about a millisecond.  Besides records and
-facts the database holds what the reader pipeline needs to resume: each batch's header, signatures
-and control records, and which segment files were already processed.
+The state (records, facts, the full-text index, semantic vectors, and what the reader pipeline needs
+to resume: each batch's header, signatures and control records, and which segment files were
+processed) lives in one SQLite database encrypted page by page with SQLCipher 4 (the ``sqlcipher3``
+wheels): every 4 KiB page is AES-256-CBC with a random IV and an HMAC-SHA512 over the page, its
+number and the IV, under a raw 256-bit key derived from the actor's own seed and the vault id
+(:func:`camillo.keys.local_key`, purpose ``state-db``), never from a key of the vault.  The write-ahead
+log is encrypted the same way; temporary tables stay in memory.  A stolen disk shows the file's size
+and modification times, nothing else (docs/security.md §5).
 
-It is disposable: deleting it loses nothing.  A cache that does not open (another vault, another
-actor, tampering, an older cache format) or that belongs to an older master-secret generation
-(erasure rolls the generation and requires caches to be purged) is discarded and rebuilt from the
-vault's files.  No plaintext ever reaches disk: the database lives in memory and only its sealed
-serialisation is written.
+An open reads only the pages it needs, so opening a vault of a million records costs what opening an
+empty one costs; every refresh, append and merge updates the database in place and commits at most
+every :data:`COMMIT_AGE` seconds and on close, so a crash (kill -9, power loss) leaves the last
+commit: an older but consistent state, from which the next open reads what is new in the folder.
+
+It is disposable: deleting it loses nothing.  A database that does not open (another vault or another
+actor: the key does not match; tampering: a page's HMAC fails; an older format) or that belongs to an
+older master-secret generation (erasure rolls the generation and requires caches to be purged) is
+deleted and rebuilt from the vault's files, never trusted over them.  A damaged page met later, during
+a query, raises :class:`~camillo.errors.DamagedFile` and the database is deleted (see
+:func:`is_damage`).  One process at a time keeps an actor's database (an exclusive lock beside it); a
+second process of the same installation works in memory instead.
 
 Confined to the thread that owns the vault.
 """
 
 from __future__ import annotations
 
-import mmap
+import contextlib
+import fcntl
 import os
-import sqlite3
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from sqlcipher3 import dbapi2 as sqlite  # the stdlib's sqlite3 interface over SQLCipher
 
 from . import encoding
-from .errors import VaultError
+from .errors import DamagedFile, StorageError
 from .keys import local_key
-from .localstate import atomic_write, open_local, seal_local
+from .storage import make_dirs_durable
 
-CACHE_FORMAT = 7
-MAGIC = b"VMEMCACH\x02"
-CHUNK = 1 << 20
-_HEAD = len(MAGIC) + 4 + 8
-_SEALED_MAX = CHUNK + 256  # a sealed chunk: the chunk and the local-file overhead
+FORMAT = 8
+COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
+PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
+_SUFFIXES = ("", "-wal", "-shm", "-journal")
+LEGACY = "cache.bin"  # the sealed SQLite image of earlier versions, read whole at every open
+
+if TYPE_CHECKING:  # sqlcipher3 ships no type information; its interface is the stdlib's
+    from sqlite3 import Connection as Connection
+    from sqlite3 import DatabaseError as DatabaseError
+else:
+    Connection = sqlite.Connection
+    DatabaseError = sqlite.DatabaseError
+
+
+# The state's tables (:mod:`camillo.state` computes what they hold; spec §19).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records(
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+  id BLOB UNIQUE NOT NULL,
+  batch BLOB NOT NULL,
+  idx INTEGER NOT NULL,
+  compartment BLOB NOT NULL,
+  writer BLOB NOT NULL,
+  author BLOB,
+  kind INTEGER,
+  type TEXT,
+  key TEXT,
+  class INTEGER,
+  effective INTEGER,
+  ts INTEGER,
+  conversation TEXT,
+  role TEXT,
+  text TEXT,
+  raw BLOB,
+  has_refs INTEGER NOT NULL DEFAULT 0,
+  valid INTEGER NOT NULL DEFAULT 0,
+  reason TEXT,
+  hidden INTEGER NOT NULL DEFAULT 0,
+  erased INTEGER NOT NULL DEFAULT 0,
+  import_key TEXT,
+  lamport INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
+CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
+CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
+CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
+CREATE INDEX IF NOT EXISTS refs_record ON refs(record);
+CREATE TABLE IF NOT EXISTS facts(
+  compartment BLOB NOT NULL,
+  key TEXT NOT NULL,
+  status TEXT NOT NULL,
+  current BLOB,
+  candidates BLOB,
+  discarded BLOB,
+  history BLOB,
+  proposed BLOB,
+  PRIMARY KEY(compartment, key)
+);
+CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', contentless_delete = 1,
+                                                     tokenize = 'unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS cache_batches(
+  id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
+  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0
+); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
+CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
+CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
+"""
+
+def memory_database() -> Connection:
+    """A state database in memory (an open without local state: ``cache=False``, read-only, a
+    second process of this installation).  The same SQLite as the local state, unencrypted."""
+    db: Connection = sqlite.connect(":memory:")
+    db.execute("PRAGMA temp_store = MEMORY")
+    return db
+
+
+def is_damage(exc: BaseException) -> bool:
+    """An SQLite error that says a page did not decrypt or the file is malformed ("file is not a
+    database", "database disk image is malformed"), not a locked database, a full disk or a bad
+    statement (those are subclasses)."""
+    return type(exc) is DatabaseError
 
 
 class Cache:
+    """This actor's local state database for one vault: where it is, its key, opening and deleting it."""
+
     def __init__(self, path: str, secret: bytes, vault_id: bytes) -> None:
         self.path = path
         self.vault_id = vault_id
-        self._key = local_key(secret, "cache", vault_id)
+        self._key = local_key(secret, "state-db", vault_id)
+        self._lock_fd: int | None = None
+        self.problem = ""  # why the last open started from nothing ("" when it resumed or there was none)
 
-    def load(self, generation: int) -> sqlite3.Connection | None:
-        """The cached database, or None when there is none or it must not be trusted."""
-        try:
-            image = self._read_image()
-            if image is None:
-                return None
-            # A deserialised database lives in SQLite's memdb, which refuses to grow past 1 GiB
-            # ("database or disk is full", reached by a million records): copy it into an ordinary
-            # in-memory database, which grows as memory allows.
-            loaded = sqlite3.connect(":memory:")
+    # ------------------------------------------------------------------------------ opening
+
+    def open(self, generation: int) -> tuple[Connection, bool] | None:
+        """The database, and whether it holds a state to resume from (False: a new, empty one).
+        None when another process of this installation holds it (it then works in memory)."""
+        if not self.acquire():
+            return None
+        legacy = os.path.join(os.path.dirname(self.path), LEGACY)
+        with contextlib.suppress(OSError):
+            os.unlink(legacy)
+        if os.path.exists(self.path):
+            db = None
             try:
-                loaded.deserialize(image)
-            finally:
-                image.close()
-            db = sqlite3.connect(":memory:")
-            loaded.backup(db)
-            loaded.close()
-            meta = dict(db.execute("SELECT key, value FROM cache_meta"))
-            if (
-                encoding.decode(meta.get("format", b"\x00")) != CACHE_FORMAT
-                or encoding.decode(meta.get("generation", b"\x00")) != generation
-                or meta.get("vault") != self.vault_id
-            ):
+                db = self._connect()
+                meta = dict(db.execute("SELECT key, value FROM cache_meta").fetchall())
+                if encoding.decode(meta.get("format", b"\x00")) != FORMAT or meta.get("vault") != self.vault_id:
+                    self.problem = "the local state was of an older version and is rebuilt"
+                elif encoding.decode(meta.get("generation", b"\x00")) != generation:
+                    self.problem = "the vault's keys changed since the local state was saved: it is rebuilt"
+                else:
+                    return db, True
+            except (sqlite.DatabaseError, ValueError, TypeError, DamagedFile):
+                self.problem = "the local state did not open (damaged, or not this installation's) and is rebuilt"
+            if db is not None:
                 db.close()
-                self.discard()
-                return None
-            return db
-        except (VaultError, sqlite3.DatabaseError, ValueError, TypeError, MemoryError, OSError):
-            self.discard()
-            return None
+            self._delete_files()
+        return self.create(generation), False
 
-    def _read_image(self) -> mmap.mmap | None:
-        """Read and open the chunks one at a time into one buffer (never the whole file at once).
-        The buffer is anonymous memory from the kernel: a bytearray of a gigabyte is zero-filled
-        first, half a second holding the interpreter lock."""
+    def _meta(self, generation: int) -> list[tuple[str, bytes]]:
+        return [("format", encoding.encode(FORMAT)), ("generation", encoding.encode(generation)),
+                ("vault", self.vault_id)]
+
+    def create(self, generation: int) -> Connection:
+        """A new, empty database (any previous one is deleted first)."""
+        self._delete_files()
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ValueError(f"cannot read {self.path}: {exc.strerror}") from None
-        with fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(_HEAD)
-            if len(head) != _HEAD or not head.startswith(MAGIC):
-                raise ValueError("not a Camillo cache (or an older one)")
-            count = int.from_bytes(head[len(MAGIC):len(MAGIC) + 4], "big")
-            length = int.from_bytes(head[len(MAGIC) + 4:], "big")
-            # checked against the file's size before anything is allocated for them
-            if not 1 <= count <= size // 32 or not (count - 1) * CHUNK < length <= min(count * CHUNK, size):
-                raise ValueError("the cache's chunk count and length disagree with each other or the file")
-            image = mmap.mmap(-1, length)
+            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            db = self._connect()
+            db.execute("CREATE TABLE cache_meta(key TEXT PRIMARY KEY, value BLOB)")
+            db.executemany("INSERT INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
+            db.commit()
+        except (OSError, sqlite.OperationalError) as exc:
+            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
+                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+        return db
+
+    def export(self, source: Connection, generation: int) -> Connection:
+        """A new database holding a copy of ``source`` (a state read in memory before this actor was
+        known: a first registration), encrypted page by page on the way (``sqlcipher_export``)."""
+        self._delete_files()
+        try:
+            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            source.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
+            source.commit()
+            source.execute("ATTACH DATABASE ? AS store KEY ?", (self.path, f"x'{self._key.hex()}'"))
             try:
-                self._fill(fh, image, count, length)
-            except BaseException:
-                image.close()
-                raise
-        return image
+                source.execute("SELECT sqlcipher_export('store')").fetchall()
+            finally:
+                source.execute("DETACH DATABASE store")
+            return self._connect()
+        except (OSError, sqlite.OperationalError) as exc:
+            self._delete_files()
+            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
+                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
 
-    def _fill(self, fh: Any, image: mmap.mmap, count: int, length: int) -> None:
-        offset = 0
-        for i in range(count):
-            n = int.from_bytes(fh.read(4), "big")
-            if not 0 < n <= _SEALED_MAX:
-                raise ValueError(f"cache chunk {i} has an impossible length")
-            sealed = fh.read(n)
-            if len(sealed) != n:
-                raise ValueError("the cache is truncated")
-            chunk = open_local(self._key, f"cache/{i}/{count}/{length}", self.vault_id, sealed, self.path)
-            if len(chunk) != min(CHUNK, length - offset):
-                raise ValueError(f"cache chunk {i} has the wrong size")
-            image[offset:offset + len(chunk)] = chunk
-            offset += len(chunk)
-        if fh.read(1):
-            raise ValueError("the cache has bytes after its last chunk")
-
-    def sealed_chunks(self, image: bytes | memoryview) -> Iterator[bytes]:
-        """The cache file for a serialised database, piece by piece (:meth:`save` streams them)."""
-        view = memoryview(image)
-        length = len(view)
-        count = max(1, -(-length // CHUNK))
-        yield MAGIC + count.to_bytes(4, "big") + length.to_bytes(8, "big")
-        for i in range(count):
-            sealed = seal_local(self._key, f"cache/{i}/{count}/{length}", self.vault_id,
-                                bytes(view[i * CHUNK:(i + 1) * CHUNK]))
-            yield len(sealed).to_bytes(4, "big") + sealed
-
-    def save(self, db: sqlite3.Connection, generation: int) -> None:
-        db.executemany(
-            "INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
-            [("format", encoding.encode(CACHE_FORMAT)), ("generation", encoding.encode(generation)),
-             ("vault", self.vault_id)],
-        )
-        db.commit()
-        atomic_write(self.path, self.sealed_chunks(db.serialize()))
-
-    def discard(self) -> None:
+    def _connect(self) -> Connection:
+        db: Connection = sqlite.connect(self.path)
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            db.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is expected (discarded), not logged
+            db.execute(f"PRAGMA key = \"x'{self._key.hex()}'\"")
+            db.execute("PRAGMA temp_store = MEMORY")  # no temporary file, encrypted or not
+            db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+            db.execute("PRAGMA journal_mode = WAL").fetchone()  # the first read: a wrong key fails here
+            db.execute("PRAGMA synchronous = NORMAL")  # a power cut keeps the last checkpointed commit
+        except BaseException:
+            db.close()
+            raise
+        os.chmod(self.path, 0o600)
+        return db
+
+    def acquire(self) -> bool:
+        """Hold this database for this process (False: another process of this installation does)."""
+        if self._lock_fd is not None:
+            return True
+        directory = os.path.dirname(self.path)
+        try:
+            make_dirs_durable(directory, 0o700)
+            fd = os.open(os.path.join(directory, "state.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return False  # a read-only home: work in memory
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        """Let another process of this installation keep the database (the connection is closed)."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ------------------------------------------------------------------------------ deleting
+
+    def _delete_files(self) -> None:
+        for suffix in _SUFFIXES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + suffix)
+
+    def discard(self, db: Any = None) -> None:
+        """Delete the database (its connection ``db`` is closed first)."""
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.close()
+        self._delete_files()

@@ -24,8 +24,8 @@ import cbor2
 from .errors import CanonicalError
 
 MAX_DEPTH = 64
-_INT_MIN = -(2**64)
-_INT_MAX = 2**64 - 1
+INT_MIN = -(2**64)  # the integers the profile holds (spec §2.1)
+INT_MAX = 2**64 - 1
 
 Value = None | bool | int | bytes | str | list["Value"] | dict[Any, "Value"]
 
@@ -36,7 +36,7 @@ def _check(obj: Any, depth: int, path: str) -> None:
     if (t is list or t is dict) and depth >= MAX_DEPTH:
         raise CanonicalError(f"{path}: nested more than {MAX_DEPTH} levels")
     if t is int:
-        if not _INT_MIN <= obj <= _INT_MAX:
+        if not INT_MIN <= obj <= INT_MAX:
             raise CanonicalError(f"{path}: integer outside 64 bits")
         return
     if t is bytes or t is str or t is bool or obj is None:

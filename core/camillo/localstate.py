@@ -13,7 +13,9 @@ platformdirs.  Per vault, under ``vaults/<vault_id hex>/``:
   record's id, so that files a crash left unannounced are deleted on the next open.
 * ``actors/<writer_id hex>/state.bin``: the durable device state (own ``seq`` counters, the
   frontier and epochs it remembers, rollback evidence), sealed under the actor's own seed.
-* ``actors/<writer_id hex>/cache.bin`` (cache directory): the disposable materialised state.
+* ``actors/<writer_id hex>/state.db`` (cache directory, with its ``-wal`` and ``-shm`` files and
+  ``state.lock``): the disposable materialised state, a page-encrypted SQLite database opened in
+  place (:mod:`camillo.cache`).
 
 Every file is written to a temp file, fsynced and renamed.  Every sealed file is
 ``"VMEMLOCL" ‖ version ‖ salt(24) ‖ commitment(32) ‖ XChaCha20-Poly1305`` with the file's purpose and
@@ -263,4 +265,4 @@ class VaultLocal:
         return os.path.join(self.actor_dir(writer_id), "state.bin")
 
     def cache_path(self, writer_id: bytes) -> str:
-        return os.path.join(self.cache_dir, "actors", writer_id.hex(), "cache.bin")
+        return os.path.join(self.cache_dir, "actors", writer_id.hex(), "state.db")

@@ -149,6 +149,12 @@ class H:
     HEADS = 11  # control batches: what the writer had seen of every data compartment (spec §8.1, §17.4)
 
 
+def quoted(text: str, width: int = 40) -> str:
+    """Someone's text inside a message: quoted, on one line (control, invisible and bidirectional
+    characters and lone surrogates escaped, as ``repr`` does), at most ``width`` characters."""
+    return repr(text if len(text) <= width else text[: width - 1] + "…")
+
+
 def check_type_name(name: str) -> None:
     if name in STANDARD_TYPES:
         return
@@ -156,11 +162,11 @@ def check_type_name(name: str) -> None:
     head, sep, tail = name.partition("/")
     if not sep or "." not in head or not tail or len(name.encode()) > TYPE_MAX_BYTES:
         raise UsageError(
-            f"unknown record type '{name}': use one of {', '.join(STANDARD_TYPES)} "
+            f"unknown record type {quoted(name)}: use one of {', '.join(STANDARD_TYPES)} "
             "or a vendor extension such as com.example/bookmark"
         )
     if any(not (c.isalnum() or c in "-._/") for c in name):
-        raise UsageError(f"record type '{name}' may use letters, digits, '-', '.', '_' and '/' only")
+        raise UsageError(f"record type {quoted(name)} may use letters, digits, '-', '.', '_' and '/' only")
 
 
 def check_key(key: str) -> None:
@@ -168,11 +174,11 @@ def check_key(key: str) -> None:
     if not isinstance(key, str) or not key:
         raise UsageError("a fact key is a non-empty text such as user/home_city")
     if len(key.encode("utf-8")) > KEY_MAX_BYTES:
-        raise LimitExceeded(f"the key '{key[:40]}…' is longer than {KEY_MAX_BYTES} bytes")
+        raise LimitExceeded(f"the key {quoted(key)} is longer than {KEY_MAX_BYTES} bytes")
     if unicodedata.normalize("NFC", key) != key:
-        raise UsageError(f"the key '{key}' is not in Unicode NFC form")
+        raise UsageError(f"the key {quoted(key)} is not in Unicode NFC form")
     if "/" not in key.strip("/") or key != key.strip() or any(unicodedata.category(c)[0] == "C" for c in key):
-        raise UsageError(f"the key '{key}' must look like <subject>/<attribute>, e.g. user/home_city")
+        raise UsageError(f"the key {quoted(key)} must look like <subject>/<attribute>, e.g. user/home_city")
 
 
 @dataclass(frozen=True, eq=False)

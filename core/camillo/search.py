@@ -18,10 +18,11 @@ modifiers, combined with AND:
 =====================  ==========================================================
 
 Semantic search is optional, behind the :class:`Embedder` protocol (``embed``, ``dimension``,
-``model_id``).  Vectors are derived and disposable: they are kept in the state database, which is
-only ever written to disk inside the encrypted cache, keyed by the embedder's model id, and are
-recomputed when missing.  With numpy installed (the ``semantic`` extra) the scores are one matrix
-product, without it a loop per record.  Ranking blends cosine similarity with recency, and for
+``model_id``).  Vectors are derived and disposable: they are kept in the local state database
+(encrypted page by page), keyed by the embedder's model id, one byte per dimension (int8 and a
+scale), and are recomputed when missing.  They are scored a chunk at a time, keeping only the best:
+with numpy installed (the ``semantic`` extra) each chunk is one matrix product, without it a loop
+per record.  Ranking blends cosine similarity with recency, and for
 ``summary`` records with VaultMem's significance ``σ = (1 − e^(−κ·freq))·e^(−λ·days)``.
 
 Confined to the thread that owns the vault.
@@ -250,10 +251,13 @@ class OllamaEmbedder:
             raise UsageError(f"the Ollama server at {self.url} did not answer ({exc})") from None
 
 
+# One byte per dimension: each vector is scaled so its largest component is ±127 and rounded
+# (int8), with the scale beside it; a score's error is below 1/127 of the largest component's.
 _VECTORS = """
-CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL, vec BLOB NOT NULL,
-                                   PRIMARY KEY(model, record));
+CREATE TABLE IF NOT EXISTS vectors8(model TEXT NOT NULL, record INTEGER NOT NULL, vec BLOB NOT NULL,
+                                    scale REAL NOT NULL, PRIMARY KEY(model, record))
 """
+_SCORE_ROWS = 8192  # vectors scored at a time: memory does not grow with the vault
 
 
 def significance(freq: int, days: float, kappa: float = 0.3, lam: float = 0.01) -> float:
@@ -261,8 +265,16 @@ def significance(freq: int, days: float, kappa: float = 0.3, lam: float = 0.01) 
     return (1 - math.exp(-kappa * freq)) * math.exp(-lam * days)
 
 
-# A stored vector with what ranking needs: (vector blob, record id, ts or 0, 1 for a summary record)
-_VectorRow = tuple[bytes, bytes, int, int]
+def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
+    """A vector as stored: int8 components and the scale that multiplies them back."""
+    top = max((abs(x) for x in vec), default=0.0)
+    if not top or not math.isfinite(top):
+        return bytes(len(vec)), 0.0
+    return struct.pack(f"<{len(vec)}b", *(max(-127, min(127, round(x * 127 / top))) for x in vec)), top / 127
+
+
+# A stored vector with what ranking needs: (int8 blob, scale, record id, ts or 0, 1 for a summary record)
+_VectorRow = tuple[bytes, float, bytes, int, int]
 
 
 def _numpy_installed() -> bool:
@@ -276,73 +288,76 @@ def _numpy_installed() -> bool:
 
 def _scores_numpy(rows: Sequence[_VectorRow], query: Sequence[float], now: float,
                   dimension: int) -> NDArray[np.float64]:
-    """Cosine plus recency for every row, as one matrix product (float32 vectors, float64 sums)."""
+    """Cosine plus recency for a chunk of rows, as one matrix product (int8 vectors, float64 sums)."""
     import numpy as np
 
-    blobs, _rids, stamps, _summaries = zip(*rows)
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), dimension)
+    blobs, scales, _rids, stamps, _summaries = zip(*rows)
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(rows), dimension)
     ts = np.asarray(stamps, dtype=np.float64)
     days = np.maximum(0.0, (now - np.where(ts != 0, ts, now)) / 86400)
-    return matrix.astype(np.float64) @ np.asarray(query, dtype=np.float64) + 0.05 * np.exp(-days / 365)
+    dots = matrix.astype(np.float64) @ np.asarray(query, dtype=np.float64)
+    # rounded so that equal vectors tie whatever the chunk (a matrix product's last bits depend on its shape)
+    return np.round(dots * np.asarray(scales, dtype=np.float64) + 0.05 * np.exp(-days / 365), 12)
 
 
 def _scores_python(rows: Sequence[_VectorRow], query: Sequence[float], now: float, dimension: int) -> list[float]:
     """The same without numpy, a loop per record (about 10 µs each at 256 dimensions)."""
     out = []
-    fmt = f"<{dimension}f"
-    for blob, _rid, ts, _summary in rows:
-        cos = sum(a * b for a, b in zip(query, struct.unpack(fmt, blob)))
+    fmt = f"<{dimension}b"
+    for blob, scale, _rid, ts, _summary in rows:
+        cos = math.fsum(a * b for a, b in zip(query, struct.unpack(fmt, blob))) * scale
         days = max(0.0, (now - (ts or now)) / 86400)
-        out.append(cos + 0.05 * math.exp(-days / 365))
+        out.append(round(cos + 0.05 * math.exp(-days / 365), 12))
     return out
 
 
 def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int = 20,
                     now: float | None = None) -> list[tuple[float, RecordView]]:
     """Rank visible records by cosine similarity to ``text`` (blended with recency, and for
-    ``summary`` records with significance).  Missing vectors are computed and kept."""
+    ``summary`` records with significance).  Missing vectors are computed and kept.  The stored
+    vectors are scored a chunk at a time, keeping only the best ``limit``."""
     use_numpy = _numpy_installed()
     db = state.db
-    db.executescript(_VECTORS)
+    db.execute(_VECTORS)
+    dim = embedder.dimension
     missing = db.execute(
         "SELECT r.rowid, r.text, coalesce(r.key, '') FROM records r WHERE r.valid = 1 AND r.hidden = 0 "
-        "AND r.kind IN (1, 3) AND r.text != '' AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.model = ? "
-        "AND v.record = r.rowid)",
-        (embedder.model_id,),
-    ).fetchall()
-    for start in range(0, len(missing), 256):
-        chunk = missing[start : start + 256]
+        "AND r.kind IN (1, 3) AND r.text != '' AND NOT EXISTS (SELECT 1 FROM vectors8 v WHERE v.model = ? "
+        "AND v.record = r.rowid AND length(v.vec) = ?)",
+        (embedder.model_id, dim),
+    )
+    while chunk := missing.fetchmany(256):
         vecs = embedder.embed([f"{key} {t}".strip() for _, t, key in chunk])
-        db.executemany("INSERT OR REPLACE INTO vectors(model, record, vec) VALUES(?,?,?)",
-                       [(embedder.model_id, rowid, struct.pack(f"<{embedder.dimension}f", *v))
-                        for (rowid, _, _), v in zip(chunk, vecs)])
+        db.executemany("INSERT OR REPLACE INTO vectors8(model, record, vec, scale) VALUES(?,?,?,?)",
+                       [(embedder.model_id, rowid, *quantize(v)) for (rowid, _, _), v in zip(chunk, vecs)])
+    if limit <= 0:
+        return []
     query = embedder.embed([text])[0]
     now = time.time() if now is None else now
-    rows: list[_VectorRow] = db.execute(
-        "SELECT v.vec, r.id, coalesce(r.ts, 0), r.type = 'summary' FROM vectors v JOIN records r ON r.rowid = v.record "
-        "WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0 AND length(v.vec) = ?",
-        (embedder.model_id, 4 * embedder.dimension),
-    ).fetchall()
-    if not rows or limit <= 0:
-        return []
-    scores = (_scores_numpy(rows, query, now, embedder.dimension) if use_numpy
-              else _scores_python(rows, query, now, embedder.dimension))
-    for i in [i for i, row in enumerate(rows) if row[3]]:
-        _, rid, ts, _ = rows[i]
-        view = state.record(rid)
-        freq = view.meta.get("frequency", 1) if view is not None else 1
-        days = max(0.0, (now - (ts or now)) / 86400)
-        scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
-    # the best ``limit``, ties broken by id so the order is the same everywhere
-    candidates: Iterable[SupportsIndex]
-    if use_numpy and len(rows) > limit:
-        candidates = _best_numpy(scores, limit)
-    else:
-        candidates = range(len(rows))
-    scored = sorted(((float(scores[i]), rows[i][1]) for i in candidates), key=lambda x: (-x[0], x[1]))
-    top = scored[:limit]
-    views = {v.id: v for v in state.records(rid for _, rid in top)}
-    return [(s, views[rid]) for s, rid in top if rid in views]
+    cursor = db.execute(
+        "SELECT v.vec, v.scale, r.id, coalesce(r.ts, 0), r.type = 'summary' FROM vectors8 v "
+        "JOIN records r ON r.rowid = v.record WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0 "
+        "AND length(v.vec) = ?",
+        (embedder.model_id, dim),
+    )
+    best: list[tuple[float, bytes]] = []  # the best ``limit`` so far, ties broken by id (the same order everywhere)
+    while rows := cursor.fetchmany(_SCORE_ROWS):
+        scores = _scores_numpy(rows, query, now, dim) if use_numpy else _scores_python(rows, query, now, dim)
+        for i in [i for i, row in enumerate(rows) if row[4]]:
+            _, _, rid, ts, _ = rows[i]
+            view = state.record(rid)
+            freq = view.meta.get("frequency", 1) if view is not None else 1
+            days = max(0.0, (now - (ts or now)) / 86400)
+            scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
+        candidates: Iterable[SupportsIndex]
+        if use_numpy and len(rows) > limit:
+            candidates = _best_numpy(scores, limit)
+        else:
+            candidates = range(len(rows))
+        best += ((float(scores[i]), rows[i][2]) for i in candidates)
+        best = sorted(best, key=lambda x: (-x[0], x[1]))[:limit]
+    views = {v.id: v for v in state.records(rid for _, rid in best)}
+    return [(s, views[rid]) for s, rid in best if rid in views]
 
 
 def _best_numpy(scores: NDArray[np.float64] | list[float], limit: int) -> list[np.intp]:

@@ -1,8 +1,9 @@
 """The materialised state: what a vault means, computed from its verified batches (spec §19).
 
-Everything here is derived and disposable: it is rebuilt from the vault's files whenever the cache
-is missing or doubtful.  It lives in one SQLite database (in memory, serialised into the encrypted
-cache by :mod:`camillo.cache`) so that a million records need not be Python objects at once.
+Everything here is derived and disposable: it is rebuilt from the vault's files whenever the local
+state is missing or doubtful.  It lives in one SQLite database: this actor's page-encrypted local
+state, opened in place (:mod:`camillo.cache`), or one in memory for an open without it, so that a
+million records are never Python objects at once.
 
 What it computes, with the rules of spec §19:
 
@@ -24,13 +25,13 @@ Confined to the thread that owns the vault (SQLite connections are not shared).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
+from .cache import SCHEMA, Connection, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .facts import FactRow, decide
@@ -44,62 +45,6 @@ from .records import (
     validated_record,
     verify_inner_signatures,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS records(
-  rowid INTEGER PRIMARY KEY,
-  id BLOB UNIQUE NOT NULL,
-  batch BLOB NOT NULL,
-  idx INTEGER NOT NULL,
-  compartment BLOB NOT NULL,
-  writer BLOB NOT NULL,
-  author BLOB,
-  kind INTEGER,
-  type TEXT,
-  key TEXT,
-  class INTEGER,
-  effective INTEGER,
-  ts INTEGER,
-  conversation TEXT,
-  role TEXT,
-  text TEXT,
-  raw BLOB,
-  has_refs INTEGER NOT NULL DEFAULT 0,
-  valid INTEGER NOT NULL DEFAULT 0,
-  reason TEXT,
-  hidden INTEGER NOT NULL DEFAULT 0,
-  erased INTEGER NOT NULL DEFAULT 0,
-  import_key TEXT,
-  lamport INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
-CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
-CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
-CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
-CREATE INDEX IF NOT EXISTS refs_record ON refs(record);
-CREATE TABLE IF NOT EXISTS facts(
-  compartment BLOB NOT NULL,
-  key TEXT NOT NULL,
-  status TEXT NOT NULL,
-  current BLOB,
-  candidates BLOB,
-  discarded BLOB,
-  history BLOB,
-  proposed BLOB,
-  PRIMARY KEY(compartment, key)
-);
-CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
-CREATE TABLE IF NOT EXISTS cache_batches(
-  id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
-  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
-CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
-"""
 
 # Timestamps are informational (spec §8.2: any uint).  One a calendar cannot show (after the year 3000)
 # or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
@@ -303,15 +248,17 @@ class MaterializeResult:
 
 
 class State:
-    def __init__(self, db: sqlite3.Connection | None = None) -> None:
-        self._db = db or sqlite3.connect(":memory:")
+    def __init__(self, db: Connection | None = None) -> None:
+        self._db = db if db is not None else memory_database()
         self._db.executescript(SCHEMA)
+        self._db.commit()
         self._roster: Roster | None = None
         self._views: dict[bytes, BatchView] = {}
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
-        self._texts: list[tuple[bytes, str]] = []  # (record id, text to index)
-        self._unindexed: list[tuple[bytes, str]] = []  # (record id, text) written but not yet in the search index
+        # records up to this rowid are in the full-text index (rowids only grow: AUTOINCREMENT)
+        row = self._db.execute("SELECT value FROM cache_meta WHERE key = 'indexed'").fetchone()
+        self._indexed: int = encoding.decode(row[0]) if row is not None else 0
 
     @property
     def roster(self) -> Roster:
@@ -326,7 +273,6 @@ class State:
         """Store a newly decrypted batch's records (not yet counted: materialize decides)."""
         rows: list[_StagedRecord] = []
         refs: list[tuple[bytes, bytes, int]] = []
-        texts: list[tuple[bytes, str]] = []
         h = view.header
         # Orders records written within one second: later batches of a writer, and batches that saw
         # others, sort after what they saw; records of one batch keep their order.
@@ -358,24 +304,21 @@ class State:
                 refs.append((rid, s, REF_SOURCE))
             if rec.target:
                 refs.append((rid, rec.target, REF_TARGET))
-            if rec.kind in (Kind.PUT, Kind.NOTE):
-                texts.append((rid, " ".join(x for x in (text, rec.key or "", rec.type or "") if x)))
         # Buffered: one statement per table for many batches (an open stages thousands).
         self._rows += rows
         self._refs += refs
-        self._texts += texts
         if len(self._rows) >= 20_000:
             self.flush()
 
     @property
-    def db(self) -> sqlite3.Connection:
+    def db(self) -> Connection:
         """The database, with every staged row written first (so no reader sees a partial view)."""
         if self._rows:
             self.flush()
         return self._db
 
     @property
-    def cache_db(self) -> sqlite3.Connection:
+    def cache_db(self) -> Connection:
         """The database without flushing: for the cache_* tables only, which staging never touches."""
         return self._db
 
@@ -383,8 +326,8 @@ class State:
         """Write the staged rows (before anything reads the tables)."""
         if not self._rows:
             return
-        rows, refs, texts = self._rows, self._refs, self._texts
-        self._rows, self._refs, self._texts = [], [], []
+        rows, refs = self._rows, self._refs
+        self._rows, self._refs = [], []
         self._db.executemany(
             "INSERT OR IGNORE INTO records(id,batch,idx,compartment,writer,author,kind,type,key,class,effective,ts,"
             "conversation,role,text,raw,has_refs,erased,import_key,lamport) "
@@ -392,33 +335,43 @@ class State:
             rows,
         )
         self._db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
-        # The full-text index is built when first needed (a search, the cache, a deletion): it is
-        # most of the cost of reading a batch, and opening a vault does not need it.
-        self._unindexed += texts
+
+    # The full-text index is built when first needed (a search, closing, a deletion), not by an open.
+    _INDEX_CHUNK = 50_000  # It indexes a PUT's or a NOTE's text, key and type (runs of spaces are ignored).
 
     def ensure_search(self) -> None:
-        """Index the texts staged since the last call (before a full-text query or a save)."""
+        """Index the records written since the last call, a chunk of rows at a time."""
         if self._rows:
             self.flush()
-        if not self._unindexed:
-            return
-        texts, self._unindexed = self._unindexed, []
         db = self._db
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS staged_text(id BLOB PRIMARY KEY, body TEXT) WITHOUT ROWID")
-        db.executemany("INSERT OR IGNORE INTO staged_text(id, body) VALUES(?,?)", texts)
-        db.execute("INSERT INTO search(rowid, body) SELECT r.rowid, t.body FROM staged_text t "
-                   "JOIN records r ON r.id = t.id WHERE NOT EXISTS (SELECT 1 FROM search s WHERE s.rowid = r.rowid)")
-        db.execute("DELETE FROM staged_text")
+        top = db.execute("SELECT max(rowid) FROM records").fetchone()[0] or 0
+        while self._indexed < top:
+            upto = min(top, self._indexed + self._INDEX_CHUNK)
+            db.execute("INSERT INTO search(rowid, body) SELECT rowid, coalesce(text, '') || ' ' || coalesce(key, '') "
+                       "|| ' ' || coalesce(type, '') FROM records WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?)",
+                       (self._indexed, upto, Kind.PUT, Kind.NOTE))
+            self._indexed = upto
+            db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
+                       (encoding.encode(upto),))
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (erasure re-encrypts them; the new copies are staged again)."""
         self.ensure_search()
+        db = self.db
         for bid in batch_ids:
-            rows = self.db.execute("SELECT rowid, id FROM records WHERE batch = ?", (bid,)).fetchall()
-            for rowid, rid in rows:
-                self.db.execute("DELETE FROM search WHERE rowid = ?", (rowid,))
-                self.db.execute("DELETE FROM refs WHERE record = ?", (rid,))
-            self.db.execute("DELETE FROM records WHERE batch = ?", (bid,))
+            db.execute("DELETE FROM search WHERE rowid IN (SELECT rowid FROM records WHERE batch = ? AND kind IN (?, ?))",
+                       (bid, Kind.PUT, Kind.NOTE))
+            db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
+            db.execute("DELETE FROM records WHERE batch = ?", (bid,))
+
+    def commit(self) -> None:
+        """Make what was written durable in the local state (nothing to do in memory)."""
+        self.flush()
+        if self._db.in_transaction:
+            self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
 
     # ------------------------------------------------------------------------------- materialize
 

@@ -13,16 +13,21 @@ from __future__ import annotations
 import os
 
 from . import descriptor
-from .errors import DamagedFile, NotAVault, StorageError
+from .errors import DamagedFile, NotAVault, StorageError, UsageError
 from .names import kind_of
 from .objectstore import open_location
 from .packs import PackReader, write_pack
 from .primitives import random_bytes
-from .storage import hash_matches
+from .storage import PATH_ERRNOS, check_new_file, hash_matches
 
 
-def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
-    """Write ``out_path`` (a ``.vmem``); return (size, SHA-256)."""
+def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
+    """Write ``out_path`` (a ``.vmem``); return (size, SHA-256).  Never inside a vault folder (the
+    one packed or another); an existing file only with ``replace``."""
+    check_new_file(out_path, "the .vmem file")
+    if not replace and os.path.lexists(out_path):
+        raise UsageError(f"{out_path} already exists; choose a new file name, or replace it on purpose "
+                         "(camillo pack --force)")
     shelf = open_location(path)
     try:
         if not shelf.exists(descriptor.NAME):
@@ -50,6 +55,8 @@ def pack_vault(path: str, out_path: str) -> tuple[int, bytes]:
             os.unlink(tmp)
         except OSError:
             pass
+        if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault: say where to write instead
+            raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to") from None
         raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None
     return size, digest
 

@@ -12,15 +12,17 @@ Any thread may create or read one; none holds a live reference into an open vaul
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import encoding
 from .changes import Changes
 from .control import Policy
-from .errors import UsageError
+from .errors import CanonicalError, LimitExceeded, UsageError
 
 # object-store locations and their keys, for the faces (the desktop's Open object storage…, the CLI's --endpoint-url)
 from .objectstore import forget_object_store_keys as forget_object_store_keys
@@ -29,9 +31,24 @@ from .objectstore import object_store_keys_kept as object_store_keys_kept
 from .objectstore import object_store_url as object_store_url
 from .objectstore import remember_object_store_keys as remember_object_store_keys
 from .objectstore import with_endpoint as with_endpoint
-from .records import KEYED_TYPES, STANDARD_TYPES, Authority, Kind, awaits_confirmation, check_key
+from .records import (
+    KEYED_TYPES,
+    MAX_ID_LIST,
+    STANDARD_TYPES,
+    TYPE_MAX_BYTES,
+    Authority,
+    Kind,
+    awaits_confirmation,
+    check_key,
+    check_type_name,
+    encode_record,
+    quoted,
+)
 from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
+
+# where a face must not write plaintext or secrets: a vault folder travels to every host it syncs to
+from .storage import vault_folder_holding as vault_folder_holding
 
 if TYPE_CHECKING:
     from .credentials import Credential
@@ -81,27 +98,128 @@ class Unlock:
         return cls("device", credential=credential, enrolling=enrolling)
 
 
+VALUE_MAX_DEPTH = encoding.MAX_DEPTH - 1  # arrays and objects in a value: the record map is the first level
+
+
+
+
+def check_text(text: str, path: str) -> str:
+    """``text`` if UTF-8 can hold it, else UsageError naming ``path``: JSON's ``\\ud800``-style
+    escapes can make a lone surrogate, which is not a character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{path} holds a lone surrogate (\\u{ord(text[exc.start]):04x}), which is not Unicode "
+                         "text; a JSON escape \\ud800-\\udbff must be followed by one \\udc00-\\udfff") from None
+    return text
+
+
+def check_int(n: int, path: str, low: int = encoding.INT_MIN, what: str = "-2^64 to 2^64-1") -> int:
+    """``n`` if it is an integer VMEM stores (spec §2.1: -2^64 to 2^64-1, or from ``low``), else UsageError."""
+    if low <= n <= encoding.INT_MAX:
+        return n
+    digits = str(n)
+    shown = digits if len(digits) <= 24 else f"a {len(digits.lstrip('-'))}-digit number"
+    raise UsageError(f"{path} is {shown}, outside what VMEM stores ({what}); write it as text")
+
+
 def json_to_cbor(value: JSONValue, path: str = "value", *, fractions: str = "refuse",
                  text: Callable[[str], str] | None = None) -> Any:
-    """A JSON value in the CBOR profile, which has no floating-point numbers (spec §5).
+    """A JSON value in the CBOR profile (spec §2): no floating-point numbers, integers within
+    -2^64 … 2^64-1, text that is UTF-8, at most :data:`VALUE_MAX_DEPTH` nested arrays and objects.
 
-    Whole floats become integers.  A fraction is refused with a :class:`UsageError` naming
-    ``path`` (``fractions="refuse"``: what a person or agent typed), or kept as its text
-    (``fractions="text"``: what an importer found in someone else's export).  ``text`` cleans
-    every string (importers drop control characters)."""
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
-            return int(value)
-        if fractions == "text":
-            return repr(value)
-        raise UsageError(f"{path}: VMEM stores no floating-point numbers; write {value!r} as text")
-    if isinstance(value, list):
-        return [json_to_cbor(x, path, fractions=fractions, text=text) for x in value]
-    if isinstance(value, dict):
-        return {str(k): json_to_cbor(x, path, fractions=fractions, text=text) for k, x in value.items()}
-    if isinstance(value, str) and text is not None:
-        return text(value)
-    return value
+    Whole floats become integers.  With ``fractions="refuse"`` (what a person or agent typed) a
+    fraction, an integer outside 64 bits, text that is not UTF-8 and nesting beyond the limit are
+    refused: UsageError or LimitExceeded naming ``path`` and the limit.  With ``fractions="text"``
+    (what an importer found in someone else's export) they are kept as text: the number's digits,
+    the nested part as compact JSON.  ``text`` cleans every string and name (importers drop control
+    characters and lone surrogates).  The recursion never goes deeper than the limit."""
+    lenient = fractions == "text"
+
+    def as_text(s: str) -> str:
+        return check_text(text(s) if text is not None else s, path)
+
+    def convert(v: JSONValue, depth: int) -> Any:
+        if isinstance(v, bool) or v is None:
+            return v
+        if isinstance(v, int):
+            if lenient and not encoding.INT_MIN <= v <= encoding.INT_MAX:
+                return str(v)
+            return check_int(v, path)
+        if isinstance(v, float):
+            if math.isfinite(v) and v.is_integer() and abs(v) < 2**63:
+                return int(v)
+            if lenient:
+                return repr(v)
+            raise UsageError(f"{path}: VMEM stores no floating-point numbers; write {v!r} as text")
+        if isinstance(v, str):
+            return as_text(v)
+        if isinstance(v, (list, dict)):
+            if depth >= VALUE_MAX_DEPTH:
+                if lenient:
+                    try:
+                        return as_text(json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=str))
+                    except (RecursionError, ValueError):
+                        return "…"
+                raise LimitExceeded(f"{path} nests arrays and objects more than {VALUE_MAX_DEPTH} levels deep, "
+                                    f"the most a VMEM record holds (spec §2.2); flatten it or store it as text")
+            if isinstance(v, list):
+                return [convert(x, depth + 1) for x in v]
+            return {as_text(str(k)): convert(x, depth + 1) for k, x in v.items()}
+        return v
+
+    return convert(value, 0)
+
+
+def parse_json(data: bytes | str, what: str = "the input") -> JSONValue:
+    """One JSON value from UTF-8 bytes or text (a leading byte order mark is allowed); UsageError
+    saying what is wrong with it, never a decoder's exception."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start + 1})"
+                             ) from None
+    try:
+        return json.loads(data.removeprefix("\ufeff"))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise LimitExceeded(f"{what} nests arrays and objects too deeply to read; a VMEM record holds at most "
+                            f"{VALUE_MAX_DEPTH} levels in a value") from None
+    except ValueError:  # a number of more digits than Python converts (4300)
+        raise UsageError(f"{what} holds a number thousands of digits long; VMEM stores integers from -2^64 to "
+                         "2^64-1: write it as text") from None
+
+
+def _id_list(ids: Sequence[bytes], name: str) -> list[bytes]:
+    """The record ids as a record lists them (sorted, unique), within the spec's limit."""
+    if any(not isinstance(x, bytes) or len(x) != 32 for x in ids):
+        raise UsageError(f"\"{name}\" must list record ids (32 bytes, 64 hex digits each)")
+    out = sorted(set(ids))
+    if len(out) > MAX_ID_LIST:
+        raise LimitExceeded(f"\"{name}\" lists {len(out)} record ids; a VMEM record holds at most {MAX_ID_LIST} "
+                            "(spec §8.6)")
+    return out
+
+
+def _check_meta(meta: Any) -> None:
+    if meta is None:
+        return
+    if not isinstance(meta, dict) or not all(isinstance(k, str) for k in meta):
+        raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
+    for k, v in meta.items():
+        check_text(k, "\"meta\"")
+        if isinstance(v, str):
+            check_text(v, f"\"meta\" {quoted(k)}")
+        elif isinstance(v, int) and not isinstance(v, bool):
+            check_int(v, f"\"meta\" {quoted(k)}", 0, "0 to 2^64-1")
+        elif not isinstance(v, (bool, bytes)):
+            raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
+
+
+JSON_FIELDS = ("class", "conversation", "key", "meta", "pred", "role", "sources", "text", "title", "ts", "type",
+               "value")  # the fields of one ``camillo add`` line
 
 
 @dataclass
@@ -139,50 +257,104 @@ class NewRecord:
             return Authority.EXTERNAL
         return Authority.USER
 
+    def encode(self, author: bytes, authority: Authority,
+               supersedes: Callable[[str], Sequence[bytes]] = lambda key: ()) -> bytes:
+        """The record's bytes: a keyed PUT (fact, preference, instruction) or a NOTE, by ``author``
+        at ``authority``; a keyed record without ``pred`` replaces ``supersedes(key)``.  What no
+        vault can store is a UsageError or LimitExceeded naming the field and the limit."""
+        typ = self.type
+        for name in ("type", "key", "text", "conversation", "role", "title"):
+            field_value = getattr(self, name)
+            if isinstance(field_value, str):
+                check_text(field_value, f"\"{name}\"")
+        if len(typ.encode("utf-8")) > TYPE_MAX_BYTES:
+            raise LimitExceeded(f"the type {quoted(typ)} is longer than {TYPE_MAX_BYTES} bytes")
+        check_type_name(typ)
+        if self.ts is not None and (not isinstance(self.ts, int) or isinstance(self.ts, bool)):
+            raise UsageError("\"ts\" must be a Unix time in seconds")
+        if self.ts is not None:
+            check_int(self.ts, "\"ts\"", 0, "0 to 2^64-1 seconds")
+        sources = _id_list(self.sources, "sources")
+        _check_meta(self.meta)
+        if typ in KEYED_TYPES:
+            if not self.key:
+                raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
+            value = json_to_cbor(self.value if self.value is not None else self.text)
+            if value is None:
+                raise UsageError(f"the {typ} {quoted(self.key)} needs a \"value\"")
+            pred = _id_list(self.pred if self.pred is not None else supersedes(self.key), "pred")
+            return encode_record(Kind.PUT, author, key=self.key, value=value, authority=authority, pred=pred,
+                                 sources=sources, meta=self.meta, type=typ, ts=self.ts)
+        note: Any
+        if self.value is not None:
+            note = json_to_cbor(self.value)
+        else:
+            fields = {"text": self.text, "conversation": self.conversation, "role": self.role, "title": self.title}
+            note = {k: v for k, v in fields.items() if v is not None}
+            if typ == "message" and "text" not in note:
+                raise UsageError("a message needs a \"text\"")
+        if self.key is not None:
+            raise UsageError(f"a {typ} record has no key; keys belong to facts, preferences and instructions")
+        return encode_record(Kind.NOTE, author, value=note, authority=authority, sources=sources, meta=self.meta,
+                             type=typ, ts=self.ts)
+
+    def check(self) -> None:
+        """Refuse what no vault can store, before any vault is opened (the record is encoded once, by
+        no one, and thrown away): UsageError or LimitExceeded naming the field and the limit."""
+        try:
+            self.encode(bytes(32), self.default_authority())
+        except CanonicalError as exc:  # a rule of the format the checks above do not name: still the input's
+            raise UsageError(f"VMEM cannot store this record ({exc.message})") from None
+
     @classmethod
     def from_json(cls, obj: JSONValue) -> NewRecord:
-        """Parse one JSON object of ``camillo add`` (raises UsageError naming the problem)."""
+        """One JSON object of ``camillo add``, checked (:meth:`check`): UsageError or LimitExceeded
+        name the field and what to write instead."""
         if not isinstance(obj, dict):
-            raise UsageError("each line must be a JSON object such as {\"type\": \"message\", \"text\": \"...\"}")
+            raise UsageError("not a JSON object; write one object per line, such as "
+                             "{\"type\": \"message\", \"text\": \"...\"}")
+        unknown = sorted(set(obj) - set(JSON_FIELDS))
+        if unknown:
+            names = ", ".join(quoted(n, 24) for n in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+            raise UsageError(f"unknown field(s) {names}; allowed: {', '.join(JSON_FIELDS)}")
         typ = obj.get("type")
         if not isinstance(typ, str):
             raise UsageError("each record needs a \"type\" (message, conversation, fact, preference, instruction, ...)")
-        known = {"type", "key", "value", "text", "conversation", "role", "title", "class", "sources", "pred",
-                 "meta", "ts"}
-        unknown = sorted(set(obj) - known)
-        if unknown:
-            raise UsageError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+        for name in ("text", "conversation", "role", "title", "key"):
+            if obj.get(name) is not None and not isinstance(obj[name], str):
+                raise UsageError(f"\"{name}\" must be text")
         klass = obj.get("class")
-        authority = Authority.parse(klass) if klass is not None else None
+        try:
+            authority = Authority.parse(klass) if klass is not None else None
+        except UsageError:
+            raise UsageError("\"class\" must be one of user, observed, inferred or external"
+                             + (f", not {quoted(klass)}" if isinstance(klass, str) else "")) from None
+        ts = obj.get("ts")
+        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
+            raise UsageError("\"ts\" must be a Unix time in seconds")
 
-        def id_list(name: str) -> list[bytes]:
-            v = obj.get(name) or []
+        def hex_ids(name: str) -> list[bytes]:
+            listed = obj.get(name)
+            if listed is None:
+                return []
             try:
-                out = [bytes.fromhex(x) for x in v]
+                if not isinstance(listed, list):
+                    raise ValueError
+                out = [bytes.fromhex(x) for x in listed]
             except (TypeError, ValueError):
                 raise UsageError(f"\"{name}\" must be a list of hex record ids") from None
             if any(len(x) != 32 for x in out):
                 raise UsageError(f"\"{name}\" must list 64-digit hex record ids")
             return out
 
-        meta = obj.get("meta")
-        if meta is not None:
-            if not isinstance(meta, dict) or not all(
-                isinstance(v, (str, bool)) or (isinstance(v, int) and v >= 0) for v in meta.values()
-            ):
-                raise UsageError("\"meta\" must map names to text, non-negative integers or booleans")
-        ts = obj.get("ts")
-        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool) or ts < 0):
-            raise UsageError("\"ts\" must be a Unix time in seconds")
-        for name in ("text", "conversation", "role", "title", "key"):
-            if obj.get(name) is not None and not isinstance(obj[name], str):
-                raise UsageError(f"\"{name}\" must be text")
-        return cls(
+        record = cls(
             type=typ, key=obj.get("key"), value=obj.get("value"), text=obj.get("text"),
             conversation=obj.get("conversation"), role=obj.get("role"), title=obj.get("title"),
-            authority=authority, sources=id_list("sources"), pred=id_list("pred") if "pred" in obj else None,
-            meta=meta, ts=ts,
+            authority=authority, sources=hex_ids("sources"), pred=hex_ids("pred") if "pred" in obj else None,
+            meta=obj.get("meta"), ts=ts,
         )
+        record.check()
+        return record
 
 
 @dataclass(frozen=True)
@@ -562,9 +734,11 @@ __all__ = [
     "VaultStats",
     "awaits_confirmation",
     "check_key",
+    "check_text",
     "describe_platform",
     "json_to_cbor",
     "jsonable",
+    "parse_json",
     "parse_search_query",
     "when_text",
 ]

@@ -102,7 +102,7 @@ def thread_and_lock_checked(method: Method) -> Method:
         _check_thread()
         if self.session.locked:
             raise VaultError("the vault is locked; unlock it again to continue")
-        return method(self, *args, **kwargs)
+        return self.session.guarded(method, self, *args, **kwargs)  # a damaged local state is never used
 
     return cast(Method, wrapper)
 
@@ -186,10 +186,14 @@ class Vault:
         _check_thread()
         return Joining(path, code, name=name, home=home)
 
-    # files, no keys: packing the folder into one ``.vmem`` file -> (files, pack hash), unpacking it ->
-    # files written, copying what another copy has and this folder lacks -> files copied, whether the
-    # OS keychain can hold device keys (blocks: off the GUI thread), what the folder's host sees
-    pack: Callable[[str, str], tuple[int, bytes]] = staticmethod(transport.pack_vault)
+    @staticmethod
+    def pack(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
+        """Pack the vault into a ``.vmem`` file outside any vault folder (existing: ``replace``): (size, hash)."""
+        return transport.pack_vault(path, out_path, replace=replace)
+
+    # files, no keys: unpacking a ``.vmem`` file -> files written, copying what another copy has and this
+    # folder lacks -> files copied, whether the OS keychain can hold device keys (blocks: off the GUI
+    # thread), what the folder's host sees
     unpack: Callable[[str, str], int] = staticmethod(transport.unpack_vault)
     merge: Callable[[str, str], list[str]] = staticmethod(transport.merge_into)
     keychain_status: Callable[[], KeychainStatus] = staticmethod(keychain.status)

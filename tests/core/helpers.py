@@ -25,3 +25,24 @@ def snapshot(root: str | os.PathLike) -> dict[str, str]:
 def switch_home(monkeypatch, path) -> None:
     """Act as another installation (another device) from here on."""
     monkeypatch.setenv("CAMILLO_HOME", str(path))
+
+
+def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    """``camillo ARGS`` run in this process (``camillo.cli.main``), standard input given as bytes:
+    (exit code, stdout, stderr).  Much faster than a process; the credential comes from the
+    environment as it would."""
+    import io
+    import sys
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from camillo.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        sys.stdin = saved
+    return code, out.getvalue(), err.getvalue()

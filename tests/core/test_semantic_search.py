@@ -1,5 +1,5 @@
 """Semantic search (``Vault.semantic_search``): ranking by cosine similarity blended with recency,
-forgotten records left out, vectors kept in the encrypted cache, the same order everywhere."""
+forgotten records left out, vectors kept compact in the local state, the same order everywhere."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 
 from camillo import NewRecord, Unlock, Vault
-from camillo.search import HashingEmbedder
+from camillo.search import HashingEmbedder, quantize
 
 from ..conftest import PASSPHRASE
 
@@ -40,14 +40,19 @@ def test_ranking_follows_similarity_and_matches_a_direct_computation(new_vault):
     got = vault.semantic_search("garden tomatoes", emb, limit=3)
     assert [v.text for _, v in got][:2] == ["garden tomatoes and basil", "tomatoes in the garden need water"]
     assert len(got) == 3
-    # every score is the cosine of the stored float32 vectors plus the recency term (a year: 0.05/e)
+    # every score is the cosine of the stored vectors (one byte per dimension, and a scale) plus the
+    # recency term (a year: 0.05/e), within 1/127 of the exact cosine
     q = emb.embed(["garden tomatoes"])[0]
     everything = vault.semantic_search("garden tomatoes", emb, limit=10)
     assert sorted(v.text for _, v in everything) == sorted(texts)
     for score, view in everything:
-        vec = struct.unpack("<64f", struct.pack("<64f", *emb.embed([view.text])[0]))
-        expected = sum(a * b for a, b in zip(q, vec)) + 0.05 * math.exp(-1)
-        assert math.isclose(score, expected, abs_tol=1e-5), (view.text, score, expected)
+        exact = emb.embed([view.text])[0]
+        blob, scale = quantize(exact)
+        assert len(blob) == 64
+        stored = [x * scale for x in struct.unpack("<64b", blob)]
+        expected = sum(a * b for a, b in zip(q, stored)) + 0.05 * math.exp(-1)
+        assert math.isclose(score, expected, abs_tol=1e-9), (view.text, score, expected)
+        assert abs(score - (sum(a * b for a, b in zip(q, exact)) + 0.05 * math.exp(-1))) < 1 / 127
     assert [s for s, _ in everything] == sorted((s for s, _ in everything), reverse=True)
 
 
@@ -100,3 +105,29 @@ def test_without_numpy_the_same_results_come_back(new_vault, monkeypatch):
     without = vault.semantic_search("garden tea", emb, limit=7)
     assert [v.id for _, v in without] == [v.id for _, v in with_numpy]
     assert all(math.isclose(a, b, abs_tol=1e-9) for (a, _), (b, _) in zip(without, with_numpy))
+
+
+def test_vectors_are_scored_a_chunk_at_a_time_with_the_same_result(new_vault, monkeypatch):
+    """Memory does not grow with the vault: chunks of a few vectors give what one chunk gives,
+    including the order of ties."""
+    from camillo import search
+
+    _, vault, _ = new_vault
+    for i in range(30):
+        add(vault, f"note {i % 7} about {'the garden' if i % 3 else 'the train'}", ts=1_700_000_000 + i % 5)
+    emb = HashingEmbedder(64)
+    whole = vault.semantic_search("garden note", emb, limit=9)
+    monkeypatch.setattr(search, "_SCORE_ROWS", 4)
+    chunked = vault.semantic_search("garden note", emb, limit=9)
+    assert [v.id for _, v in chunked] == [v.id for _, v in whole]
+    assert all(math.isclose(a, b, abs_tol=1e-9) for (a, _), (b, _) in zip(chunked, whole))
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    assert [v.id for _, v in vault.semantic_search("garden note", emb, limit=9)] == [v.id for _, v in whole]
+
+
+def test_stored_vectors_take_one_byte_per_dimension(new_vault):
+    _, vault, _ = new_vault
+    add(vault, "a note about the garden")
+    vault.semantic_search("garden", HashingEmbedder(64))
+    db = vault.session.materialized.db
+    assert db.execute("SELECT length(vec) FROM vectors8").fetchall() == [(64,)]

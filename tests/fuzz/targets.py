@@ -52,6 +52,7 @@ from camillo.primitives import (
 )
 from camillo.records import BatchHeader, Kind, batch_from_cbor, decode_record, encode_record, make_batch
 from camillo.session.grantfile import read_grant_file
+from sqlcipher3 import dbapi2 as sqlcipher
 
 from .fuzzlib import Ignored, Skip, Target
 
@@ -488,7 +489,7 @@ class LocalFiles:
         self.state_path = self.local.state_path(Fixed.writer_id())
         os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
         self.store = DeviceStateStore(self.state_path, Fixed.LOCAL_SECRET, Fixed.VAULT)
-        self.cache_path = str(directory / "cache.bin")
+        self.cache_path = str(directory / "actors" / "fuzz" / "state.db")
 
     def run_installation(self, data: bytes) -> Any:
         with open(self.local.installation_path, "wb") as fh:
@@ -505,33 +506,93 @@ class LocalFiles:
         return self.run_device_state(seal_local(key, "state", Fixed.VAULT, plaintext))
 
     def run_cache(self, data: bytes) -> Any:
+        """Hostile bytes as the local state database: it opens (and is then used) or is rebuilt."""
+        os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.cache_path + suffix)
         with open(self.cache_path, "wb") as fh:
             fh.write(data)
-        db = Cache(self.cache_path, Fixed.LOCAL_SECRET, Fixed.VAULT).load(1)
-        if db is not None:
+        cache = Cache(self.cache_path, Fixed.LOCAL_SECRET, Fixed.VAULT)
+        opened = cache.open(1)
+        try:
+            if opened is None:
+                return None
+            db, resumed = opened
             db.close()
-        return db
+            return resumed
+        finally:
+            cache.release()
 
     def run_cache_db(self, raw_db: bytes) -> Any:
+        """A hostile database image encrypted with the right key (an insider's local state)."""
         cache = Cache(self.cache_path, Fixed.LOCAL_SECRET, Fixed.VAULT)
-        return self.run_cache(b"".join(cache.sealed_chunks(raw_db)))
+        if not install_state_image(cache, raw_db, 1):
+            return None
+        return self.run_cache(open(self.cache_path, "rb").read())
+
+
+def install_state_image(cache: Cache, raw_db: bytes, generation: int) -> bool:
+    """Make ``raw_db`` (a plaintext SQLite image) ``cache``'s local state database, encrypted with its
+    key; False when SQLite cannot read it at all (nothing to encrypt)."""
+    from camillo.cache import DatabaseError
+
+    os.makedirs(os.path.dirname(cache.path), exist_ok=True)
+    plain = cache.path + ".plain"
+    with open(plain, "wb") as fh:
+        fh.write(raw_db)
+    try:
+        src = sqlcipher.connect(plain)
+        try:
+            src.execute("CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB)")
+            cache.export(src, generation).close()
+        finally:
+            src.close()
+        return True
+    except (DatabaseError, VaultError):
+        return False
+    finally:
+        os.unlink(plain)
+
+
+def plain_state_image(cache: Cache, secret: bytes) -> bytes:
+    """``cache``'s local state database (of the actor whose seed is ``secret``) decrypted into a
+    plaintext SQLite image (a fuzzing seed)."""
+    key = local_key(secret, "state-db", cache.vault_id)
+    plain = cache.path + ".plain"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(plain)
+    src = sqlcipher.connect(cache.path)
+    try:
+        src.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+        src.execute("ATTACH DATABASE ? AS plain KEY ''", (plain,))
+        src.execute("SELECT sqlcipher_export('plain')").fetchall()
+        src.execute("DETACH DATABASE plain")
+    finally:
+        src.close()
+    data = open(plain, "rb").read()
+    os.unlink(plain)
+    return data
 
 
 def real_cache_db() -> bytes:
-    """A real materialised-state database, as the cache serialises it (records of a real batch)."""
+    """A real materialised-state database as a plaintext SQLite image (records of a real batch)."""
+    import tempfile
+
     from camillo.control import BatchView
     from camillo.state import State
 
-    st = State()
-    for b in real_batches():
-        view = BatchView(b, "segments/00/x.seg", Fixed.EID, [])
-        st.stage(view, [decode_record(r) for r in b.records])
-    st.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
-                      [("format", encoding.encode(6)), ("generation", encoding.encode(1)), ("vault", Fixed.VAULT)])
-    st.db.commit()
-    data = st.db.serialize()
-    st.db.close()
-    return bytes(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "state.db")
+        st = State(sqlcipher.connect(path))
+        for b in real_batches():
+            view = BatchView(b, "segments/00/x.seg", Fixed.EID, [])
+            st.stage(view, [decode_record(r) for r in b.records])
+        st.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
+                          [("format", encoding.encode(8)), ("generation", encoding.encode(1)), ("vault", Fixed.VAULT)])
+        st.commit()
+        st.close()
+        return open(path, "rb").read()
 
 
 def plain_targets(workdir: Path) -> dict[str, Target]:
@@ -635,7 +696,7 @@ class World:
             self.qr = qr_text(self.vault_id, self.secret, int(time.time()) + 10**6)
             self.cache_path = vault.session.local.cache_path(self.actor.writer_id)
             self.cache = Cache(self.cache_path, self.actor.signer.seed, self.vault_id)
-            self.cache_db = bytes(self.cache._read_image())
+            self.generation = vault.session.keyring.generation
             self.slot_names = {}
             for h in vault.session.slot_headers()[0]:
                 self.slot_names.setdefault(h.type, h.name)
@@ -647,6 +708,7 @@ class World:
                 end = text.index("-----END VMEM GRANT-----")
                 self.grant_maps[level] = base64.b64decode("".join(text[start:end].split()))
             vault.lock()
+            self.cache_db = plain_state_image(self.cache, self.actor.signer.seed)
         self.owner_vault = None
 
     # -- helpers
@@ -729,8 +791,8 @@ class World:
     # -- the actor's cache, sealed with the right key
 
     def run_cache_db(self, raw_db: bytes) -> Any:
-        with open(self.cache_path, "wb") as fh:
-            fh.write(b"".join(self.cache.sealed_chunks(raw_db)))
+        if not install_state_image(self.cache, raw_db, self.generation):
+            return
         with self._env():
             from camillo import Unlock, Vault
 

@@ -11,6 +11,8 @@ multiplies them.  Runs on pytest's main thread.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .fuzzlib import SEEDS, fuzz_loop, iterations, load_dir
@@ -64,10 +66,14 @@ def _sealed_state(plain) -> bytes:
 
 
 def _sealed_cache(plain) -> bytes:
-    from camillo.keys import local_key
-    from camillo.localstate import seal_local
+    """The real seed database, encrypted as the fixed actor's local state database."""
+    import tempfile
 
-    from .targets import Fixed
+    from camillo.cache import Cache
 
-    return seal_local(local_key(Fixed.LOCAL_SECRET, "cache", Fixed.VAULT), "cache", Fixed.VAULT,
-                      (SEEDS / "cache-db" / "real.sqlite").read_bytes())
+    from .targets import Fixed, install_state_image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Cache(os.path.join(tmp, "state.db"), Fixed.LOCAL_SECRET, Fixed.VAULT)
+        assert install_state_image(cache, (SEEDS / "cache-db" / "real.sqlite").read_bytes(), 1)
+        return open(cache.path, "rb").read()

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from ..values import FactView, RecordView
+from ..values import FactView, RecordView, parse_json
 from ..vault import Vault
 from .common import (
     Commands,
@@ -110,6 +110,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                 value = json.loads(args.value)
             except json.JSONDecodeError:
                 value = args.value  # a bare word is taken as text
+            except (RecursionError, ValueError):  # JSON too deep, or a number too long: UsageError saying which
+                value = parse_json(args.value, "--value")
             changes = vault.resolve(args.key, compartment=args.compartment, value=value, value_given=True)
         print_written(changes)
     return 0

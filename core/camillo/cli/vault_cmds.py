@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
-from ..errors import UsageError, VaultError, WrongCredential
-from ..values import DEFAULT_COMPARTMENTS, Problem, RecordView
+from ..errors import AccessDenied, LimitExceeded, UsageError, VaultError, WrongCredential
+from ..values import DEFAULT_COMPARTMENTS, Authority, Problem, RecordView, parse_json
 from ..vault import NewRecord, Vault
 from .common import (
     Commands,
@@ -45,24 +46,62 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_add(args: argparse.Namespace) -> int:
-    items: list[NewRecord] = []
-    for number, line in enumerate(sys.stdin, 1):
-        line = line.strip()
-        if not line:
+def read_records(lines: Iterable[bytes | str]) -> list[tuple[int, NewRecord]]:
+    """The records of ``camillo add`` with their line numbers: one JSON object per line, all checked
+    before any vault is opened, so a refused line (UsageError naming it) refuses them all and nothing
+    is written."""
+    items: list[tuple[int, NewRecord]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"line {number} is not JSON ({exc.msg}); nothing was added") from None
+            obj = parse_json(line, f"line {number}")
+        except (UsageError, LimitExceeded) as exc:
+            raise UsageError(f"{exc.message.rstrip('.')}; nothing was added") from None
         try:
-            items.append(NewRecord.from_json(obj))
-        except UsageError as exc:
-            raise UsageError(f"line {number}: {exc.message}; nothing was added") from None
+            items.append((number, NewRecord.from_json(obj)))
+        except (UsageError, LimitExceeded) as exc:
+            raise UsageError(f"line {number}: {exc.message.rstrip('.')}; nothing was added") from None
     if not items:
         raise UsageError("no records on standard input; give one JSON object per line")
+    return items
+
+
+def check_sources(vault: Vault, items: list[tuple[int, NewRecord]]) -> None:
+    """Refuse (UsageError naming the line) a record of the owner's that claims more authority than
+    one of its sources holds, which every reader would reject (spec §16.3 rule 8: a source this vault
+    does not have counts as external).  Not for an agent's grant: it may cite records of compartments
+    it cannot read, which other readers hold."""
+    if vault.agent_grant is not None:
+        return
+    for number, item in items:
+        if not item.sources:
+            continue
+        claim = item.default_authority()
+        known = {r.id: r for r in vault.records(item.sources)}
+        for source in item.sources:
+            r = known.get(source)
+            held = Authority(r.effective_class) if r is not None and r.valid and r.effective_class is not None \
+                else Authority.EXTERNAL
+            if claim > held:
+                why = "is not in this vault" if r is None else f"holds {held.label} authority"
+                raise UsageError(f"line {number}: claims {claim.label} authority, but its source {source.hex()[:12]} "
+                                 f"{why}, so every reader would reject the record (a record may not claim more than "
+                                 f"its sources); give \"class\": \"{held.label}\" or cite other records; "
+                                 "nothing was added")
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    stdin = sys.stdin  # its bytes (UTF-8 is checked line by line), or the text a caller put in its place
+    numbered = read_records(getattr(stdin, "buffer", stdin) if stdin is not None else [])
+    items = [item for _, item in numbered]
     with open_vault(args) as vault:
-        print_written(vault.append(items, compartment=args.compartment))
+        check_sources(vault, numbered)
+        try:
+            changes = vault.append(items, compartment=args.compartment)
+        except (UsageError, LimitExceeded, AccessDenied) as exc:  # refused before anything was written
+            raise type(exc)(f"{exc.message.rstrip('.')}; nothing was added", file=exc.file) from None
+        print_written(changes)
     return 0
 
 
@@ -123,7 +162,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    size, digest = Vault.pack(args.vault, args.out)
+    size, digest = Vault.pack(args.vault, args.out, replace=args.force)
     out(f"wrote {args.out} ({size} bytes, sha256 {digest.hex()})")
     return 0
 
@@ -180,8 +219,10 @@ def register(commands: Commands) -> None:
     p.add_argument("--full", action="store_true",
                    help="re-verify every batch signature, even those vouched for by compaction")
 
-    p = commands.add("pack", cmd_pack, "pack a vault folder into one deterministic .vmem file", cred=False)
+    p = commands.add("pack", cmd_pack, "pack a vault folder into one deterministic .vmem file (a new file outside "
+                     "any vault folder)", cred=False)
     p.add_argument("out", metavar="OUT.vmem")
+    p.add_argument("--force", action="store_true", help="replace OUT.vmem if it exists")
 
     p = commands.plain("unpack", "unpack a .vmem file into a new folder")
     p.add_argument("file", metavar="FILE.vmem")

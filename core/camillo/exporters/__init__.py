@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..values import Authority, Kind, RecordView
+from ..values import Authority, Kind, RecordView, vault_folder_holding
 
 if TYPE_CHECKING:
     from ..vault import Vault
@@ -234,7 +234,12 @@ def record_text(v: RecordView) -> str:
 
 
 def prepare_out(out: str) -> str:
-    """``out`` as a new or empty folder (an export never overwrites files)."""
+    """``out`` as a new or empty folder (an export never overwrites files), outside any vault folder
+    (an export is plaintext; a vault folder travels to the sync service)."""
+    vault = vault_folder_holding(out)
+    if vault is not None:
+        raise UsageError(f"{out} is inside the vault folder {vault}; an export is plaintext: write it outside "
+                         "any vault folder")
     if os.path.exists(out):
         if not os.path.isdir(out):
             raise UsageError(f"{out} exists and is not a folder; choose a new folder for the export")

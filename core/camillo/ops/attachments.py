@@ -33,7 +33,7 @@ from ..primitives import constant_time_equal, random_bytes
 from ..records import Authority, F, Kind, encode_record, validated_record
 from ..session import Session
 from ..session.writer import sealing_key, write_batches
-from ..storage import FolderShelf
+from ..storage import PATH_ERRNOS, FolderShelf, check_new_file
 
 MAX_NAME = 255
 
@@ -203,6 +203,7 @@ def read_attachment(session: Session, rid: bytes, out_path: str) -> StoredFile:
     """Write the attachment's exact bytes to ``out_path`` (which must not exist), checking every chunk
     and the whole file's SHA-256; on any failure nothing is left at ``out_path``."""
     f = stored_file(session, rid)
+    check_new_file(out_path, "the attachment (its plaintext)")
     if os.path.lexists(out_path):
         raise UsageError(f"{out_path} exists; choose another file name (nothing was written)")
     tmp = f"{out_path}.camillo-partial"
@@ -214,6 +215,9 @@ def read_attachment(session: Session, rid: bytes, out_path: str) -> StoredFile:
             os.fsync(out.fileno())
         os.replace(tmp, out_path)
     except OSError as exc:
+        if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault
+            raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to "
+                             "(nothing was written)") from None
         raise StorageError(f"cannot write {out_path} ({exc.strerror}); nothing was written") from None
     finally:
         if os.path.exists(tmp):

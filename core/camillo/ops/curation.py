@@ -31,7 +31,7 @@ from ..changes import Changes
 from ..errors import AccessDenied, UsageError
 from ..log import precedes
 from ..primitives import SigningKey
-from ..records import KEYED_TYPES, Authority, Kind, encode_record
+from ..records import Authority, Kind, encode_record
 from ..session import Session
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
@@ -198,38 +198,9 @@ def live_ids(session: Session, cid: bytes, key: str) -> list[bytes]:
 
 def encode_new(session: Session, item: NewRecord, cid: bytes, author: bytes) -> bytes:
     """A NewRecord as the signed-later record bytes (a keyed PUT or a NOTE), checked against the grant."""
-    typ = item.type
     authority = authority_for(session, item)
     session.check_grant(cid, write=True, authority=authority, key=item.key)
-    item = NewRecord(**{**item.__dict__, "authority": authority})
-    if typ in KEYED_TYPES:
-        if not item.key:
-            raise UsageError(f"a {typ} needs a \"key\" such as user/home_city")
-        value = json_to_cbor(item.value if item.value is not None else item.text)
-        if value is None:
-            raise UsageError(f"the {typ} '{item.key}' needs a \"value\"")
-        pred = list(item.pred) if item.pred is not None else live_ids(session, cid, item.key)
-        return encode_record(Kind.PUT, author, key=item.key, value=value, authority=item.default_authority(),
-                             pred=pred, sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
-    note: Any
-    if item.value is not None:
-        note = json_to_cbor(item.value)
-    else:
-        note = {}
-        if item.text is not None:
-            note["text"] = item.text
-        if item.conversation is not None:
-            note["conversation"] = item.conversation
-        if item.role is not None:
-            note["role"] = item.role
-        if item.title is not None:
-            note["title"] = item.title
-        if typ == "message" and "text" not in note:
-            raise UsageError("a message needs a \"text\"")
-    if item.key is not None:
-        raise UsageError(f"a {typ} record has no key; keys belong to facts, preferences and instructions")
-    return encode_record(Kind.NOTE, author, value=note, authority=item.default_authority(),
-                         sources=item.sources, meta=item.meta, type=typ, ts=item.ts)
+    return item.encode(author, authority, lambda key: live_ids(session, cid, key))
 
 
 def append(session: Session, items: Sequence[NewRecord], compartment: str) -> Changes:

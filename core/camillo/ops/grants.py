@@ -16,11 +16,12 @@ from .. import ids
 from ..control import GrantInfo as RosterGrant
 from ..control import Level, Principal
 from ..credentials import Credential, CredentialKind
-from ..errors import UsageError
+from ..errors import StorageError, UsageError
 from ..records import Authority, Kind, encode_record
 from ..session import Session
 from ..session.grantfile import GrantFile, write_grant_file
 from ..session.writer import write_batches
+from ..storage import PATH_ERRNOS, check_new_file
 from ..values import GrantCreated, GrantInfo
 from .compartments import mirror_roster
 from .rekey import FileList, grant_envelopes
@@ -35,7 +36,8 @@ def create_grant(session: Session, agent: str, scopes: dict[str, Level], max_cla
         raise UsageError("a grant needs an agent name")
     if max_class > Authority.OBSERVED:
         raise UsageError("an agent grant's maximum class is at most observed: only you write with user authority")
-    if os.path.exists(out_path):
+    check_new_file(out_path, "the grant file (a secret)")
+    if os.path.lexists(out_path):
         raise UsageError(f"{out_path} already exists; choose another file for the grant")
     roster = session.roster
     if "control" in scopes:
@@ -71,7 +73,13 @@ def create_grant(session: Session, agent: str, scopes: dict[str, Level], max_cla
     g = GrantFile(session.vault_id, grant_id, agent, dict(scopes), max_class, not_after, cred, trusted)
     for cid in scope_ids.values():
         mirror_roster(session, cid)  # a compartment whose creation a crash cut short gets its roster copy
-    write_grant_file(out_path, g, scope_ids)
+    try:
+        write_grant_file(out_path, g, scope_ids)
+    except OSError as exc:
+        if exc.errno not in PATH_ERRNOS:
+            raise StorageError(f"cannot write the grant file {out_path}: {exc.strerror}") from None
+        raise UsageError(f"cannot write the grant file {out_path} ({exc.strerror}); choose a folder you can "
+                         "write to") from None
     try:
         written = session.write_files(files)
         write_batches(session, {c: [record] for c in [session.all_compartments()[0], *scope_ids.values()]},

@@ -19,7 +19,6 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import envelopes, ids, keys, slots
@@ -272,20 +271,21 @@ def scheduled_epochs(session: Session) -> bool:
     if not session.is_owner or session.keyring.owner_kem is None:
         return False
     now = int(time.time())
-    # Counting batches per epoch walks every batch: do it when a minute passed or a sixteenth of the
-    # limit arrived since the last count (the policy is "about 1000 batches or 30 days", not exact).
+    # Checked when a minute passed or a sixteenth of the limit arrived since the last check (the policy
+    # is "about 1000 batches or 30 days", not exact); the count is an indexed query, not a walk.
     last_time, last_size = session.scheduled_check
     step = max(1, min(64, SCHEDULED_EPOCH_BATCHES // 16))
     if time.monotonic() - last_time < 60 and len(session.batches) - last_size < step:
         return False
     session.scheduled_check = (time.monotonic(), len(session.batches))
     due = []
-    counts = Counter(v.epoch_id for v in session.batches.values())  # one pass for every compartment
+    db = session.materialized.cache_db  # every batch read has a row there, indexed by its epoch
     for cid in session.all_compartments():
         epoch = session.roster.current_epoch(cid)
         if epoch is None:
             continue
-        if now - epoch.ts >= SCHEDULED_EPOCH_SECONDS or counts[epoch.epoch_id] >= SCHEDULED_EPOCH_BATCHES:
+        count = db.execute("SELECT count(*) FROM cache_batches WHERE epoch = ?", (epoch.epoch_id,)).fetchone()[0]
+        if now - epoch.ts >= SCHEDULED_EPOCH_SECONDS or count >= SCHEDULED_EPOCH_BATCHES:
             due.append(cid)
     if not due:
         return False

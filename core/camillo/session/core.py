@@ -19,15 +19,23 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import ids, slots
-from ..cache import Cache
+from ..cache import Cache, DatabaseError, is_damage
 from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
-from ..errors import AccessDenied, KeychainError, ReadOnlyVault, StorageError, UsageError, VaultError
+from ..errors import (
+    AccessDenied,
+    DamagedFile,
+    KeychainError,
+    ReadOnlyVault,
+    StorageError,
+    UsageError,
+    VaultError,
+)
 from ..localstate import VaultLocal
 from ..log import Alert, CausalLog, check_memory
 from ..names import kind_of
@@ -128,12 +136,9 @@ class Session:
 
     def reset_after_erasure(self) -> None:
         """Erasure destroyed keys and segments: forget everything read with them and read the
-        vault again; the cache of the old state is deleted (spec §16.4, "devices purge caches")."""
-        if self.cache is not None:
-            self.cache.discard()
-        cache, self.cache = self.cache, None
+        vault again; the local state of the old state is deleted and starts again empty (spec
+        §16.4, "devices purge caches")."""
         self.reset_reading()
-        self.cache = cache
         self.reader.forget_cached_roster()
         self.refresh()
         self.update_memory()
@@ -483,36 +488,68 @@ class Session:
             self.device_state = ds
         self.update_memory()
 
-    # ------------------------------------------------------------------------------ the cache
+    # ------------------------------------------------------------------------------ the local state
 
     def open_cache(self, actor: Credential) -> Cache:
         return Cache(self.local.cache_path(actor.writer_id), actor.signer.seed, self.vault_id)
 
     def load_cache(self) -> None:
-        """Resume from this actor's encrypted cache, so only new segments are read."""
+        """Keep the state in this actor's local state database, opened in place: resume from what it
+        holds, so only new segments are read.  Without an actor, on a read-only or ``cache=False``
+        open, or while another process of this installation keeps it, the state stays in memory."""
+        self.reader.detach()
         self.cache = None
         if self.actor is None or self.read_only or not self.use_cache:
             return
-        self.cache = self.open_cache(self.actor)
-        db = self.cache.load(self.keyring.generation)
-        if db is None:
+        cache = self.open_cache(self.actor)
+        opened = cache.open(self.keyring.generation)
+        if opened is None:
             return
-        problem = self.reader.load_cached(db)
+        self.cache = cache
+        problem = self.reader.attach(cache, *opened)
         if problem:
-            self.cache.discard()
             self.cache_problem = problem
 
+    def keep_state_for(self, actor: Credential) -> None:
+        """This installation now acts as ``actor`` (registered, or a new key): the state read so far
+        moves into its local state database (the previous key's is deleted)."""
+        self.cache = None
+        if self.read_only or not self.use_cache:
+            return
+        cache = self.open_cache(actor)
+        if not cache.acquire():  # another process keeps it
+            self.discard_cache()
+            return
+        self.reader.move_to(cache)
+        self.cache = cache
+
     def discard_cache(self) -> None:
-        if self.cache is not None:
-            self.cache.discard()
+        """The actor no longer counts: its local state is deleted on close, not trusted again."""
+        self.reader.store_doomed = self.reader.store is not None
         self.cache = None
 
+    def guarded(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``method``; a page of the local state that did not authenticate during it raises
+        :meth:`state_damaged`'s error instead (the database is never used again)."""
+        try:
+            return method(*args, **kwargs)
+        except DatabaseError as exc:
+            raise (self.state_damaged() if is_damage(exc) else exc) from None
+
+    def state_damaged(self) -> DamagedFile:
+        """A page of the local state did not authenticate during a query: it is deleted on lock (the
+        vault's files are intact) and the error to raise says so."""
+        path = self.reader.store.path if self.reader.store is not None else self.local.cache_dir
+        self.discard_cache()
+        return DamagedFile(f"this installation's local state of the vault ({path}) is damaged (a page did not "
+                           "decrypt); it is deleted and rebuilt from the vault's files: lock the vault and open it "
+                           "again. Nothing in the vault was affected", file=path)
+
     def save_cache(self) -> None:
-        """Seal the materialised state into this actor's cache (done on lock when it changed)."""
-        if self.cache is None or not self.reader.dirty:
+        """Commit the local state now (an open commits every few seconds, and on lock)."""
+        if self.reader.store is None or self.reader.store_doomed:
             return
-        self.cache.save(self.reader.database_for_cache(), self.keyring.generation)
-        self.reader.dirty = False
+        self.reader.settle(force=True)
 
     # ------------------------------------------------------------------------------ closing
 
@@ -522,8 +559,8 @@ class Session:
             return
         try:
             self.save_cache()
-        except VaultError:
-            pass  # the cache is disposable; failing to save it loses nothing
+        except (VaultError, DatabaseError):
+            self.reader.store_doomed = True  # the local state is disposable: it is rebuilt next time
         self.keyring.wipe()
         self.carried = {}
         self.unlocking = None

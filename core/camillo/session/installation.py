@@ -213,8 +213,7 @@ def register_installation(session: Session, device: Credential,
         save_local_device_key(session, device)
         keystore = "local"
     session.actor = device
-    session.cache = session.open_cache(device)
-    session.reader.dirty = True
+    session.keep_state_for(device)
     session.open_device_state()
     session.save_device_state(DeviceState(counters=dict(counters or {}), manifests=session.erasure_manifests()))
     session.local.save_installation(Installation(device.writer_id, keystore, int(time.time()), replaces))
@@ -242,9 +241,7 @@ def switch_key(session: Session, new: Credential, *, seen_manifests: Sequence[by
     session.actor = new
     session.local.save_installation(Installation(new.writer_id, keystore, int(time.time()), old.writer_id))
     kept = session.device_state.kept  # the old key's batches may still need sealing again (spec §16.10)
-    session.discard_cache()
-    session.cache = session.open_cache(new)
-    session.reader.dirty = True
+    session.keep_state_for(new)
     session.open_device_state()
     session.save_device_state(DeviceState(generation=session.keyring.generation,
                                           manifests=sorted({*session.erasure_manifests(), *seen_manifests}),
@@ -272,9 +269,7 @@ def switch_back(session: Session, old: Credential, new: Credential) -> None:
     except VaultError:
         pass
     session.actor = old
-    session.discard_cache()
-    session.cache = session.open_cache(old)
-    session.reader.dirty = True
+    session.keep_state_for(old)
     session.open_device_state()
 
 

@@ -15,14 +15,15 @@ secret of its own.  Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import math
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import cbor2
 
+from .. import cache as cache_mod
 from .. import encoding, envelopes, ids, keys, segments
+from ..cache import Cache, Connection, DatabaseError
 from ..changes import Changes
 from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
@@ -60,11 +61,14 @@ class Reader:
         # an append grant's envelopes judged by its chain of trust (epoch public keys, owner
         # certificates, revoked owners), by file name
         self.grant_chain: dict[str, envelopes.EnvelopePayload] = {}
+        self.store: Cache | None = None  # this actor's local state database, when the state lives there
+        self.store_doomed = False  # the local state is deleted on close (its actor no longer counts)
         self.materialized = State()
         self.reset()
 
     def reset(self) -> None:
-        """Forget everything read (the keys below the master secret are forgotten by the caller)."""
+        """Forget everything read (the keys below the master secret are forgotten by the caller);
+        the local state database, if any, starts again empty."""
         self.batches: dict[bytes, BatchView] = {}
         self.segment_batches: dict[str, list[bytes]] = {}
         self.segment_epochs: dict[str, EpochRef] = {}  # segment -> (compartment, epoch)
@@ -75,8 +79,8 @@ class Reader:
         self.scanned_at = -math.inf  # time.monotonic() of the last folder scan (see writer.WRITE_SCAN_AGE)
         self.roster = Roster(self.vault_id)
         self.log = CausalLog()
-        self.materialized.db.close()
-        self.materialized = State()
+        self.materialized.close()
+        self.materialized = State(self.store.create(self.keyring.generation) if self.store is not None else None)
         self.materialize_problems: list[tuple[str, str, str]] = []
         self.roster_fingerprint = b""
         # (global fingerprint, principals) of the last recompute in this session: a roster change
@@ -88,7 +92,10 @@ class Reader:
         self.unreported: list[bytes] = []  # batches read since the last Changes
         # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
         self.erasure_checked: set[tuple[str, bytes]] = set()
-        self.dirty = True  # read something the local cache does not hold yet
+        self.dirty = True  # read something the local state has not committed yet
+        self.flags_all = True  # every batch's flags (signed, vouched, accepted) are to be written
+        self.flags_new: set[bytes] = set()  # else these batches' flags
+        self.committed_at = time.monotonic()
 
     def forget_cached_roster(self) -> None:
         """The next recompute checks every record again (the keys changed under it)."""
@@ -96,50 +103,109 @@ class Reader:
         self.roster_snapshot = None
         self.last_accepted = set()
 
-    # ------------------------------------------------------------------------------ the cache
+    # ------------------------------------------------------------------------------ the local state
 
-    def load_cached(self, db: sqlite3.Connection) -> str:
-        """Resume from a cache database this session's actor sealed (batches decoded again without
-        repeating the checks made before they were cached).  Returns "" or why it was refused."""
+    def attach(self, store: Cache, db: Connection, resumed: bool) -> str:
+        """Keep the state in this actor's local state database ``db`` from now on: resume from what
+        it holds (``resumed``; batches decoded again without repeating the checks made before they
+        were stored), or move what was read so far into it.  Returns "" or why it was not resumed."""
+        problem = self.load_cached(db) if resumed else ""
+        if resumed and not problem:
+            self.store, self.store_doomed = store, False
+            return ""
+        db.close()
+        self.move_to(store)
+        return problem
+
+    def move_to(self, store: Cache) -> None:
+        """Keep the state in ``store`` from now on, with everything read so far (read in memory
+        before this actor was known, or in the store of the key this installation replaced, which
+        is deleted)."""
+        self.flags_all = True
+        self._write_flags()
+        state = self.materialized
+        state.ensure_search()
+        state.commit()
+        db = store.export(state.cache_db, self.keyring.generation)
+        state.close()
+        old, self.store, self.store_doomed = self.store, store, False
+        if old is not None and old is not store:
+            old.discard()
+            old.release()
+        self.materialized = State(db)
+        self.dirty, self.flags_new = False, set()
+        self.committed_at = time.monotonic()
+
+    def detach(self) -> None:
+        """Forget everything read and work in memory (the local state database is closed, kept)."""
+        store, self.store = self.store, None
+        if store is not None:
+            self.materialized.close()
+            self.materialized = State()
+            store.release()
+        self.reset()
+
+    def load_cached(self, db: Connection) -> str:
+        """Resume from a local state database this session's actor wrote.  Returns "" or why it
+        was refused."""
         try:
             views = {}
-            for bid, segment, epoch, blob, controls, sig_ok, vouched in db.execute(
-                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched FROM cache_batches"
+            accepted: set[bytes] = set()
+            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc in db.execute(
+                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted FROM cache_batches"
             ):
                 header_bytes, sigs = cbor2.loads(blob)
                 batch = batch_without_records(header_bytes, sigs)
                 recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
                         for raw in cbor2.loads(controls)]
                 views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
+                if acc:
+                    accepted.add(bid)
             seg_map, seg_epochs = {}, {}
             for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
                 seg_map[name] = list(cbor2.loads(b))
                 seg_epochs[name] = (comp, epoch)
-        except (VaultError, ValueError, TypeError) as exc:
+            meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+        except (VaultError, ValueError, TypeError, DatabaseError) as exc:
             db.close()
-            return f"the local cache was damaged and is rebuilt ({exc})"
-        meta = dict(db.execute("SELECT key, value FROM cache_meta"))
-        self.materialized.db.close()
+            return f"the local state was damaged and is rebuilt ({exc})"
+        self.materialized.close()
         self.materialized = State(db)
         self.batches = views
         self.segment_batches = seg_map
         self.segment_epochs = seg_epochs
         self.roster_fingerprint = meta.get("roster", b"")
-        self.last_accepted = (set(encoding.decode(meta["accepted"], "cached accepted set"))
-                              if "accepted" in meta else set())
-        self.dirty = False
+        self.last_accepted = accepted
+        self.dirty = self.flags_all = False
+        self.flags_new = set()
         return ""
 
-    def database_for_cache(self) -> sqlite3.Connection:
-        """The materialised state with what a later :meth:`load_cached` needs written into it."""
-        self.materialized.ensure_search()  # the cache holds a complete search index
+    def settle(self, *, force: bool = False) -> None:
+        """Commit the local state when it changed and the last commit is older than COMMIT_AGE
+        (``force``: now).  Called where what was read is consistent: after an extension, a
+        recomputation, a refresh; and on close."""
+        if self.store is None or not self.dirty:
+            return
+        if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
+            return
+        if force:
+            self.materialized.ensure_search()  # the stored state holds a complete search index
+        self._write_flags()
+        self.materialized.commit()
+        self.dirty = False
+        self.committed_at = time.monotonic()
+
+    def _write_flags(self) -> None:
+        """Write what the roster and the log decided of each batch (all of them after a
+        recomputation, else those read since), with the roster's fingerprint."""
         db = self.materialized.db
-        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ? WHERE id = ?",
-                       [(int(v.sig_ok), int(v.vouched), bid) for bid, v in self.batches.items()])
+        flagged = self.batches.items() if self.flags_all else (
+            (b, self.batches[b]) for b in self.flags_new if b in self.batches)
+        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?",
+                       [(int(v.sig_ok), int(v.vouched), int(bid in self.last_accepted), bid) for bid, v in flagged])
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
-                       [("roster", self.roster_fingerprint),
-                        ("accepted", encoding.encode(sorted(self.last_accepted)))])
-        return db
+                       [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation))])
+        self.flags_all, self.flags_new = False, set()
 
     # ------------------------------------------------------------------------------ reading
 
@@ -408,9 +474,11 @@ class Reader:
             v.signed = v.sig_ok = True
         result = self.materialized.materialize(self.roster, self.log, self.batches, self.pending_batches | set(new))
         self.last_accepted |= set(new)
+        self.flags_new |= set(new) | self.pending_batches
         self.pending_batches = set()
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
+        self.settle()
         return True
 
     def recompute(self) -> None:
@@ -449,6 +517,8 @@ class Reader:
         self.pending_batches = set()
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
+        self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
+        self.settle()
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
@@ -480,14 +550,20 @@ class Reader:
         return bad
 
     def close(self) -> None:
+        """Drop the state (the local state database is closed, and deleted when doomed)."""
         self.grant_recipient = None  # an agent's key: its seed goes with the session
         self.grant_trusted = None
         self.grant_chain = {}
         try:
-            self.materialized.db.close()
-        except Exception:  # noqa: S110 - closing a dropped in-memory database cannot lose data
+            self.materialized.close()
+        except Exception:  # noqa: S110 - closing a database that the caller committed or dropped loses nothing
             pass
         self.batches = {}
+        store, self.store = self.store, None
+        if store is not None:
+            if self.store_doomed:
+                store.discard()
+            store.release()
 
 
 def control_changes(records: Sequence[Record], roster: Roster) -> dict[str, bool]:

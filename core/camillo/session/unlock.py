@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from .. import descriptor, slots
+from ..cache import DatabaseError, is_damage
 from ..control import Level
 from ..credentials import (
     Credential,
@@ -75,8 +76,21 @@ def _descriptor(shelf: FolderShelf | PackShelf, path: str) -> bytes:
 
 def open_session(path: str, unlock: Unlock, *, cache: bool = True, home: str | None = None,
                  progress: Progress | None = None, read_only: bool = False) -> Session:
-    """Open the vault at ``path`` with ``unlock`` and read it (nothing is written to the vault)."""
+    """Open the vault at ``path`` with ``unlock`` and read it (nothing is written to the vault).
+    A page of the local state that does not authenticate (tampered, damaged) is met at most once:
+    the local state is deleted and the vault is read again from its files."""
+    try:
+        return _open_session(path, unlock, cache, home, progress, read_only)
+    except DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+    return _open_session(path, unlock, cache, home, progress, read_only)
+
+
+def _open_session(path: str, unlock: Unlock, cache: bool, home: str | None, progress: Progress | None,
+                  read_only: bool) -> Session:
     shelf = open_location(path, home=home)
+    session: Session | None = None
     try:
         session = Session(shelf, _descriptor(shelf, path), home)
         session.use_cache = cache
@@ -88,7 +102,10 @@ def open_session(path: str, unlock: Unlock, *, cache: bool = True, home: str | N
         else:
             unlock_user(session, unlock)
         return session
-    except BaseException:
+    except BaseException as exc:
+        if session is not None and isinstance(exc, DatabaseError) and is_damage(exc):
+            session.discard_cache()
+            session.close()
         shelf.close()
         raise
 

@@ -1,0 +1,199 @@
+"""The local state database (camillo.cache): opened in place, updated incrementally, disposable.
+
+It is never trusted over the vault: a database of another vault or another actor, one that was
+tampered with, or a page that does not authenticate met later is deleted and the state is read
+again from the vault's files; a process killed at any point of an append or a refresh leaves a
+database that is either rebuilt or consistent, never wrong (compared with a full recomputation).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from camillo import NewRecord, Unlock, Vault
+from camillo.errors import DamagedFile
+
+from .helpers import switch_home
+from .test_incremental import fingerprint, from_scratch
+
+PASSPHRASE = "correct horse battery staple"
+PAGE = 4096
+
+
+def open_vault(path, **kw):
+    return Vault.open(path, Unlock.passphrase(PASSPHRASE), **kw)
+
+
+def _fill(vault, n=30):
+    for i in range(n):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
+
+
+def test_the_state_is_opened_in_place_and_only_new_segments_are_read(new_vault, monkeypatch, tmp_path):
+    path, vault, _ = new_vault
+    _fill(vault)
+    store = vault.session.local.cache_path(vault.writer_id)
+    legacy = os.path.join(os.path.dirname(store), "cache.bin")
+    vault.lock()
+    open(legacy, "wb").write(b"an old sealed image")
+    expected = from_scratch(path)
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0, "the state did not come from the local state database"
+        assert fingerprint(v) == expected
+        assert not os.path.exists(legacy), "the sealed image of earlier versions is deleted"
+        v.append([NewRecord(type="message", text="one more garden note")])
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:
+        other.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        # the laptop's batch and its certificate mirrored into every compartment: nothing else is read
+        assert 0 < v.session.reader.decryptions <= 5
+        assert fingerprint(v) == from_scratch(path)
+
+
+def _flip_pages(path: str, first: int) -> None:
+    """Flip one byte in every page of the database from page ``first`` (1-based) on."""
+    data = bytearray(open(path, "rb").read())
+    for page in range(first - 1, len(data) // PAGE):
+        data[page * PAGE + 2000] ^= 0x40
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_tampered_state_is_discarded_and_rebuilt_from_the_vault(new_vault):
+    path, vault, _ = new_vault
+    _fill(vault)
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    expected = from_scratch(path)
+    _flip_pages(store, 2)  # everything but the first page: the open meets a page that does not authenticate
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0
+        assert fingerprint(v) == expected
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0, "the rebuilt state was kept"
+        assert fingerprint(v) == expected
+
+
+def test_a_damaged_page_met_after_the_open_is_never_used(new_vault):
+    """A page read for the first time by a later query: the query fails naming the local state, the
+    database is deleted on lock, and the next open reads the vault's files."""
+    path, vault, _ = new_vault
+    for i in range(60):  # enough text that the search index spans many pages
+        vault.append([NewRecord(type="message", text=f"garden {i} " + "long text of a note " * 40)])
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    expected = from_scratch(path)
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        v.session.materialized.db.execute("PRAGMA cache_size = 1")  # pages come from the disk again
+        _flip_pages(store, 2)
+        with pytest.raises(DamagedFile, match="local state .* is damaged"):
+            v.search("garden")
+    assert not os.path.exists(store)
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0
+        assert fingerprint(v) == expected
+
+
+def test_a_foreign_state_is_discarded(new_vault, tmp_path, monkeypatch):
+    """Another device's database of this vault in its place (another vault's: see
+    test_history_scenarios.test_cache_is_disposable_and_checked): its key does not open it, so it
+    is deleted and the state is read from the vault."""
+    path, vault, _ = new_vault
+    _fill(vault, 5)
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as laptop:
+        laptop_store = laptop.session.local.cache_path(laptop.writer_id)
+    switch_home(monkeypatch, tmp_path / "home")
+    shutil.copy(laptop_store, store)
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0
+        assert fingerprint(v) == from_scratch(path)
+
+
+def test_a_second_process_of_the_installation_works_in_memory(new_vault):
+    """One process at a time keeps an actor's database; another open of the same installation reads
+    the vault into memory and leaves the database alone."""
+    path, vault, _ = new_vault
+    _fill(vault, 5)
+    with open_vault(path) as second:
+        assert second.session.cache is None and second.session.reader.store is None
+        second.append([NewRecord(type="message", text="from the second process")])
+    vault.refresh()
+    vault.lock()
+    with open_vault(path) as v:
+        assert fingerprint(v) == from_scratch(path)
+
+
+def test_no_plaintext_in_the_state_database_or_its_log(new_vault):
+    path, vault, _ = new_vault
+    marker = "MARKER-c41d-state-db"
+    vault.append([NewRecord(type="message", text=f"text {marker}"), NewRecord(type="fact", key="user/x", value=marker)])
+    vault.search(marker)  # the full-text index is built
+    vault.save_cache()
+    store = vault.session.local.cache_path(vault.writer_id)
+    for f in (store, store + "-wal"):  # the write-ahead log is encrypted page by page too
+        assert os.path.exists(f)
+        assert marker.encode() not in open(f, "rb").read()
+    vault.lock()
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    from camillo import NewRecord, Unlock, Vault, cache
+    cache.COMMIT_AGE = float(sys.argv[2])
+    v = Vault.open(sys.argv[1], Unlock.passphrase(sys.argv[3]))
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        v.append([NewRecord(type="message", conversation="c", role="user", text=f"garden kill {i}")])
+        if i % 3 == 0:
+            v.append([NewRecord(type="fact", key=f"user/k{i % 4}", value=i)])
+        if i % 4 == 0:
+            v.refresh()
+""")
+
+
+@pytest.mark.slow
+def test_the_state_survives_kill_9_at_random_points_of_appends_and_refreshes(new_vault, tmp_path, monkeypatch):
+    path, vault, _ = new_vault
+    _fill(vault, 5)
+    vault.lock()
+    rng = random.Random(19)
+    for round_ in range(8):
+        # another device writes meanwhile, so the killed process also refreshes what it did not write
+        switch_home(monkeypatch, tmp_path / "laptop")
+        with open_vault(path) as laptop:
+            laptop.append([NewRecord(type="message", text=f"laptop garden {round_}")])
+            if round_ % 2:
+                laptop.append([NewRecord(type="fact", key="user/k1", value=f"laptop {round_}")])
+        switch_home(monkeypatch, tmp_path / "home")
+        age = rng.choice(["0", "0.05", "2"])
+        child = subprocess.Popen([sys.executable, "-c", CHILD, path, age, PASSPHRASE], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
+            try:
+                child.wait(timeout=rng.uniform(0.05, 1.2))
+                pytest.fail(f"the writing process ended by itself: {child.stderr.read() if child.stderr else ''}")
+            except subprocess.TimeoutExpired:
+                os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.kill()
+            child.wait()
+        with open_vault(path) as v:
+            got = fingerprint(v)
+        assert got == from_scratch(path), f"round {round_} (commit age {age})"
