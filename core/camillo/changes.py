@@ -9,8 +9,9 @@ view reloads only when something it shows is named.  A ``Changes`` names exactly
   ``records`` this operation wrote itself, in order (an append's new record ids);
 * ``keys``: the facts (compartment name, key) whose value, status or history moved;
 * ``devices``, ``grants``, ``credentials`` and ``policy``: the roster changed in that respect
-  (a device enrolled, revoked, renamed or rotated its key; a grant created or revoked; a passphrase,
-  recovery phrase or device key file replaced; the erasure policy set);
+  (a device enrolled, revoked, renamed, acknowledged or rotated its key; a grant created or revoked;
+  a passphrase, recovery phrase, trusted person's key or device key file added or replaced; the
+  erasure policy set); ``compartment_list``: a data compartment was added (compartment pickers);
 * ``files_written`` and ``files_removed``: key files and re-encrypted segments written or deleted
   (not counting the segments that carry the batches above);
 * ``reloaded``: everything was read again under new keys (another device rolled the master
@@ -35,6 +36,7 @@ class Changes:
     grants: bool = False
     credentials: bool = False
     policy: bool = False
+    compartment_list: bool = False
     files_written: int = 0
     files_removed: int = 0
     reloaded: bool = False
@@ -52,6 +54,7 @@ class Changes:
             grants=self.grants or other.grants,
             credentials=self.credentials or other.credentials,
             policy=self.policy or other.policy,
+            compartment_list=self.compartment_list or other.compartment_list,
             files_written=self.files_written + other.files_written,
             files_removed=self.files_removed + other.files_removed,
             reloaded=self.reloaded or other.reloaded,
@@ -71,7 +74,8 @@ class Changes:
     @property
     def roster(self) -> bool:
         """Who holds keys changed: devices, grants, credentials or the policy."""
-        return self.devices or self.grants or self.credentials or self.policy or self.reloaded
+        return (self.devices or self.grants or self.credentials or self.policy or self.compartment_list
+                or self.reloaded)
 
     @property
     def empty(self) -> bool:

@@ -24,14 +24,14 @@ Pure computation over decrypted batches; confined to the thread that owns the va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
 from . import ids
 from .credentials import CredentialKind
-from .errors import CanonicalError
+from .errors import CanonicalError, VaultError
 from .primitives import (
     SIG_ED25519,
     XWING_PK_LEN,
@@ -46,9 +46,14 @@ from .records import (
     BatchHeader,
     Kind,
     Record,
+    decode_record,
     verify_batch_signature,
     verify_inner_signatures,
 )
+
+# Who may re-authenticate an irreversible change (a new credential, a user credential's revocation)
+REAUTH_KINDS = (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
+MAX_DEVICE_NAME_BYTES = 200
 
 
 class Level(IntEnum):
@@ -108,6 +113,9 @@ class Principal:
     record_id: bytes
     replaces: bytes | None = None
     grant: GrantInfo | None = None
+    certifiers: tuple[bytes, ...] = ()  # the owners whose signatures applied its certificate (not itself)
+    via: str = ""  # how it joined: "genesis", or its certificate's body key 2 ("enrollment", "passphrase", …)
+    certified_name: str = ""  # the name in its certificate (``name`` is the latest DEVICE_NAME's, if any)
 
     @property
     def is_owner(self) -> bool:
@@ -160,6 +168,17 @@ class ErasureInfo:
 
 
 @dataclass(frozen=True)
+class DeviceName:
+    """A DEVICE_NAME record: a device's new name, and the names of it that it replaces."""
+
+    record_id: bytes
+    subject: bytes
+    name: str
+    pred: frozenset[bytes]
+    ts: int
+
+
+@dataclass(frozen=True)
 class ManifestInfo:
     """An ERASURE_MANIFEST or COMPACTION: segments that may vanish and batches vouched for."""
 
@@ -208,6 +227,9 @@ class Roster:
     manifests: dict[bytes, ManifestInfo] = field(default_factory=dict)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     excluded: dict[bytes, str] = field(default_factory=dict)  # batch id -> why it does not count
+    renames: dict[bytes, DeviceName] = field(default_factory=dict)  # DEVICE_NAME records by record id
+    acks: dict[bytes, set[bytes]] = field(default_factory=dict)  # device -> owners that acknowledged it
+    compartments_added: dict[bytes, int] = field(default_factory=dict)  # by a COMPARTMENT record, when
     unknown_control: int = 0
 
     def fingerprint(self) -> bytes:
@@ -341,6 +363,12 @@ def pop_message(vault_id: bytes, sig_public: bytes, recipient_public: bytes) -> 
     return labelled("vmem/v1/pop", vault_id, sig_public, recipient_public)
 
 
+def recipient_pop_message(sig_public: bytes, recipient_public: bytes) -> bytes:
+    """What a recovery recipient's key signs when it is made, before it knows any vault (its proof of
+    possession; spec §3.9): a trusted person's key can serve several vaults."""
+    return labelled("vmem/v1/recipient-pop", sig_public, recipient_public)
+
+
 def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes, name: str,
                 platform: str) -> dict[int, int | bytes | str]:
     return {
@@ -372,7 +400,8 @@ def revocation_body(subject: bytes, chains: Mapping[tuple[bytes, bytes], Mapping
 
 def _principal_from_entry(entry: Any, record: Record, replaces: bytes | None = None) -> Principal:
     kind, alg, sig_pk, rpk, name, platform = _owner_entry(entry)
-    return Principal(ids.writer_id(alg, sig_pk), kind, alg, sig_pk, rpk, name, platform, record.ts or 0, record.id, replaces)
+    return Principal(ids.writer_id(alg, sig_pk), kind, alg, sig_pk, rpk, name, platform, record.ts or 0, record.id,
+                     replaces, certified_name=name)
 
 
 def _bytes(v: Any, n: int, what: str) -> bytes:
@@ -452,6 +481,7 @@ class _Builder:
         self.r.control_id = control
         self.r.compartments = compartments
         for p in owners:
+            p.via = "genesis"
             self.r.principals[p.writer_id] = p
         self.applied.add(rec.id)
         return True
@@ -492,7 +522,7 @@ class _Builder:
                         p = _principal_from_entry(rec.body.get(0), rec)
                     except CanonicalError:
                         continue
-                    if p.writer_id == wid and self._cert_ok(rec, p, view):
+                    if p.writer_id == wid and self._cert_signers(rec, p, view) is not None:
                         pk = p.sig_public
                         break
         if pk is None:
@@ -525,32 +555,16 @@ class _Builder:
             return []
         return good
 
-    def _cert_ok(self, rec: Record, p: Principal, view: BatchView) -> bool:
-        """A certificate needs an owner's signature and the subject's proof of possession: either
-        the subject's own inner signature, or a signature in body field 3 (spec §14.3)."""
-
-        def lookup(wid: bytes) -> bytes | None:
-            if wid == p.writer_id:
-                return p.sig_public
-            return self.r.signer_public(wid) if self._valid_owner(wid, view) else None
-
-        try:
-            good, _ = verify_inner_signatures(rec, lookup)
-        except Exception:
-            return False
-        if not any(w != p.writer_id for w in good):
-            return False
-        pop = rec.body.get(3)
-        return p.writer_id in good or (
-            isinstance(pop, bytes)
-            and verify_signature(p.sig_alg, p.sig_public, pop_message(self.r.vault_id, p.sig_public, p.recipient_public), pop)
-        )
+    def _cert_signers(self, rec: Record, p: Principal, view: BatchView) -> list[bytes] | None:
+        return certificate_signers(self.r.vault_id, rec, p, lambda wid: (
+            self.r.signer_public(wid) if self._valid_owner(wid, view) else None))
 
     def _anchored_by_user_credential(self, rec: Record, p: Principal, view: BatchView) -> bool:
-        """A CRED_ANCHOR must also be signed by a current passphrase or recovery credential."""
+        """A CRED_ANCHOR must also be signed by a current passphrase, recovery phrase or recovery
+        recipient (re-authentication)."""
         def lookup(wid: bytes) -> bytes | None:
             q = self.r.principals.get(wid)
-            if wid == p.writer_id or q is None or q.kind not in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY):
+            if wid == p.writer_id or q is None or q.kind not in REAUTH_KINDS:
                 return None
             return q.sig_public if self._valid_owner(wid, view) else None
 
@@ -590,11 +604,15 @@ class _Builder:
             if kind == Kind.CRED_ANCHOR and p.kind not in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY,
                                                           CredentialKind.RECIPIENT):
                 raise CanonicalError("a CRED_ANCHOR certifies a passphrase, recovery phrase or recipient")
-            if not self._cert_ok(rec, p, view):
+            certifiers = self._cert_signers(rec, p, view)
+            if certifiers is None:
                 return False
             if kind == Kind.CRED_ANCHOR and not self._anchored_by_user_credential(rec, p, view):
                 return False  # a device alone cannot mint a passphrase or recovery credential
             if p.writer_id not in self.r.principals:
+                p.certifiers = tuple(certifiers)
+                via = body.get(2)
+                p.via = via if isinstance(via, str) else ("anchor" if kind == Kind.CRED_ANCHOR else "")
                 self.r.principals[p.writer_id] = p
             return True
         signers = self._owner_signers(rec, view)
@@ -683,6 +701,24 @@ class _Builder:
                 raise CanonicalError("a compartment needs a name")
             if cid not in self.r.compartments and cid != self.r.control_id:
                 self.r.compartments[cid] = name
+                self.r.compartments_added[cid] = rec.ts or 0
+            return True
+        if kind == Kind.DEVICE_NAME:
+            subject = _bytes(body.get(0), 32, "renamed device")
+            name = body.get(1)
+            if not isinstance(name, str) or not name.strip() or len(name.encode()) > MAX_DEVICE_NAME_BYTES:
+                raise CanonicalError(f"a device name must be non-empty text of at most {MAX_DEVICE_NAME_BYTES} bytes")
+            pred = _id_set(body.get(2) or [], 32, "replaced names")
+            if not (named := self.r.principals.get(subject)) or named.kind != CredentialKind.DEVICE:
+                return False  # its certificate may come later in the fixpoint
+            self.r.renames[rec.id] = DeviceName(rec.id, subject, name, pred, rec.ts or 0)
+            return True
+        if kind == Kind.DEVICE_ACK:
+            subjects = _id_set(body.get(0), 32, "acknowledged devices")
+            if not subjects:
+                raise CanonicalError("an acknowledgement names at least one device")
+            for subject in subjects:
+                self.r.acks.setdefault(subject, set()).update(signers)
             return True
         self.r.unknown_control += 1
         return True
@@ -715,10 +751,9 @@ class _Builder:
                 continue
             if subject_p.kind in (CredentialKind.DEVICE, CredentialKind.PASSPHRASE, CredentialKind.RECOVERY,
                                   CredentialKind.RECIPIENT) and subject not in live_signers:
-                # Revoking a user credential needs a passphrase or recovery signature (re-authentication);
-                # a credential may always retire itself (key rotation).
-                if not any(self.r.principals[s].kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY)
-                           for s in live_signers):
+                # Revoking a user credential needs a passphrase, recovery phrase or recovery recipient
+                # signature (re-authentication); a credential may always retire itself (key rotation).
+                if not any(self.r.principals[s].kind in REAUTH_KINDS for s in live_signers):
                     self.r.problems.append(("revocation", view.segment,
                                             f"revocation {rec.id.hex()[:12]} of a user credential lacks a passphrase or recovery signature"))
                     continue
@@ -736,6 +771,72 @@ class _Builder:
                 continue
             reason = text if isinstance(text := body.get(4), str) else ""
             self.r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+
+
+def _apply_names(r: Roster) -> None:
+    """Each device shows its latest name: among the DEVICE_NAME records of it that no other one
+    names as replaced, the one with the latest ``ts`` (then the greatest record id)."""
+    replaced = {rid for n in r.renames.values() for rid in n.pred}
+    for n in sorted((n for n in r.renames.values() if n.record_id not in replaced), key=lambda n: (n.ts, n.record_id)):
+        r.principals[n.subject].name = n.name  # in that order: the latest applies last
+
+
+def certificate_signers(vault_id: bytes, rec: Record, p: Principal,
+                        owner_key: Callable[[bytes], bytes | None]) -> list[bytes] | None:
+    """A certificate needs an owner's signature and the subject's proof of possession: either the
+    subject's own inner signature, or a signature in body field 3 (spec §14.3; a recovery
+    recipient's may be the one its key made for any vault, §3.9).  ``owner_key`` gives the signing
+    key of a signer that counts as an owner.  The owners that signed it, or None when it does not apply."""
+
+    def lookup(wid: bytes) -> bytes | None:
+        return p.sig_public if wid == p.writer_id else owner_key(wid)
+
+    try:
+        good, _ = verify_inner_signatures(rec, lookup)
+    except Exception:
+        return None
+    owners = [w for w in good if w != p.writer_id]
+    if not owners:
+        return None
+    pop = rec.body.get(3)
+    messages = [pop_message(vault_id, p.sig_public, p.recipient_public)]
+    if p.kind == CredentialKind.RECIPIENT:
+        messages.append(recipient_pop_message(p.sig_public, p.recipient_public))
+    if p.writer_id in good or (isinstance(pop, bytes)
+                               and any(verify_signature(p.sig_alg, p.sig_public, m, pop) for m in messages)):
+        return owners
+    return None
+
+
+def grant_trust(vault_id: bytes, roots: dict[bytes, bytes], certificates: Iterable[bytes],
+                revocations: Iterable[tuple[bytes, list[Any], bytes]]) -> dict[bytes, bytes]:
+    """The owner keys an append grant trusts to sign the epoch keys it seals to (spec §16.2): it cannot
+    read the roster, so it follows the chain of owner certificates delivered to it (envelopes of kind
+    3) from the owners its grant file names (``roots``, writer id -> signing key).  An owner revoked by
+    another credential (an envelope of kind 4, ``(subject, signatures, signed message)``, signed by a
+    key of the chain) is not trusted, nor is what only it certified (a lost device cannot certify a
+    key of its own).  Returns writer id -> signing key."""
+    chain: list[tuple[Record, Principal]] = []
+    for raw in certificates:
+        try:
+            rec = decode_record(raw, expected_id=ids.record_id(raw))
+            if rec.kind in (Kind.DEVICE_CERT, Kind.CRED_ANCHOR):
+                chain.append((rec, _principal_from_entry(rec.body.get(0), rec)))
+        except (VaultError, CanonicalError):
+            continue
+
+    def closure(barred: set[bytes]) -> dict[bytes, bytes]:
+        keys = {w: k for w, k in roots.items() if w not in barred}
+        while new := [p for rec, p in chain if p.writer_id not in keys and p.writer_id not in barred and p.is_owner
+                      and certificate_signers(vault_id, rec, p, keys.get) is not None]:
+            keys.update((p.writer_id, p.sig_public) for p in new)
+        return keys
+
+    reach = closure(set())
+    barred = {subject for subject, sigs, message in revocations
+              if any(isinstance(s, list) and len(s) == 3 and isinstance(s[0], bytes) and s[0] in reach and type(s[1]) is int
+                     and isinstance(s[2], bytes) and verify_signature(s[1], reach[s[0]], message, s[2]) for s in sigs)}
+    return closure(barred)
 
 
 def _seen_by(rev: Revocation, view: BatchView) -> bool:
@@ -779,6 +880,7 @@ def build_roster(
             break
         excluded_set = new_excluded
         prior = b.r.revocations
+    _apply_names(b.r)
     for v in views.values():
         rev = b.r.revocations.get(v.header.writer_id)
         if rev is not None and beyond_revocation(rev, v):

@@ -13,10 +13,14 @@ grants, in 4096-byte envelopes at ``env/<sha256 of file>.env``::
 The tag lets a recipient skip envelopes that are not for it without trying HPKE on each, and tells
 the host nothing, because the host never learns recipient ids.
 
-Payload (CBOR map): 0 kind (1 epoch secret, 2 epoch public key), 1 vault_id, 2 compartment_id,
-3 epoch_id, 4 recipient_id, 5 the key (32-byte secret or 1216-byte public key), 6 the previous
-epoch id or null (so an appender, which cannot read EPOCH records, knows which epoch is current),
-13 signatures over ``"vmem/v1/envelope-sig" ‖ 0x00 ‖ SHA-256(payload without 13)``.
+Payload (CBOR map): 0 kind (1 epoch secret, 2 epoch public key, 3 owner certificate, 4 revoked
+owner), 1 vault_id, 2 compartment_id, 3 epoch_id, 4 recipient_id, 5 the key (32-byte secret or
+1216-byte public key; for kind 3 the bytes of a DEVICE_CERT or CRED_ANCHOR record, for kind 4 the
+revoked owner's writer id), 6 the previous epoch id or null (so an appender, which cannot read EPOCH
+records, knows which epoch is current), 13 signatures over ``"vmem/v1/envelope-sig" ‖ 0x00 ‖
+SHA-256(payload without 13)``.  Kinds 3 and 4 go to append grants only, which cannot read the
+roster: they follow the chain of owner certificates from the owners their grant file names (spec
+§11.2, §16.2); they carry no compartment or epoch (keys 2 and 3 absent).
 
 Pure functions; any thread may call them.
 """
@@ -55,6 +59,11 @@ SIG_LABEL = "vmem/v1/envelope-sig"
 class EnvelopeKind(IntEnum):
     EPOCH_SECRET = 1
     EPOCH_PUBLIC = 2
+    OWNER_CERT = 3  # an owner credential's certificate record, for an append grant's chain of trust
+    OWNER_REVOKED = 4  # an owner credential revoked by another one (a lost device), for an append grant
+
+
+MAX_CERT_BYTES = 2400  # a certificate that does not fit an envelope is not delivered (names are short)
 
 
 class P:
@@ -93,8 +102,8 @@ def build_envelope(
     *,
     vault_id: bytes,
     kind: EnvelopeKind,
-    compartment_id: bytes,
-    epoch_id: bytes,
+    compartment_id: bytes | None,
+    epoch_id: bytes | None,
     recipient_public: bytes,
     recipient_id: bytes,
     key: bytes,
@@ -108,12 +117,11 @@ def build_envelope(
     payload: dict[int, Any] = {
         P.KIND: int(kind),
         P.VAULT: vault_id,
-        P.COMPARTMENT: compartment_id,
-        P.EPOCH: epoch_id,
         P.RECIPIENT: recipient_id,
         P.KEY: key,
-        P.PREV: prev_epoch,
     }
+    if kind in (EnvelopeKind.EPOCH_SECRET, EnvelopeKind.EPOCH_PUBLIC):
+        payload.update({P.COMPARTMENT: compartment_id, P.EPOCH: epoch_id, P.PREV: prev_epoch})
     message = signing_message(SIG_LABEL, payload, P.SIGS)
     payload[P.SIGS] = [[signer_id, signer.alg, signer.sign(message)]]
     return seal(envelope_key, LABEL, vault_id, header, encoding.encode(payload), SIZE)
@@ -145,12 +153,12 @@ def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientK
         kind_value: Any = p.get(P.KIND)  # untrusted CBOR: the lookup refuses what is not an envelope kind
         kind = EnvelopeKind(kind_value)
         comp, epoch, rid, key, sigs = (p.get(k) for k in (P.COMPARTMENT, P.EPOCH, P.RECIPIENT, P.KEY, P.SIGS))
+        if kind in (EnvelopeKind.OWNER_CERT, EnvelopeKind.OWNER_REVOKED):
+            comp = epoch = b""  # not about an epoch
+        elif not (isinstance(comp, bytes) and len(comp) == 16 and isinstance(epoch, bytes) and len(epoch) == 16):
+            raise CanonicalError("malformed payload")
         if not (
-            isinstance(comp, bytes)
-            and len(comp) == 16
-            and isinstance(epoch, bytes)
-            and len(epoch) == 16
-            and isinstance(rid, bytes)
+            isinstance(rid, bytes)
             and isinstance(key, bytes)
             and isinstance(sigs, list)
             and sigs
@@ -161,7 +169,7 @@ def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientK
             raise CanonicalError("previous epoch id is malformed")
         if (kind == EnvelopeKind.EPOCH_SECRET and len(key) != 32) or (
             kind == EnvelopeKind.EPOCH_PUBLIC and len(key) != 1216
-        ):
+        ) or (kind == EnvelopeKind.OWNER_REVOKED and len(key) != 32):
             raise CanonicalError("key has the wrong length")
     except (CanonicalError, ValueError) as exc:
         raise DamagedFile(f"envelope {name}: {exc}", file=name) from None

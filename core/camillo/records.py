@@ -56,6 +56,8 @@ class Kind(IntEnum):
     ERASURE_MANIFEST = 24
     COMPACTION = 25
     COMPARTMENT = 26
+    DEVICE_NAME = 27
+    DEVICE_ACK = 28
 
     @classmethod
     def known(cls, value: object) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -61,7 +62,7 @@ JSONValue = Any  # what json.loads returns: dict, list, str, int, float, bool or
 class Unlock:
     """How to open a vault.  Build one with the class methods; the secret is never shown."""
 
-    method: str  # passphrase | recovery | device | grant
+    method: str  # passphrase | recovery | device | grant | recipient
     secret: str | None = field(default=None, repr=False)
     path: str | None = None
     credential: Credential | None = field(default=None, repr=False)  # a device key held in memory (enrollment)
@@ -82,6 +83,12 @@ class Unlock:
     @classmethod
     def grant(cls, path: str) -> Unlock:
         return cls("grant", path=path)
+
+    @classmethod
+    def recipient(cls, key_file: str, passphrase: str) -> Unlock:
+        """A trusted person's recovery key (spec §12.1, kind 4): the key file ``camillo recipient
+        keygen`` wrote, and the passphrase that protects it."""
+        return cls("recipient", passphrase, path=key_file)
 
     @classmethod
     def with_device_credential(cls, credential: Credential, *, enrolling: bool = False) -> Unlock:
@@ -394,22 +401,101 @@ class VaultStats:
     records: int  # records in the materialised state
 
 
+def describe_platform(recorded: str) -> str:
+    """A device's platform as people say it ("Linux", "macOS laptop", "Windows"), from what its
+    certificate recorded (older Camillo recorded the kernel: "Linux 6.8.0-31-generic", "Darwin 23.4.0")."""
+    text = " ".join(recorded.split())
+    laptop = text.endswith(" laptop")
+    base = text.removesuffix(" laptop")
+    first = base.split(" ", 1)[0].lower() if base else ""
+    name = {"linux": "Linux", "darwin": "macOS", "macos": "macOS", "windows": "Windows", "freebsd": "FreeBSD",
+            "openbsd": "OpenBSD", "android": "Android", "ios": "iOS"}.get(first)
+    if name is None:
+        return text[:40] or "unknown platform"
+    return f"{name} laptop" if laptop else name
+
+
+def when_text(ts: int | None) -> str:
+    """A time as people say it in a sentence: "1 Dec at 16:40" (local time)."""
+    if not ts:
+        return "an unknown date"
+    t = time.localtime(ts)
+    year = f" {t.tm_year}" if t.tm_year != time.localtime().tm_year else ""
+    return f"{t.tm_mday} {time.strftime('%b', t)}{year} at {time.strftime('%H:%M', t)}"
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
+    """One of the user's devices.  ``new``: it joined (by code, or with a credential on a new
+    installation) and no device the vault trusts acknowledged it yet ("was this you?");
+    ``joined_with`` says how, in words ("your passphrase", "a code shown on Laptop", …)."""
+
     writer_id: bytes
     name: str
-    platform: str
+    platform: str  # as people say it ("Linux", "macOS laptop"); the recorded text is in ``platform_recorded``
     kind: str
     enrolled: int
     last_seen: int | None
     revoked: bool
     this_device: bool
     replaced: bool = False  # an old key of a device that rotated its key (after an erasure, or re-certified)
+    new: bool = False
+    joined_with: str = ""
+    platform_recorded: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"writer": self.writer_id.hex(), "name": self.name, "platform": self.platform, "kind": self.kind,
                 "enrolled": self.enrolled, "last_seen": self.last_seen, "revoked": self.revoked,
-                "this_device": self.this_device, "replaced": self.replaced}
+                "this_device": self.this_device, "replaced": self.replaced, "new": self.new,
+                "joined_with": self.joined_with}
+
+    def was_this_you(self) -> str:
+        """The question to ask about a new device, in one sentence."""
+        return (f"A new device, '{self.name}' ({self.platform}), joined on {when_text(self.enrolled)} using "
+                f"{self.joined_with or 'a credential of this vault'}. Was this you?")
+
+
+@dataclass(frozen=True)
+class RecipientInfo:
+    """A recovery recipient: a trusted person (or an escrow) whose own key can open the vault."""
+
+    writer_id: bytes
+    name: str
+    added: int
+    revoked: bool
+    revoked_at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"writer": self.writer_id.hex(), "name": self.name, "added": self.added, "revoked": self.revoked,
+                "revoked_at": self.revoked_at}
+
+
+@dataclass(frozen=True)
+class RecipientKeyFile:
+    """What ``camillo recipient keygen`` wrote: the trusted person's key file (protected by their
+    passphrase; they keep it) and its public half (``.pub``, which the vault's owner adds)."""
+
+    path: str
+    public_path: str
+    fingerprint: str  # short, to read aloud when the owner adds the .pub
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key_file": self.path, "public_key": self.public_path, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class CompartmentInfo:
+    """A data compartment: its name, id, how many records it holds and which agents it is granted to."""
+
+    name: str
+    compartment_id: bytes
+    records: int
+    agents: tuple[str, ...] = ()
+    added: int | None = None  # when a COMPARTMENT record created it (None: created with the vault)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "id": self.compartment_id.hex(), "records": self.records,
+                "agents": list(self.agents), "added": self.added}
 
 
 @dataclass(frozen=True)
@@ -544,6 +630,9 @@ class RevocationReport:
     generation: int | None
     deleted_files: int
     changes: Changes = field(default_factory=Changes)
+    # a revoked device (a lost laptop): the credentials that still open the vault for whoever knows them,
+    # which the next steps replace ("passphrase", "recovery phrase")
+    still_opens: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         out = [f"Revoked {self.kind} {self.subject}."]
@@ -552,6 +641,18 @@ class RevocationReport:
         if self.generation:
             out.append(f"The vault master secret rolled to generation {self.generation}; its old slot was deleted.")
         out.append("What it already read stays exposed: revocation cannot recall copies it made.")
+        out += self.next_steps()
+        return out
+
+    def next_steps(self) -> list[str]:
+        """What finishes locking a lost device out, one sentence each (empty for an agent grant)."""
+        out = []
+        if "passphrase" in self.still_opens:
+            out.append("Your passphrase still opens the vault for whoever knows it, on any computer (the lost "
+                       "device may have it saved or typed): change it now, which also rolls the keys again.")
+        if "recovery phrase" in self.still_opens:
+            out.append("If the recovery phrase was stored on or near the lost device, re-issue it too: the old "
+                       "phrase then opens nothing written after.")
         return out
 
 
@@ -644,6 +745,7 @@ __all__ = [
     "Authority",
     "Changes",
     "CompactionReport",
+    "CompartmentInfo",
     "ConversationInfo",
     "DeviceInfo",
     "ErasurePreview",
@@ -657,6 +759,8 @@ __all__ = [
     "Policy",
     "Problem",
     "ReachReport",
+    "RecipientInfo",
+    "RecipientKeyFile",
     "RecordContext",
     "RecordView",
     "RecoveryPhrase",
@@ -669,8 +773,10 @@ __all__ = [
     "awaits_confirmation",
     "check_key",
     "check_text",
+    "describe_platform",
     "json_to_cbor",
     "jsonable",
     "parse_json",
     "parse_search_query",
+    "when_text",
 ]

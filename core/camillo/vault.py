@@ -22,24 +22,26 @@ from typing import Any, TypeVar, cast
 from . import hostview, keychain, transport
 from .changes import Changes
 from .control import Level
-from .credentials import Credential
-from .errors import DeviceRevoked, VaultError
+from .errors import VaultError
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
     attachments,
     compaction,
+    compartments,
     credentials,
     curation,
+    devices,
     enrollment,
     erasure,
     grants,
     policy,
+    recipients,
     registration,
     repair,
     reports,
 )
-from .ops.enrollment import JoinState, Offer
+from .ops.enrollment import Offer
 from .ops.revocation import find_principal, revoke
 from .records import Authority
 from .search import search, semantic_search
@@ -52,6 +54,7 @@ from .values import (
     DEFAULT_COMPARTMENTS,
     ActivityRow,
     CompactionReport,
+    CompartmentInfo,
     ConversationInfo,
     DeviceInfo,
     ErasurePreview,
@@ -63,6 +66,7 @@ from .values import (
     Policy,
     Problem,
     ReachReport,
+    RecipientInfo,
     RecordContext,
     RecoveryPhrase,
     RevocationReport,
@@ -135,24 +139,16 @@ class Vault:
              progress: Callable[[int, int], None] | None = None, device_name: str | None = None,
              read_only: bool = False, re_register: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register``: certify this installation as a writer on
-        first use (spec §12.4).  ``cache=False`` reads and verifies every file.  ``read_only=True`` writes no
-        vault file and no cache, only what this device saw, in local state (spec §17.5).  ``home`` overrides
-        CAMILLO_HOME.  ``progress(done, total)`` while segments are read (raising Cancelled stops the open).
-        A revoked device registers again only with ``re_register`` (else DeviceRevoked, naming who, when)."""
+        first use (§12.4).  ``cache=False`` verifies every file.  ``read_only``: no vault file or cache is
+        written, only what this device saw (§17.5).  ``home`` overrides CAMILLO_HOME.  ``progress(done,
+        total)`` while reading (Cancelled stops it).  A revoked device re-registers only with ``re_register``."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
         try:
             if unlock.method != "grant":
                 repair.finish_open(session, enrolling=unlock.enrolling)
-                if (register and session.shelf.writable and not read_only and session.actor is None
-                        and not session.keychain_problem):
-                    revoked = reports.installation_revocation(session)
-                    if revoked is not None and not re_register:
-                        raise DeviceRevoked(f"{reports.revoked_message(session, revoked)}. Nothing was written. To use this "
-                                            "vault on this device again, open it with the option to register it "
-                                            "anew (camillo: --re-register)", who=reports.revoker_names(session, revoked),
-                                            when=revoked.ts, why=revoked.reason)
-                    registration.certify_installation(session, device_name)
+                if register and not read_only:
+                    registration.register_on_open(session, device_name, re_register=re_register)
         except BaseException:
             session.close()
             raise
@@ -168,37 +164,31 @@ class Vault:
             return False
 
     @staticmethod
+    def is_new_installation(path: str, home: str | None = None) -> bool:
+        """Has this installation never written to ``path`` (its first open registers it: ask for a name)?"""
+        return registration.is_new_installation(read_vault_id(path, home), home)
+
+    default_device_name = staticmethod(registration.default_device_name)
+    make_recipient_key = staticmethod(recipients.make_key)  # (path, passphrase, name) -> RecipientKeyFile
+
+    @staticmethod
     def join(path: str, code: str, *, name: str | None = None, home: str | None = None) -> Joining:
         """Join as a new device with the code another device of the owner shows (spec §21; :class:`Joining`)."""
         _check_thread()
-        return Joining(enrollment.Join(path, code, name=name, home=home))
-
-    # files, no keys: packing, merging and what a host sees
+        return Joining(path, code, name=name, home=home)
 
     @staticmethod
     def pack(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:
         """Pack the vault into a ``.vmem`` file outside any vault folder (existing: ``replace``): (size, hash)."""
         return transport.pack_vault(path, out_path, replace=replace)
 
-    @staticmethod
-    def unpack(pack_path: str, directory: str) -> int:
-        """Unpack a ``.vmem`` file into a vault folder; returns the files written."""
-        return transport.unpack_vault(pack_path, directory)
-
-    @staticmethod
-    def merge(path: str, other: str) -> list[str]:
-        """Copy what another copy (a folder or ``.vmem``) has and this folder lacks; the files copied."""
-        return transport.merge_into(path, other)
-
-    @staticmethod
-    def keychain_status() -> KeychainStatus:
-        """Whether the OS keychain can hold device keys, and which one (blocks: not on the GUI thread)."""
-        return keychain.status()
-
-    @staticmethod
-    def host_view(path: str) -> HostView:
-        """What the host of the folder sees, without any key (``camillo info``)."""
-        return hostview.host_view(path)
+    # files, no keys: unpacking a ``.vmem`` file -> files written, copying what another copy has and this
+    # folder lacks -> files copied, whether the OS keychain can hold device keys (blocks: off the GUI
+    # thread), what the folder's host sees
+    unpack: Callable[[str, str], int] = staticmethod(transport.unpack_vault)
+    merge: Callable[[str, str], list[str]] = staticmethod(transport.merge_into)
+    keychain_status: Callable[[], KeychainStatus] = staticmethod(keychain.status)
+    host_view: Callable[[str], HostView] = staticmethod(hostview.host_view)
 
     # ------------------------------------------------------------------------------ what it is
 
@@ -401,6 +391,21 @@ class Vault:
         return reports.devices(self.session)
 
     @checked
+    def new_devices(self) -> list[DeviceInfo]:
+        """Devices that joined and that no trusted device acknowledged yet ("was this you?")."""
+        return [d for d in reports.devices(self.session) if d.new]
+
+    @checked
+    def recipients(self) -> list[RecipientInfo]:
+        """Trusted people (recovery recipients) whose own key opens the vault, added or removed."""
+        return recipients.recipients(self.session)
+
+    @checked
+    def compartment_list(self) -> list[CompartmentInfo]:
+        """The data compartments: name, id, records, the agents granted each, when added."""
+        return compartments.list_compartments(self.session)
+
+    @checked
     def grants(self) -> list[GrantInfo]:
         """Agent grants: agent, compartments and levels, maximum class, expiry, last used, revoked."""
         return reports.grants(self.session)
@@ -500,13 +505,38 @@ class Vault:
         return revoke(self.session, find_principal(self.session, who), reason=reason, reauth=reauth)
 
     @checked
+    def rename_device(self, who: str, new_name: str) -> Changes:
+        """Rename a device (by name or id; this one included): a signed record every copy shows."""
+        return devices.rename_device(self.session, who, new_name)
+
+    @checked
+    def acknowledge_devices(self, whos: Sequence[str]) -> Changes:
+        """"Yes, this was me": the new devices named (by name or id) are no longer new."""
+        return devices.acknowledge(self.session, whos)
+
+    @checked
+    def add_recipient(self, name: str, public_key_path: str, *, reauth: Unlock | None = None) -> Changes:
+        """Let a trusted person recover the vault with their key (their ``.pub``); needs a credential."""
+        return recipients.add_recipient(self.session, name, public_key_path, reauth=reauth)
+
+    @checked
+    def remove_recipient(self, who: str, *, reauth: Unlock | None = None) -> RevocationReport:
+        """Revoke a trusted person's recovery key (the keys roll: it opens nothing written afterwards)."""
+        return recipients.remove_recipient(self.session, who, reauth=reauth)
+
+    @checked
+    def add_compartment(self, name: str) -> Changes:
+        """A new data compartment (its first epoch, and a copy of the roster for its future readers)."""
+        return compartments.add_compartment(self.session, name)
+
+    @checked
     def set_policy(self, *, erasure: bool, reason: str = "") -> Changes:
         return policy.set_policy(self.session, erasure=erasure, reason=reason)
 
     @checked
     def change_passphrase(self, new_passphrase: str, *, kdf: tuple[int, int, int] | None = None,
                           reauth: Unlock | None = None) -> Changes:
-        """Replace the passphrase and roll the keys; needs the passphrase or recovery phrase (or ``reauth``)."""
+        """Replace the passphrase and roll the keys; needs a credential (after a recovery key, call this next)."""
         return credentials.change_passphrase(self.session, new_passphrase, kdf=kdf, reauth=reauth)
 
     @checked
@@ -552,48 +582,18 @@ class Vault:
         self.lock()
 
 
-class Joining:
-    """A new device joining a vault (the other side of :meth:`Vault.offer_device`)."""
-
-    def __init__(self, join: enrollment.Join) -> None:
-        self._join = join
-
-    @property
-    def name(self) -> str:
-        return self._join.name
-
-    @property
-    def sas(self) -> str | None:
-        """The six digits to compare with the other device."""
-        return self._join.sas
-
-    @property
-    def done(self) -> bool:
-        return self._join.state == JoinState.DONE
-
-    @property
-    def writer_id(self) -> bytes:
-        """The new device's writer id (its key is this installation's from :meth:`start` on)."""
-        return self._join.device.writer_id
-
-    @property
-    def device(self) -> Credential:
-        """The new device's credential (for :meth:`Unlock.with_device_credential`; never shown)."""
-        return self._join.device
-
-    @device.setter
-    def device(self, credential: Credential) -> None:
-        self._join.device = credential
+class Joining(enrollment.Join):
+    """A new device joining a vault (the other side of :meth:`Vault.offer_device`): :meth:`start`
+    gives the six digits to compare (``sas``), :meth:`poll` None until confirmed, then the open vault;
+    ``device``: its credential (for :meth:`Unlock.with_device_credential`; never shown)."""
 
     def start(self) -> str:
-        """Write the request; returns the six digits to compare."""
         _check_thread()
-        return self._join.start()
+        return super().start()
 
     def poll(self) -> Vault | None:
-        """None while the other device has not confirmed; then the open vault."""
         _check_thread()
-        session = self._join.poll()
+        session = self.poll_session()
         return Vault(session) if session is not None else None
 
 

@@ -897,6 +897,11 @@ def main(argv: list[str] | None = None) -> int:
         roster_vectors(out.vector)
         writer_vectors(out.vector)
         tiny_vault(out, work)
+        from tests.conformance.generate_owner_vectors import (
+            owner_vectors,  # recipients, compartments, devices
+        )
+
+        owner_vectors(out, work)
         if not patterns:
             print(f"wrote {len(out.names)} vectors to {VECTORS}")
             return 0

@@ -55,6 +55,7 @@ from camillo.primitives import (
 from camillo.records import BatchHeader, batch_from_cbor, decode_record, make_batch, verify_batch_signature
 from camillo.session.writer import causal_fields
 from camillo.storage import hash_matches, segment_name
+from owner_operations import OPERATIONS as OWNER_OPERATIONS
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 VECTOR_FILES = sorted(VECTORS.glob("*.json"))
@@ -571,6 +572,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "open-vault": op_open_vault,
     "compute-roster": op_compute_roster,
     "write-registration": op_write_registration,
+    **OWNER_OPERATIONS,  # recovery recipients and the owner's control records (owner_operations.py)
 }
 
 # Rejections that are an outcome rather than an exception: (operation, check on its result).

@@ -502,21 +502,6 @@ def test_the_erasing_device_does_not_rotate_again_on_its_next_open(new_vault):
         assert v.writer_id == after and v.problems() == []
 
 
-def test_an_append_grant_after_an_erasure_says_it_needs_a_new_grant(granted, tmp_path, monkeypatch):
-    """An append grant trusts the owner devices of its creation; once they rotated their keys (an
-    erasure), it cannot find a trusted key and says what to do, and nothing is written."""
-    path, _vid, files = granted
-    with open_vault(path) as v:
-        rid = v.append([NewRecord(type="message", text="to erase")], compartment="work").written[0]
-        v.erase([rid])
-    before = {f: open(f, "rb").read() for f in all_files(path)}
-    switch_home(monkeypatch, tmp_path / "agent-home")
-    with Vault.open(path, Unlock.grant(files["append"])) as agent, \
-            pytest.raises(AccessDenied, match="compartment work .* Ask the vault's owner for a new grant file"):
-        agent.append([NewRecord(type="message", text="from the appender")], compartment="work")
-    assert {f: open(f, "rb").read() for f in all_files(path)} == before
-
-
 def test_a_session_open_during_another_devices_erasure_never_brings_its_keys_back(new_vault, tmp_path, monkeypatch):
     """A laptop whose session was open while the desktop erased a record still holds the erased
     epoch's secret in memory; when that stale session later rolls the keyring (it revokes a grant),

@@ -133,7 +133,8 @@ def test_info_shows_only_host_visible_fields(vault_dir):
 COMMANDS = ["init", "add", "log", "verify", "pack", "unpack", "passwd", "info",
             "facts", "fact", "conflicts", "resolve", "inbox", "confirm", "reject", "forget", "search", "attach",
             "attachment", "merge",
-            "grant", "grants", "devices", "revoke", "policy", "enroll", "erase", "compact", "recovery",
+            "grant", "grants", "devices", "revoke", "compartments", "policy", "enroll", "recipient", "erase",
+            "compact", "recovery",
             "mcp", "import", "export"]
 
 
@@ -144,7 +145,7 @@ def test_every_command_is_registered_once_in_the_order_help_lists_them():
 
     [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(sub.choices) == COMMANDS
-    assert all(callable(p.get_default("func")) for name, p in sub.choices.items() if name != "enroll")
+    assert all(callable(p.get_default("func")) for name, p in sub.choices.items() if name not in ("enroll", "recipient"))
 
 
 def test_emit_prints_json_lines_or_text_lines(capsys):

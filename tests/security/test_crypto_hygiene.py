@@ -129,6 +129,9 @@ NOT_A_VALUE = re.compile(r"^(len|type|isinstance|int|str)\(|\.kind\b|\.type\b|\.
 REVIEWED = {
     ("descriptor.py", "m.get(4) != d.check()"):
         "the descriptor's check value is a public hash of public fields (spec §4.2: not a security control)",
+    ("credentials.py", "m.get(15) != _checksum(m)"):
+        "a recipient key file's checksum is a hash of what the file shows (its seeds are sealed under the "
+        "holder's passphrase); it tells a damaged file from a wrong passphrase",
     ("slots.py", "sha256(data[:BODY_END]) != data[BODY_END:]"):
         "the slot checksum is a public hash of public bytes (it tells damage from a wrong passphrase)",
     ("slots.py", "st.get(S.WRAP_HASH) == sha256(header.wrap)"):
@@ -154,7 +157,7 @@ REVIEWED = {
         "a content-addressed file's hash against its public name",
     ("records.py", "k != sig_key"):
         "an integer map key (the signatures' field number), not a signature",
-    ("cli/common.py", "prompt_secret('Repeat it: ') != first"):
+    ("cli/common.py", "prompt_secret('Repeat it: ', env) != first"):
         "the user typing a new passphrase twice on their own terminal (no attacker measures it)",
 }
 

@@ -76,10 +76,10 @@ def one_line(text: str, width: int = 80) -> str:
 # ---------------------------------------------------------------------------------------------- credentials
 
 
-def prompt_secret(prompt: str) -> str:
+def prompt_secret(prompt: str, env: str | None = None) -> str:
     if not sys.stdin or not sys.stdin.isatty():
-        raise UsageError(f"{prompt.rstrip(': ')} is needed but there is no terminal to ask on; "
-                         "set it in the environment (see camillo --help)")
+        where = f"set {env}" if env else "set it in the environment (see camillo --help)"
+        raise UsageError(f"{prompt.rstrip(': ')} is needed but there is no terminal to ask on; {where}")
     return getpass.getpass(prompt)
 
 
@@ -87,15 +87,15 @@ def passphrase(env: str = "CAMILLO_PASSPHRASE", prompt: str = "Passphrase: ") ->
     value = os.environ.get(env)
     if value:
         return value
-    return prompt_secret(prompt)
+    return prompt_secret(prompt, env)
 
 
 def new_passphrase(env: str) -> str:
     value = os.environ.get(env)
     if value:
         return value
-    first = prompt_secret("New passphrase: ")
-    if prompt_secret("Repeat it: ") != first:
+    first = prompt_secret("New passphrase: ", env)
+    if prompt_secret("Repeat it: ", env) != first:
         raise UsageError("the two passphrases differ; nothing was changed")
     return first
 
@@ -105,22 +105,30 @@ def add_credential_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recovery", action="store_true", help="unlock with the recovery phrase (CAMILLO_RECOVERY_PHRASE)")
     g.add_argument("--device", action="store_true", help="unlock with this installation's key in the OS keychain")
     g.add_argument("--grant", metavar="FILE", help="act as the agent holding this grant file")
+    g.add_argument("--recipient-key", metavar="FILE",
+                   help="unlock with a trusted person's recovery key file (its passphrase: CAMILLO_RECIPIENT_PASSPHRASE)")
     g.add_argument("--re-register", action="store_true",
                    help="register this installation anew even though another device revoked it")
+    g.add_argument("--device-name", metavar="NAME",
+                   help="the name of this device, the first time it opens the vault (CAMILLO_DEVICE_NAME; "
+                        "asked in a terminal; default: the host name)")
 
 
 def unlock(args: argparse.Namespace) -> Unlock:
     """The credential the options name (the passphrase when none does)."""
-    chosen = [n for n in ("recovery", "device", "grant") if getattr(args, n, None)]
+    chosen = [n for n in ("recovery", "device", "grant", "recipient_key") if getattr(args, n, None)]
     if len(chosen) > 1:
-        raise UsageError("choose one of --recovery, --device and --grant")
+        raise UsageError("choose one of --recovery, --device, --grant and --recipient-key")
     grant: str | None = getattr(args, "grant", None)
     if grant:
         return Unlock.grant(grant)
+    key_file: str | None = getattr(args, "recipient_key", None)
+    if key_file:
+        return Unlock.recipient(key_file, passphrase("CAMILLO_RECIPIENT_PASSPHRASE", "Passphrase of the recovery key: "))
     if getattr(args, "device", False):
         return Unlock.device()
     if getattr(args, "recovery", False):
-        phrase = os.environ.get("CAMILLO_RECOVERY_PHRASE") or prompt_secret("Recovery phrase: ")
+        phrase = os.environ.get("CAMILLO_RECOVERY_PHRASE") or prompt_secret("Recovery phrase: ", "CAMILLO_RECOVERY_PHRASE")
         return Unlock.recovery(phrase)
     return Unlock.passphrase(passphrase())
 
@@ -131,12 +139,41 @@ def open_vault(args: argparse.Namespace, *, register: bool = True, cache: bool =
     must be told about this device (its rejected writes, a key an erasure replaced …) goes to stderr,
     one line each; a view still syncing is said by the reading commands (:func:`warn_if_incomplete`)."""
     path: str = args.vault
-    vault = Vault.open(path, unlock(args), register=register, cache=cache, read_only=read_only,
+    how = unlock(args)
+    name = device_name(args, how) if register and not read_only else None
+    vault = Vault.open(path, how, register=register, cache=cache, read_only=read_only, device_name=name,
                        re_register=bool(getattr(args, "re_register", False)))
     for notice in vault.notices():
         if notice.kind != "incomplete":
             sys.stderr.write(f"camillo: {notice.message}\n")
+    if how.method == "recipient" and vault.is_owner and getattr(args, "command", "") != "passwd":
+        lead_to_new_passphrase(vault, args)
     return vault
+
+
+def device_name(args: argparse.Namespace, how: Unlock) -> str | None:
+    """This device's name for its first open of the vault: ``--device-name``, else CAMILLO_DEVICE_NAME,
+    else asked in a terminal (the host name by default); None leaves the default."""
+    given: str | None = getattr(args, "device_name", None) or os.environ.get("CAMILLO_DEVICE_NAME")
+    if given or how.method in ("device", "grant") or not sys.stdin or not sys.stdin.isatty():
+        return given
+    if os.path.isfile(args.vault) or not Vault.is_new_installation(args.vault):
+        return None
+    default = Vault.default_device_name()
+    sys.stderr.write("This is the first time this computer opens the vault: it joins as a new device.\n")
+    return input(f"Name for this device [{default}]: ").strip() or default
+
+
+def lead_to_new_passphrase(vault: Vault, args: argparse.Namespace) -> None:
+    """Opened with a trusted person's recovery key: the person has usually lost the passphrase.  Say
+    how to set a new one, and offer it in a terminal."""
+    sys.stderr.write(f"camillo: you opened the vault with a trusted person's recovery key. If you lost your "
+                     f"passphrase, set a new one: camillo passwd {args.vault} --recipient-key {args.recipient_key}\n")
+    if not sys.stdin or not sys.stdin.isatty():
+        return
+    if input("Set a new passphrase now? [Y/n] ").strip().lower() in ("", "y", "yes"):
+        vault.change_passphrase(new_passphrase("CAMILLO_NEW_PASSPHRASE"))
+        sys.stderr.write("Passphrase changed; the keys rolled. Open the vault with the new passphrase from now on.\n")
 
 
 def warn_if_incomplete(vault: Vault) -> None:

@@ -7,6 +7,7 @@ Runs on the main thread of the CLI process.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -40,7 +41,7 @@ def cmd_offer(args: argparse.Namespace) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    join = Vault.join(args.vault, args.code, name=args.name)
+    join = Vault.join(args.vault, args.code, name=args.name or os.environ.get("CAMILLO_DEVICE_NAME"))
     sas = join.start()
     out(f"code to compare: {sas}")
     sys.stdout.flush()
@@ -106,7 +107,8 @@ def register(commands: Commands) -> None:
     q = steps.add_parser("join", help="on the new device: join with the code, compare the 6-digit code")
     q.add_argument("vault", metavar="DIR")
     q.add_argument("--code", required=True, help="the QR text (VMEM1:...) or the typed code")
-    q.add_argument("--name", help="a name for this device (default: the host name)")
+    q.add_argument("--name", "--device-name", dest="name",
+                   help="a name for this device (CAMILLO_DEVICE_NAME; default: the host name)")
     q.add_argument("--timeout", type=float, default=600, help="seconds to wait for the confirmation")
     q.set_defaults(func=cmd_join)
     q = steps.add_parser("confirm", help="on the existing device: confirm after comparing the codes")

@@ -18,8 +18,14 @@ from typing import Any
 
 from .. import slots
 from ..changes import Changes
-from ..control import owner_entry
-from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
+from ..control import REAUTH_KINDS, owner_entry
+from ..credentials import (
+    Credential,
+    CredentialKind,
+    from_passphrase,
+    from_recovery_phrase,
+    read_recipient_key,
+)
 from ..errors import AccessDenied, UsageError, WrongCredential
 from ..primitives import KdfParams, new_recovery_phrase
 from ..records import Kind, encode_record
@@ -37,13 +43,14 @@ from .rekey import (
 
 
 def authenticate(session: Session, unlock: Unlock | None) -> Credential:
-    """The passphrase or recovery credential that authorises an irreversible action.  Without an
-    explicit ``unlock`` the credential the vault was unlocked with is used, if it is one of those."""
+    """The passphrase, recovery phrase or recovery recipient's key that authorises an irreversible
+    action.  Without an explicit ``unlock`` the credential the vault was unlocked with is used, if it
+    is one of those."""
     roster = session.roster
     cred: Credential | None
     if unlock is None:
         cred = session.unlocking
-        if cred is None or cred.kind not in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY):
+        if cred is None or cred.kind not in REAUTH_KINDS:
             raise AccessDenied("this needs your passphrase or recovery phrase (re-authentication); "
                                "a device key alone cannot do it")
     elif unlock.method == "passphrase":
@@ -58,6 +65,8 @@ def authenticate(session: Session, unlock: Unlock | None) -> Credential:
             raise WrongCredential("wrong passphrase; nothing was changed")
     elif unlock.method == "recovery":
         cred = from_recovery_phrase(unlock.secret or "")
+    elif unlock.method == "recipient":
+        cred = read_recipient_key(unlock.path or "", unlock.secret or "")
     else:
         raise AccessDenied("re-authenticate with your passphrase or recovery phrase")
     if not roster.active_owner(cred.writer_id):

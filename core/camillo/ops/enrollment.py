@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -63,6 +62,9 @@ from ..session.unlock import open_session
 from ..session.writer import write_control
 from ..storage import FolderShelf
 from ..values import Unlock
+from .devices import check_device_name
+from .grant_trust import trust_files
+from .registration import default_device_name
 from .repair import finish_open
 
 QR_PREFIX = "VMEM1:"
@@ -258,7 +260,7 @@ class Offer:
         if not (isinstance(xwing, bytes) and len(xwing) == 1216 and isinstance(sig, bytes) and len(sig) == 32
                 and isinstance(name, str) and isinstance(platform, str) and isinstance(pop, bytes)):
             raise ValueError("malformed keys")
-        req = Request(xwing, sig, name, platform, pop, plaintext)
+        req = Request(xwing, sig, check_device_name(name), platform[:40], pop, plaintext)
         try:
             check_recipient_public(req.xwing_public)  # what the slot wrap at confirmation needs (spec §3.3)
         except CryptoFailure as exc:
@@ -299,8 +301,8 @@ class Offer:
             signers=[actor.signer],
         )
         slot_name, slot = session.build_slot(req.xwing_public, slots.SlotType.DEVICE, req.name)
-        session.shelf.write(slot_name, slot)
-        write_control(session, [cert], session.all_compartments(), undo=lambda: session.delete_quietly([slot_name]))
+        written = session.write_files([(slot_name, slot), *trust_files(session, pending=[cert])])
+        write_control(session, [cert], session.all_compartments(), undo=lambda: session.delete_quietly(written))
         frontier = {c: {w: [max(chain), chain[max(chain)]] for (w, cc), chain in session.log.chains.items()
                         if cc == c and chain}
                     for c in session.all_compartments()}
@@ -411,7 +413,7 @@ class Join:
         self.secret = parsed.secret
         self.sid = session_id(self.secret)
         self.base = rendezvous(self.secret, self.vault_id)
-        self.name = name or socket.gethostname() or "new device"
+        self.name = check_device_name(name) if name else default_device_name()
         self.device = Credential.generate(CredentialKind.DEVICE)
         self.state: JoinState | None = None
         self.sas: str | None = None
@@ -459,7 +461,16 @@ class Join:
         VaultLocal(self.vault_id, self.home).save_installation(
             Installation(self.device.writer_id, keystore, int(time.time())))
 
-    def poll(self) -> Session | None:
+    @property
+    def done(self) -> bool:
+        return self.state == JoinState.DONE
+
+    @property
+    def writer_id(self) -> bytes:
+        """The new device's writer id (its key is this installation's from :meth:`start` on)."""
+        return self.device.writer_id
+
+    def poll_session(self) -> Session | None:
         """None while the other device has not confirmed; then the open session (for the facade,
         which finishes the open as for any other unlock)."""
         shelf = FolderShelf(self.path)

@@ -43,6 +43,7 @@ from ..storage import segment_name
 from ..values import Notice, ReachReport, Unlock
 from . import attachments
 from .credentials import authenticate
+from .grant_trust import trust_files
 from .policy import require_erasure_allowed
 from .rekey import (
     FileList,
@@ -152,7 +153,8 @@ def rotate_if_erasure_seen(session: Session) -> bool:
     # The slots that count only through the old key's signature (it rolled the keyring last, enrolled
     # a device, changed the passphrase) are re-issued under the new key before the old one retires.
     again, originals = reissue_slots(session, actor.writer_id, new)
-    files = [session.build_slot(new.recipient.public, slots.SlotType.DEVICE, me.name, signer=new), *again]
+    files = [session.build_slot(new.recipient.public, slots.SlotType.DEVICE, me.name, signer=new), *again,
+             *trust_files(session, pending=records)]  # append grants follow the new key
     with session.unannounced_files(ids.record_id(records[0]), [n for n, _ in files]):
         old = switch_key(session, new)
         try:
@@ -259,6 +261,8 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         rekey.files.append(session.build_slot(new_dev.recipient.public, slots.SlotType.DEVICE,
                                               r.principals[old_actor.writer_id].name,
                                               generation=rekey.new_generation, vms=rekey.new_vms))
+        # every older envelope goes: append grants get the whole chain again, the new key's included
+        rekey.files += trust_files(session, pending=rotation, everything=True, exclude=rekey.excluded)
     finally:
         session.actor = old_actor
     epk = keys.epoch_key(secret, session.vault_id, cid, eid).public

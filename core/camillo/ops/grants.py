@@ -23,6 +23,7 @@ from ..session.grantfile import GrantFile, write_grant_file
 from ..session.writer import write_batches
 from ..storage import PATH_ERRNOS, check_new_file
 from ..values import GrantCreated, GrantInfo
+from .compartments import mirror_roster
 from .rekey import FileList, grant_envelopes
 
 
@@ -39,6 +40,9 @@ def create_grant(session: Session, agent: str, scopes: dict[str, Level], max_cla
     if os.path.lexists(out_path):
         raise UsageError(f"{out_path} already exists; choose another file for the grant")
     roster = session.roster
+    if "control" in scopes:
+        raise UsageError("a grant cannot cover the control compartment (it holds the vault's own keys); "
+                         "choose data compartments")
     scope_ids = {name: session.compartment_id(name) for name in scopes}
     cred = Credential.generate(CredentialKind.GRANT)
     grant_id = ids.new_random_id()
@@ -62,9 +66,13 @@ def create_grant(session: Session, agent: str, scopes: dict[str, Level], max_cla
                 continue
             files += grant_envelopes(session, principal, cid, e.epoch_id, secret, e.prev,
                                      current=current is not None and e.epoch_id == current.epoch_id)
-    trusted = tuple(sorted((p.writer_id, p.sig_public) for p in roster.devices()
-                           if p.writer_id not in roster.revocations))
+    # the owners it trusts to sign the epoch keys it seals to, and to certify the owners that come
+    # later (an append grant follows their chain: ops.grant_trust)
+    trusted = tuple(sorted((p.writer_id, p.sig_public) for p in roster.principals.values()
+                           if p.is_owner and p.writer_id not in roster.revocations))
     g = GrantFile(session.vault_id, grant_id, agent, dict(scopes), max_class, not_after, cred, trusted)
+    for cid in scope_ids.values():
+        mirror_roster(session, cid)  # a compartment whose creation a crash cut short gets its roster copy
     try:
         write_grant_file(out_path, g, scope_ids)
     except OSError as exc:

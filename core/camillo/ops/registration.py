@@ -14,12 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import ids, slots
-from ..control import owner_entry, revocation_body
+from ..control import REAUTH_KINDS, owner_entry, revocation_body
 from ..credentials import Credential, CredentialKind
+from ..errors import DeviceRevoked, UsageError
+from ..localstate import VaultLocal
 from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import hostname, platform_label, register_installation
 from ..session.writer import write_control
+from . import reports
+from .devices import MAX_NAME_CHARS, check_device_name, unique_name
+from .grant_trust import trust_files
 from .rekey import reissue_slots, slots_of
 
 REPLACED_REASON = "its installation could no longer read its key; replaced"
@@ -51,6 +56,35 @@ def registration_records(unlocking: Credential, device: Credential, name: str, p
     return [cert, revoke]
 
 
+def is_new_installation(vault_id: bytes, home: str | None = None) -> bool:
+    """Has this installation never been a writer of the vault (no installation record for it)?"""
+    return VaultLocal(vault_id, home).load_installation() is None
+
+
+def default_device_name() -> str:
+    """The name a new device gets unless the person chooses one: this computer's host name."""
+    try:
+        return check_device_name(hostname()[:MAX_NAME_CHARS])
+    except UsageError:
+        return "this computer"
+
+
+def register_on_open(session: Session, device_name: str | None, *, re_register: bool = False) -> None:
+    """A writable open of a vault this installation does not write to yet (it has no usable device
+    key for it): certify a new device, unless another device revoked this installation's device (a
+    lost laptop found again), which needs ``re_register`` (DeviceRevoked otherwise, saying by whom
+    and when).  Nothing is done for a read-only folder or when the keychain is locked."""
+    if not session.shelf.writable or session.actor is not None or session.keychain_problem:
+        return
+    revoked = reports.installation_revocation(session)
+    if revoked is not None and not re_register:
+        raise DeviceRevoked(f"{reports.revoked_message(session, revoked)}. Nothing was written. To use this "
+                            "vault on this device again, open it with the option to register it anew "
+                            "(camillo: --re-register)", who=reports.revoker_names(session, revoked),
+                            when=revoked.ts, why=revoked.reason)
+    certify_installation(session, device_name)
+
+
 def certify_installation(session: Session, device_name: str | None = None) -> None:
     """First open of a writable vault from this installation: a new device writer, certified by
     the credential that unlocked it, with its own slot."""
@@ -58,7 +92,6 @@ def certify_installation(session: Session, device_name: str | None = None) -> No
     if unlocking is None or not session.keyring.unlocked:
         raise AssertionError("registration needs an unlocked owner session")
     device = Credential.generate(CredentialKind.DEVICE)
-    name = device_name or hostname()
     roster = session.roster
     # An installation whose earlier key cannot be read any more (its local seal predates a
     # master-secret roll, or the keychain lost it) replaces that key: the old writer retires.
@@ -66,10 +99,17 @@ def certify_installation(session: Session, device_name: str | None = None) -> No
     # certificate was written (the installation names the uncertified key and what it replaces).
     inst = session.local.load_installation()
     replaced = None
-    if inst is not None and unlocking.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY):
+    if inst is not None and unlocking.kind in REAUTH_KINDS:
         replaced = next((w for w in (inst.writer_id, inst.replaces) if w is not None
                          and roster.active_owner(w)
                          and roster.principals[w].kind == CredentialKind.DEVICE), None)
+    # the name the person chose; else the replaced key's (the same computer), else the host name
+    if device_name:
+        name = check_device_name(device_name)
+    elif replaced is not None:
+        name = roster.principals[replaced].name
+    else:
+        name = unique_name(roster, default_device_name())
     records = registration_records(unlocking, device, name, platform_label(), replaced=replaced,
                                    chains=session.log.chains)
     cert = records[0]
@@ -81,6 +121,7 @@ def certify_installation(session: Session, device_name: str | None = None) -> No
         again, dead = reissue_slots(session, replaced, device)
         files += again
         dead += slots_of(session, roster.principals[replaced].recipient_id)
+    files += trust_files(session, pending=records, signer=device)  # append grants follow the new key
     with session.unannounced_files(ids.record_id(cert), [n for n, _ in files]):
         register_installation(session, device, replaces=replaced)
         written = session.write_files(files)

@@ -30,6 +30,7 @@ from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import after_generation_roll, seal_device_key_for
 from ..session.writer import write_batches
+from .grant_trust import trust_files
 
 SCHEDULED_EPOCH_SECONDS = 30 * 86400
 SCHEDULED_EPOCH_BATCHES = 1000
@@ -54,6 +55,7 @@ class Rekey:
     new_secrets: dict[tuple[bytes, bytes], bytes] = field(default_factory=dict, repr=False)
     new_vms: bytes | None = field(default=None, repr=False)
     new_generation: int | None = None
+    excluded: set[bytes] = field(default_factory=set)  # grants and credentials this change leaves out
 
     def add_records(self, compartments: list[bytes], *raws: bytes) -> None:
         for c in compartments:
@@ -140,6 +142,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     that two devices erasing concurrently from one generation roll to the same one.  Otherwise (a
     revocation) it is random: the revoked credential must not be able to compute it."""
     keyring, r = session.keyring, session.roster
+    rekey.excluded |= exclude
     headers = session.slot_headers()[0]
     if derived:
         generation = keyring.generation + 1
@@ -203,7 +206,11 @@ def new_epochs_everywhere(session: Session, rekey: Rekey, compartments: list[byt
 
 
 def apply(session: Session, rekey: Rekey) -> None:
-    """Write new key files, then the control records, then switch keys in memory, then delete."""
+    """Write new key files (with what append grants need to keep trusting the owners' keys), then
+    the control records, then switch keys in memory, then delete."""
+    pending = list(dict.fromkeys(raw for raws in rekey.records.values() for raw in raws))
+    rekey.files += trust_files(session, pending=pending, everything=rekey.new_vms is not None,
+                               exclude=rekey.excluded)
     written = session.write_files(rekey.files)
     if rekey.new_vms is not None and rekey.new_generation is not None:
         seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # before the records: crash safety

@@ -38,7 +38,9 @@ from ..values import (
     SearchPage,
     SyncStatus,
     VaultStats,
+    describe_platform,
 )
+from .devices import is_new, joined_with, vouched
 
 
 def sync_status(session: Session) -> SyncStatus:
@@ -181,13 +183,18 @@ def last_seen(session: Session) -> dict[bytes, int]:
 
 
 def devices(session: Session) -> list[DeviceInfo]:
-    """The user's devices: name, platform, when enrolled, when last seen writing, revoked."""
+    """The user's devices: name, platform, when enrolled, when last seen writing, revoked, and
+    whether it is new here (joined, and not acknowledged yet: see :mod:`camillo.ops.devices`)."""
     roster = session.roster
     last = last_seen(session)
     me = session.actor.writer_id if session.actor is not None else None
+    mine = lineage(session) if session.is_owner else set()
+    acked = vouched(roster)[1]
     replaced = {p.replaces for p in roster.principals.values() if p.replaces is not None}
-    out = [DeviceInfo(p.writer_id, p.name, p.platform, p.kind.label, p.created, last.get(p.writer_id),
-                      p.writer_id in roster.revocations, p.writer_id == me, p.writer_id in replaced)
+    out = [DeviceInfo(p.writer_id, p.name, describe_platform(p.platform), p.kind.label, p.created,
+                      last.get(p.writer_id), p.writer_id in roster.revocations, p.writer_id == me,
+                      p.writer_id in replaced, new=is_new(roster, p, mine, acked),
+                      joined_with=joined_with(roster, p), platform_recorded=p.platform)
            for p in roster.principals.values() if p.kind == CredentialKind.DEVICE]
     return sorted(out, key=lambda d: (d.replaced, d.revoked, d.enrolled, d.name))
 
@@ -224,6 +231,23 @@ def own_grant(session: Session) -> GrantInfo | None:
 
 
 # ---------------------------------------------------------------------------------- overviews
+
+
+def forgotten(session: Session) -> list[tuple[RecordView, int | None]]:
+    """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
+    state = session.materialized
+    out = []
+    visible = {v.id for v in state.timeline()}
+    for v in state.timeline(include_hidden=True):
+        if v.id in visible or v.kind not in (Kind.NOTE, Kind.PUT):
+            continue
+        when = state.forgotten_at(v.id)
+        if when is None and v.key is not None:
+            fv = state.fact(v.compartment_id, v.key)
+            if fv is not None and fv.status == "deleted" and fv.current is not None:
+                when = fv.current.ts
+        out.append((v, when))
+    return out
 
 
 def record_context(session: Session, rid: bytes) -> RecordContext:
@@ -422,23 +446,6 @@ def attachments_of(session: Session, of: Iterable[bytes]) -> dict[bytes, list[Re
         target = v.value.get("of") if isinstance(v.value, dict) else None
         if isinstance(target, str) and target in wanted:
             out.setdefault(wanted[target], []).append(v)
-    return out
-
-
-def forgotten(session: Session) -> list[tuple[RecordView, int | None]]:
-    """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
-    state = session.materialized
-    out = []
-    visible = {v.id for v in state.timeline()}
-    for v in state.timeline(include_hidden=True):
-        if v.id in visible or v.kind not in (Kind.NOTE, Kind.PUT):
-            continue
-        when = state.forgotten_at(v.id)
-        if when is None and v.key is not None:
-            fv = state.fact(v.compartment_id, v.key)
-            if fv is not None and fv.status == "deleted" and fv.current is not None:
-                when = fv.current.ts
-        out.append((v, when))
     return out
 
 

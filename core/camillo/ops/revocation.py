@@ -14,7 +14,10 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..control import Principal
+from ..credentials import CredentialKind
 from ..errors import UsageError
 from ..primitives import SigningKey
 from ..session import Session
@@ -23,12 +26,16 @@ from .credentials import authenticate
 from .rekey import USER_KINDS, Rekey, apply, new_epoch, new_epochs_everywhere, roll_keyring
 
 
-def find_principal(session: Session, text: str) -> Principal:
-    """A device or grant by grant id, writer id (or a unique prefix of 8+ hex digits), or name."""
+def find_principal(session: Session, text: str, *, what: str = "device or grant",
+                   only: Callable[[Principal], bool] | None = None) -> Principal:
+    """A device, credential or grant by grant id, writer id (or a unique prefix of 8+ hex digits), or
+    name; ``only`` narrows what may match (``what`` names it in messages)."""
     needle = text.strip().lower()
     r = session.roster
     matches = []
     for p in r.principals.values():
+        if only is not None and not only(p):
+            continue
         ids_ = [p.writer_id.hex()]
         if p.grant is not None:
             ids_.append(p.grant.grant_id.hex())
@@ -39,10 +46,13 @@ def find_principal(session: Session, text: str) -> Principal:
     if len(live) == 1:
         return live[0]
     if not matches:
-        raise UsageError(f"no device or grant '{text}' in this vault (see 'camillo devices' and 'camillo grants')")
+        raise UsageError(f"no {what} '{text}' in this vault (see 'camillo devices', 'camillo grants' and "
+                         "'camillo recipient list')")
     if not live:
         raise UsageError(f"'{text}' is already revoked")
-    raise UsageError(f"'{text}' matches several devices or grants; give more of its id")
+    raise UsageError(f"'{text}' matches several: "
+                     + ", ".join(f"{p.name or p.kind.label} ({p.writer_id.hex()[:12]})" for p in live)
+                     + "; give more of its id")
 
 
 def revoke(session: Session, subject: Principal, *, reason: str = "", reauth: Unlock | None = None) -> RevocationReport:
@@ -75,8 +85,13 @@ def revoke(session: Session, subject: Principal, *, reason: str = "", reauth: Un
     revoke_record = session.revoke_record(subject.writer_id, reason or f"revoked {what}", signers=signers)
     rekey.add_records(everywhere, revoke_record)
     apply(session, rekey)
+    # a lost device may hold (or have seen typed) the credentials that open the vault anywhere
+    still = tuple(p.kind.label for p in r.principals.values()
+                  if subject.kind == CredentialKind.DEVICE and p.writer_id not in r.revocations
+                  and p.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY))
     return RevocationReport(
         what, "agent grant" if subject.grant else subject.kind.label,
         tuple(r.compartment_name(c) for c in affected), len(affected), rekey.new_generation, len(rekey.delete),
         session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete)),
+        still_opens=tuple(sorted(set(still))),
     )

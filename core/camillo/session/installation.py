@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import subprocess
 import time
 from collections.abc import Sequence
 
@@ -34,7 +35,22 @@ def hostname() -> str:
 
 
 def platform_label() -> str:
-    return f"{platform.system()} {platform.release()}".strip()
+    """This computer's platform as people say it, for its device certificate: "Linux", "macOS
+    laptop", "Windows" (a laptop when it has a battery; no kernel version: nobody needs it)."""
+    system = {"Darwin": "macOS"}.get(platform.system(), platform.system()) or "unknown platform"
+    return f"{system} laptop" if _has_battery(system) else system
+
+
+def _has_battery(system: str) -> bool:
+    try:
+        if system == "Linux":
+            return any(n.startswith("BAT") for n in os.listdir("/sys/class/power_supply"))
+        if system == "macOS":  # the model: "MacBookPro18,1", "Macmini9,1"
+            model = subprocess.run(["sysctl", "-n", "hw.model"], capture_output=True, text=True, timeout=2).stdout
+            return "book" in model.lower()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return False
 
 
 def device_unlock_available(vault_id: bytes, home: str | None = None) -> bool:

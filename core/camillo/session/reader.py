@@ -25,7 +25,7 @@ from .. import cache as cache_mod
 from .. import encoding, envelopes, ids, keys, segments
 from ..cache import Cache, Connection, DatabaseError
 from ..changes import Changes
-from ..control import BatchView, Roster, build_roster
+from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
 from ..errors import StorageError, VaultError
 from ..log import CausalLog, build_log, extend_log
@@ -58,6 +58,9 @@ class Reader:
         # set for an agent's session: the grant's own key, and the owner devices it trusts
         self.grant_recipient: RecipientKey | None = None
         self.grant_trusted: dict[bytes, bytes] | None = None
+        # an append grant's envelopes judged by its chain of trust (epoch public keys, owner
+        # certificates, revoked owners), by file name
+        self.grant_chain: dict[str, envelopes.EnvelopePayload] = {}
         self.store: Cache | None = None  # this actor's local state database, when the state lives there
         self.store_doomed = False  # the local state is deleted on close (its actor no longer counts)
         self.materialized = State()
@@ -240,8 +243,10 @@ class Reader:
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
-        if not new_batches and not vanished and not new_keys and self.roster.genesis is not None:
-            return False
+        if not new_batches and not vanished and self.roster.genesis is not None:
+            # nothing to read: new keys that open no new batch (the same epoch secrets wrapped to a
+            # rolled owner key, or keys for epochs nothing is sealed to yet) change nothing read
+            return bool(new_keys)
         if vanished or new_keys or not self.extend(new_batches):
             self.recompute()
         return bool(new_keys or vanished)
@@ -284,7 +289,7 @@ class Reader:
         if recipient is None:
             return False
         rid = ids.recipient_id(recipient.public)
-        found = False
+        found = chained = False
         for name in names:
             if name in self.keyring.seen_envelopes:
                 continue
@@ -314,24 +319,45 @@ class Reader:
             if payload.recipient_id != rid:
                 self.segment_problems[name] = Problem("damaged", name, f"envelope {name} names another recipient")
                 continue
-            ref = (payload.compartment_id, payload.epoch_id)
-            if (payload.kind == envelopes.EnvelopeKind.EPOCH_PUBLIC and ref not in self.keyring.epoch_publics
-                    and not self.trusted_by_grant(payload)):
-                self.segment_problems[name] = Problem(
-                    "untrusted", name, f"envelope {name} gives an epoch key signed by no owner device this grant "
-                    "knows; it is not used")
+            if payload.kind in (envelopes.EnvelopeKind.EPOCH_PUBLIC, envelopes.EnvelopeKind.OWNER_CERT,
+                                envelopes.EnvelopeKind.OWNER_REVOKED):
+                if self.grant_trusted is not None:  # what an append grant judges with its chain of trust
+                    self.grant_chain[name] = payload
+                    chained = True
                 continue
             found = self.keyring.learn(payload) or found
-        return found
+        return (chained and self.follow_grant_chain()) or found
 
-    def trusted_by_grant(self, payload: envelopes.EnvelopePayload) -> bool:
-        """An append grant cannot read the roster: it trusts the owner devices listed in its grant
-        file, so nobody else (say, a reader of the compartment) can make it seal to a key of theirs."""
-        trusted = self.grant_trusted
-        if not trusted:
-            return trusted is None
-        return any(w in trusted and verify_signature(a, trusted[w], payload.message, sig)
-                   for w, a, sig in payload.signatures)
+    def follow_grant_chain(self) -> bool:
+        """An append grant cannot read the roster: it trusts the epoch keys signed by the owners its
+        grant file names, or by an owner certified by them, in a chain of certificates delivered to
+        it (spec §16.2; :func:`~camillo.control.grant_trust`), so nobody else (say, a reader of the
+        compartment, or a revoked device) can make it seal to a key of theirs.  The epoch public keys
+        it holds are recomputed from every such envelope read; True when they changed."""
+        if self.grant_trusted is None:
+            return False
+        kinds = envelopes.EnvelopeKind
+        held = [self.grant_chain[n] for n in sorted(self.grant_chain)]
+        trusted = grant_trust(self.vault_id, self.grant_trusted,
+                              [p.key for p in held if p.kind == kinds.OWNER_CERT],
+                              [(p.key, p.signatures, p.message) for p in held if p.kind == kinds.OWNER_REVOKED])
+        before = dict(self.keyring.epoch_publics)
+        for ref in before:
+            self.keyring.envelope_sources.pop(ref, None)
+        self.keyring.epoch_publics.clear()
+        for p in held:
+            if p.kind != kinds.EPOCH_PUBLIC:
+                continue
+            if any(isinstance(s, list) and len(s) == 3 and isinstance(s[0], bytes) and s[0] in trusted
+                   and type(s[1]) is int and isinstance(s[2], bytes)
+                   and verify_signature(s[1], trusted[s[0]], p.message, s[2]) for s in p.signatures):
+                self.segment_problems.pop(p.file, None)
+                self.keyring.learn(p)
+            else:
+                self.segment_problems[p.file] = Problem(
+                    "untrusted", p.file, f"envelope {p.file} gives an epoch key signed by no owner this grant "
+                    "trusts; it is not used")
+        return self.keyring.epoch_publics != before
 
     def read_segment(self, name: str) -> list[bytes]:
         try:
@@ -529,6 +555,7 @@ class Reader:
         """Drop the state (the local state database is closed, and deleted when doomed)."""
         self.grant_recipient = None  # an agent's key: its seed goes with the session
         self.grant_trusted = None
+        self.grant_chain = {}
         try:
             self.materialized.close()
         except Exception:  # noqa: S110 - closing a database that the caller committed or dropped loses nothing
@@ -544,10 +571,12 @@ class Reader:
 def control_changes(records: Sequence[Record], roster: Roster) -> dict[str, bool]:
     """Which parts of the roster these control records touch (for :class:`Changes`): a revocation
     touches what its subject is (a device, a grant, a passphrase or recovery phrase)."""
-    out = {"devices": False, "grants": False, "credentials": False, "policy": False}
+    out = {"devices": False, "grants": False, "credentials": False, "policy": False, "compartment_list": False}
     for r in records:
-        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT):
+        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT, Kind.DEVICE_NAME, Kind.DEVICE_ACK):
             out["devices"] = True
+        if r.kind == Kind.COMPARTMENT:
+            out["compartment_list"] = True
         if r.kind in (Kind.GENESIS, Kind.CRED_ANCHOR):
             out["credentials"] = True
         if r.kind == Kind.GRANT:

@@ -23,7 +23,13 @@ from collections.abc import Callable
 from .. import descriptor, slots
 from ..cache import DatabaseError, is_damage
 from ..control import Level
-from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
+from ..credentials import (
+    Credential,
+    CredentialKind,
+    from_passphrase,
+    from_recovery_phrase,
+    read_recipient_key,
+)
 from ..errors import (
     DamagedFile,
     Incomplete,
@@ -127,6 +133,12 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
 
         def derive(h: slots.SlotHeader) -> Credential:
             return recovery
+    elif unlock.method == "recipient":
+        stype, what = slots.SlotType.RECIPIENT, "recovery key"
+        holder = read_recipient_key(unlock.path or "", unlock.secret or "")
+
+        def derive(h: slots.SlotHeader) -> Credential:
+            return holder
     elif unlock.method == "device":
         stype, what = slots.SlotType.DEVICE, "device key"
         device = unlock.credential or load_device_credential(session)
@@ -184,6 +196,9 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
             raise DamagedFile(
                 f"the {what} slot of vault {vid} is damaged ({broken[0].file}); unlock with another credential "
                 "(recovery phrase, passphrase or a device key)", file=broken[0].file)
+        if not candidates and unlock.method == "recipient":
+            raise WrongCredential(f"vault {vid} has no trusted person's recovery key; unlock with your passphrase "
+                                  "or recovery phrase")
         if not candidates and unlock.method != "device":
             # every vault keeps a passphrase and a recovery slot: another device's key change is arriving
             # (a sync that carries deletions first can leave no slot at all for a while)
@@ -198,6 +213,9 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
             raise WrongCredential(
                 f"this device's key does not open vault {vid} (it may have been revoked); "
                 "unlock with your passphrase or recovery phrase")
+        if unlock.method == "recipient":
+            raise WrongCredential(f"this recovery key is not one of vault {vid}'s (it was never added, or it was "
+                                  "removed); nothing was changed")
         raise WrongCredential(f"wrong {what} for vault {vid}; nothing was changed. Try again.")
     session.unlocked_with = what
     if session.actor is not None:

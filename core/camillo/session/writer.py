@@ -84,8 +84,9 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
         if session.grant is not None:
             raise AccessDenied(
                 f"the append grant of agent {session.grant.agent} finds no key to write to compartment {name} "
-                "signed by an owner device it trusts: those devices changed their keys since the grant was made "
-                "(after an erasure, or when devices were replaced). Ask the vault's owner for a new grant file")
+                "signed by an owner it trusts: its grant file names none of the owners' current keys and no chain "
+                "of certificates leads to them (a grant file made before Camillo followed key changes, or the "
+                "owners' keys changed in a way it cannot follow). Ask the vault's owner for a new grant file")
         if session.keyring.unlocked:  # an owner that cannot read its compartment's epochs yet
             raise Incomplete(f"this copy of the vault cannot be read in full yet (the keys of another device's "
                              f"change have not all arrived), so nothing was written to {name}: let the sync "
