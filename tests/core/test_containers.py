@@ -803,7 +803,7 @@ P = envelopes.P
     [
         (_set(P.VAULT, OTHER_VAULT), "another vault"),
         (_drop(P.VAULT), "another vault"),
-        (_set(P.KIND, 3), "EnvelopeKind"),
+        (_set(P.KIND, 5), "EnvelopeKind"),  # kinds 1-4 exist (3, 4: owner certificate, revoked owner)
         (_set(P.KIND, "one"), "EnvelopeKind"),
         (_drop(P.KIND), "EnvelopeKind"),
         (_set(P.COMPARTMENT, bytes(15)), "malformed payload"),
