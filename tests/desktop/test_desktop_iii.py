@@ -764,3 +764,29 @@ def test_a_hostile_image_is_refused_and_never_crashes_the_app(qtbot, client, dem
     texts = visible_texts(bubble)
     assert all(any(name in t for t in texts) for name in files)
     assert demo_window.isVisible()
+
+
+def test_resolve_then_undo(qtbot, client, demo_window):
+    """Undo after resolving a conflict, as new records (nothing is rewritten): the value the conflict
+    showed first is the user's value again and the other candidate waits beside it in the inbox."""
+    view = wait_view(qtbot, demo_window, "conflicts")
+    fact = view._fact
+    shown, other = fact.current.text, next(c.text for c in fact.candidates if c.id != fact.current.id)
+    view.new_value.setText("decaf")
+    click(qtbot, view.new_button)
+    qtbot.waitUntil(lambda: "decaf" in view.result.text(), timeout=15_000)
+    after = call(qtbot, client, lambda ctx: ctx.vault.fact(fact.key, fact.compartment))
+    assert after.status == "ok" and after.current.text == "decaf"
+    bar = demo_window.undo_bar
+    assert bar.pending and bar.label.text().startswith("Resolved")
+    before_ids = call(qtbot, client, lambda ctx: {r.id for r in ctx.vault.timeline(include_hidden=True)})
+    click(qtbot, bar.button)
+    qtbot.waitUntil(lambda: not bar.pending, timeout=15_000)
+    wait_idle(qtbot, client)
+    undone = call(qtbot, client, lambda ctx: ctx.vault.fact(fact.key, fact.compartment))
+    assert undone.status == "ok" and undone.current.text == shown and undone.current.effective_label == "user"
+    assert [p.text for p in undone.proposed] == [other]
+    waiting = call(qtbot, client, lambda ctx: {(p.key, p.text) for p in ctx.vault.inbox()})
+    assert (fact.key, other) in waiting
+    still = call(qtbot, client, lambda ctx: {r.id for r in ctx.vault.timeline(include_hidden=True)})
+    assert before_ids <= still  # the history keeps every record; the undo only added
