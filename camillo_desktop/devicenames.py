@@ -11,12 +11,12 @@ devices, so the Devices view reloads).  GUI thread only; every vault call goes t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import camillo
 from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QLabel, QLineEdit, QWidget
 
-from .dialogs import Ask
 from .text import safe_text
 
 
@@ -72,13 +72,14 @@ def ask_name(parent: QWidget, question: str, current: str) -> str:
     return new.strip() if ok else ""
 
 
-def rename_device(view: Any, device: camillo.DeviceInfo | None) -> None:
-    """Ask for a new name for ``device`` and rename it on the worker; a refusal is said in a message."""
+def rename_device(view: Any, device: camillo.DeviceInfo | None, inform: Callable[[Any, str, str], None]) -> None:
+    """Ask for a new name for ``device`` and rename it on the worker; a refusal is said through
+    ``inform(parent, title, text)`` (``Ask.inform``: the unlock dialog imports this module)."""
     if device is None:
-        Ask.inform(view, "Rename a device", "Select the device to rename in the list first.")
+        inform(view, "Rename a device", "Select the device to rename in the list first.")
         return
     if device.revoked or device.replaced:
-        Ask.inform(view, "Rename a device", "A revoked or replaced device keeps its name.")
+        inform(view, "Rename a device", "A revoked or replaced device keeps its name.")
         return
     old = safe_text(device.name, 64, single_line=True)
     new = ask_name(view, f"New name for \u201c{old}\u201d:", device.name)
@@ -87,6 +88,6 @@ def rename_device(view: Any, device: camillo.DeviceInfo | None) -> None:
     writer = device.writer_id.hex()
 
     def failed(exc: BaseException) -> None:
-        Ask.inform(view, "Rename a device", safe_text(f"\u201c{old}\u201d was not renamed: {exc}", 1000))
+        inform(view, "Rename a device", safe_text(f"\u201c{old}\u201d was not renamed: {exc}", 1000))
 
     view.client.mutate(lambda ctx: ctx.vault.rename_device(writer, new), None, failed, context=view)

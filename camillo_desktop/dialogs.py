@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .devicenames import DeviceNameField
 from .guard import qt_virtual
 from .keychain import keychain_name
 from .models import HistoryModel
@@ -158,8 +159,6 @@ class UnlockDialog(BaseDialog):
         self.secret = SecretEdit("passphrase")
         self.secret.returnPressed.connect(self.unlock)
         lay.addWidget(self.secret)
-        from .devicenames import DeviceNameField  # devicenames uses Ask, defined here
-
         self.device_name = DeviceNameField()  # shown only when this installation is new to the vault
         lay.addWidget(self.device_name)
         self.methods.idToggled.connect(self._method_changed)

@@ -61,7 +61,7 @@ class DevicesView(TableView):
         self.add_button.setObjectName("Primary")
         self.add_button.clicked.connect(lambda: self.navigate.emit("enroll", None))
         self.rename_button = QPushButton("Rename\u2026")
-        self.rename_button.clicked.connect(lambda: rename_device(self, self.selected()))
+        self.rename_button.clicked.connect(lambda: rename_device(self, self.selected(), Ask.inform))
         self.revoke_button = QPushButton("Revoke a lost device\u2026")
         self.revoke_button.setObjectName("Danger")
         self.revoke_button.clicked.connect(self._revoke)

@@ -18,15 +18,7 @@ from PySide6.QtWidgets import QPushButton
 from camillo_desktop.views.devices import DeviceColumn
 
 from .helpers import call, cell, click, no_guard, wait_view
-
-
-@pytest.fixture
-def os_keychain(monkeypatch):
-    if not os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
-        pytest.skip("no D-Bus session with a Secret Service (run the suite with scripts/test)")
-    monkeypatch.setenv("CAMILLO_KEYCHAIN", "os")
-    st = camillo.Vault.keychain_status()
-    assert st.usable and "SecretService" in st.backend, st.reason
+from .test_desktop_ii import os_keychain  # noqa: F401  (the fixture: a D-Bus Secret Service as the OS keychain)
 
 
 def button(widget, text: str) -> QPushButton:
@@ -37,8 +29,8 @@ def device_names(qtbot, client) -> dict[str, camillo.DeviceInfo]:
     return {d.name: d for d in call(qtbot, client, lambda ctx: (ctx.vault.refresh(), ctx.vault.devices())[1])}
 
 
-def test_join_from_the_welcome_screen_by_typed_code(qtbot, qapp, client, demo_window, demo_vault, settings, tmp_path,
-                                                     os_keychain):
+@pytest.mark.usefixtures("os_keychain")
+def test_join_from_the_welcome_screen_by_typed_code(qtbot, qapp, client, demo_window, demo_vault, settings, tmp_path):
     from camillo_desktop.welcome import WelcomeWindow
     from camillo_desktop.worker import VaultClient
 
