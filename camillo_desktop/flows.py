@@ -411,9 +411,7 @@ class JoinDialog(BaseDialog):
         code_row.addWidget(self.code, 1)
         code_row.addWidget(image)
         form.addRow("Code", code_row)
-        import socket
-
-        self.name = QLineEdit(socket.gethostname() or "new device")
+        self.name = QLineEdit(camillo.Vault.default_device_name())  # this computer's host name
         form.addRow("This device's name", self.name)
         lay.addLayout(form)
         self.sas = QLabel("")
@@ -436,6 +434,7 @@ class JoinDialog(BaseDialog):
         self.timer.timeout.connect(self._poll)
         self._join: camillo.Joining | None = None
         self.info: dict[str, Any] | None = None
+        self.finished.connect(self.timer.stop)  # cancelled while waiting: stop asking
 
     def _from_image(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "A picture of the QR code", "", "Images (*.png *.jpg *.jpeg)")
@@ -451,6 +450,10 @@ class JoinDialog(BaseDialog):
         folder, code, name = self.folder.text().strip(), self.code.text().strip(), self.name.text().strip()
         if not folder or not code:
             self.status.setText("Choose the vault folder and paste the code.")
+            return
+        if os.path.isfile(folder):
+            self.status.setText("A .vmem file cannot carry the request to your other device. Choose the vault's "
+                                "folder that your sync service keeps on this computer.")
             return
         home = self.home
 
@@ -488,6 +491,7 @@ class JoinDialog(BaseDialog):
             self.timer.stop()
             self.info = info
             self.accept()
+            self.opened.emit(info)
 
         self.timer.stop()
         self.client.open_vault(opener, done, lambda e: (waiting(e), self.timer.start(1000) if str(e) == "not yet"

@@ -15,6 +15,7 @@ import camillo
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QPushButton
 
+from ..devicenames import rename_device
 from ..dialogs import Ask
 from ..flows import protected
 from ..keychain import keychain_name
@@ -59,10 +60,13 @@ class DevicesView(TableView):
         self.add_button = QPushButton("Add a device\u2026")
         self.add_button.setObjectName("Primary")
         self.add_button.clicked.connect(lambda: self.navigate.emit("enroll", None))
+        self.rename_button = QPushButton("Rename\u2026")
+        self.rename_button.clicked.connect(lambda: rename_device(self, self.selected(), Ask.inform))
         self.revoke_button = QPushButton("Revoke a lost device\u2026")
         self.revoke_button.setObjectName("Danger")
         self.revoke_button.clicked.connect(self._revoke)
         self.header.addWidget(self.add_button)
+        self.header.addWidget(self.rename_button)
         self.header.addWidget(self.revoke_button)
         self.keychain = QLabel("")
         self.keychain.setObjectName("Muted")
@@ -85,6 +89,7 @@ class DevicesView(TableView):
                               "sealed under the vault's keys in its local state.")
         owner = bool(self.window_.info.get("is_owner"))
         self.add_button.setEnabled(owner)
+        self.rename_button.setEnabled(owner)
         self.revoke_button.setEnabled(owner)
 
     def _revoke(self) -> None:
