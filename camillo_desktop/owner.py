@@ -48,11 +48,10 @@ def finish_lockout(window: Any, report: camillo.RevocationReport, *, passphrase_
     names (change the passphrase; re-issue the recovery phrase), each one with why, each one
     skippable; skipping the passphrase says plainly what that leaves open.  ``passphrase_chosen``:
     the person already chose to change it (the new-device notice's "No"), so it is not asked."""
-    lines = revocation_lines(report)
-    steps = report.next_steps()
-    Ask.inform(window, "Device revoked", safe_text("\n".join(lines), 4000))
-    passphrase_why = next((s for s in steps if "passphrase still opens" in s), "")
-    recovery_why = next((s for s in steps if "recovery phrase" in s and s != passphrase_why), "")
+    Ask.inform(window, "Device revoked", safe_text("\n".join(revocation_lines(report)), 4000))
+    steps = iter(report.next_steps())  # one sentence per credential in still_opens, in this order
+    passphrase_why = next(steps, "") if "passphrase" in report.still_opens else ""
+    recovery_why = next(steps, "") if "recovery phrase" in report.still_opens else ""
 
     def recovery_step(_changed: bool = True) -> None:
         if not recovery_why:
