@@ -3,7 +3,8 @@ revoke a lost laptop.
 
 "Revoke a lost laptop" is a guided flow: re-authenticate, learn what happens (new keys it cannot
 read, its later writes rejected, what it already read stays exposed), run it on the worker with
-progress, then a summary.  GUI thread only.
+progress, then a summary and the next steps (:func:`camillo_desktop.owner.finish_lockout`).
+GUI thread only.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from PySide6.QtWidgets import QLabel, QPushButton
 
 from ..devicenames import rename_device
 from ..dialogs import Ask
-from ..flows import protected
 from ..keychain import keychain_name
 from ..models import Column, ColumnSpec, Sizing, fmt_time
+from ..owner import revoke_device
 from ..text import safe_text
-from ..wording import readable_platform, revocation_lines
+from ..wording import readable_platform
 from .base import TableView
 
 
@@ -110,11 +111,4 @@ class DevicesView(TableView):
                    "your vault;\n"
                    "\u2022 what it already read stays exposed: revocation cannot recall copies.\n\n"
                    "Your other devices, your passphrase and your recovery phrase keep working.")
-        writer = d.writer_id.hex()
-
-        def job(ctx, unlock):
-            return ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
-
-        protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
-                  lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(revocation_lines(report)), 4000)),
-                  confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")
+        revoke_device(self.window_, d, reason="lost device", purpose=f"Revoke \u201c{name}\u201d?", details=details)
