@@ -7,7 +7,7 @@ Cancelling the unlock dialog leaves the window on a locked screen, with its menu
 it next time).  ``--view NAME --screenshot OUT.png`` renders the main window at 1280x800 on that view
 once its data has loaded, saves it and exits (works under ``QT_QPA_PLATFORM=offscreen`` and under
 Xvfb; ``QT_SCALE_FACTOR=2`` renders at scale 2); ``--view conversations`` shows the demo's newest
-conversation.  An unknown ``--view`` is refused at once (exit 2, with the list of views).  Demo vaults built
+conversation; ``--view welcome`` shows (and renders) the welcome screen instead of a vault.  An unknown ``--view`` is refused at once (exit 2, with the list of views).  Demo vaults built
 in a temporary folder (``--demo`` without ``--demo-dir``, or "Try the demo vault" on the welcome
 screen) are removed on quit.
 
@@ -41,6 +41,7 @@ APP_ID = "org.camillo.Camillo"
 # refused before Qt starts.
 VIEW_NAMES = ("conversations", "timeline", "facts", "conflicts", "inbox", "grants", "devices", "enroll", "activity",
               "health", "search")
+WELCOME = "welcome"  # --view welcome: the welcome screen (no vault open), not a view of the main window
 GC_THRESHOLD0 = 5_000
 
 
@@ -50,8 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--demo", action="store_true", help="open a freshly generated demo vault")
     p.add_argument("--demo-dir", metavar="DIR",
                    help="with --demo: keep the demo vault in DIR, reusing the one built there before")
-    p.add_argument("--view", default=None, choices=VIEW_NAMES, metavar="NAME",
-                   help="the view to show first: " + ", ".join(VIEW_NAMES))
+    p.add_argument("--view", default=None, choices=(*VIEW_NAMES, WELCOME), metavar="NAME",
+                   help="the view to show first: " + ", ".join((*VIEW_NAMES, WELCOME)))
     p.add_argument("--search", default=None, help="with --view search: the query to run")
     p.add_argument("--screenshot", metavar="OUT.png", help="render the window to a PNG once loaded, then exit")
     p.add_argument("--theme", choices=["system", "light", "dark"], help="appearance (default: settings)")
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         state["rc"] = 4
         app.quit()
 
-    if args.screenshot:
+    if args.screenshot and args.view != WELCOME:
         target = args.view or "conversations"
         saved = {"done": False}
 
@@ -153,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         window.view_ready.connect(lambda name: QTimer.singleShot(400, save) if name == target else None)
         QTimer.singleShot(90_000, lambda: (state.update(rc=1), save()))
 
-    if args.demo:
+    if args.view == WELCOME:
+        show_welcome(client, settings, state, opened, args.screenshot, args.size)
+    elif args.demo:
         from camillo import DEMO_PASSPHRASE, Unlock, Vault, build_demo_vault
 
         if args.demo_dir:
@@ -190,13 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             opened(info)
     else:
-        from .welcome import WelcomeWindow
-
-        welcome = WelcomeWindow(client, settings)
-        welcome.opened.connect(lambda info: (welcome.close(), opened(info)))
-        welcome.temp_dir_created.connect(state["temp_dirs"].append)
-        welcome.show()
-        state["welcome"] = welcome
+        show_welcome(client, settings, state, opened)
 
     try:
         rc = app.exec()
@@ -205,6 +202,30 @@ def main(argv: list[str] | None = None) -> int:
         for directory in state["temp_dirs"]:
             shutil.rmtree(directory, ignore_errors=True)
     return state["rc"] or rc
+
+
+def show_welcome(client: Any, settings: Any, state: dict[str, Any], opened: Any, screenshot: str | None = None,
+                 size: str = "1280x800") -> None:
+    """Show the welcome screen (no vault open); with ``screenshot``, render it to that PNG and quit."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from .welcome import WelcomeWindow
+
+    welcome = WelcomeWindow(client, settings)
+    welcome.opened.connect(lambda info: (welcome.close(), opened(info)))
+    welcome.temp_dir_created.connect(state["temp_dirs"].append)
+    state["welcome"] = welcome
+    if screenshot:
+        w, h = (int(x) for x in size.lower().split("x"))
+        welcome.resize(w, h)
+
+        def save() -> None:
+            welcome.grab().save(screenshot)
+            QApplication.quit()
+
+        QTimer.singleShot(400, save)
+    welcome.show()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .devicenames import DeviceNameField
 from .guard import qt_virtual
 from .keychain import keychain_name
 from .models import HistoryModel
@@ -158,6 +159,8 @@ class UnlockDialog(BaseDialog):
         self.secret = SecretEdit("passphrase")
         self.secret.returnPressed.connect(self.unlock)
         lay.addWidget(self.secret)
+        self.device_name = DeviceNameField()  # shown only when this installation is new to the vault
+        lay.addWidget(self.device_name)
         self.methods.idToggled.connect(self._method_changed)
         self.error = QLabel("")
         self.error.setTextFormat(Qt.TextFormat.PlainText)
@@ -191,6 +194,7 @@ class UnlockDialog(BaseDialog):
         self.info: dict[str, Any] | None = None
         self.secret.setFocus()  # whenever the dialog asks for a passphrase, the field has the focus
         client.submit(lambda ctx: device_key_available(path), self._device_available, lambda _e: None, context=self)
+        self.device_name.ask_if_new(client, path, self)
 
     def _device_available(self, available: bool) -> None:
         self.by_device.setEnabled(bool(available))
@@ -228,10 +232,10 @@ class UnlockDialog(BaseDialog):
         self.register_again_button.setEnabled(False)
         self.progress.show()
         self.error.setText("")
-        path = self.path
+        path, device_name = self.path, self.device_name.value
 
         def opener(ctx):
-            return Vault.open(path, unlock, re_register=re_register,
+            return Vault.open(path, unlock, re_register=re_register, device_name=device_name,
                               progress=lambda d, t: ctx.progress(d, t, "reading the vault"))
 
         def failed(exc: BaseException) -> None:

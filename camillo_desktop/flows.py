@@ -133,12 +133,13 @@ class ProgressDialog(BaseDialog):
 
 
 def protected(window: Any, purpose: str, details: str, job, on_done, *, confirm_label: str = "Continue",
-              working: str = "Working\u2026") -> None:
+              working: str = "Working\u2026") -> bool:
     """Re-authenticate, then run ``job(ctx, unlock)`` on the worker as a mutation; a wrong
-    credential asks again; ``on_done(result)`` gets the result.  Cancel does nothing at all."""
+    credential asks again; ``on_done(result)`` gets the result.  Cancel does nothing at all (and
+    returns False; True once the job is on its way)."""
     unlock = ReauthDialog.ask(purpose, details, window, confirm_label=confirm_label)
     if unlock is None:
-        return
+        return False
     progress = ProgressDialog(working, window)
     progress.show()
 
@@ -156,6 +157,7 @@ def protected(window: Any, purpose: str, details: str, job, on_done, *, confirm_
             Ask.inform(window, "Not done", f"{message}\nNothing irreversible happened unless the message says so.")
 
     window.client.mutate(lambda ctx: job(ctx, unlock), done, failed, context=window, label=purpose)
+    return True
 
 
 # -------------------------------------------------------------------------------------------- erasure
@@ -226,7 +228,9 @@ class ReachReportDialog(BaseDialog):
         lay.addLayout(row)
 
 
-def change_passphrase(window: Any) -> None:
+def change_passphrase(window: Any, then: Any = None) -> None:
+    """Ask for the new passphrase (twice), re-authenticate, change it.  ``then(changed)``, if
+    given, runs afterwards: True once the new passphrase is in place, False if the person cancelled."""
     dlg = BaseDialog(window, "Change the passphrase")
     lay = QVBoxLayout(dlg)
     lay.addWidget(muted_label("The new passphrase opens this vault from now on. Copies made before (sync history, "
@@ -250,14 +254,22 @@ def change_passphrase(window: Any) -> None:
 
     buttons.accepted.connect(ok)
     if dlg.exec() != QDialog.DialogCode.Accepted:
+        if then is not None:
+            then(False)
         return
     new = first.text()
     first.clear()
     second.clear()
-    protected(window, "Change the passphrase?", "Confirm with the current passphrase (or the recovery phrase).",
-              lambda ctx, unlock: ctx.vault.change_passphrase(new, reauth=unlock),
-              lambda _c: Ask.inform(window, "Passphrase changed", "The new passphrase opens this vault from now on."),
-              confirm_label="Change the passphrase", working="Changing the passphrase\u2026")
+
+    def changed(_c: Any) -> None:
+        Ask.inform(window, "Passphrase changed", "The new passphrase opens this vault from now on.")
+        if then is not None:
+            then(True)
+
+    if not protected(window, "Change the passphrase?", "Confirm with the current passphrase (or the recovery phrase).",
+                     lambda ctx, unlock: ctx.vault.change_passphrase(new, reauth=unlock), changed,
+                     confirm_label="Change the passphrase", working="Changing the passphrase\u2026") and then:
+        then(False)
 
 
 def reissue_recovery(window: Any) -> None:
@@ -411,9 +423,7 @@ class JoinDialog(BaseDialog):
         code_row.addWidget(self.code, 1)
         code_row.addWidget(image)
         form.addRow("Code", code_row)
-        import socket
-
-        self.name = QLineEdit(socket.gethostname() or "new device")
+        self.name = QLineEdit(camillo.Vault.default_device_name())  # this computer's host name
         form.addRow("This device's name", self.name)
         lay.addLayout(form)
         self.sas = QLabel("")
@@ -436,6 +446,7 @@ class JoinDialog(BaseDialog):
         self.timer.timeout.connect(self._poll)
         self._join: camillo.Joining | None = None
         self.info: dict[str, Any] | None = None
+        self.finished.connect(self.timer.stop)  # cancelled while waiting: stop asking
 
     def _from_image(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "A picture of the QR code", "", "Images (*.png *.jpg *.jpeg)")
@@ -451,6 +462,10 @@ class JoinDialog(BaseDialog):
         folder, code, name = self.folder.text().strip(), self.code.text().strip(), self.name.text().strip()
         if not folder or not code:
             self.status.setText("Choose the vault folder and paste the code.")
+            return
+        if os.path.isfile(folder):
+            self.status.setText("A .vmem file cannot carry the request to your other device. Choose the vault's "
+                                "folder that your sync service keeps on this computer.")
             return
         home = self.home
 
@@ -488,6 +503,7 @@ class JoinDialog(BaseDialog):
             self.timer.stop()
             self.info = info
             self.accept()
+            self.opened.emit(info)
 
         self.timer.stop()
         self.client.open_vault(opener, done, lambda e: (waiting(e), self.timer.start(1000) if str(e) == "not yet"

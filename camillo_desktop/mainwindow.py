@@ -53,6 +53,7 @@ from .live import LiveRefresh
 from .merging import MergeDialog
 from .notices import NoticeBar, sync_explanation, sync_label
 from .objectstorage import ObjectStorageDialog
+from .owner import NewDeviceNotices, VaultSecuritySection
 from .search_help import help_button
 from .settings import Setting, Settings
 from .text import safe_text
@@ -193,6 +194,8 @@ class MainWindow(QMainWindow):
         rl.addWidget(bar)
         self.notice_bar = NoticeBar()
         rl.addWidget(self.notice_bar)
+        self.new_devices = NewDeviceNotices(self)  # "Was this you?" for each new device
+        rl.addWidget(self.new_devices)
         self.stack = QStackedWidget()
         rl.addWidget(self.stack, 1)
         self.undo_bar = UndoBar()
@@ -365,6 +368,7 @@ class MainWindow(QMainWindow):
         self.search.setEnabled(True)
         self._update_status(info)
         self.notice_bar.show_notices(info["vault_id"], info.get("notices", []))
+        self.new_devices.reload()
         for page in self.pages.values():
             if hasattr(page, "set_compartments"):
                 page.set_compartments(info["compartments"])
@@ -674,6 +678,8 @@ class MainWindow(QMainWindow):
 
     def _settings(self) -> None:
         dlg = SettingsDialog(self.client, self.settings, self)
+        if self.client.is_open and self._locked_path is None:  # the open vault's passphrase and trusted people
+            dlg.layout().insertWidget(dlg.layout().count() - 1, VaultSecuritySection(self, dlg))
         if dlg.exec():
             self.idle.arm(self.settings.get(Setting.AUTO_LOCK_MINUTES) if self.client.is_open else 0)
             theme.apply(QApplication.instance(), self.settings.get(Setting.THEME))

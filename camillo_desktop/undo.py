@@ -10,8 +10,10 @@ back what was there before:
   key is forgotten), and the proposal is proposed again;
 * **forget** a fact: its value is written again; **forget** a message: it is written again (a copy,
   at its time, in its conversation);
-* **resolve** a conflict: the key is forgotten and every candidate comes back as a proposal, so the
-  choice waits in the inbox again.
+* **resolve** a conflict: the value the conflict showed first is the user's value again and the
+  other candidate waits beside it in the inbox (one device's proposals of a key supersede each other,
+  spec §19.3, so with more than two candidates the others stay in the key's history, where "Propose
+  it again" brings each back).
 
 The same functions serve later, from a record's history: "Restore" on a forgotten record, "Make this
 the value again" and "Propose it again" in a fact's history.  Erasure is never undoable (it destroys
@@ -122,9 +124,13 @@ def undo_forget_fact_job(before: FactView) -> Job:
 
 def undo_resolve_job(before: FactView) -> Job:
     def job(vault: Any) -> Changes:
-        changes = vault.forget(key=before.key, compartment=before.compartment)
-        for c in before.candidates:
-            changes = changes | propose_again(vault, c, authority=Authority.OBSERVED, sources=[c.id])
+        first = before.current or (before.candidates[0] if before.candidates else None)
+        if first is None:
+            return vault.forget(key=before.key, compartment=before.compartment)
+        changes = set_value_again(vault, first)  # written first: a later proposal never displaces it
+        other = next((c for c in before.candidates if c.id != first.id), None)
+        if other is not None:
+            changes = changes | propose_again(vault, other, authority=Authority.OBSERVED, sources=[other.id])
         return changes
 
     return job

@@ -1,4 +1,6 @@
-"""The welcome screen: create a vault, open one, reopen a recent one, or try the demo.
+"""The welcome screen: create a vault, join one another device of the person has ("Join an
+existing vault": :class:`~camillo_desktop.flows.JoinDialog`), open one, reopen a recent one, or try
+the demo.
 
 "Try the demo vault" builds the demo in a temporary folder, reported by ``temp_dir_created`` so that
 the app removes it on quit, and shows the build's and the open's progress.  GUI thread only; opening
@@ -56,6 +58,7 @@ class WelcomeWindow(QWidget):
                                    "every fact your agents learn about you, in a vault no host can read."))
         left.addSpacing(12)
         for text, slot, primary in (("Create a vault\u2026", self._create, True),
+                                    ("Join an existing vault\u2026", self._join, False),
                                     ("Open a vault folder\u2026", self._open_folder, False),
                                     ("Open a .vmem file\u2026", self._open_file, False),
                                     ("Try the demo vault", self._demo, False)):
@@ -97,6 +100,14 @@ class WelcomeWindow(QWidget):
         info = CreateVaultWizard.run(self.client, self)
         if info:
             self.opened.emit(info)
+
+    def _join(self) -> None:
+        """This computer becomes a new device of a vault another device of the person shows a code for."""
+        from .flows import JoinDialog
+
+        self.join_dialog = dlg = JoinDialog(self.client, self)
+        dlg.opened.connect(self.opened.emit)
+        dlg.open()
 
     def _open_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open a vault folder")

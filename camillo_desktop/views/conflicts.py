@@ -223,8 +223,8 @@ class ConflictsView(View):
         def done(result: Changed) -> None:
             after = result.value
             self.window_.offer_undo(f"Resolved {safe_text(key, 80, single_line=True)}.", undo_resolve_job(fact),
-                                    f"Undone: the values of {safe_text(key, 80, single_line=True)} wait in your "
-                                    "inbox for your choice.")
+                                    f"Undone: {safe_text(key, 80, single_line=True)} has its earlier value again; "
+                                    "the other one waits in your inbox.")
             self.result.setText(f"Resolved: {safe_text(key, 200, single_line=True)} is now \u201c{safe_text(after.current.text, 120)}\u201d "
                                 f"({after.current.effective_label} authority). One new record names all "
                                 f"{len(fact.candidates)} candidates, so every copy of the vault agrees once it syncs.")

@@ -3,7 +3,8 @@ revoke a lost laptop.
 
 "Revoke a lost laptop" is a guided flow: re-authenticate, learn what happens (new keys it cannot
 read, its later writes rejected, what it already read stays exposed), run it on the worker with
-progress, then a summary.  GUI thread only.
+progress, then a summary and the next steps (:func:`camillo_desktop.owner.finish_lockout`).
+GUI thread only.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import camillo
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QPushButton
 
+from ..devicenames import rename_device
 from ..dialogs import Ask
-from ..flows import protected
 from ..keychain import keychain_name
 from ..models import Column, ColumnSpec, Sizing, fmt_time
+from ..owner import revoke_device
 from ..text import safe_text
-from ..wording import readable_platform, revocation_lines
+from ..wording import readable_platform
 from .base import TableView
 
 
@@ -59,10 +61,13 @@ class DevicesView(TableView):
         self.add_button = QPushButton("Add a device\u2026")
         self.add_button.setObjectName("Primary")
         self.add_button.clicked.connect(lambda: self.navigate.emit("enroll", None))
+        self.rename_button = QPushButton("Rename\u2026")
+        self.rename_button.clicked.connect(lambda: rename_device(self, self.selected(), Ask.inform))
         self.revoke_button = QPushButton("Revoke a lost device\u2026")
         self.revoke_button.setObjectName("Danger")
         self.revoke_button.clicked.connect(self._revoke)
         self.header.addWidget(self.add_button)
+        self.header.addWidget(self.rename_button)
         self.header.addWidget(self.revoke_button)
         self.keychain = QLabel("")
         self.keychain.setObjectName("Muted")
@@ -85,6 +90,7 @@ class DevicesView(TableView):
                               "sealed under the vault's keys in its local state.")
         owner = bool(self.window_.info.get("is_owner"))
         self.add_button.setEnabled(owner)
+        self.rename_button.setEnabled(owner)
         self.revoke_button.setEnabled(owner)
 
     def _revoke(self) -> None:
@@ -105,11 +111,4 @@ class DevicesView(TableView):
                    "your vault;\n"
                    "\u2022 what it already read stays exposed: revocation cannot recall copies.\n\n"
                    "Your other devices, your passphrase and your recovery phrase keep working.")
-        writer = d.writer_id.hex()
-
-        def job(ctx, unlock):
-            return ctx.vault.revoke(writer, reason="lost device", reauth=unlock)
-
-        protected(self.window_, f"Revoke \u201c{name}\u201d?", details, job,
-                  lambda report: Ask.inform(self, "Device revoked", safe_text("\n".join(revocation_lines(report)), 4000)),
-                  confirm_label="Revoke the device", working="Revoking: new keys for every compartment\u2026")
+        revoke_device(self.window_, d, reason="lost device", purpose=f"Revoke \u201c{name}\u201d?", details=details)

@@ -29,8 +29,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from camillo import RecordView, VaultError
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QKeySequence, QPixmap, QShortcut
+from PySide6.QtCore import (
+    QBuffer,
+    QByteArray,
+    QCoreApplication,
+    QEvent,
+    QIODevice,
+    QObject,
+    QSize,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
+from PySide6.QtGui import QDesktopServices, QImageReader, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -59,6 +71,33 @@ EDGE = 600  # pixels from an end of the scroll range at which the next page is f
 BUBBLE_LIMIT = 100_000  # characters rendered in a bubble; the rest in the reader window
 THUMBNAIL_BYTES = 4 * 1024 * 1024  # an image attachment up to this size is shown as a thumbnail
 THUMBNAIL_SIZE = (240, 160)  # at most, in pixels
+THUMBNAIL_MAX_PIXELS = 40_000_000  # an image claiming more is not decoded (a decompression bomb)
+THUMBNAIL_ALLOCATION_MB = 64  # what Qt may allocate to decode one
+
+
+def thumbnail(data: bytes) -> QPixmap | None:
+    """A thumbnail of an image attachment, decoded with limits: its header must name a format Qt
+    reads and dimensions of at most THUMBNAIL_MAX_PIXELS, decoding may allocate at most
+    THUMBNAIL_ALLOCATION_MB and is scaled while decoding where the format allows.  None for anything
+    else (a truncated, corrupt or hostile image): the chip then shows the name alone."""
+    buffer = QBuffer()
+    buffer.setData(QByteArray(data))
+    if not buffer.open(QIODevice.OpenModeFlag.ReadOnly):
+        return None
+    reader = QImageReader(buffer)
+    reader.setAllocationLimit(THUMBNAIL_ALLOCATION_MB)
+    reader.setDecideFormatFromContent(True)
+    if not reader.canRead():
+        return None
+    size = reader.size()
+    if not size.isValid() or size.width() <= 0 or size.height() <= 0 \
+            or size.width() * size.height() > THUMBNAIL_MAX_PIXELS:
+        return None
+    reader.setScaledSize(size.scaled(QSize(*THUMBNAIL_SIZE), Qt.AspectRatioMode.KeepAspectRatio))
+    image = reader.read()
+    if image.isNull():
+        return None
+    return QPixmap.fromImage(image)
 
 USER_ROLES = frozenset({"user", "human"})
 ASSISTANT_ROLES = frozenset({"assistant", "model", "agent", "ai"})
@@ -289,11 +328,10 @@ class Bubble(QFrame):
         lay = QVBoxLayout(chip)
         lay.setContentsMargins(8, 4, 8, 4)
         if a.image is not None:
-            pixmap = QPixmap()
-            if pixmap.loadFromData(a.image):
+            pixmap = thumbnail(a.image)
+            if pixmap is not None:
                 thumb = QLabel()
-                thumb.setPixmap(pixmap.scaled(*THUMBNAIL_SIZE, Qt.AspectRatioMode.KeepAspectRatio,
-                                              Qt.TransformationMode.SmoothTransformation))
+                thumb.setPixmap(pixmap)
                 thumb.setAccessibleName(safe_text(f"picture {a.name}", 200, single_line=True))
                 lay.addWidget(thumb)
         row = QHBoxLayout()

@@ -296,6 +296,10 @@ def test_pam_export_passes_the_official_sdk_validator(new_vault, tmp_path):
     build(vault)
     vault.append([NewRecord(type="decision", text="Take the flat in Alfama.", conversation="c-1", ts=1700000040),
                   NewRecord(type="event", text="Viewing at 10:00.", conversation="c-gone", ts=1700000041)])
+    # a file attached to a message travels with it: PAM's message attachments, the bytes in the export
+    photo = bytes(range(256)) * 20
+    message = next(r for r in vault.timeline(conversation="c-1") if r.type == "message")
+    vault.attach([photo], name="flat.jpg", media_type="image/jpeg", of=message.id)
     out = tmp_path / "pam"
     run_export(vault, "pam", str(out))
     store = pam.load(out / "memory-store.json")
@@ -306,6 +310,13 @@ def test_pam_export_passes_the_official_sdk_validator(new_vault, tmp_path):
     for path in conversations:
         checked = pam.validate_conversation(pam.load(path))
         assert checked.is_valid and not checked.issues, f"{path.name}: {checked}"
+    msgs = [m for path in conversations for m in json.loads(path.read_text())["messages"]]
+    (carrier,) = [m for m in msgs if m.get("attachments")]
+    assert carrier["id"] == "msg-" + message.id.hex()
+    (att,) = carrier["attachments"]
+    assert (att["type"], att["name"], att["mime_type"], att["size_bytes"]) == ("image", "flat.jpg", "image/jpeg",
+                                                                               len(photo))
+    assert (out / att["ref"]).read_bytes() == photo
     # The checksum is the SDK's own, over the memories as it reads them back.
     memories = [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in store.memories]
     assert pam.compute_integrity_checksum(memories) == store.integrity.checksum

@@ -713,3 +713,80 @@ def test_the_window_is_kept_inside_the_screens_available_area(qtbot, make_window
     frame = window.frameGeometry()
     assert window.width() <= area.width() and window.height() <= area.height()
     assert area.contains(frame.topLeft()) and frame.right() <= area.right() + 1
+
+
+def _png(width: int, height: int, idat: bytes) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_a_hostile_image_is_refused_and_never_crashes_the_app(qtbot, client, demo_window, tmp_path):
+    """A decompression bomb (a 60,000 × 60,000 PNG whose pixels compress to a few KB), a truncated
+    image and random bytes named .png: each is shown as a chip with its name and Save…, without a
+    thumbnail, and the app goes on; a real small image still gets one."""
+    import zlib
+
+    from camillo_desktop.views import thread as thread_mod
+
+    bomb = _png(60_000, 60_000, zlib.compress(b"\0" * 2_000_000, 9))
+    assert len(bomb) < 10_000
+    small = _png(2, 2, zlib.compress(b"\0" + b"\x10\x20\x30" * 2 + b"\0" + b"\x40\x50\x60" * 2))
+    truncated = small[:40]
+    noise = bytes(range(256)) * 8
+    assert thread_mod.thumbnail(bomb) is None and thread_mod.thumbnail(truncated) is None
+    assert thread_mod.thumbnail(noise) is None
+    good = thread_mod.thumbnail(small)
+    assert good is not None and not good.isNull()
+    files = {"bomb.png": bomb, "cut.png": truncated, "noise.png": noise}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (rid,) = append_as(qtbot, client, None, "window", [NewRecord(type="message", conversation="c8", role="user",
+                                                                 text="Three pictures that are not.")])
+
+    def attach(ctx):
+        for name in files:
+            ctx.vault.attach(str(tmp_path / name), of=rid, media_type="image/png")
+
+    call(qtbot, client, attach)
+    view = in_thread(qtbot, demo_window, lambda: demo_window.open_in_thread(rid))
+    bubble = view.thread.bubble_of(rid)
+    chips = [w for w in bubble.findChildren(QFrame) if w.objectName() == "Chip"]
+    assert len(chips) == 3
+    for chip in chips:
+        assert not [w for w in chip.findChildren(QLabel) if w.pixmap() is not None and not w.pixmap().isNull()]
+        assert any(b.text() == "Save\u2026" for b in chip.findChildren(QAbstractButton))
+    texts = visible_texts(bubble)
+    assert all(any(name in t for t in texts) for name in files)
+    assert demo_window.isVisible()
+
+
+def test_resolve_then_undo(qtbot, client, demo_window):
+    """Undo after resolving a conflict, as new records (nothing is rewritten): the value the conflict
+    showed first is the user's value again and the other candidate waits beside it in the inbox."""
+    view = wait_view(qtbot, demo_window, "conflicts")
+    fact = view._fact
+    shown, other = fact.current.text, next(c.text for c in fact.candidates if c.id != fact.current.id)
+    view.new_value.setText("decaf")
+    click(qtbot, view.new_button)
+    qtbot.waitUntil(lambda: "decaf" in view.result.text(), timeout=15_000)
+    after = call(qtbot, client, lambda ctx: ctx.vault.fact(fact.key, fact.compartment))
+    assert after.status == "ok" and after.current.text == "decaf"
+    bar = demo_window.undo_bar
+    assert bar.pending and bar.label.text().startswith("Resolved")
+    before_ids = call(qtbot, client, lambda ctx: {r.id for r in ctx.vault.timeline(include_hidden=True)})
+    click(qtbot, bar.button)
+    qtbot.waitUntil(lambda: not bar.pending, timeout=15_000)
+    wait_idle(qtbot, client)
+    undone = call(qtbot, client, lambda ctx: ctx.vault.fact(fact.key, fact.compartment))
+    assert undone.status == "ok" and undone.current.text == shown and undone.current.effective_label == "user"
+    assert [p.text for p in undone.proposed] == [other]
+    waiting = call(qtbot, client, lambda ctx: {(p.key, p.text) for p in ctx.vault.inbox()})
+    assert (fact.key, other) in waiting
+    still = call(qtbot, client, lambda ctx: {r.id for r in ctx.vault.timeline(include_hidden=True)})
+    assert before_ids <= still  # the history keeps every record; the undo only added

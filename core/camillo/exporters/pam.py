@@ -6,6 +6,9 @@ Mapping:
 * facts → memories of type ``fact``, preferences → ``preference``, instructions →
   ``instruction``; other keyed types and the non-message notes (events → ``context``; decisions,
   summaries and attachments → ``custom`` with ``custom_type`` = the VMEM type) → memories too;
+* files attached to messages (spec §9.5) → the message's ``attachments`` (type, name, MIME type,
+  size, ``ref`` = ``attachments/<sha256>``, ``provider_id`` = the attachment record's id), each file's
+  exact bytes written once to that path in the export;
 * messages and conversation records → one PAM conversation file per conversation
   (``conversations/conv-<16 hex of the conversation id's SHA-256>.json``), listed in
   ``conversations_index``; messages without a conversation go to ``conv-unthreaded.json``.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +56,8 @@ if TYPE_CHECKING:
     from ..values import RecordView
     from ..vault import Vault
 
+DOCUMENT_TYPES = {"application/pdf", "application/msword", "application/rtf",
+                  "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}
 PLATFORM = "camillo"
 MEMORY_TYPES = {"fact": "fact", "preference": "preference", "instruction": "instruction", "event": "context"}
 CONVERSATION_TYPES = frozenset({"message", "conversation"})
@@ -109,6 +115,34 @@ def _role(v: RecordView) -> str:
     return "user" if c == Authority.USER else "assistant" if c == Authority.INFERRED else "tool"
 
 
+def _attachment_kind(media_type: str) -> str:
+    top = media_type.split("/", 1)[0]
+    if top in ("image", "audio", "video"):
+        return top
+    return "document" if media_type in DOCUMENT_TYPES or top == "text" else "file"
+
+
+def _attachments(vault: Vault, notes: list[RecordView], out: str) -> dict[str, list[dict[str, Any]]]:
+    """The files attached to messages, written once each to ``attachments/<sha256>`` in the export
+    (their exact bytes, checked), as PAM message attachments by the message's id (hex)."""
+    by_message: dict[str, list[dict[str, Any]]] = {}
+    for v in notes:
+        value = v.value if isinstance(v.value, dict) else {}
+        of, digest = value.get("of"), value.get("sha256")
+        if v.type != "attachment" or not isinstance(of, str) or not isinstance(digest, str):
+            continue
+        ref = f"attachments/{digest}"
+        path = os.path.join(out, *ref.split("/"))
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            vault.save_attachment(v.id, path)
+        media = str(value.get("media_type") or "application/octet-stream")
+        by_message.setdefault(of, []).append({
+            "type": _attachment_kind(media), "name": value.get("name"), "mime_type": media,
+            "size_bytes": value.get("size"), "ref": ref, "provider_id": v.id.hex()})
+    return by_message
+
+
 def export(vault: Vault, out: str) -> ExportSummary:
     snap = snapshot(vault)
     prepare_out(out)
@@ -122,6 +156,7 @@ def export(vault: Vault, out: str) -> ExportSummary:
         elif v.type == "message":
             t["messages"].append(v)
     exported = set(threads)
+    files = _attachments(vault, snap.notes, out)
     memories = [_memory(v, status, exported) for v, status in snap.facts]
     memories += [_memory(v, None, exported) for v in snap.notes if v.type not in CONVERSATION_TYPES]
     memories.sort(key=lambda m: m["id"])
@@ -151,7 +186,8 @@ def export(vault: Vault, out: str) -> ExportSummary:
             "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
             "messages": [
                 {"id": "msg-" + v.id.hex(), "role": _role(v), "content": {"type": "text", "text": record_text(v)},
-                 "created_at": iso(v.ts), "raw_metadata": {"vmem": vmem_info(v)}}
+                 "created_at": iso(v.ts), "raw_metadata": {"vmem": vmem_info(v)},
+                 **({"attachments": files[v.id.hex()]} if v.id.hex() in files else {})}
                 for v in msgs
             ],
             "raw_metadata": {"vmem": vmem_info(rec)} if rec is not None else {},
