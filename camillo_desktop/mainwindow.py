@@ -518,6 +518,16 @@ class MainWindow(QMainWindow):
     def _changed(self, changes: Any) -> None:
         for v in self.pages.values():
             v.on_changes(changes)
+        if getattr(changes, "compartment_list", False):  # a compartment was added: every picker shows it
+            self.client.submit(lambda ctx: list(ctx.vault.compartments), self._compartments_changed,
+                               self.show_error, context=self)
+
+    def _compartments_changed(self, names: list[str]) -> None:
+        if self.info is not None:
+            self.info["compartments"] = names
+        for page in self.pages.values():
+            if hasattr(page, "set_compartments"):
+                page.set_compartments(names)
 
     # ------------------------------------------------------------------ navigation
 

@@ -19,11 +19,13 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -89,8 +91,14 @@ class ConversationsView(View):
         self.agent.addItem("Anyone", None)
         self.compartment.currentIndexChanged.connect(lambda _i: self.load())
         self.agent.currentIndexChanged.connect(lambda _i: self.load())
+        self.new_compartment = QToolButton()
+        self.new_compartment.setText("New\u2026")
+        self.new_compartment.setToolTip("Create a new compartment (for example travel)")
+        self.new_compartment.setAccessibleName("create a new compartment")
+        self.new_compartment.clicked.connect(self.create_compartment)
         filters.addWidget(self.filter, 1)
         filters.addWidget(self.compartment)
+        filters.addWidget(self.new_compartment)
         filters.addWidget(self.agent)
         self.root.addLayout(filters)
 
@@ -161,8 +169,29 @@ class ConversationsView(View):
         self.compartment.addItem("All compartments", None)
         for n in names:
             self.compartment.addItem(safe_text(n, 60, single_line=True), n)
-        self.compartment.setCurrentIndex(max(0, self.compartment.findData(current)))
+        info = getattr(self.window_, "info", None) or {}
+        self.new_compartment.setEnabled(not info.get("read_only") and not info.get("agent"))
+        wanted = getattr(self, "_select_after", None) or current
+        self._select_after = None
+        self.compartment.setCurrentIndex(max(0, self.compartment.findData(wanted)))
         self.compartment.blockSignals(False)
+
+    def create_compartment(self) -> None:
+        """Ask for a name, then add the compartment (the vault refuses an existing, empty or reserved
+        name, and says why); once added, every compartment picker shows it and this filter selects it."""
+        name, ok = QInputDialog.getText(self, "New compartment",
+                                        "Name of the new compartment (lower-case letters, digits and dashes, "
+                                        "for example travel):")
+        name = name.strip()
+        if not ok or not name:
+            return
+
+        def done(_changes: Any) -> None:
+            self._select_after = name
+
+        self._select_after: str | None = None
+        self.client.mutate(lambda ctx: ctx.vault.add_compartment(name), done, self.window_.show_error,
+                           context=self, label="adding a compartment")
 
     def filters(self) -> dict[str, str]:
         out = {"text": self.filter.text().strip(), "compartment": self.compartment.currentData(),

@@ -790,3 +790,28 @@ def test_resolve_then_undo(qtbot, client, demo_window):
     assert (fact.key, other) in waiting
     still = call(qtbot, client, lambda ctx: {r.id for r in ctx.vault.timeline(include_hidden=True)})
     assert before_ids <= still  # the history keeps every record; the undo only added
+
+
+def test_create_a_compartment_from_the_compartment_filter(qtbot, client, demo_window, monkeypatch):
+    """Issue 17 item 6 in the app: "New…" beside the compartment filter asks for a name and adds the
+    compartment; every picker then offers it and the filter selects it; a name that exists is refused
+    with the vault's own sentence and nothing is added."""
+    from PySide6.QtWidgets import QInputDialog
+
+    view = wait_view(qtbot, demo_window, "conversations")
+    assert view.new_compartment.isEnabled()
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("travel", True))
+    click(qtbot, view.new_compartment)
+    qtbot.waitUntil(lambda: view.compartment.findData("travel") >= 0, timeout=15_000)
+    assert view.compartment.currentData() == "travel"
+    timeline = demo_window.pages["timeline"]
+    assert timeline.compartment.findData("travel") >= 0
+    assert "travel" in call(qtbot, client, lambda ctx: [c.name for c in ctx.vault.compartment_list()])
+    errors: list[str] = []
+    monkeypatch.setattr(demo_window, "show_error", lambda exc, *a, **k: errors.append(str(exc)))
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("personal", True))
+    click(qtbot, view.new_compartment)
+    qtbot.waitUntil(lambda: bool(errors), timeout=15_000)
+    assert "personal" in errors[0]
+    names = call(qtbot, client, lambda ctx: [c.name for c in ctx.vault.compartment_list()])
+    assert names.count("personal") == 1
