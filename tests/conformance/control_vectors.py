@@ -139,7 +139,13 @@ def camillo_roster(vault_id: bytes, batches: list[Batch]) -> dict[str, Any]:
     for b in batches:
         records = [decode_record(raw, expected_id=rid) for rid, raw in zip(b.header.records, b.records) if raw]
         views[b.id] = BatchView(b, f"batch {b.id.hex()}", bytes(16), [r if r.is_control else None for r in records])
-    roster, signed = build_roster(vault_id, views)
+    return roster_summary(vault_id, list(views.values()))
+
+
+def roster_summary(vault_id: bytes, views: list[BatchView]) -> dict[str, Any]:
+    """The roster Camillo computes from these batch views, in the vectors' JSON form (the generator's
+    expectation and the checker's result are this one function)."""
+    roster, signed = build_roster(vault_id, {v.id: v for v in views})
     policy = roster.policy
     return {
         "principals": sorted(({"writer_id": w.hex(), "kind": p.kind.label} for w, p in roster.principals.items()),
@@ -147,7 +153,7 @@ def camillo_roster(vault_id: bytes, batches: list[Batch]) -> dict[str, Any]:
         "revoked": sorted(({"subject": w.hex(), "record_id": r.record_id.hex()} for w, r in roster.revocations.items()),
                           key=lambda r: r["subject"]),
         "signed": sorted(b.hex() for b in signed),
-        "unsigned": sorted(b.id.hex() for b in batches if b.id not in signed and b.id not in roster.excluded),
+        "unsigned": sorted(v.id.hex() for v in views if v.id not in signed and v.id not in roster.excluded),
         "excluded": sorted(b.hex() for b in roster.excluded),
         "policy": {"erasure": "enabled" if policy.erasure_enabled else "disabled",
                    "record_id": None if policy.record_id is None else policy.record_id.hex()},

