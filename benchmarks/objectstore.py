@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .corpus import Fixture
-from .ops import _clone, messages
+from .ops import _clone, messages, timed_appends
 from .stats import Meter
 
 OPS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {}
@@ -110,17 +110,8 @@ def s3_append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     v = _open(location, fx.homes["desktop"])
     for rec in recs[:warmup]:
         v.append([rec])
-    samples: list[float] = []
-    cpu: list[float] = []
-    before = v.session.shelf.requests
-    with Meter() as m:
-        for rec in recs[warmup:]:
-            c0, t0 = time.process_time(), time.perf_counter()
-            v.append([rec])
-            samples.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-            if len(samples) >= 30 and time.perf_counter() - m._t0 > budget:
-                break
+    before = v.session.shelf.requests  # the measured appends' requests only
+    m, samples, cpu = timed_appends(v, recs[warmup:], 0, budget)
     requests = v.session.shelf.requests - before
     v.lock()
     return {"meter": m.to_json(), "samples": samples, "samples_cpu": cpu,
