@@ -203,14 +203,15 @@ class BatchView:
     signed: bool = False
     vouched: bool = False  # accepted on a COMPACTION record's signature (spec §16)
     sig_ok: bool = False  # the batch signature verified once (a writer id is bound to one key)
+    # plain attributes, not properties: the roster and the log read them for every batch
+    id: bytes = field(init=False, repr=False)
+    header: BatchHeader = field(init=False, repr=False)
+    has_control: bool = field(init=False, repr=False)
 
-    @property
-    def id(self) -> bytes:
-        return self.batch.id
-
-    @property
-    def header(self) -> BatchHeader:
-        return self.batch.header
+    def __post_init__(self) -> None:
+        self.id = self.batch.id
+        self.header = self.batch.header
+        self.has_control = any(rec is not None and rec.is_control for rec in self.records)
 
 
 @dataclass
@@ -487,8 +488,8 @@ class _Builder:
         return True
 
     def run(self) -> None:
-        control_views = sorted((v for v in self.views.values() if v.id not in self.excluded and any(
-            rec is not None and rec.is_control for rec in v.records)), key=lambda v: v.id)
+        control_views = sorted((v for v in self.views.values() if v.id not in self.excluded and v.has_control),
+                               key=lambda v: v.id)
         control_ids = {v.id for v in control_views}
         other = [v for v in self.views.values() if v.id not in self.excluded and v.id not in control_ids]
         changed = True

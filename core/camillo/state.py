@@ -38,6 +38,7 @@ from .facts import FactRow, decide
 from .facts import binds as binds_rule
 from .log import CausalLog, precedes
 from .records import (
+    CONTROL_KINDS,
     Authority,
     F,
     Kind,
@@ -410,9 +411,13 @@ class State:
         for e in roster.erasures.values():
             erased_targets |= e.targets
 
-        if affected is not None and not writers and self._only_plain_notes(affected):
-            # New plain notes (messages) that no record refers to: nothing but their own validity can
-            # change, so the reference, hiding and fact passes (which scale with the vault) are skipped.
+        # A changed principal that wrote no memory record (a replaced passphrase, a revoked recovery
+        # phrase, a new device) changes no record's validity, class, reference or fact.
+        writers = self._memory_writers(writers, views)
+        if affected is not None and not writers and self._only_inert(affected, views):
+            # New plain notes (messages) and control records that no record refers to: nothing but
+            # their own validity can change, so the reference, hiding and fact passes (which scale
+            # with the vault) are skipped.
             rows = [row for bid in affected for row in db.execute(
                 "SELECT id, batch, writer, author, kind, class, key, raw FROM records WHERE batch = ?", (bid,))]
             db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", [
@@ -470,18 +475,29 @@ class State:
         result.keys = self._compute_facts(views)
         return result
 
-    def _only_plain_notes(self, batches: set[bytes]) -> bool:
-        """Do these batches hold only keyless NOTEs without references, named by no other record
-        (and none erased)?"""
+    @staticmethod
+    def _memory_writers(writers: set[bytes] | frozenset[bytes], views: dict[bytes, BatchView]) -> set[bytes]:
+        """Those of ``writers`` that wrote a memory record (a batch view holds None for each): only
+        their records' static checks, references and facts depend on who they are."""
+        if not writers:
+            return set()
+        return {v.header.writer_id for v in views.values()
+                if v.header.writer_id in writers and any(r is None for r in v.records)}
+
+    def _only_inert(self, batches: set[bytes], views: dict[bytes, BatchView]) -> bool:
+        """Do these batches hold only keyless NOTEs and control records, without references, named
+        by no other record (and none erased)?"""
         db = self.db
         marks = ",".join("?" * len(batches))
-        present = db.execute(f"SELECT COUNT(DISTINCT batch) FROM records WHERE batch IN ({marks})",
-                             tuple(batches)).fetchone()[0] if batches else 0
-        if present != len(batches):  # a batch that went away (its records may have been facts)
+        controls = ",".join("?" * len(CONTROL_KINDS))
+        # a batch that went away (its records may have been facts); one control record may sit in
+        # several batches (a key change writes it to every compartment), stored once
+        if any(b not in views for b in batches):
             return False
         if not batches or db.execute(
-                f"SELECT 1 FROM records WHERE batch IN ({marks}) AND (kind IS NOT ? OR key IS NOT NULL OR has_refs = 1 "
-                "OR erased = 1) LIMIT 1", (*batches, Kind.NOTE)).fetchone():
+                f"SELECT 1 FROM records WHERE batch IN ({marks}) AND ((kind IS NOT ? AND kind NOT IN ({controls})) "
+                "OR key IS NOT NULL OR has_refs = 1 OR erased = 1) LIMIT 1",
+                (*batches, Kind.NOTE, *CONTROL_KINDS)).fetchone():
             return False
         return db.execute(f"SELECT 1 FROM refs WHERE ref IN (SELECT id FROM records WHERE batch IN ({marks})) LIMIT 1",
                           tuple(batches)).fetchone() is None

@@ -274,6 +274,9 @@ def test_a_file_too_large_to_fingerprint_is_referenced_by_size(new_vault, tmp_pa
     assert ref["size"] == 10 * 1024**3 and "sha256" not in ref and ref["member"] == "file-Gard3n-basil.jpg"
     assert report.files_unhashed == 1
     assert "1 file(s) too large to fingerprint: referenced by name and size only" in "\n".join(report.lines())
+    # ... and not stored: the vault does not take 10 GB from an export line it could not check
+    sizes = [r.value.get("size") for r in vault.timeline() if r.type == "attachment" and isinstance(r.value, dict)]
+    assert sizes and 10 * 1024**3 not in sizes, "the unfingerprinted file was stored"
 
 
 # ---------------------------------------------------------------------------------------------- Claude

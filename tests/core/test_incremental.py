@@ -318,3 +318,46 @@ def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkey
     assert report.segments_deleted >= 30
     assert calls == [report.segments_deleted], calls
     assert fingerprint(vault) == from_scratch(path)
+
+
+@pytest.fixture
+def reference_passes(monkeypatch):
+    """Counts the vault-scale reference pass of ``State.materialize``."""
+    from camillo.state import State
+
+    calls = {"n": 0}
+    real = State._check_references
+
+    def counting(self, views):
+        calls["n"] += 1
+        return real(self, views)
+
+    monkeypatch.setattr(State, "_check_references", counting)
+    return calls
+
+
+def test_credential_changes_skip_the_vault_scale_passes_and_match(new_vault, tmp_path, reference_passes):
+    """A passphrase change or a new recovery phrase adds control records and changes principals that
+    wrote no memory: the state takes the O(new) path, and still equals a full recomputation."""
+    path, vault, _ = new_vault
+    grant = str(tmp_path / "agent.grant")
+    vault.create_grant("planner", {"personal": "write"}, grant)
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
+    with Vault.open(path, Unlock.grant(grant), home=str(tmp_path / "agent")) as agent:
+        agent.append([NewRecord(type="fact", key="user/city", value="Porto", authority="inferred")])
+    vault.refresh()
+    first = vault.timeline()[0]
+    vault.append([NewRecord(type="message", conversation="c", role="user", text="garden talk",
+                            sources=[first.id])])
+    new = "a new passphrase for the garden"
+    reference_passes["n"] = 0
+    vault.change_passphrase(new, reauth=Unlock.passphrase(PASSPHRASE))
+    vault.reissue_recovery_phrase()
+    assert reference_passes["n"] == 0, "a credential change re-checked every reference in the vault"
+    with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
+        assert fingerprint(vault) == fingerprint(fresh)
+    # a revoked principal that wrote memory: its records are judged again (the general path)
+    vault.revoke("planner", reauth=Unlock.passphrase(new))
+    assert reference_passes["n"] >= 1
+    with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
+        assert fingerprint(vault) == fingerprint(fresh)

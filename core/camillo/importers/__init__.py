@@ -177,7 +177,9 @@ def _store_files(vault: Vault, source: str, written: list[tuple[NewRecord, bytes
             refs = json.loads((record.meta or {}).get("files") or "[]")
         except ValueError:
             continue
-        todo += [(rid, ref) for ref in refs if isinstance(ref, dict) and isinstance(ref.get("member"), str)]
+        # a file too large to fingerprint (no sha256) is referenced by name and size only, never stored
+        todo += [(rid, ref) for ref in refs if isinstance(ref, dict) and isinstance(ref.get("member"), str)
+                 and isinstance(ref.get("sha256"), str)]
     if not todo:
         return
     with open_source(source) as src:
