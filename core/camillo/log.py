@@ -333,3 +333,36 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
         if old is None or top >= old[0]:
             memory[cid][wid] = (top, chain[top])
     return alerts, memory, still_missing
+
+
+def extend_log_after_roster_change(log: CausalLog, views: dict[bytes, BatchView], signed: set[bytes],
+                                   old: Roster, roster: Roster, new: set[bytes]) -> bool:
+    """The common case of a key change in O(new): new batches (control records among them: a
+    revocation, new epochs, a credential change) at the tip of a log with nothing missing, rejected
+    or forked, after which the recomputed ``roster`` signs exactly the old log plus the new
+    batches, lets every chain's writer still write there, knows the same compartments and revokes
+    at least whom it revoked.  Then :func:`build_log` gives exactly the log extended by them
+    (a revocation only drops claims, and there was no gap for it to close): extend ``log`` in
+    place and return True.  Otherwise change nothing and return False."""
+    if not new or log.gaps or log.forks or log.rejected:
+        return False
+    if signed != log.accepted | new or roster.compartments.keys() != old.compartments.keys():
+        return False
+    if not old.revocations.keys() <= roster.revocations.keys():
+        return False
+    if any(not roster.can_write(w, c)[0] for w, c in log.chains):
+        return False
+    tops = dict(log.tops)
+    for bid in new:
+        h = views[bid].header
+        key = (h.writer_id, h.compartment_id)
+        tops[key] = max(tops.get(key, 0), h.seq)
+    for bid in new:  # what a new control batch's writer had seen everywhere must all be here
+        h = views[bid].header
+        if h.compartment_id != roster.control_id:
+            continue
+        for c, per in h.heads.items():
+            if c in roster.compartments and any(
+                    w not in roster.revocations and s > tops.get((w, c), 0) for w, s in per.items()):
+                return False
+    return extend_log(log, views, sorted(new), roster)

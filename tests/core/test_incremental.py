@@ -322,23 +322,30 @@ def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkey
 
 @pytest.fixture
 def reference_passes(monkeypatch):
-    """Counts the vault-scale reference pass of ``State.materialize``."""
+    """Counts the vault-scale passes: the state's reference pass and rebuilding the causal log."""
+    from camillo.session import reader
     from camillo.state import State
 
-    calls = {"n": 0}
-    real = State._check_references
+    calls = {"n": 0, "log": 0}
+    real, real_log = State._check_references, reader.build_log
 
     def counting(self, views):
         calls["n"] += 1
         return real(self, views)
 
+    def counting_log(*args):
+        calls["log"] += 1
+        return real_log(*args)
+
     monkeypatch.setattr(State, "_check_references", counting)
+    monkeypatch.setattr(reader, "build_log", counting_log)
     return calls
 
 
 def test_credential_changes_skip_the_vault_scale_passes_and_match(new_vault, tmp_path, reference_passes):
     """A passphrase change or a new recovery phrase adds control records and changes principals that
-    wrote no memory: the state takes the O(new) path, and still equals a full recomputation."""
+    wrote no memory: the log and the state take the O(new) paths, and still equal a full
+    recomputation."""
     path, vault, _ = new_vault
     grant = str(tmp_path / "agent.grant")
     vault.create_grant("planner", {"personal": "write"}, grant)
@@ -350,10 +357,11 @@ def test_credential_changes_skip_the_vault_scale_passes_and_match(new_vault, tmp
     vault.append([NewRecord(type="message", conversation="c", role="user", text="garden talk",
                             sources=[first.id])])
     new = "a new passphrase for the garden"
-    reference_passes["n"] = 0
+    reference_passes["n"] = reference_passes["log"] = 0
     vault.change_passphrase(new, reauth=Unlock.passphrase(PASSPHRASE))
     vault.reissue_recovery_phrase()
     assert reference_passes["n"] == 0, "a credential change re-checked every reference in the vault"
+    assert reference_passes["log"] == 0, "a credential change rebuilt the causal log"
     with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
         assert fingerprint(vault) == fingerprint(fresh)
     # a revoked principal that wrote memory: its records are judged again (the general path)

@@ -28,7 +28,7 @@ from ..changes import Changes
 from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
 from ..errors import StorageError, VaultError
-from ..log import CausalLog, build_log, extend_log
+from ..log import CausalLog, build_log, extend_log, extend_log_after_roster_change
 from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, verify_signature
 from ..records import (
@@ -498,9 +498,10 @@ class Reader:
                 self.segment_problems[name] = Problem(
                     "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.batches)
-        self.roster = roster
+        old, self.roster = self.roster, roster
         self.forget_erased_epochs()
-        self.log = build_log(self.batches, signed, roster)
+        if not extend_log_after_roster_change(self.log, self.batches, signed, old, roster, self.pending_batches):
+            self.log = build_log(self.batches, signed, roster)
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()
