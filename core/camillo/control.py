@@ -207,6 +207,8 @@ class BatchView:
     id: bytes = field(init=False, repr=False)
     header: BatchHeader = field(init=False, repr=False)
     has_control: bool = field(init=False, repr=False)
+    # the local state's copy of (sig_ok, vouched, accepted) as bits 0-2; -1: not written yet
+    stored_flags: int = field(default=-1, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.id = self.batch.id

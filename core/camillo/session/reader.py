@@ -158,7 +158,8 @@ class Reader:
                 batch = batch_without_records(header_bytes, sigs)
                 recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
                         for raw in cbor2.loads(controls)]
-                views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched))
+                views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched),
+                                       stored_flags=int(bool(sig_ok)) | int(bool(vouched)) << 1 | int(bool(acc)) << 2)
                 if acc:
                     accepted.add(bid)
             seg_map, seg_epochs = {}, {}
@@ -201,8 +202,14 @@ class Reader:
         db = self.materialized.db
         flagged = self.batches.items() if self.flags_all else (
             (b, self.batches[b]) for b in self.flags_new if b in self.batches)
-        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?",
-                       [(int(v.sig_ok), int(v.vouched), int(bid in self.last_accepted), bid) for bid, v in flagged])
+        accepted = self.last_accepted
+        rows = []
+        for bid, v in flagged:  # only what changed: a key change at the tip moves a handful of a million
+            bits = int(v.sig_ok) | int(v.vouched) << 1 | int(bid in accepted) << 2
+            if bits != v.stored_flags:
+                rows.append((bits & 1, bits >> 1 & 1, bits >> 2, bid))
+                v.stored_flags = bits
+        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
                        [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation))])
         self.flags_all, self.flags_new = False, set()
