@@ -639,15 +639,16 @@ class ObjectShelf(FolderShelf):
         except OSError as exc:
             raise StorageError(f"cannot update the local mirror of {self.store.display}: {exc.strerror}") from None
 
-    def _download(self, name: str, listed: RemoteObject | None) -> bytes | None:
-        """Fetch one object; into the mirror when it came whole (its listed size, its hash)."""
+    def _download(self, name: str, listed: RemoteObject | None) -> tuple[bytes, bool] | None:
+        """Fetch one object (None: the store does not have it) and whether it came whole (its
+        listed size, its hash); into the mirror when it did."""
         data = self._get(name)
         if data is None:
             return None
         whole = (listed is None or len(data) == listed.size) and hash_matches(name, data) is not False
         if whole:
             self._store_local(name, data)
-        return data
+        return data, whole
 
     def pull(self) -> None:
         """Bring the mirror to what the store lists now: download what it lacks (in parallel),
@@ -659,12 +660,12 @@ class ObjectShelf(FolderShelf):
         missing = sorted(n for n in listing if n not in have)
         pending: set[str] = set()
         if missing:
+            def fetch(name: str) -> bool:  # True: it came cut short or altered (syncing); the bytes are not kept
+                got = self._download(name, listing[name])
+                return got is not None and not got[1]
+
             with concurrent.futures.ThreadPoolExecutor(min(DOWNLOADERS, len(missing))) as pool:
-                results = dict(zip(missing, pool.map(lambda n: self._download(n, listing[n]), missing)))
-            for name in missing:
-                data = results[name]
-                if data is not None and (len(data) != listing[name].size or hash_matches(name, data) is False):
-                    pending.add(name)
+                pending = {name for name, partial in zip(missing, pool.map(fetch, missing)) if partial}
         gone = sorted(n for n in have if n not in listing)
         lagging: set[str] = set()
         if gone:
@@ -733,7 +734,7 @@ class ObjectShelf(FolderShelf):
         fetched = self._download(name, self.remote.get(name))
         if fetched is None:
             raise FileNotFoundError(name)
-        return fetched
+        return fetched[0]
 
     def commit(self, name: str, tmp: str) -> bool:
         """Upload the staged file (a conditional PUT), then rename it into place in the mirror.
