@@ -654,12 +654,20 @@ def batch_from_cbor(item: Any) -> Batch:
     return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple(parsed_sigs), tuple(records))
 
 
-def batch_without_records(header_bytes: bytes, sigs: Sequence[Sequence[Any]]) -> Batch:
-    """A batch rebuilt from a cached header and signatures, its record bytes left out (None).  The
-    header was checked strictly when its segment was read; its encoding is not checked again."""
-    header = _header_from_map(cbor2.loads(header_bytes))
-    return Batch(ids.batch_id(header_bytes), header_bytes, header, tuple((a, s) for a, s in sigs),
-                 (None,) * len(header.records))
+def cached_batch(batch_id: bytes, header_bytes: bytes, sigs: Sequence[Sequence[Any]]) -> Batch:
+    """A batch rebuilt from the local state, its record bytes left out (None): its header was checked
+    strictly when its segment was read, and the local state's pages are authenticated (a damaged
+    database is refused whole), so the header is decoded without checking it again, and its id is
+    the one stored beside it.  A header that is not what this installation stored raises KeyError
+    or TypeError: the caller rebuilds the local state."""
+    m = cbor2.loads(header_bytes)
+    heads = m.get(H.HEADS)
+    header = BatchHeader(m[H.VAULT], m[H.COMPARTMENT], m[H.WRITER], m[H.SEQ], m[H.PREV], tuple(m[H.DEPS]),
+                         m[H.FRONTIER], tuple(m[H.RECORDS]), m[H.TS], tuple(m[H.SIG_ALGS]),
+                         {c: dict(per) for c, per in heads.items()} if heads else {})
+    if type(header.frontier) is not dict or type(header.seq) is not int:
+        raise TypeError("a stored batch header is not one this installation wrote")
+    return Batch(batch_id, header_bytes, header, tuple((a, s) for a, s in sigs), (None,) * len(header.records))
 
 
 def verify_batch_signature(batch: Batch, public: bytes, algs: Sequence[int] = (SIG_ED25519,)) -> bool:

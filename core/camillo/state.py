@@ -414,6 +414,8 @@ class State:
         # A changed principal that wrote no memory record (a replaced passphrase, a revoked recovery
         # phrase, a new device) changes no record's validity, class, reference or fact.
         writers = self._memory_writers(writers, views)
+        if affected is not None and not affected and not writers:
+            return result  # the same roster, no batch read or accepted since: nothing can have moved
         if affected is not None and not writers and self._only_inert(affected, views):
             # New plain notes (messages) and control records that no record refers to: nothing but
             # their own validity can change, so the reference, hiding and fact passes (which scale

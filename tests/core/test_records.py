@@ -711,14 +711,20 @@ def test_mutated_batches_only_raise_canonical_errors(ops):
 _BATCH = make(_raws(2), seq=3, prev=RID[1], deps=(SORTED_RID[0],), frontier={WID: 2, OTHER_WID: 1})
 
 
-def test_batch_without_records():
+def test_cached_batch_rebuilds_what_was_stored():
     b = make(_raws(3))
-    bare = records.batch_without_records(b.header_bytes, [list(x) for x in b.sigs])
+    bare = records.cached_batch(b.id, b.header_bytes, [list(x) for x in b.sigs])
     assert bare.id == b.id and bare.header == b.header and bare.sigs == b.sigs
     assert bare.records == (None, None, None)
     assert records.verify_batch_signature(bare, SIGNER.public)
-    with pytest.raises(CanonicalError):
-        records.batch_without_records(encoding.encode(_header_map(h4=0)), [[1, b""]])
+    with_heads = encoding.encode(_header_map(h11={CID: {WID: 4}}))
+    assert records.cached_batch(b.id, with_heads, []).header.heads == {CID: {WID: 4}}
+    # what this installation never stored (a field missing, a wrong type) is refused, so the local
+    # state is rebuilt
+    with pytest.raises(KeyError):
+        records.cached_batch(b.id, encoding.encode(_header_map(**{f"h{int(H.FRONTIER)}": ...})), [[1, b""]])
+    with pytest.raises(TypeError):
+        records.cached_batch(b.id, encoding.encode(_header_map(**{f"h{int(H.FRONTIER)}": [1]})), [[1, b""]])
 
 
 def test_batch_errors_are_vault_errors():

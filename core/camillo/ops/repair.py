@@ -203,28 +203,30 @@ def incomplete_erasures(session: Session) -> dict[bytes, set[bytes]]:
     """Per compartment, the records an applied ERASE names that still have a copy here (a readable
     segment under a live epoch holds their bytes): left by a concurrent erasure elsewhere."""
     reader, state = session.reader, session.materialized
+    if not session.roster.erasures:
+        return {}
     destroyed = destroyed_epochs(session)
+    located = [(e.compartment_id, target, where[0]) for e in session.roster.erasures.values()
+               for target in e.targets if (where := state.record_location(target)) is not None]
+    wanted = {batch_id for _, _, batch_id in located}
     holders: dict[bytes, list[str]] = {}
-    for name, bids in reader.segment_batches.items():
+    for name, bids in reader.segment_batches.items():  # only the segments holding a target's batch
+        if wanted.isdisjoint(bids):
+            continue
         ref = reader.segment_epochs.get(name)
         if ref is None or ref in destroyed or name in reader.unreadable or ref not in session.keyring.epoch_keys:
             continue
         for b in bids:
             holders.setdefault(b, []).append(name)
     out: dict[bytes, set[bytes]] = {}
-    for e in session.roster.erasures.values():
-        for target in e.targets:
-            where = state.record_location(target)
-            if where is None:
+    for compartment_id, target, batch_id in located:
+        for name in holders.get(batch_id, []):
+            if (name, target) in reader.erasure_checked:
                 continue
-            batch_id = where[0]
-            for name in holders.get(batch_id, []):
-                if (name, target) in reader.erasure_checked:
-                    continue
-                if _holds_bytes(session, name, batch_id, target):
-                    out.setdefault(e.compartment_id, set()).add(target)
-                else:
-                    reader.erasure_checked.add((name, target))
+            if _holds_bytes(session, name, batch_id, target):
+                out.setdefault(compartment_id, set()).add(target)
+            else:
+                reader.erasure_checked.add((name, target))
     return out
 
 

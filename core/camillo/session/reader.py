@@ -35,7 +35,7 @@ from ..records import (
     Batch,
     Kind,
     Record,
-    batch_without_records,
+    cached_batch,
     decode_record,
     validated_record,
     verify_batch_signature,
@@ -155,7 +155,7 @@ class Reader:
                 "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted FROM cache_batches"
             ):
                 header_bytes, sigs = cbor2.loads(blob)
-                batch = batch_without_records(header_bytes, sigs)
+                batch = cached_batch(bid, header_bytes, sigs)
                 recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
                         for raw in cbor2.loads(controls)]
                 views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched),
@@ -167,7 +167,7 @@ class Reader:
                 seg_map[name] = list(cbor2.loads(b))
                 seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
-        except (VaultError, ValueError, TypeError, DatabaseError) as exc:
+        except (VaultError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
         self.materialized.close()
