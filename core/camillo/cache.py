@@ -110,6 +110,15 @@ CREATE TABLE IF NOT EXISTS cache_batches(
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
+-- semantic vectors (camillo.search): one byte per dimension, each vector scaled so that its largest
+-- component is +-127 and rounded (int8), with the scale beside it (a score's error is below 1/127 of
+-- the largest component's); with the record's time and whether it is a summary, so that scoring
+-- never joins the records. ``vectors8`` was the first version's table (no time): vectors are
+-- recomputed.
+DROP TABLE IF EXISTS vectors8;
+CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL, vec BLOB NOT NULL,
+                                   scale REAL NOT NULL, ts INTEGER NOT NULL, summary INTEGER NOT NULL,
+                                   PRIMARY KEY(model, record)) WITHOUT ROWID;
 """
 
 def memory_database() -> Connection:

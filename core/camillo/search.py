@@ -38,9 +38,9 @@ import re
 import struct
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, SupportsIndex, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .errors import UsageError
 from .records import Authority
@@ -406,12 +406,6 @@ class OllamaEmbedder:
             raise UsageError(f"the Ollama server at {self.url} did not answer ({exc})") from None
 
 
-# One byte per dimension: each vector is scaled so its largest component is ±127 and rounded
-# (int8), with the scale beside it; a score's error is below 1/127 of the largest component's.
-_VECTORS = """
-CREATE TABLE IF NOT EXISTS vectors8(model TEXT NOT NULL, record INTEGER NOT NULL, vec BLOB NOT NULL,
-                                    scale REAL NOT NULL, PRIMARY KEY(model, record))
-"""
 _SCORE_ROWS = 8192  # vectors scored at a time: memory does not grow with the vault
 
 
@@ -429,7 +423,7 @@ def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
 
 
 # A stored vector with what ranking needs: (int8 blob, scale, record id, ts or 0, 1 for a summary record)
-_VectorRow = tuple[bytes, float, bytes, int, int]
+_VectorRow = tuple[bytes, float, int, int, int]  # vec, scale, record rowid, ts, summary
 
 
 def _numpy_installed() -> bool:
@@ -448,11 +442,58 @@ def _scores_numpy(rows: Sequence[_VectorRow], query: Sequence[float], now: float
 
     blobs, scales, _rids, stamps, _summaries = zip(*rows)
     matrix = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(rows), dimension)
-    ts = np.asarray(stamps, dtype=np.float64)
-    days = np.maximum(0.0, (now - np.where(ts != 0, ts, now)) / 86400)
-    dots = matrix.astype(np.float64) @ np.asarray(query, dtype=np.float64)
+    return _scores_arrays(matrix, np.asarray(scales, dtype=np.float64), np.asarray(stamps, dtype=np.float64),
+                          np.asarray(query, dtype=np.float64), now)
+
+
+def _scores_arrays(matrix: NDArray[np.int8], scales: NDArray[np.float64], stamps: NDArray[np.float64],
+                   query: NDArray[np.float64], now: float) -> NDArray[np.float64]:
+    import numpy as np
+
+    days = np.maximum(0.0, (now - np.where(stamps != 0, stamps, now)) / 86400)
+    dots = matrix.astype(np.float64) @ query
     # rounded so that equal vectors tie whatever the chunk (a matrix product's last bits depend on its shape)
-    return np.round(dots * np.asarray(scales, dtype=np.float64) + 0.05 * np.exp(-days / 365), 12)
+    return np.round(dots * scales + 0.05 * np.exp(-days / 365), 12)
+
+
+@dataclass
+class _Vectors:
+    """One model's stored vectors held in memory after the first semantic search, so that the next
+    ones read no database page: one byte per dimension and per record (int8), plus the row, scale,
+    time and summary flag of each (21 bytes).  Extended by the vectors stored since; dropped when
+    records leave the state (``State.forget_batches``) or vectors are deleted."""
+
+    model: str
+    dim: int
+    upto: int  # the highest record rowid held
+    rowids: NDArray[np.int64]
+    matrix: NDArray[np.int8]
+    scales: NDArray[np.float64]
+    stamps: NDArray[np.float64]
+    summaries: NDArray[np.bool_]
+
+
+def _vectors_in_memory(state: State, model: str, dim: int) -> _Vectors:
+    import numpy as np
+
+    held = state.vector_cache
+    if not isinstance(held, _Vectors) or held.model != model or held.dim != dim:
+        held = _Vectors(model, dim, 0, np.empty(0, np.int64), np.empty((0, dim), np.int8), np.empty(0),
+                        np.empty(0), np.empty(0, np.bool_))
+    cursor = state.db.execute("SELECT vec, scale, record, ts, summary FROM vectors WHERE model = ? AND record > ? "
+                              "AND length(vec) = ? ORDER BY record", (model, held.upto, dim))
+    parts = [held]
+    while rows := cursor.fetchmany(_SCORE_ROWS):
+        blobs, scales, rids, stamps, summaries = zip(*rows)
+        parts.append(_Vectors(model, dim, rids[-1], np.asarray(rids, np.int64),
+                              np.frombuffer(b"".join(blobs), np.int8).reshape(len(rows), dim),
+                              np.asarray(scales, np.float64), np.asarray(stamps, np.float64),
+                              np.asarray(summaries, np.bool_)))
+    if len(parts) > 1:
+        held = _Vectors(model, dim, parts[-1].upto, *(np.concatenate([getattr(p, f) for p in parts]) for f in
+                                                      ("rowids", "matrix", "scales", "stamps", "summaries")))
+    state.vector_cache = held
+    return held
 
 
 def _scores_python(rows: Sequence[_VectorRow], query: Sequence[float], now: float, dimension: int) -> list[float]:
@@ -469,50 +510,103 @@ def _scores_python(rows: Sequence[_VectorRow], query: Sequence[float], now: floa
 def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int = 20,
                     now: float | None = None) -> list[tuple[float, RecordView]]:
     """Rank visible records by cosine similarity to ``text`` (blended with recency, and for
-    ``summary`` records with significance).  Missing vectors are computed and kept.  The stored
-    vectors are scored a chunk at a time, keeping only the best ``limit``."""
+    ``summary`` records with significance).  Missing vectors are computed and kept: every message
+    and value with text gets one, in the order the state stored them, so the newest vector says
+    where to go on.  The vectors are scored a chunk at a time from their own table (never joined
+    with the records), keeping only the best ``limit`` and their ties; the invalid and forgotten
+    records (a partial index) are left out."""
     use_numpy = _numpy_installed()
     db = state.db
-    db.execute(_VECTORS)
-    dim = embedder.dimension
+    model, dim = embedder.model_id, embedder.dimension
+    stored = db.execute("SELECT length(vec) FROM vectors WHERE model = ? LIMIT 1", (model,)).fetchone()
+    if stored is not None and stored[0] != dim:  # the model now gives another dimension: start again
+        db.execute("DELETE FROM vectors WHERE model = ?", (model,))
+        state.vector_cache = None
+    start = db.execute("SELECT max(record) FROM vectors WHERE model = ?", (model,)).fetchone()[0] or 0
     missing = db.execute(
-        "SELECT r.rowid, r.text, coalesce(r.key, '') FROM records r WHERE r.valid = 1 AND r.hidden = 0 "
-        "AND r.kind IN (1, 3) AND r.text != '' AND NOT EXISTS (SELECT 1 FROM vectors8 v WHERE v.model = ? "
-        "AND v.record = r.rowid AND length(v.vec) = ?)",
-        (embedder.model_id, dim),
-    )
+        "SELECT rowid, text, coalesce(key, ''), coalesce(ts, 0), type = 'summary' FROM records "
+        "WHERE rowid > ? AND kind IN (1, 3) AND text != '' ORDER BY rowid", (start,))
     while chunk := missing.fetchmany(256):
-        vecs = embedder.embed([f"{key} {t}".strip() for _, t, key in chunk])
-        db.executemany("INSERT OR REPLACE INTO vectors8(model, record, vec, scale) VALUES(?,?,?,?)",
-                       [(embedder.model_id, rowid, *quantize(v)) for (rowid, _, _), v in zip(chunk, vecs)])
+        vecs = embedder.embed([f"{key} {t}".strip() for _, t, key, _, _ in chunk])
+        db.executemany("INSERT OR REPLACE INTO vectors(model, record, vec, scale, ts, summary) VALUES(?,?,?,?,?,?)",
+                       [(model, rowid, *quantize(v), ts, int(bool(summary)))
+                        for (rowid, _, _, ts, summary), v in zip(chunk, vecs)])
     if limit <= 0:
         return []
     query = embedder.embed([text])[0]
     now = time.time() if now is None else now
-    cursor = db.execute(
-        "SELECT v.vec, v.scale, r.id, coalesce(r.ts, 0), r.type = 'summary' FROM vectors8 v "
-        "JOIN records r ON r.rowid = v.record WHERE v.model = ? AND r.valid = 1 AND r.hidden = 0 "
-        "AND length(v.vec) = ?",
-        (embedder.model_id, dim),
-    )
-    best: list[tuple[float, bytes]] = []  # the best ``limit`` so far, ties broken by id (the same order everywhere)
+    unlisted = {r for (r,) in db.execute("SELECT rowid FROM records INDEXED BY records_unlisted "
+                                         "WHERE valid = 0 OR hidden = 1")}
+    for _attempt in range(3):
+        best = (_best_in_memory(state, model, dim, query, now, unlisted, limit) if use_numpy
+                else _best_streamed(state, model, dim, query, now, unlisted, limit))
+        ids = dict(db.execute(f"SELECT rowid, id FROM records WHERE rowid IN ({','.join('?' * len(best))})",
+                              [r for _, r in best]).fetchall()) if best else {}
+        orphans = [r for _, r in best if r not in ids]
+        if not orphans:
+            break
+        # vectors of records the state no longer holds (kept by an older version): drop them, score again
+        db.executemany("DELETE FROM vectors WHERE record = ?", [(r,) for r in orphans])
+        state.vector_cache = None
+    ranked = sorted(((s, ids[r]) for s, r in best if r in ids), key=lambda x: (-x[0], x[1]))[:limit]
+    views = {v.id: v for v in state.records(rid for _, rid in ranked)}
+    return [(s, views[rid]) for s, rid in ranked if rid in views]
+
+
+def _keep_best(best: list[tuple[float, int]], limit: int) -> list[tuple[float, int]]:
+    """The best ``limit`` (score, rowid) and every one tied with the last: ids decide between them."""
+    best.sort(key=lambda x: -x[0])
+    if len(best) > limit:
+        edge = best[limit - 1][0]
+        best = [b for b in best if b[0] >= edge]
+    return best
+
+
+def _significance(state: State, rowid: int, ts: float, now: float) -> float:
+    view = state.record_by_rowid(rowid)
+    freq = view.meta.get("frequency", 1) if view is not None else 1
+    days = max(0.0, (now - (ts or now)) / 86400)
+    return 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
+
+
+def _best_in_memory(state: State, model: str, dim: int, query: Sequence[float], now: float, unlisted: set[int],
+                    limit: int) -> list[tuple[float, int]]:
+    import numpy as np
+
+    held = _vectors_in_memory(state, model, dim)
+    q = np.asarray(query, dtype=np.float64)
+    hidden = np.fromiter(unlisted, np.int64, len(unlisted)) if unlisted else None
+    best: list[tuple[float, int]] = []
+    for start in range(0, len(held.rowids), _SCORE_ROWS):
+        part = slice(start, start + _SCORE_ROWS)
+        rows, matrix, scales = held.rowids[part], held.matrix[part], held.scales[part]
+        stamps, summaries = held.stamps[part], held.summaries[part]
+        if hidden is not None:  # a copy of the chunk without the invalid and forgotten records
+            keep = np.flatnonzero(~np.isin(rows, hidden))
+            rows, matrix, scales, stamps, summaries = rows[keep], matrix[keep], scales[keep], stamps[keep], summaries[keep]
+        if not len(rows):
+            continue
+        scores = _scores_arrays(matrix, scales, stamps, q, now)
+        for i in np.flatnonzero(summaries):
+            scores[i] += _significance(state, int(rows[i]), float(stamps[i]), now)
+        chosen = _best_numpy(scores, limit) if len(rows) > limit else range(len(rows))
+        best = _keep_best(best + [(float(scores[i]), int(rows[i])) for i in chosen], limit)
+    return best
+
+
+def _best_streamed(state: State, model: str, dim: int, query: Sequence[float], now: float, unlisted: set[int],
+                   limit: int) -> list[tuple[float, int]]:
+    """Without numpy: the stored vectors a chunk at a time, scored in Python."""
+    cursor = state.db.execute("SELECT vec, scale, record, ts, summary FROM vectors WHERE model = ? AND length(vec) = ?",
+                              (model, dim))
+    best: list[tuple[float, int]] = []
     while rows := cursor.fetchmany(_SCORE_ROWS):
-        scores = _scores_numpy(rows, query, now, dim) if use_numpy else _scores_python(rows, query, now, dim)
+        rows = [row for row in rows if row[2] not in unlisted]
+        scores = _scores_python(rows, query, now, dim)
         for i in [i for i, row in enumerate(rows) if row[4]]:
-            _, _, rid, ts, _ = rows[i]
-            view = state.record(rid)
-            freq = view.meta.get("frequency", 1) if view is not None else 1
-            days = max(0.0, (now - (ts or now)) / 86400)
-            scores[i] += 0.2 * significance(freq if isinstance(freq, int) and freq > 0 else 1, days)
-        candidates: Iterable[SupportsIndex]
-        if use_numpy and len(rows) > limit:
-            candidates = _best_numpy(scores, limit)
-        else:
-            candidates = range(len(rows))
-        best += ((float(scores[i]), rows[i][2]) for i in candidates)
-        best = sorted(best, key=lambda x: (-x[0], x[1]))[:limit]
-    views = {v.id: v for v in state.records(rid for _, rid in best)}
-    return [(s, views[rid]) for s, rid in best if rid in views]
+            scores[i] += _significance(state, rows[i][2], rows[i][3], now)
+        best = _keep_best(best + [(scores[i], rows[i][2]) for i in range(len(rows))], limit)
+    return best
 
 
 def _best_numpy(scores: NDArray[np.float64] | list[float], limit: int) -> list[np.intp]:

@@ -270,6 +270,8 @@ class State:
         # records up to this rowid are in the full-text index (rowids only grow: AUTOINCREMENT)
         row = self._db.execute("SELECT value FROM cache_meta WHERE key = 'indexed'").fetchone()
         self._indexed: int = encoding.decode(row[0]) if row is not None else 0
+        # the semantic vectors of one model in memory (camillo.search._Vectors), once searched
+        self.vector_cache: object | None = None
 
     @property
     def roster(self) -> Roster:
@@ -368,11 +370,14 @@ class State:
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (erasure re-encrypts them; the new copies are staged again)."""
         self.ensure_search()
+        self.vector_cache = None
         db = self.db
         for bid in batch_ids:
             db.execute("DELETE FROM search WHERE rowid IN (SELECT rowid FROM records WHERE batch = ? AND kind IN (?, ?))",
                        (bid, Kind.PUT, Kind.NOTE))
             db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
+            # an erased record's semantic vector goes with it (it says what the text was about)
+            db.execute("DELETE FROM vectors WHERE record IN (SELECT rowid FROM records WHERE batch = ?)", (bid,))
             db.execute("DELETE FROM records WHERE batch = ?", (bid,))
 
     def commit(self) -> None:
@@ -727,6 +732,11 @@ class State:
 
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
+        return self._view(row) if row else None
+
+    def record_by_rowid(self, rowid: int) -> RecordView | None:
+        """The record the state stores under this row (semantic vectors name records so)."""
+        row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE rowid = ?", (rowid,)).fetchone()
         return self._view(row) if row else None
 
     def raw_record(self, rid: bytes) -> bytes | None:

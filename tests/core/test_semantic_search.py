@@ -130,4 +130,21 @@ def test_stored_vectors_take_one_byte_per_dimension(new_vault):
     add(vault, "a note about the garden")
     vault.semantic_search("garden", HashingEmbedder(64))
     db = vault.session.materialized.db
-    assert db.execute("SELECT length(vec) FROM vectors8").fetchall() == [(64,)]
+    assert db.execute("SELECT length(vec) FROM vectors").fetchall() == [(64,)]
+
+
+def test_a_record_leaving_the_state_takes_its_vector_along(new_vault):
+    """Erasure re-seals a record's batch without it: the state forgets the old batch, and the
+    vector (which says what the text was about) must not stay behind in the local state."""
+    _, vault, _ = new_vault
+    keep = add(vault, "a note about the garden")
+    secret = add(vault, "the secret diagnosis")
+    vault.semantic_search("garden", HashingEmbedder(64))
+    state = vault.session.materialized
+    batch = state.record_location(secret)[0]
+    rowid = state.db.execute("SELECT rowid FROM records WHERE id = ?", (secret,)).fetchone()[0]
+    assert state.db.execute("SELECT count(*) FROM vectors WHERE record = ?", (rowid,)).fetchone()[0] == 1
+    state.forget_batches([batch])
+    assert state.db.execute("SELECT count(*) FROM vectors WHERE record = ?", (rowid,)).fetchone()[0] == 0
+    assert state.db.execute("SELECT count(*) FROM vectors").fetchone()[0] == 1
+    assert keep in [v.id for _, v in vault.semantic_search("garden", HashingEmbedder(64))]
