@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,13 +90,15 @@ def running(directory: str) -> Iterator[Server]:
         json.dump({"identities": [{"name": "camillo", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, fh)
     master, volume, filer, s3 = (free_port() for _ in range(4))
+    # a Unix socket's path is at most 107 bytes: a deep test folder (pytest-xdist adds one) is too long
+    sockets = tempfile.mkdtemp(prefix="weed-", dir="/tmp")
     args = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
             f"-master.port={master}", f"-master.port.grpc={master + 10000}",
             f"-volume.port={volume}", f"-volume.port.grpc={volume + 10000}",
             f"-filer.port={filer}", f"-filer.port.grpc={filer + 10000}",
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3 + 10000}", f"-s3.config={config}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed default ports otherwise; not needed
-            f"-filer.localSocket={directory}/filer.sock", f"-s3.localSocket={directory}/s3.sock",
+            f"-filer.localSocket={sockets}/filer.sock", f"-s3.localSocket={sockets}/s3.sock",
             "-master.volumeSizeLimitMB=16", "-volume.max=400", "-metricsPort=0", "-volume.preStopSeconds=0"]
     log = open(os.path.join(directory, "weed.log"), "wb")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True)
@@ -120,6 +123,7 @@ def running(directory: str) -> Iterator[Server]:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=15)
         log.close()
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _wait_writable(server: Server, deadline: float) -> None:

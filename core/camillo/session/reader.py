@@ -505,9 +505,9 @@ class Reader:
                 self.segment_problems[name] = Problem(
                     "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.batches)
-        old, self.roster = self.roster, roster
+        before, self.roster = self.roster, roster
         self.forget_erased_epochs()
-        if not extend_log_after_roster_change(self.log, self.batches, signed, old, roster, self.pending_batches):
+        if not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
             self.log = build_log(self.batches, signed, roster)
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
