@@ -217,6 +217,9 @@ class Cache:
             db.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is expected (discarded), not logged
             db.execute(f"PRAGMA key = \"x'{self._key.hex()}'\"")
             db.execute("PRAGMA temp_store = MEMORY")  # no temporary file, encrypted or not
+            # what is deleted is overwritten, in the page and in freed pages: an erased record leaves
+            # nothing behind when its rows go (spec §16.4; tests/security/test_erasure_purge.py)
+            db.execute("PRAGMA secure_delete = ON")
             db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
             db.execute("PRAGMA journal_mode = WAL").fetchone()  # the first read: a wrong key fails here
             db.execute("PRAGMA synchronous = NORMAL")  # a power cut keeps the last checkpointed commit

@@ -380,6 +380,16 @@ class State:
             db.execute("DELETE FROM vectors WHERE record IN (SELECT rowid FROM records WHERE batch = ?)", (bid,))
             db.execute("DELETE FROM records WHERE batch = ?", (bid,))
 
+    def purge(self) -> None:
+        """After records left the state for good (erasure): the full-text index is rewritten without
+        them (its segments kept their words until merged), committed, and the write-ahead log,
+        whose frames may hold earlier versions of the pages, is checkpointed and truncated.  The
+        rows themselves were overwritten when deleted (the database runs with ``secure_delete``)."""
+        self.ensure_search()
+        self.db.execute("INSERT INTO search(search) VALUES('optimize')")
+        self.commit()
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
     def commit(self) -> None:
         """Make what was written durable in the local state (nothing to do in memory)."""
         self.flush()

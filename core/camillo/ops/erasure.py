@@ -341,7 +341,9 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         session.shelf.delete(name)
         deleted += 1
     changes = session.reader.changes()
-    session.reset_after_erasure()
+    # the old segments are gone and their batches live on, sealed again without the erased records:
+    # both are forgotten, so that the state's rows are deleted (overwritten) and read again from the new
+    session.after_erasure([*old_segments, *(name for name, _, _ in new_segments)])
     chunks -= attachments.chunks_named(session)
     for name in sorted(chunks):
         session.shelf.delete(name)

@@ -134,14 +134,20 @@ class Session:
         self.refused_slots = refused
         self.refresh()
 
-    def reset_after_erasure(self) -> None:
-        """Erasure destroyed keys and segments: forget everything read with them and read the
-        vault again; the local state of the old state is deleted and starts again empty (spec
-        §16.4, "devices purge caches")."""
-        self.reset_reading()
+    def after_erasure(self, segments: Sequence[str]) -> None:
+        """This device erased: ``segments`` are those it deleted and those it wrote in their place,
+        holding the same batches without the erased records.  Their batches leave the local state
+        (overwritten, not only unlinked: the database deletes securely), the keys are read again
+        under the rolled master secret, the new segments are read again, and the full-text index
+        and the write-ahead log are purged (spec §16.4, "devices purge caches").  What else was
+        read stays: the cost is the erased epochs', not the vault's."""
+        self.reader.forget_segments(segments)
         self.reader.forget_cached_roster()
-        self.refresh()
-        self.update_memory()
+        self.refused_slots = set()
+        self.known_slot_files = None
+        self.reread_keys()
+        self.reader.settle(force=True)
+        self.reader.materialized.purge()
 
     # ------------------------------------------------------------------------------ compartments
 

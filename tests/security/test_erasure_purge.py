@@ -1,0 +1,69 @@
+"""Erasure purges the erasing device's local state, page by page (spec §16.4, "devices purge caches").
+
+The local state database is SQLCipher: scanning its file for plaintext proves nothing, since every
+page is encrypted.  These tests decrypt every page of the database and of its write-ahead log with
+the device's own state key (as a thief holding the laptop and its keychain could) and look for the
+erased text, in live rows, in the free space of pages and in free pages alike.  Before the erasure
+the same scan finds it (the check is not vacuous).
+"""
+
+from __future__ import annotations
+
+import os
+
+from camillo import NewRecord
+from camillo.search import HashingEmbedder
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+PAGE = 4096
+RESERVE = 80  # SQLCipher 4: a 16-byte IV and a 64-byte HMAC at the end of every page
+SECRET = "zyxwvut diagnosis of the quarrelsome kidney"
+TOKEN = b"quarrelsome"
+
+
+def _decrypt_page(page: bytes, key: bytes, first: bool) -> bytes:
+    iv = page[PAGE - RESERVE:PAGE - RESERVE + 16]
+    start = 16 if first else 0  # page 1 begins with the salt, in the clear
+    decryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
+    return decryptor.update(page[start:PAGE - RESERVE]) + decryptor.finalize()
+
+
+def decrypted(path: str, key: bytes) -> bytes:
+    """Every page of the state database and of its write-ahead log, decrypted."""
+    out = []
+    if os.path.exists(path):
+        data = open(path, "rb").read()
+        out += [_decrypt_page(data[i:i + PAGE], key, i == 0) for i in range(0, len(data) - PAGE + 1, PAGE)]
+    wal = path + "-wal"
+    if os.path.exists(wal):
+        data = open(wal, "rb").read()
+        for i in range(32, len(data) - 24 - PAGE + 1, 24 + PAGE):  # a 32-byte header, then 24-byte frame headers
+            number = int.from_bytes(data[i:i + 4], "big")
+            out.append(_decrypt_page(data[i + 24:i + 24 + PAGE], key, number == 1))
+    return b"".join(out)
+
+
+def test_the_erasing_device_keeps_no_page_of_the_erased_text(new_vault):
+    _, vault, _ = new_vault
+    words = ["garden", "basil", "train", "coffee", "jazz", "record"]
+    for i in range(12):  # enough rows, index segments and merges that freed pages exist
+        vault.append([NewRecord(type="message", conversation=f"c{i % 3}", role="user",
+                                text=" ".join(words[(i + j) % 6] for j in range(40)))])
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text=SECRET)])
+    secret = next(r.id for r in vault.timeline() if r.text == SECRET)
+    assert vault.search("quarrelsome")  # the full-text index holds it
+    vault.semantic_search("kidney", HashingEmbedder(64))  # and a vector
+    vault.session.reader.settle(force=True)
+    cache = vault.session.cache
+    assert cache is not None
+    assert TOKEN in decrypted(cache.path, cache._key), "the scan does not see the state's plaintext"
+
+    vault.erase([secret], reauth=None)
+    vault.session.reader.settle(force=True)
+    cache = vault.session.cache  # the erasing device's key changed: so did its state's
+    assert cache is not None
+    plain = decrypted(cache.path, cache._key)
+    assert len(plain) > 10 * PAGE
+    assert TOKEN not in plain and b"zyxwvut" not in plain, "the erased text is still in the local state"
+    assert vault.search("quarrelsome") == [] and vault.search("garden")
+    vault.lock()
