@@ -256,6 +256,7 @@ def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | 
 class MaterializeResult:
     keys: set[tuple[bytes, str]] = field(default_factory=set)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    scrubbed: int = 0  # copies of erased records whose content was removed (the caller purges)
 
 
 class State:
@@ -444,6 +445,9 @@ class State:
                 for rid, batch, writer, author, kind, klass, key, raw in rows])
             return result
 
+        # 0. An erased record keeps no content here, whatever copy it came from (read before the
+        #    erasure, or from a segment another device's erasure has not reached yet, §16.10).
+        result.scrubbed = self._scrub(erased_targets)
         # 1. Static validity of every record: batch accepted and authority rules that need only
         #    the record and its writer.
         updates: list[tuple[int, str | None, int | None, bytes]] = []  # valid, reason, effective, id
@@ -491,6 +495,30 @@ class State:
         # 4. Facts.
         result.keys = self._compute_facts(views)
         return result
+
+    def _scrub(self, targets: set[bytes]) -> int:
+        """Remove what erased records' rows still hold (text, bytes, key, type, ...), their index
+        entries and vectors: the row stays, as any erased record's does (the database overwrites
+        what it deletes).  Returns how many rows were scrubbed."""
+        db, ids = self.db, sorted(targets)
+        rows: list[int] = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows += [r for (r,) in db.execute(
+                f"SELECT rowid FROM records WHERE id IN ({','.join('?' * len(chunk))}) AND "
+                "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", chunk)]
+        if not rows:
+            return 0
+        self.ensure_search()
+        self.vector_cache = None
+        marks = [(r,) for r in rows]
+        db.executemany("DELETE FROM search WHERE rowid = ?", marks)
+        db.executemany("DELETE FROM vectors WHERE record = ?", marks)
+        db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)
+        db.executemany("UPDATE records SET author = NULL, kind = NULL, type = NULL, key = NULL, class = NULL, "
+                       "effective = NULL, ts = NULL, conversation = NULL, role = NULL, text = NULL, raw = NULL, "
+                       "has_refs = 0, erased = 1, import_key = NULL WHERE rowid = ?", marks)
+        return len(rows)
 
     @staticmethod
     def _memory_writers(writers: set[bytes] | frozenset[bytes], views: dict[bytes, BatchView]) -> set[bytes]:

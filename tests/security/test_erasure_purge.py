@@ -67,3 +67,34 @@ def test_the_erasing_device_keeps_no_page_of_the_erased_text(new_vault):
     assert TOKEN not in plain and b"zyxwvut" not in plain, "the erased text is still in the local state"
     assert vault.search("quarrelsome") == [] and vault.search("garden")
     vault.lock()
+
+
+def test_a_copy_of_an_erased_record_keeps_no_content_in_the_state(new_vault):
+    """A copy of an erased record can still be read here (a segment under a live epoch that another
+    device's erasure has not reached yet, spec §16.10): the state marks it erased and keeps nothing
+    of it, in the row, the index, the vectors or any page."""
+    from types import SimpleNamespace
+
+    _, vault, _ = new_vault
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text="ordinary garden talk")])
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text=SECRET)])
+    secret = next(r.id for r in vault.timeline() if r.text == SECRET)
+    vault.semantic_search("kidney", HashingEmbedder(64))
+    session = vault.session
+    state, roster = session.materialized, session.roster
+    erasure = SimpleNamespace(targets={secret}, compartment_id=state.record_location(secret)[1], epochs=set())
+    roster.erasures = {b"e" * 32: erasure}  # as the roster has it once the other device's ERASE arrives
+    result = state.materialize(roster, session.log, session.batches)
+    assert result.scrubbed == 1
+    row = state.db.execute("SELECT raw, text, key, type, erased, valid FROM records WHERE id = ?", (secret,)).fetchone()
+    assert row == (None, None, None, None, 1, 0)
+    assert state.db.execute("SELECT count(*) FROM search WHERE search MATCH 'quarrelsome'").fetchone()[0] == 0
+    assert state.materialize(roster, session.log, session.batches).scrubbed == 0  # once
+    session.reader.dirty = True
+    session.reader.settle(force=True)
+    state.purge()
+    cache = session.cache
+    assert cache is not None
+    plain = decrypted(cache.path, cache._key)
+    assert b"ordinary garden" in plain and TOKEN not in plain and b"zyxwvut" not in plain
+    vault.lock()

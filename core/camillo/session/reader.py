@@ -528,7 +528,9 @@ class Reader:
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
-        self.settle()
+        self.settle(force=bool(result.scrubbed))
+        if result.scrubbed:  # copies of erased records lost their content: nothing of it stays on disk
+            self.materialized.purge()
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
