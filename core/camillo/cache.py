@@ -15,9 +15,11 @@ every :data:`COMMIT_AGE` seconds and on close, so a crash (kill -9, power loss) 
 commit: an older but consistent state, from which the next open reads what is new in the folder.
 
 It is disposable: deleting it loses nothing.  A database that does not open (another vault or another
-actor: the key does not match; tampering: a page's HMAC fails; an older format) or that belongs to an
-older master-secret generation (erasure rolls the generation and requires caches to be purged) is
-deleted and rebuilt from the vault's files, never trusted over them.  A damaged page met later, during
+actor: the key does not match; tampering: a page's HMAC fails; an older format) is deleted and rebuilt
+from the vault's files, never trusted over them.  One saved under an older master-secret generation is
+kept: nothing in it depends on the master secret; what a new erasure removed is scrubbed from it
+(``State._scrub``, the database deletes securely), and if an erasure it was purged for is no longer
+in the folder (a rollback, an older copy) it is rebuilt (``Reader.recompute``).  A damaged page met later, during
 a query, raises :class:`~camillo.errors.DamagedFile` and the database is deleted (see
 :func:`is_damage`).  One process at a time keeps an actor's database (an exclusive lock beside it); a
 second process of the same installation works in memory instead.
@@ -163,9 +165,14 @@ class Cache:
                 meta = dict(db.execute("SELECT key, value FROM cache_meta").fetchall())
                 if encoding.decode(meta.get("format", b"\x00")) != FORMAT or meta.get("vault") != self.vault_id:
                     self.problem = "the local state was of an older version and is rebuilt"
-                elif encoding.decode(meta.get("generation", b"\x00")) != generation:
+                elif encoding.decode(meta.get("generation", b"\x00")) != generation and "erasures" not in meta:
+                    # an older version's state, saved before the keys rolled: it may hold what an
+                    # erasure removed, and does not say which erasures it was purged for
                     self.problem = "the vault's keys changed since the local state was saved: it is rebuilt"
                 else:
+                    # also after a roll of the master secret (another device changed a credential,
+                    # revoked or erased): the reader reads what changed, scrubs what an erasure
+                    # removed, and rebuilds if an erasure it was purged for is gone
                     return db, True
             except (sqlite.DatabaseError, ValueError, TypeError, DamagedFile):
                 self.problem = "the local state did not open (damaged, or not this installation's) and is rebuilt"

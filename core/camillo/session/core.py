@@ -127,12 +127,15 @@ class Session:
         self.update_memory()
 
     def adopt_master_secret(self, vms: bytes, generation: int) -> None:
-        """Read everything again under this master secret (keys below it are derived again)."""
-        refused = self.refused_slots
+        """Another device rolled the master secret (a credential change, a revocation, an erasure):
+        the keys below it are derived again from the envelopes and the folder is read for what
+        changed.  What was read stays, as it does not depend on the master secret: an erasure's
+        re-sealed batches come back from their new segments, the epochs it destroyed are
+        forgotten, and the erased records keep no content in the state (``State._scrub``)."""
         self.keyring.set_master(vms, generation)
-        self.reset_reading()
-        self.refused_slots = refused
-        self.refresh()
+        self.known_slot_files = None
+        self.keychain_problem = ""
+        self.reread_keys()
 
     def after_erasure(self, segments: Sequence[str]) -> None:
         """This device erased: ``segments`` are those it deleted and those it wrote in their place,

@@ -87,6 +87,9 @@ class Reader:
         # that only adds, replaces or revokes principals re-checks only their records
         self.roster_snapshot: tuple[bytes, dict[bytes, Any]] | None = None
         self.last_accepted: set[bytes] = set()
+        # the ERASE records the state was purged for: one of them missing from the folder (a rollback,
+        # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
+        self.erasures_seen: frozenset[bytes] = frozenset()
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
@@ -176,6 +179,7 @@ class Reader:
         self.segment_batches = seg_map
         self.segment_epochs = seg_epochs
         self.roster_fingerprint = meta.get("roster", b"")
+        self.erasures_seen = frozenset(encoding.decode(meta["erasures"])) if "erasures" in meta else frozenset()
         self.last_accepted = accepted
         self.dirty = self.flags_all = False
         self.flags_new = set()
@@ -211,7 +215,8 @@ class Reader:
                 v.stored_flags = bits
         db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
-                       [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation))])
+                       [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
+                        ("erasures", encoding.encode(sorted(self.erasures_seen)))])
         self.flags_all, self.flags_new = False, set()
 
     # ------------------------------------------------------------------------------ reading
@@ -505,6 +510,12 @@ class Reader:
                 self.segment_problems[name] = Problem(
                     "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.batches)
+        erasures = frozenset(roster.erasures)
+        if self.erasures_seen - erasures:  # the state was purged for an erasure this folder does not hold
+            self.reset()
+            self.refresh()
+            return
+        self.erasures_seen = erasures
         before, self.roster = self.roster, roster
         self.forget_erased_epochs()
         if not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
