@@ -34,6 +34,7 @@ from . import encoding
 from .cache import SCHEMA, Connection, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
+from .erased import scrub
 from .facts import FactRow, decide
 from .facts import binds as binds_rule
 from .log import CausalLog, precedes
@@ -381,16 +382,6 @@ class State:
             db.execute("DELETE FROM vectors WHERE record IN (SELECT rowid FROM records WHERE batch = ?)", (bid,))
             db.execute("DELETE FROM records WHERE batch = ?", (bid,))
 
-    def purge(self) -> None:
-        """After records left the state for good (erasure): the full-text index is rewritten without
-        them (its segments kept their words until merged), committed, and the write-ahead log,
-        whose frames may hold earlier versions of the pages, is checkpointed and truncated.  The
-        rows themselves were overwritten when deleted (the database runs with ``secure_delete``)."""
-        self.ensure_search()
-        self.db.execute("INSERT INTO search(search) VALUES('optimize')")
-        self.commit()
-        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-
     def commit(self) -> None:
         """Make what was written durable in the local state (nothing to do in memory)."""
         self.flush()
@@ -447,7 +438,7 @@ class State:
 
         # 0. An erased record keeps no content here, whatever copy it came from (read before the
         #    erasure, or from a segment another device's erasure has not reached yet, §16.10).
-        result.scrubbed = self._scrub(erased_targets)
+        result.scrubbed = scrub(self, erased_targets)
         # 1. Static validity of every record: batch accepted and authority rules that need only
         #    the record and its writer.
         updates: list[tuple[int, str | None, int | None, bytes]] = []  # valid, reason, effective, id
@@ -495,30 +486,6 @@ class State:
         # 4. Facts.
         result.keys = self._compute_facts(views)
         return result
-
-    def _scrub(self, targets: set[bytes]) -> int:
-        """Remove what erased records' rows still hold (text, bytes, key, type, ...), their index
-        entries and vectors: the row stays, as any erased record's does (the database overwrites
-        what it deletes).  Returns how many rows were scrubbed."""
-        db, ids = self.db, sorted(targets)
-        rows: list[int] = []
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            rows += [r for (r,) in db.execute(
-                f"SELECT rowid FROM records WHERE id IN ({','.join('?' * len(chunk))}) AND "
-                "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", chunk)]
-        if not rows:
-            return 0
-        self.ensure_search()
-        self.vector_cache = None
-        marks = [(r,) for r in rows]
-        db.executemany("DELETE FROM search WHERE rowid = ?", marks)
-        db.executemany("DELETE FROM vectors WHERE record = ?", marks)
-        db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)
-        db.executemany("UPDATE records SET author = NULL, kind = NULL, type = NULL, key = NULL, class = NULL, "
-                       "effective = NULL, ts = NULL, conversation = NULL, role = NULL, text = NULL, raw = NULL, "
-                       "has_refs = 0, erased = 1, import_key = NULL WHERE rowid = ?", marks)
-        return len(rows)
 
     @staticmethod
     def _memory_writers(writers: set[bytes] | frozenset[bytes], views: dict[bytes, BatchView]) -> set[bytes]:

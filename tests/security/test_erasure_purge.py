@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from camillo import NewRecord
+from camillo.erased import purge
 from camillo.search import HashingEmbedder
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -92,7 +93,7 @@ def test_a_copy_of_an_erased_record_keeps_no_content_in_the_state(new_vault):
     assert state.materialize(roster, session.log, session.batches).scrubbed == 0  # once
     session.reader.dirty = True
     session.reader.settle(force=True)
-    state.purge()
+    purge(state)
     cache = session.cache
     assert cache is not None
     plain = decrypted(cache.path, cache._key)

@@ -27,6 +27,7 @@ from ..cache import Cache, DatabaseError, is_damage
 from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
+from ..erased import purge
 from ..errors import (
     AccessDenied,
     DamagedFile,
@@ -150,7 +151,7 @@ class Session:
         self.known_slot_files = None
         self.reread_keys()
         self.reader.settle(force=True)
-        self.reader.materialized.purge()
+        purge(self.reader.materialized)
 
     # ------------------------------------------------------------------------------ compartments
 

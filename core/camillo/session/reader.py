@@ -27,6 +27,7 @@ from ..cache import Cache, Connection, DatabaseError
 from ..changes import Changes
 from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
+from ..erased import purge
 from ..errors import StorageError, VaultError
 from ..log import CausalLog, build_log, extend_log, extend_log_after_roster_change
 from ..names import kind_of
@@ -541,7 +542,7 @@ class Reader:
         self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
         self.settle(force=bool(result.scrubbed))
         if result.scrubbed:  # copies of erased records lost their content: nothing of it stays on disk
-            self.materialized.purge()
+            purge(self.materialized)
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while

@@ -1,0 +1,67 @@
+"""What an erasure leaves in the local state, and how it is taken out (spec §16.4, §18.3).
+
+* :func:`scrub`: the rows of erased records that still hold content (a copy read before the
+  erasure, or from a segment under a live epoch that another device's erasure has not reached
+  yet, §16.10) lose it: text, bytes, key, type and the rest, their full-text entries and semantic
+  vectors.  The row stays, as any erased record's does.
+* :func:`purge`: afterwards, the full-text index is rewritten without the erased words (FTS5 keeps
+  them in its segments until they are merged) and the write-ahead log, whose frames may hold
+  earlier versions of pages, is checkpointed and truncated.
+
+What is deleted is overwritten: the local state database runs with ``secure_delete``
+(:mod:`camillo.cache`).  ``tests/security/test_erasure_purge.py`` decrypts every page to check.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .cache import Connection
+
+
+class State(Protocol):
+    """What of :class:`camillo.state.State` this needs (the state imports this module)."""
+
+    vector_cache: object | None
+
+    @property
+    def db(self) -> Connection: ...
+
+    def ensure_search(self) -> None: ...
+
+    def commit(self) -> None: ...
+
+
+def scrub(state: State, targets: set[bytes]) -> int:
+    """Remove what erased records' rows still hold; returns how many rows were scrubbed (the
+    caller then commits and :func:`purge`\\ s)."""
+    db, ids = state.db, sorted(targets)
+    rows: list[int] = []
+    for i in range(0, len(ids), 500):
+        chunk = ids[i:i + 500]
+        rows += [r for (r,) in db.execute(
+            f"SELECT rowid FROM records WHERE id IN ({','.join('?' * len(chunk))}) AND "
+            "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", chunk)]
+    if not rows:
+        return 0
+    state.ensure_search()
+    state.vector_cache = None
+    marks = [(r,) for r in rows]
+    db.executemany("DELETE FROM search WHERE rowid = ?", marks)
+    db.executemany("DELETE FROM vectors WHERE record = ?", marks)
+    db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)
+    db.executemany("UPDATE records SET author = NULL, kind = NULL, type = NULL, key = NULL, class = NULL, "
+                   "effective = NULL, ts = NULL, conversation = NULL, role = NULL, text = NULL, raw = NULL, "
+                   "has_refs = 0, erased = 1, import_key = NULL WHERE rowid = ?", marks)
+    return len(rows)
+
+
+def purge(state: State) -> None:
+    """After records left the state for good: rewrite the full-text index without them, commit,
+    and checkpoint and truncate the write-ahead log."""
+    state.ensure_search()
+    state.db.execute("INSERT INTO search(search) VALUES('optimize')")
+    state.commit()
+    state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
