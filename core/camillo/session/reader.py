@@ -238,10 +238,13 @@ class Reader:
             self.incomplete.discard(name)
             self.segment_problems.pop(name, None)
         retry = [n for n in self.incomplete if n in names]  # still syncing: look again
-        new_keys = self.read_envelopes(sorted({n for n in (*added, *retry) if kind_of(n) == "envelope"}))
+        # (cheap tests first: after a key change every name of the folder comes here again)
+        new_keys = self.read_envelopes(sorted({n for n in (*added, *retry) if n.startswith("env/")
+                                               and kind_of(n) == "envelope"}))
         new_batches: list[bytes] = []
-        todo = sorted({n for n in (*added, *retry) if kind_of(n) == "segment"
-                       and (n not in self.segment_batches or n in self.unreadable)})
+        known, unreadable = self.segment_batches, self.unreadable
+        todo = sorted({n for n in (*added, *retry) if (n not in known or n in unreadable)
+                       and kind_of(n) == "segment"})
         last_report = 0.0
         for done, name in enumerate(todo):
             if self.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
