@@ -203,12 +203,10 @@ class BatchView:
     signed: bool = False
     vouched: bool = False  # accepted on a COMPACTION record's signature (spec §16)
     sig_ok: bool = False  # the batch signature verified once (a writer id is bound to one key)
-    # plain attributes, not properties: the roster and the log read them for every batch
-    id: bytes = field(init=False, repr=False)
+    id: bytes = field(init=False, repr=False)  # attributes, not properties: read for every batch
     header: BatchHeader = field(init=False, repr=False)
     has_control: bool = field(init=False, repr=False)
-    # the local state's copy of (sig_ok, vouched, accepted) as bits 0-2; -1: not written yet
-    stored_flags: int = field(default=-1, repr=False, compare=False)
+    stored_flags: int = field(default=-1, repr=False, compare=False)  # the local state's (sig_ok, vouched, accepted)
 
     def __post_init__(self) -> None:
         self.id = self.batch.id
@@ -441,8 +439,7 @@ class _Builder:
     ) -> None:
         self.r = Roster(vault_id)
         self.views = views
-        # the batches with control records (by id) and the others, the same in every round
-        self.partition: tuple[list[BatchView], list[BatchView]] | None = None
+        self.partition: tuple[list[BatchView], list[BatchView]] | None = None  # (control by id, others)
         self.excluded = excluded
         self.prior = prior  # revocations found by the previous round
         self.applied: set[bytes] = set()
@@ -495,8 +492,7 @@ class _Builder:
         if self.partition is None:
             self.partition = (sorted((v for v in self.views.values() if v.has_control), key=lambda v: v.id),
                               [v for v in self.views.values() if not v.has_control])
-        control_all, plain = self.partition
-        excluded = self.excluded
+        (control_all, plain), excluded = self.partition, self.excluded
         control_views = [v for v in control_all if v.id not in excluded]
         other = [v for v in plain if v.id not in excluded] if excluded else plain
         changed = True
@@ -515,17 +511,12 @@ class _Builder:
             if m.kind == Kind.COMPACTION and m.signer not in self.prior:
                 vouched |= m.batches
         principals = self.r.principals
-        for view in other:
-            if view.signed:
-                continue
+        for view in other:  # verified once under its writer's key: no call (a million batches)
             if view.sig_ok and view.header.writer_id in principals:
-                # verified once under this writer's key (a writer id is bound to one key): the
-                # common case of a million batches, without a call each
-                view.vouched = False
-                view.signed = True
-                continue
-            view.vouched = view.id in vouched and not view.sig_ok
-            self._try_sign(view)
+                view.vouched, view.signed = False, True
+            elif not view.signed:
+                view.vouched = view.id in vouched and not view.sig_ok
+                self._try_sign(view)
 
     def _try_sign(self, view: BatchView) -> bool:
         wid = view.header.writer_id
