@@ -238,7 +238,7 @@ class Corpus:
         installations' local state is made what building it now would leave (the vault is unchanged)."""
         from camillo.cache import FORMAT
 
-        if fx.meta.get("state_format") == FORMAT:
+        if fx.meta.get("state_format") == FORMAT and self._has_state_db(fx):
             return
         self.say(f"making the local state of the {fx.name} corpus current (format {FORMAT})")
         if fx.name == "reopen":  # the desktop's state predates the laptop's batches: loose's, copied
@@ -257,6 +257,16 @@ class Corpus:
         fx.meta["state_format"] = FORMAT
         with open(meta_path, "w") as fh:
             json.dump(fx.meta, fh, indent=1)
+
+    @staticmethod
+    def _has_state_db(fx: Fixture) -> bool:
+        """The desktop installation holds a local state database (a fixture recorded as current
+        could still hold only the sealed image of earlier versions: every "warm" open of it was a
+        cold one)."""
+        home = os.path.join(fx.root, "A", "homes", "desktop") if fx.name == "merge" else fx.homes["desktop"]
+        if not os.path.isdir(os.path.join(home, "cache")):
+            return True  # no installation keeps a local state in this fixture
+        return any("state.db" in files for _d, _s, files in os.walk(os.path.join(home, "cache")))
 
     # -- builders
 
