@@ -402,12 +402,13 @@ class State:
 
     def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView],
                     affected: set[bytes] | None = None, writers: set[bytes] | frozenset[bytes] = frozenset(),
-                    ) -> MaterializeResult:
+                    erasing: bool = False) -> MaterializeResult:
         """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
         the per-record checks to the records of those batches (new ones, and those whose acceptance
         changed) and of ``writers`` (principals the roster added, replaced or revoked; CONFIRMs are
         then checked again too, since they depend on who the owners are); None re-checks every
-        record (the genesis or the erasures changed)."""
+        record (the genesis changed, or an erasure went away).  ``erasing``: erasures were added
+        and the batches holding what they name are in ``affected``: the general path (it scrubs)."""
         self.flush()
         self._roster = roster
         self._views = views
@@ -421,9 +422,9 @@ class State:
         # A changed principal that wrote no memory record (a replaced passphrase, a revoked recovery
         # phrase, a new device) changes no record's validity, class, reference or fact.
         writers = self._memory_writers(writers, views)
-        if affected is not None and not affected and not writers:
+        if affected is not None and not affected and not writers and not erasing:
             return result  # the same roster, no batch read or accepted since: nothing can have moved
-        if affected is not None and not writers and self._only_inert(affected, views):
+        if affected is not None and not writers and not erasing and self._only_inert(affected, views):
             # New plain notes (messages) and control records that no record refers to: nothing but
             # their own validity can change, so the reference, hiding and fact passes (which scale
             # with the vault) are skipped.
@@ -738,6 +739,15 @@ class State:
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
         return self._view(row) if row else None
+
+    def batches_holding(self, record_ids: Iterable[bytes]) -> set[bytes]:
+        """The batches the state holds these records under."""
+        ids, out = sorted(record_ids), set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out |= {b for (b,) in self.db.execute(
+                f"SELECT DISTINCT batch FROM records WHERE id IN ({','.join('?' * len(chunk))})", chunk)}
+        return out
 
     def record_by_rowid(self, rowid: int) -> RecordView | None:
         """The record the state stores under this row (semantic vectors name records so)."""

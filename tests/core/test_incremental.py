@@ -369,3 +369,39 @@ def test_credential_changes_skip_the_vault_scale_passes_and_match(new_vault, tmp
     assert reference_passes["n"] >= 1
     with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
         assert fingerprint(vault) == fingerprint(fresh)
+
+
+def test_an_erasure_rechecks_only_what_it_erased_and_matches(new_vault, reference_passes):
+    """An erasure adds an ERASE: the batches holding what it names are judged again (and the
+    references and facts), not every record; the result equals a full recomputation, including a
+    plain note erased (the O(new) pass for notes must not keep it valid)."""
+    from camillo.state import State
+
+    path, vault, _ = new_vault
+    for i in range(30):  # an older epoch, which the erasure does not touch
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"old garden note {i}")])
+    vault.create_grant("planner", {"personal": "read"}, os.path.join(os.path.dirname(path), "planner.grant"))
+    vault.revoke("planner")  # a new epoch of personal
+    for i in range(4):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
+    note = next(r.id for r in vault.timeline() if r.text == "garden note 3")
+    fact = next(r.id for r in vault.timeline() if r.key == "user/city")
+    checked: list[int] = []
+    real = State._static_check
+
+    def counting(self, *args):
+        checked.append(1)
+        return real(self, *args)
+
+    import pytest as _pytest
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setattr(State, "_static_check", counting)
+        vault.erase([note])
+    assert 0 < len(checked) < 20, f"{len(checked)} of 35 records judged again for one erasure"
+    assert fingerprint(vault) == from_scratch(path)
+    assert note not in {r.id for r in vault.timeline()}
+    vault.erase([fact])
+    assert fingerprint(vault) == from_scratch(path)
+    assert "user/city" not in {f.key for f in vault.facts()}

@@ -146,7 +146,6 @@ class Session:
         and the write-ahead log are purged (spec §16.4, "devices purge caches").  What else was
         read stays: the cost is the erased epochs', not the vault's."""
         self.reader.forget_segments(segments)
-        self.reader.forget_cached_roster()
         self.refused_slots = set()
         self.known_slot_files = None
         self.reread_keys()

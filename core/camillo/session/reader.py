@@ -527,15 +527,23 @@ class Reader:
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()
+        erasing = False
         affected: set[bytes] | None = self.pending_batches | (self.log.accepted ^ self.last_accepted)
         if fingerprint != self.roster_fingerprint:
             old = self.roster_snapshot
-            if old is None or old[0] != global_fp:
+            only_new_erasures = (before.genesis is not None and roster.genesis is not None
+                                 and before.genesis.id == roster.genesis.id and before.erasures.keys() <= roster.erasures.keys())
+            if old is None or (old[0] != global_fp and not only_new_erasures):
                 affected = None  # everything is checked again
             else:  # principals added, replaced or revoked (acceptance changes are in ``affected``)
+                if old[0] != global_fp:  # erasures added: the batches holding what they erase are checked again
+                    targets = {t for k, e in roster.erasures.items() if k not in before.erasures for t in e.targets}
+                    affected = (affected or set()) | self.materialized.batches_holding(targets)
+                    erasing = True
                 writers = {w for w in old[1].keys() | roster.principals.keys()
                            if old[1].get(w) != roster.principals.get(w)}
-        result = self.materialized.materialize(roster, self.log, self.batches, affected, writers=writers)
+        result = self.materialized.materialize(roster, self.log, self.batches, affected, writers=writers,
+                                               erasing=erasing)
         self.roster_snapshot = (global_fp, dict(roster.principals))
         self.roster_fingerprint = fingerprint
         self.last_accepted = set(self.log.accepted)
