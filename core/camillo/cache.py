@@ -89,6 +89,7 @@ CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS
 CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
 CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
 CREATE INDEX IF NOT EXISTS records_unlisted ON records(kind) WHERE valid = 0 OR hidden = 1;
+CREATE INDEX IF NOT EXISTS records_attachments ON records(valid) WHERE type = 'attachment';
 CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
 CREATE INDEX IF NOT EXISTS refs_record ON refs(record);

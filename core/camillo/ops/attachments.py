@@ -238,7 +238,7 @@ def attachment_bytes(session: Session, rid: bytes, limit: int) -> tuple[StoredFi
 def chunks_named(session: Session, record_ids: set[bytes] | None = None) -> set[str]:
     """The chunk files named by the live attachment records (or by ``record_ids`` among them)."""
     out: set[str] = set()
-    for rid, raw in session.materialized.raw_records_of_type("attachment"):
+    for rid, raw in session.materialized.raw_attachment_records():
         if record_ids is not None and rid not in record_ids:
             continue
         rec = validated_record(raw, rid)
@@ -254,7 +254,7 @@ def attachments_of(session: Session, record_ids: set[bytes]) -> set[bytes]:
     """The live attachment records that belong to (``of``) one of these records: an erasure takes them
     along."""
     out = set()
-    for rid, raw in session.materialized.raw_records_of_type("attachment"):
+    for rid, raw in session.materialized.raw_attachment_records():
         value = validated_record(raw, rid).fields.get(F.VALUE)
         of = value.get("of") if isinstance(value, dict) else None
         if isinstance(of, str) and len(of) == 64 and bytes.fromhex(of) in record_ids:

@@ -148,9 +148,11 @@ class Session:
         self.reader.forget_segments(segments)
         self.refused_slots = set()
         self.known_slot_files = None
+        self.reader.purged = False
         self.reread_keys()
-        self.reader.settle(force=True)
-        purge(self.reader.materialized)
+        if not self.reader.purged:  # (the recomputation purges when it scrubbed something)
+            self.reader.settle(force=True)
+            purge(self.reader.materialized)
 
     # ------------------------------------------------------------------------------ compartments
 

@@ -91,6 +91,7 @@ class Reader:
         # the ERASE records the state was purged for: one of them missing from the folder (a rollback,
         # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
         self.erasures_seen: frozenset[bytes] = frozenset()
+        self.purged = False  # set when a recomputation purged the state (see camillo.erased)
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
@@ -554,6 +555,7 @@ class Reader:
         self.settle(force=bool(result.scrubbed))
         if result.scrubbed:  # copies of erased records lost their content: nothing of it stays on disk
             purge(self.materialized)
+            self.purged = True
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
