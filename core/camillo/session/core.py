@@ -255,8 +255,10 @@ class Session:
     def slot_headers(self) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:
         """Readable slot headers, and the damaged slots with the credential type they claim."""
         out, damaged = [], []
-        # a folder lists its slots directory alone (a stat when unchanged), not the whole vault
-        names = sorted(self.shelf.files_in("slots")) if isinstance(self.shelf, FolderShelf) else self.shelf.list()
+        # a plain folder lists its slots directory alone (a stat when unchanged), not the whole vault;
+        # a mirror of an object store must ask the store first (its list())
+        plain = type(self.shelf) is FolderShelf
+        names = sorted(self.shelf.files_in("slots")) if plain else self.shelf.list()
         for name in names:
             if kind_of(name) != "slot":
                 continue
