@@ -257,8 +257,9 @@ class Session:
         out, damaged = [], []
         # a plain folder lists its slots directory alone (a stat when unchanged), not the whole vault;
         # a mirror of an object store must ask the store first (its list())
-        plain = type(self.shelf) is FolderShelf
-        names = sorted(self.shelf.files_in("slots")) if plain else self.shelf.list()
+        shelf = self.shelf
+        names = (sorted(shelf.files_in("slots")) if isinstance(shelf, FolderShelf) and type(shelf) is FolderShelf
+                 else shelf.list())
         for name in names:
             if kind_of(name) != "slot":
                 continue
