@@ -18,7 +18,7 @@ It is disposable: deleting it loses nothing.  A database that does not open (ano
 actor: the key does not match; tampering: a page's HMAC fails; an older format) is deleted and rebuilt
 from the vault's files, never trusted over them.  One saved under an older master-secret generation is
 kept: nothing in it depends on the master secret; what a new erasure removed is scrubbed from it
-(``State._scrub``, the database deletes securely), and if an erasure it was purged for is no longer
+(``camillo.erased``; the database deletes securely), and if an erasure it was purged for is no longer
 in the folder (a rollback, an older copy) it is rebuilt (``Reader.recompute``).  A damaged page met later, during
 a query, raises :class:`~camillo.errors.DamagedFile` and the database is deleted (see
 :func:`is_damage`).  One process at a time keeps an actor's database (an exclusive lock beside it); a

@@ -132,7 +132,7 @@ class Session:
         the keys below it are derived again from the envelopes and the folder is read for what
         changed.  What was read stays, as it does not depend on the master secret: an erasure's
         re-sealed batches come back from their new segments, the epochs it destroyed are
-        forgotten, and the erased records keep no content in the state (``State._scrub``)."""
+        forgotten, and the erased records keep no content in the state (``camillo.erased.scrub``)."""
         self.keyring.set_master(vms, generation)
         self.known_slot_files = None
         self.keychain_problem = ""
