@@ -422,7 +422,7 @@ def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
     return struct.pack(f"<{len(vec)}b", *(max(-127, min(127, round(x * 127 / top))) for x in vec)), top / 127
 
 
-# A stored vector with what ranking needs: (int8 blob, scale, record id, ts or 0, 1 for a summary record)
+# A stored vector with what ranking needs (the Python scorer's rows)
 _VectorRow = tuple[bytes, float, int, int, int]  # vec, scale, record rowid, ts, summary
 
 
@@ -435,19 +435,9 @@ def _numpy_installed() -> bool:
     return True
 
 
-def _scores_numpy(rows: Sequence[_VectorRow], query: Sequence[float], now: float,
-                  dimension: int) -> NDArray[np.float64]:
-    """Cosine plus recency for a chunk of rows, as one matrix product (int8 vectors, float64 sums)."""
-    import numpy as np
-
-    blobs, scales, _rids, stamps, _summaries = zip(*rows)
-    matrix = np.frombuffer(b"".join(blobs), dtype=np.int8).reshape(len(rows), dimension)
-    return _scores_arrays(matrix, np.asarray(scales, dtype=np.float64), np.asarray(stamps, dtype=np.float64),
-                          np.asarray(query, dtype=np.float64), now)
-
-
 def _scores_arrays(matrix: NDArray[np.int8], scales: NDArray[np.float64], stamps: NDArray[np.float64],
                    query: NDArray[np.float64], now: float) -> NDArray[np.float64]:
+    """Cosine plus recency for a chunk of vectors, as one matrix product (int8 vectors, float64 sums)."""
     import numpy as np
 
     days = np.maximum(0.0, (now - np.where(stamps != 0, stamps, now)) / 86400)
@@ -537,17 +527,11 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
     now = time.time() if now is None else now
     unlisted = {r for (r,) in db.execute("SELECT rowid FROM records INDEXED BY records_unlisted "
                                          "WHERE valid = 0 OR hidden = 1")}
-    for _attempt in range(3):
-        best = (_best_in_memory(state, model, dim, query, now, unlisted, limit) if use_numpy
-                else _best_streamed(state, model, dim, query, now, unlisted, limit))
-        ids = dict(db.execute(f"SELECT rowid, id FROM records WHERE rowid IN ({','.join('?' * len(best))})",
-                              [r for _, r in best]).fetchall()) if best else {}
-        orphans = [r for _, r in best if r not in ids]
-        if not orphans:
-            break
-        # vectors of records the state no longer holds (kept by an older version): drop them, score again
-        db.executemany("DELETE FROM vectors WHERE record = ?", [(r,) for r in orphans])
-        state.vector_cache = None
+    best = (_best_in_memory(state, model, dim, query, now, unlisted, limit) if use_numpy
+            else _best_streamed(state, model, dim, query, now, unlisted, limit))
+    # every vector's record is in the state (vectors leave with their rows: State.forget_batches, erased.scrub)
+    ids = dict(db.execute(f"SELECT rowid, id FROM records WHERE rowid IN ({','.join('?' * len(best))})",
+                          [r for _, r in best]).fetchall()) if best else {}
     ranked = sorted(((s, ids[r]) for s, r in best if r in ids), key=lambda x: (-x[0], x[1]))[:limit]
     views = {v.id: v for v in state.records(rid for _, rid in ranked)}
     return [(s, views[rid]) for s, rid in ranked if rid in views]

@@ -27,7 +27,6 @@ from ..cache import Cache, DatabaseError, is_damage
 from ..control import BatchView, Level, Roster, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
-from ..erased import purge
 from ..errors import (
     AccessDenied,
     DamagedFile,
@@ -142,17 +141,13 @@ class Session:
         """This device erased: ``segments`` are those it deleted and those it wrote in their place,
         holding the same batches without the erased records.  Their batches leave the local state
         (overwritten, not only unlinked: the database deletes securely), the keys are read again
-        under the rolled master secret, the new segments are read again, and the full-text index
-        and the write-ahead log are purged (spec §16.4, "devices purge caches").  What else was
+        under the rolled master secret and the new segments are read again (the full-text index and
+        the write-ahead log were purged when the erasure was read, spec §16.4).  What else was
         read stays: the cost is the erased epochs', not the vault's."""
         self.reader.forget_segments(segments)
         self.refused_slots = set()
         self.known_slot_files = None
-        self.reader.purged = False
-        self.reread_keys()
-        if not self.reader.purged:  # (the recomputation purges when it scrubbed something)
-            self.reader.settle(force=True)
-            purge(self.reader.materialized)
+        self.reread_keys()  # (the state was purged when the erasure was read: Reader.recompute)
 
     # ------------------------------------------------------------------------------ compartments
 

@@ -91,7 +91,6 @@ class Reader:
         # the ERASE records the state was purged for: one of them missing from the folder (a rollback,
         # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
         self.erasures_seen: frozenset[bytes] = frozenset()
-        self.purged = False  # set when a recomputation purged the state (see camillo.erased)
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
@@ -520,6 +519,9 @@ class Reader:
             self.reset()
             self.refresh()
             return
+        # a state that held something meets a new erasure: it is purged below, whatever order the
+        # erased record's rows left in (scrubbed here, or deleted with a segment that went away first)
+        new_erasure = bool(erasures - self.erasures_seen) and bool(self.last_accepted)
         self.erasures_seen = erasures
         before, self.roster = self.roster, roster
         self.forget_erased_epochs()
@@ -552,10 +554,9 @@ class Reader:
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
-        self.settle(force=bool(result.scrubbed))
-        if result.scrubbed:  # copies of erased records lost their content: nothing of it stays on disk
+        self.settle(force=bool(result.scrubbed or new_erasure))
+        if result.scrubbed or new_erasure:  # what was erased leaves no trace on disk either
             purge(self.materialized)
-            self.purged = True
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
