@@ -33,7 +33,7 @@ from ..changes import Changes
 from ..control import Level, owner_entry, revocation_body
 from ..credentials import Credential, CredentialKind
 from ..envelopes import EnvelopeKind
-from ..errors import UsageError, VaultError
+from ..errors import Incomplete, UsageError, VaultError
 from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
@@ -242,6 +242,24 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     target_keys = {(r.compartment_name(cid), k) for k in session.materialized.keys_of(targets)}
     chunks = attachments.chunks_named(session, targets)  # deleted at the end unless another record names them
 
+    # The affected epochs' batches without the erased records, read before anything is built or written:
+    # a segment that vanishes meanwhile (another device's erasure arriving through the sync) stops the
+    # erasure with nothing changed.
+    seen: dict[bytes, Batch] = {}
+    for name in old_segments:
+        try:
+            batches = reader.batches_of_segment(name)
+        except FileNotFoundError:
+            raise Incomplete(f"the file {name} vanished while this device was erasing (the sync service is "
+                             "bringing another device's change): nothing was erased; wait for the sync and "
+                             "erase again", file=name) from None
+        for b in batches:
+            records = tuple(None if rid in targets else raw for rid, raw in zip(b.header.records, b.records))
+            prior = seen.get(b.id)
+            if prior is not None:  # the same batch in two segments (before compaction pruned one)
+                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, records))
+            seen[b.id] = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
+
     # The erasing device rotates its key: the new key signs every new key file.
     old_actor = session.require_writer()
     new_dev = Credential.generate(CredentialKind.DEVICE)
@@ -267,15 +285,6 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         session.actor = old_actor
     epk = keys.epoch_key(secret, session.vault_id, cid, eid).public
 
-    # Re-encrypt the affected epochs' batches without the erased records.
-    seen: dict[bytes, Batch] = {}
-    for name in old_segments:
-        for b in reader.batches_of_segment(name):
-            records = tuple(None if rid in targets else raw for rid, raw in zip(b.header.records, b.records))
-            prior = seen.get(b.id)
-            if prior is not None:  # the same batch in two segments (before compaction pruned one)
-                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, records))
-            seen[b.id] = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
     new_segments = reseal(session, cid, eid, epk, list(seen.values()))
 
     signer = cred or old_actor

@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import keys, segments
 from ..changes import Changes
 from ..envelopes import EnvelopeKind
-from ..errors import VaultError
+from ..errors import Incomplete, VaultError
 from ..primitives import constant_time_equal
 from ..records import Batch, Kind
 from ..session import Session
@@ -247,6 +247,9 @@ def complete_erasures(session: Session) -> Changes:
         return Changes()
     changes = Changes()
     for _cid, targets in sorted(incomplete_erasures(session).items()):
-        report = erase(session, sorted(targets), follow_up=True)
+        try:
+            report = erase(session, sorted(targets), follow_up=True)
+        except Incomplete:  # a segment vanished meanwhile (the sync is bringing a change): the next refresh
+            continue
         changes |= report.changes
     return changes
