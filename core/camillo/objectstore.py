@@ -17,7 +17,9 @@ and, for content-addressed names, its hash) and drops what the store no longer h
 mirror as a folder; reading reads the mirror.  Writing stages the file in the mirror like a folder
 write, then ``commit`` uploads it with a conditional PUT (``If-None-Match: *``: nothing is ever
 overwritten; an object already there with the same bytes is success, with other bytes a refusal)
-and only then renames it into place locally.  Throttling and 5xx answers are retried with backoff
+and only then renames it into place locally.  Before a plain append numbers its batch, only ``slots/``
+and ``env/`` are listed (:meth:`ObjectShelf.scan_still_current`); the whole bucket is listed again when
+they changed.  Throttling and 5xx answers are retried with backoff
 (exponential backoff with jitter); truncated bodies are retried, then left "still syncing".
 
 The client library is botocore (see docs/storage.md for why): imported only when an object store
@@ -495,15 +497,16 @@ class ObjectShelf(FolderShelf):
         if mine != data:
             self._store_local(descriptor.NAME, data)
 
-    def _list_remote(self) -> dict[str, RemoteObject]:
-        """Every vault object under the prefix (all pages; the order the store lists them in does
-        not matter).  An object larger than its kind can be is refused here, before any download."""
+    def _list_remote(self, under: str = "") -> dict[str, RemoteObject]:
+        """Every vault object under the prefix, or only those in the vault directory ``under``
+        (``"env/"``) (all pages; the order the store lists them in does not matter).  An object
+        larger than its kind can be is refused here, before any download."""
         found: dict[str, RemoteObject] = {}
         others = 0
         prefix = self.store.key_prefix
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": LIST_PAGE}
+            kwargs: dict[str, Any] = {"Prefix": prefix + under, "MaxKeys": LIST_PAGE}
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call("list the vault's objects", self.client.list_objects_v2, **kwargs)
@@ -524,7 +527,8 @@ class ObjectShelf(FolderShelf):
             token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
             if not token:
                 break
-        self.others = others
+        if not under:
+            self.others = others
         return found
 
     def _check_size(self, name: str, kind: str, size: int) -> None:
@@ -697,6 +701,19 @@ class ObjectShelf(FolderShelf):
         for name in was_pending - self.pending:
             if name not in self._loose and name not in self._packed:
                 self._lose(name)
+
+    def scan_still_current(self, scanned_at: float, age: float) -> bool:
+        """As :meth:`FolderShelf.scan_still_current`, whatever the scan's age: the store lists exactly
+        the slots and envelopes the mirror holds (two small listings, where a full one grows with the
+        vault: 10 pages at 100k records).  Other writers' batches reach this device with the next
+        refresh (an open, ``camillo log``, the desktop's watch); an append does not wait for them, as
+        it does not in a folder a sync service has not brought them to yet."""
+        if self.key_files_unread():
+            return False
+        for directory in ("env", "slots"):
+            if set(self._list_remote(f"{directory}/")) != self.files_in(directory):
+                return False
+        return True
 
     def list(self) -> builtins.list[str]:
         """Every vault name, from a listing of the store made now or less than LIST_REUSE ago."""

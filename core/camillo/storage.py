@@ -255,6 +255,19 @@ class FolderShelf:
         entry = self._dirs.get(directory)
         return entry[1] if entry is not None else frozenset()
 
+    def scan_still_current(self, scanned_at: float, age: float) -> bool:
+        """Whether a plain append may number its batch on the scan made at ``scanned_at``
+        (time.monotonic()) instead of scanning again: it is younger than ``age`` seconds and no
+        envelope or slot arrived since (a key change is never missed; other writers' batches that
+        arrived meanwhile are concurrent with the append, as they would be a moment later)."""
+        return (time.monotonic() - scanned_at < age and self.unchanged("env", "slots")
+                and not self.key_files_unread())
+
+    def key_files_unread(self) -> bool:
+        """Whether a listing made since the last :meth:`changes` (``files_in``, ``list``) found an
+        envelope or slot come or go that the reader has not been told of yet."""
+        return any(n.startswith(("env/", "slots/")) for n in (*self._added, *self._removed))
+
     def unchanged(self, *directories: str) -> bool:
         """True when each of these top-level directories (``"env"``, ``"slots"``) is exactly as the
         last scan listed it: one stat each, no listing."""

@@ -220,6 +220,24 @@ def test_completing_another_devices_erasure_waits_for_a_segment_that_vanishes_me
         assert serious(lap) == []
 
 
+def test_a_passphrase_change_reads_the_folder_first(tmp_path):
+    """A session opened before another device joined, which changes the passphrase without having read
+    the folder since: its REVOKE of the old passphrase must not reject the registration that passphrase
+    signed (the new device and all its writes would vanish for every reader)."""
+    folder = str(tmp_path / "v")
+    laptop, _ = Vault.create(folder, PASSPHRASE, device_name="laptop", home=str(tmp_path / "home-laptop"))
+    with Vault.open(folder, Unlock.passphrase(PASSPHRASE), device_name="desktop",
+                    home=str(tmp_path / "home-desktop")) as desk:
+        desk.append([NewRecord(type="message", text="written on the desktop")])
+    laptop.change_passphrase("another passphrase entirely")
+    laptop.lock()
+    with Vault.open(folder, Unlock.passphrase("another passphrase entirely"), device_name="phone",
+                    home=str(tmp_path / "home-phone")) as phone:
+        assert "written on the desktop" in texts(phone)
+        assert "desktop" in {d.name for d in phone.devices()}
+        assert serious(phone) == []
+
+
 # ---------------------------------------------------------------------------------- nothing silent
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.parse
 
 import pytest
 from camillo import NewRecord, Unlock, Vault, objectstore
@@ -232,3 +233,48 @@ def test_an_open_lists_the_store_once_and_downloads_only_what_it_lacks(setup):
     assert requests("GET", listing=True) == 1, proxy.faults.log
     assert requests("GET") == 1, proxy.faults.log
     assert "m1" in texts(b)
+
+
+def test_an_append_lists_only_the_key_files_yet_never_misses_a_key_change(setup, monkeypatch):
+    """A plain append does not list the whole bucket (10 pages at 100k records): two small listings
+    (envelopes, slots) show whether a key change arrived; only then does it read the store again
+    before numbering its batch, so that it seals to the new keys."""
+    from camillo.session import writer
+
+    monkeypatch.setattr(writer, "WRITE_SCAN_AGE", 0.0)  # appends further apart than a folder's scan reuse
+    monkeypatch.setattr(objectstore, "LIST_REUSE", 0.0)  # and than a listing's (the mirror runs ahead of the reader)
+    s, proxy = setup, setup.proxy
+    b = s.device("B")
+
+    def listings() -> list[str]:
+        with proxy.lock:
+            out = []
+            for m, path, _ in proxy.faults.log:
+                if m == "GET" and "list-type=2" in path and not re.search(r"max-keys=1(&|$)", path):
+                    prefix = re.search(r"prefix=([^&]*)", path)
+                    out.append(urllib.parse.unquote(prefix.group(1)) if prefix else "")
+            return out
+
+    b.refresh()  # B reads back the slot its registration wrote
+    proxy.reset()
+    for i in range(3):
+        b.append([NewRecord(type="message", role="user", text=f"b{i}")])
+        s.write(s.a, f"a{i}")  # another writer's batches: concurrent with B's next append, read at its refresh
+    assert sorted(set(listings())) == ["v/env/", "v/slots/"], listings()
+    # A's first append after B joined found B's slot and read the store: A knows the new device
+    assert "B" in {p.name for p in s.a.session.roster.principals.values()}
+    assert "a2" not in {r.text for r in b.timeline()}
+    assert {"a0", "a1", "a2", "b0", "b1", "b2"} <= texts(b)
+
+    s.a.change_passphrase("another passphrase entirely")  # new epochs in every compartment, new envelopes
+    proxy.reset()
+    rid = b.append([NewRecord(type="message", role="user", text="after the key change")]).written[0]
+    assert "v/" in listings(), "the key change was not read before the append"
+    b.lock()
+    b = Vault.open(s.via, Unlock.passphrase("another passphrase entirely"), home=s.home("B"))  # the new keys now
+    s.open.append(b)
+    session = b.session
+    batch, cid = session.materialized.record_location(rid)
+    (segment,) = [n for n, bids in session.reader.segment_batches.items() if batch in bids]
+    assert session.reader.segment_epochs[segment] == (cid, session.roster.current_epoch(cid).epoch_id)
+    assert "after the key change" in texts(b)

@@ -37,6 +37,7 @@ from .rekey import (
     Rekey,
     apply,
     new_epochs_everywhere,
+    newest_view,
     proof_of_possession,
     roll_keyring,
 )
@@ -110,6 +111,7 @@ def replace_credential(session: Session, new: Credential, reason: str, reauth: U
     the change and nothing after.  Old data is not re-encrypted: the cost is the number of
     compartments, slots and grants, never the number of records."""
     actor = session.require_owner("changing a credential")
+    newest_view(session)
     cred = authenticate(session, reauth)
     kind = new.kind
     roster = session.roster

@@ -37,7 +37,6 @@ from ..errors import Incomplete, UsageError, VaultError
 from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
-from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import segment_name
 from ..values import Notice, ReachReport, Unlock
@@ -53,6 +52,7 @@ from .rekey import (
     envelope,
     grant_envelopes,
     new_epoch,
+    newest_view,
     proof_of_possession,
     reissue_slots,
     roll_keyring,
@@ -205,8 +205,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     targets still have a copy here, under a key it did not destroy: two devices erased concurrently,
     spec §16.10); it needs no re-authentication and is signed by this device alone."""
     session.require_owner("erasing")
-    catch_up_generation(session)  # build on the newest keys (another device's roll)
-    session.refresh()
+    newest_view(session)
     cred = None
     if not follow_up:
         require_erasure_allowed(session)

@@ -29,6 +29,7 @@ from ..primitives import RecipientKey, random_bytes, verify_signature
 from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import after_generation_roll, seal_device_key_for
+from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from .grant_trust import trust_files
 
@@ -66,6 +67,16 @@ class Rekey:
         if self.new_vms is None or self.new_generation is None:
             raise AssertionError("the keyring was not rolled")
         return keys.owner_kem(self.new_vms, self.session.vault_id, self.new_generation)
+
+
+def newest_view(session: Session) -> None:
+    """A key change builds on the newest view of the vault: another device's roll first, then every
+    file the folder (or the store) holds now.  A REVOKE rejects what the revoked credential signed
+    outside its author's frontier (spec §14.6), so a change made on a stale view would also reject what
+    this device had merely not read yet: a device that the old passphrase registered a moment before a
+    passphrase change would lose its registration and every write it made."""
+    catch_up_generation(session)
+    session.refresh()
 
 
 def active_grants(session: Session, exclude: set[bytes]) -> list[Principal]:

@@ -23,7 +23,7 @@ from ..primitives import SigningKey
 from ..session import Session
 from ..values import RevocationReport, Unlock
 from .credentials import authenticate
-from .rekey import USER_KINDS, Rekey, apply, new_epoch, new_epochs_everywhere, roll_keyring
+from .rekey import USER_KINDS, Rekey, apply, new_epoch, new_epochs_everywhere, newest_view, roll_keyring
 
 
 def find_principal(session: Session, text: str, *, what: str = "device or grant",
@@ -57,6 +57,7 @@ def find_principal(session: Session, text: str, *, what: str = "device or grant"
 
 def revoke(session: Session, subject: Principal, *, reason: str = "", reauth: Unlock | None = None) -> RevocationReport:
     actor = session.require_owner("revoking")
+    newest_view(session)
     r = session.roster
     if subject.writer_id in r.revocations:
         raise UsageError(f"{subject.name} is already revoked")

@@ -48,9 +48,10 @@ def chunks(raws: list[bytes]) -> list[list[bytes]]:
 
 
 def recently_scanned(session: Session) -> bool:
-    """The folder was scanned less than WRITE_SCAN_AGE ago and no envelope or slot arrived since."""
-    return (time.monotonic() - session.reader.scanned_at < WRITE_SCAN_AGE
-            and isinstance(session.shelf, FolderShelf) and session.shelf.unchanged("env", "slots"))
+    """The last scan may stand in for a new one (FolderShelf.scan_still_current): for a folder, it was
+    made less than WRITE_SCAN_AGE ago and no envelope or slot arrived since."""
+    shelf = session.shelf
+    return isinstance(shelf, FolderShelf) and shelf.scan_still_current(session.reader.scanned_at, WRITE_SCAN_AGE)
 
 
 def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
