@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlcipher3 import dbapi2 as sqlite  # the stdlib's sqlite3 interface over SQLCipher
 
-from . import encoding
+from . import encoding, storage
 from .errors import DamagedFile, StorageError
 from .keys import local_key
 from .storage import make_dirs_durable
@@ -44,7 +44,8 @@ from .storage import make_dirs_durable
 FORMAT = 8
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
-_SUFFIXES = ("", "-wal", "-shm", "-journal")
+_EXPORTING = ".exporting"
+_SUFFIXES = ("", "-wal", "-shm", "-journal", _EXPORTING, _EXPORTING + "-journal")
 LEGACY = "cache.bin"  # the sealed SQLite image of earlier versions, read whole at every open
 
 if TYPE_CHECKING:  # sqlcipher3 ships no type information; its interface is the stdlib's
@@ -204,15 +205,23 @@ class Cache:
         """A new database holding a copy of ``source`` (a state read in memory before this actor was
         known: a first registration), encrypted page by page on the way (``sqlcipher_export``)."""
         self._delete_files()
-        try:
+        staged = self.path + _EXPORTING  # complete before it takes the database's name: a process killed
+        try:                              # while exporting leaves no half-made database to be resumed
             make_dirs_durable(os.path.dirname(self.path), 0o700)
             source.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             source.commit()
-            source.execute("ATTACH DATABASE ? AS store KEY ?", (self.path, f"x'{self._key.hex()}'"))
+            source.execute("ATTACH DATABASE ? AS store KEY ?", (staged, f"x'{self._key.hex()}'"))
             try:
                 source.execute("SELECT sqlcipher_export('store')").fetchall()
             finally:
                 source.execute("DETACH DATABASE store")
+            fd = os.open(staged, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(staged, self.path)
+            storage.fsync_dir(os.path.dirname(self.path))
             return self._connect()
         except (OSError, sqlite.OperationalError) as exc:
             self._delete_files()

@@ -382,7 +382,7 @@ class FolderShelf:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except OSError as exc:
             self.unstage(name, tmp)
             raise self._write_error(name, exc) from None
@@ -411,7 +411,7 @@ class FolderShelf:
                 os.rename(staged, path)  # Windows: refuses an existing name; POSIX: checked just above
             else:
                 os.unlink(staged)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except FileExistsError:
             return self._settle_existing(name, path, staged, tmp)
         except FileNotFoundError:
@@ -456,7 +456,7 @@ class FolderShelf:
         path = self._path(name)
         try:
             os.unlink(path)
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -478,7 +478,8 @@ FILE_MODE = 0o600  # vault files, before the umask (spec §4.4)
 DIRECTORY_MODE = 0o700  # directories a writer creates in or for a vault, before the umask
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """Make the entries of a directory (a file created, renamed or deleted in it) survive a power cut."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -503,7 +504,7 @@ def make_dirs_durable(directory: str, mode: int = DIRECTORY_MODE) -> None:
             os.mkdir(d, mode)
         except FileExistsError:
             pass  # another process made it; its entry may not be durable yet, so fsync anyway
-        _fsync_dir(os.path.dirname(d))
+        fsync_dir(os.path.dirname(d))
 
 
 class PackShelf:

@@ -88,7 +88,7 @@ def sabotage(kind: str | None) -> None:
     if kind == "no-dir-fsync":
         import camillo.storage
 
-        camillo.storage._fsync_dir = lambda directory: None
+        camillo.storage.fsync_dir = lambda directory: None
     else:
         raise SystemExit(f"unknown sabotage {kind}")
 

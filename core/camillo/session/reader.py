@@ -171,11 +171,12 @@ class Reader:
                 seg_map[name] = list(cbor2.loads(b))
                 seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+            state = State(db)  # its schema completed where an older version lacks a table
         except (VaultError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
         self.materialized.close()
-        self.materialized = State(db)
+        self.materialized = state
         self.batches = views
         self.segment_batches = seg_map
         self.segment_epochs = seg_epochs
