@@ -21,11 +21,13 @@ A shelf is confined to the thread that uses the vault.
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
+import contextlib
 import errno
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 from .errors import (
@@ -112,6 +114,7 @@ class FolderShelf:
         self._names: set[str] = set()
         self._added: set[str] = set()
         self._removed: set[str] = set()
+        self._unsynced: set[str] | None = None  # directories to fsync once, in write_all and delete_all
 
     # -- listing
 
@@ -382,11 +385,80 @@ class FolderShelf:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            fsync_dir(directory)
+            self._sync_dir(directory)
         except OSError as exc:
             self.unstage(name, tmp)
             raise self._write_error(name, exc) from None
         return tmp
+
+    def _sync_dir(self, directory: str) -> None:
+        if self._unsynced is None:
+            fsync_dir(directory)
+        else:
+            self._unsynced.add(directory)
+
+    @contextlib.contextmanager
+    def _directories_synced_at_the_end(self) -> Iterator[None]:
+        """Within: each directory a write or deletion changed is fsynced once, on the way out (also
+        when it fails), instead of after every file."""
+        self._unsynced = set()
+        try:
+            yield
+        finally:
+            directories, self._unsynced = self._unsynced, None
+            for directory in sorted(directories):
+                try:
+                    fsync_dir(directory)
+                except OSError as exc:
+                    raise StorageError(f"cannot write to {directory}: {exc.strerror}") from None
+
+    def write_all(self, files: Sequence[tuple[str, bytes]]) -> builtins.list[str]:
+        """Write an operation's new files (a key change's envelopes and slots, an erasure's segments)
+        as :meth:`write` writes each, durable when this returns, at the cost of their own fsyncs (made
+        in parallel) and one fsync per directory, where :meth:`write` makes three fsyncs per file (a
+        key change at 1M records writes over 200 envelopes).  Returns the names written (not those
+        that already held these bytes).  If one cannot be written, none stays: the ones written are
+        deleted again and the error is raised."""
+        if len(files) < 2:
+            return [name for name, data in files if self.write(name, data)]
+        for directory in sorted({os.path.dirname(self._path(name)) for name, _ in files}):
+            make_dirs_durable(directory)  # before the threads: each made (and its parent synced) once
+        staged: builtins.list[tuple[str, str]] = []
+        written: builtins.list[str] = []
+        with self._directories_synced_at_the_end():
+            with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(files))) as pool:
+                jobs = [(name, pool.submit(self.stage, name, data)) for name, data in files]
+                failure: BaseException | None = None
+                for name, job in jobs:
+                    try:
+                        tmp = job.result()
+                    except BaseException as exc:  # the first failure is raised once all are done
+                        failure = failure or exc
+                        continue
+                    if tmp is not None:
+                        staged.append((name, tmp))
+            try:
+                if failure is not None:
+                    raise failure
+                for i, (name, tmp) in enumerate(staged):
+                    if self.commit(name, tmp):
+                        written.append(name)
+                    staged[i] = (name, "")
+            except BaseException:
+                for name, tmp in staged:
+                    if tmp:
+                        self.unstage(name, tmp)
+                for name in reversed(written):
+                    with contextlib.suppress(VaultError):
+                        self.delete(name)
+                raise
+        return written
+
+    def delete_all(self, names: Iterable[str]) -> None:
+        """:meth:`delete` each, with one fsync per directory at the end."""
+        with self._directories_synced_at_the_end():
+            for name in names:
+                self.delete(name)
 
     def commit(self, name: str, tmp: str) -> bool:
         """The second half of :meth:`write`: move the staged temp file to ``name`` **create-only**
@@ -411,7 +483,7 @@ class FolderShelf:
                 os.rename(staged, path)  # Windows: refuses an existing name; POSIX: checked just above
             else:
                 os.unlink(staged)
-            fsync_dir(directory)
+            self._sync_dir(directory)
         except FileExistsError:
             return self._settle_existing(name, path, staged, tmp)
         except FileNotFoundError:
@@ -456,7 +528,7 @@ class FolderShelf:
         path = self._path(name)
         try:
             os.unlink(path)
-            fsync_dir(os.path.dirname(path))
+            self._sync_dir(os.path.dirname(path))
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -475,6 +547,7 @@ _NO_HARD_LINKS = frozenset(e for e in (getattr(errno, n, None) for n in ("EPERM"
                            if e is not None)
 
 FILE_MODE = 0o600  # vault files, before the umask (spec §4.4)
+WRITERS = 8  # threads writing (and fsyncing) the files of one operation at once (write_all)
 DIRECTORY_MODE = 0o700  # directories a writer creates in or for a vault, before the umask
 
 

@@ -553,6 +553,34 @@ def test_commit_never_replaces_a_file_that_appeared_meanwhile(shelf, monkeypatch
     assert shelf.read(name) == data
 
 
+def test_write_all_syncs_each_directory_once_and_leaves_nothing_on_failure(shelf, monkeypatch):
+    """An operation's many files (a key change's envelopes): each file fsynced, each directory once at
+    the end (three fsyncs per file before); if one cannot be written, none of them stays."""
+    entries = [seg_entry(100 + i, 512) for i in range(24)]
+    dirs = {os.path.dirname(n) for n, _ in entries}
+    for d in dirs:
+        os.makedirs(os.path.join(shelf.location, d), exist_ok=True)
+    synced: list[str] = []
+    real = storage.fsync_dir
+    monkeypatch.setattr(storage, "fsync_dir", lambda d: (synced.append(d), real(d)))
+    assert sorted(shelf.write_all(entries)) == sorted(n for n, _ in entries)
+    assert sorted(synced) == sorted(os.path.join(shelf.location, d) for d in dirs)
+    assert all(shelf.read(n) == d for n, d in entries)
+    assert shelf.write_all(entries) == []  # already there with these bytes: nothing written
+    synced.clear()
+    shelf.delete_all([n for n, _ in entries])
+    assert sorted(synced) == sorted(os.path.join(shelf.location, d) for d in dirs)
+    assert _all_files(shelf.location) == []
+
+    clash_name, clash = entries[7]
+    os.makedirs(os.path.dirname(os.path.join(shelf.location, clash_name)), exist_ok=True)
+    with open(os.path.join(shelf.location, clash_name), "wb") as fh:
+        fh.write(clash[:-1] + bytes([clash[-1] ^ 1]))  # another writer's bytes under one of the names
+    with pytest.raises(StorageError, match="refusing to overwrite"):
+        shelf.write_all(entries)
+    assert _all_files(shelf.location) == [clash_name], "a failed write_all left files behind"
+
+
 def test_vault_files_and_directories_are_private(tmp_path, monkeypatch):
     """Spec §4.4: vault files are created with mode 0600 and the directories a writer creates with
     0700 (before the umask)."""

@@ -167,9 +167,8 @@ def prune(session: Session, *, prune_now: bool = False, now: float | None = None
         if not safe:
             pending += len(old)
             continue
-        for name in old:
-            session.shelf.delete(name)
-            deleted += 1
+        session.delete_files(old)
+        deleted += len(old)
     if deleted:
         session.refresh()
     return deleted, pending

@@ -344,17 +344,14 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     rekey.records, rekey.files = {}, []
     apply(session, rekey)
     forget_key(session, old_actor)
-    deleted = 0
-    for name in old_segments:
-        session.shelf.delete(name)
-        deleted += 1
+    session.delete_files(old_segments)
+    deleted = len(old_segments)
     changes = session.reader.changes()
     # the old segments are gone and their batches live on, sealed again without the erased records:
     # both are forgotten, so that the state's rows are deleted (overwritten) and read again from the new
     session.after_erasure([*old_segments, *(name for name, _, _ in new_segments)])
     chunks -= attachments.chunks_named(session)
-    for name in sorted(chunks):
-        session.shelf.delete(name)
+    session.delete_files(sorted(chunks))
     session.reader.changes()  # everything was read again: what moved is the erased records and their facts
     return ReachReport(
         records=[t.hex() for t in sorted(targets)], compartment=r.compartment_name(cid),

@@ -230,8 +230,7 @@ def apply(session: Session, rekey: Rekey) -> None:
     if rekey.new_vms is not None:
         session.keyring.set_master(rekey.new_vms, rekey.new_generation or session.keyring.generation)
         after_generation_roll(session)
-    for name in rekey.delete:
-        session.shelf.delete(name)
+    session.delete_files(rekey.delete)
     session.reread_keys()
 
 

@@ -317,6 +317,8 @@ class Session:
         the failed operation leaves the vault as it found it (as its error message says).  Returns
         the names written, for ``write_batches(undo=...)`` when the records announcing them cannot
         be written either."""
+        if isinstance(self.shelf, FolderShelf):
+            return self.shelf.write_all(files)  # in parallel, each directory fsynced once
         written: list[str] = []
         try:
             for name, data in files:
@@ -326,6 +328,15 @@ class Session:
             self.delete_quietly(reversed(written))
             raise
         return written
+
+    def delete_files(self, names: Iterable[str]) -> None:
+        """Delete vault files an operation replaced (a key change's old envelopes, an erasure's or a
+        compaction's old segments): in a folder, each directory is fsynced once at the end."""
+        if isinstance(self.shelf, FolderShelf):
+            self.shelf.delete_all(names)
+        else:
+            for name in names:
+                self.shelf.delete(name)
 
     def delete_quietly(self, names: Iterable[str]) -> None:
         """Delete files an operation wrote before it failed (nothing announces them)."""
