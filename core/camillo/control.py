@@ -868,6 +868,13 @@ def build_roster(
     excluded_set = set(excluded)
     prior: dict[bytes, Revocation] = {}
     partition: tuple[list[BatchView], list[BatchView]] | None = None
+    by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
+
+    def of_revoked(revocations: dict[bytes, Revocation]) -> list[tuple[BatchView, Revocation]]:
+        for v in views.values() if revocations and not by_writer else ():
+            by_writer.setdefault(v.header.writer_id, []).append(v)
+        return [(v, rev) for wid, rev in revocations.items() for v in by_writer.get(wid, ())]
+
     for _ in range(16):
         for v in views.values():
             v.signed = False
@@ -880,20 +887,13 @@ def build_roster(
         b.run()
         partition = b.partition
         b.apply_revocations()
-        beyond = {
-            v.id
-            for v in views.values()
-            if v.header.writer_id in b.r.revocations and beyond_revocation(b.r.revocations[v.header.writer_id], v)
-        }
-        new_excluded = b.excluded | beyond
+        new_excluded = b.excluded | {v.id for v, rev in of_revoked(b.r.revocations) if beyond_revocation(rev, v)}
         if new_excluded == excluded_set and b.r.revocations.keys() == prior.keys():
             break
-        excluded_set = new_excluded
-        prior = b.r.revocations
+        excluded_set, prior = new_excluded, b.r.revocations
     _apply_names(b.r)
-    for v in views.values():
-        rev = b.r.revocations.get(v.header.writer_id)
-        if rev is not None and beyond_revocation(rev, v):
+    for v, rev in of_revoked(b.r.revocations):
+        if beyond_revocation(rev, v):
             b.r.excluded[v.id] = (f"{b.r.writer_name(v.header.writer_id)} wrote it after it was revoked "
                                   f"(seq {v.header.seq} is beyond what the revocation accepted)")
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}

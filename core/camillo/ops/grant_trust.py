@@ -57,7 +57,7 @@ def certificate_chain(session: Session, pending: Sequence[Record] = ()) -> list[
     """The certificates an append grant needs to trust every active owner credential: theirs, and
     those of the credentials that certified them, back to the genesis (whose owners have none)."""
     r = session.roster
-    by_id = {rec.id: rec.raw for v in session.batches.values() for rec in v.records
+    by_id = {rec.id: rec.raw for v in session.batches.values() if v.has_control for rec in v.records
              if rec is not None and rec.kind in CERT_KINDS}
     by_id.update({rec.id: rec.raw for rec in pending if rec.kind in CERT_KINDS})
     todo = [p.writer_id for p in r.principals.values() if p.is_owner and p.writer_id not in r.revocations]

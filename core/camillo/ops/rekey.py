@@ -31,6 +31,7 @@ from ..session import Session
 from ..session.installation import after_generation_roll, seal_device_key_for
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
+from ..storage import FolderShelf
 from .grant_trust import trust_files
 
 SCHEDULED_EPOCH_SECONDS = 30 * 86400
@@ -190,7 +191,9 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     new_names = {n for n, _ in rekey.files}
     new_owner = ids.recipient_id(owner.public)
     rekey.delete += [h.name for h in headers if h.generation < generation]
-    for name in session.shelf.list():
+    shelf = session.shelf
+    listed = shelf.files_in("env") if isinstance(shelf, FolderShelf) else shelf.list()  # not every segment's name
+    for name in sorted(listed):
         if name.startswith("env/") and name not in new_names:
             try:
                 data = session.shelf.read(name)

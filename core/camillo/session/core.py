@@ -118,11 +118,17 @@ class Session:
         self.known_slot_files = None
         self.keychain_problem = ""
 
-    def reread_keys(self) -> None:
-        """Envelopes changed (a new keyring): read every epoch key again, then the folder."""
+    def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False) -> None:
+        """Envelopes changed (a new keyring): read every epoch key again, then what the new keys may
+        open (segments that could not be read) and ``segments`` (forgotten by the caller); what was
+        read stays, as it does not depend on the keys that opened it.  ``everything``: consider every
+        file of the folder again (another device's roll, whose files this one did not write)."""
         self.keyring.forget_epoch_keys()
         self.keyring.epoch_publics.clear()
-        self.reader.rescan_all = True
+        if everything:
+            self.reader.rescan_all = True
+        else:
+            self.reader.read_again(segments)
         self.refresh()
         self.update_memory()
 
@@ -135,7 +141,7 @@ class Session:
         self.keyring.set_master(vms, generation)
         self.known_slot_files = None
         self.keychain_problem = ""
-        self.reread_keys()
+        self.reread_keys(everything=True)
 
     def after_erasure(self, segments: Sequence[str]) -> None:
         """This device erased: ``segments`` are those it deleted and those it wrote in their place,
@@ -147,7 +153,7 @@ class Session:
         self.reader.forget_segments(segments)
         self.refused_slots = set()
         self.known_slot_files = None
-        self.reread_keys()  # (the state was purged when the erasure was read: Reader.recompute)
+        self.reread_keys(segments)  # (the state was purged when the erasure was read: Reader.recompute)
 
     # ------------------------------------------------------------------------------ compartments
 

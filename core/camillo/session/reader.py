@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import cbor2
@@ -77,6 +77,8 @@ class Reader:
         self.unreadable: dict[str, EpochRef] = {}
         self.incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
         self.rescan_all = True  # the next refresh considers every file (not only what changed)
+        self.envelopes_again = False  # the next refresh reads every envelope (read_again)
+        self.segments_again: set[str] = set()  # and these segments
         self.scanned_at = -math.inf  # time.monotonic() of the last folder scan (see writer.WRITE_SCAN_AGE)
         self.roster = Roster(self.vault_id)
         self.log = CausalLog()
@@ -211,7 +213,7 @@ class Reader:
         accepted = self.last_accepted
         rows = []
         for bid, v in flagged:  # only what changed: a key change at the tip moves a handful of a million
-            bits = int(v.sig_ok) | int(v.vouched) << 1 | int(bid in accepted) << 2
+            bits = v.sig_ok | v.vouched << 1 | (bid in accepted) << 2  # (bools are ints: no int() per batch)
             if bits != v.stored_flags:
                 rows.append((bits & 1, bits >> 1 & 1, bits >> 2, bid))
                 v.stored_flags = bits
@@ -235,6 +237,10 @@ class Reader:
             self.rescan_all = False
             added = set(names)
             removed = {n for n in self.segment_batches if n not in names}
+        elif self.envelopes_again or self.segments_again:  # this device's roll (read_again)
+            envelopes = self._envelope_names(names) if self.envelopes_again else set()
+            added = set(added) | envelopes | {n for n in self.segments_again if n in names}
+            self.envelopes_again, self.segments_again = False, set()
         for name in self.incomplete - names:  # an incomplete file that went away: nothing to report
             self.incomplete.discard(name)
             self.segment_problems.pop(name, None)
@@ -267,6 +273,18 @@ class Reader:
         if vanished or new_keys or not self.extend(new_batches):
             self.recompute()
         return bool(new_keys or vanished)
+
+    def read_again(self, segments: Iterable[str] = ()) -> None:
+        """The epoch keys were forgotten under a rolled master secret this device wrote: the next
+        refresh reads every envelope again, and ``segments`` (forgotten by the caller), instead of
+        considering every file of the folder (at 1M records, 200,000 names)."""
+        self.envelopes_again = True
+        self.segments_again |= set(segments)
+
+    def _envelope_names(self, names: set[str]) -> set[str]:
+        if isinstance(self.shelf, FolderShelf):
+            return set(self.shelf.files_in("env"))  # the directory's listing, not a pass over every name
+        return {n for n in names if n.startswith("env/")}
 
     def changes(self, **flags: Any) -> Changes:
         """What moved since the last call: the batches read (written here or arrived) with their
