@@ -37,6 +37,9 @@ def fingerprint(v: Vault) -> dict:
         "accepted": sorted(v.session.log.accepted),
         "heads": {c: sorted(h) for c, h in v.session.log.heads.items()},
         "chains": {k: dict(c) for k, c in v.session.log.chains.items()},
+        # each chain's highest seq as the log keeps it: what an append's frontier claims (writer.causal_fields)
+        "tops": {k: t for k, t in v.session.log.tops.items() if v.session.log.chains.get(k)},
+        "tops_true": all(v.session.log.tops.get(k) == max(c) for k, c in v.session.log.chains.items() if c),
         "gaps": sorted((g.writer_id, g.compartment_id, g.seq) for g in v.session.log.gaps),
         "inbox": [r.id for r in v.inbox()],
         "search": [r.id for r in v.search("garden")],

@@ -101,6 +101,7 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
 def causal_fields(chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]], dag_heads: Iterable[bytes], cid: bytes,
                   data_compartments: Collection[bytes] | None = None,
                   prev_frontier: Mapping[bytes, int] | None = None,
+                  tops: Mapping[tuple[bytes, bytes], int] | None = None,
                   ) -> tuple[tuple[bytes, ...], dict[bytes, int], dict[bytes, dict[bytes, int]]]:
     """``deps``, ``frontier`` (without the writer's own entry) and ``heads`` of the next batch in
     ``cid`` (spec §17.6 rule 5), from the writer's causal log: ``chains`` ((writer, compartment) ->
@@ -112,9 +113,18 @@ def causal_fields(chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]], dag
       previous batch, which another process of the installation may have written having seen more);
     * ``heads``: for a control batch (``data_compartments`` given), writer -> highest accepted seq in
       every data compartment with a chain, so a reader that lacks a compartment's batches knows it
-      (§17.4); empty otherwise (key 11 is then not written)."""
+      (§17.4); empty otherwise (key 11 is then not written).
+
+    ``tops``: each chain's highest seq where the log keeps it (``CausalLog.tops``), so that an append
+    does not take the maximum of a chain of 100,000 batches."""
+    tops = tops or {}
+
+    def top(key: tuple[bytes, bytes], chain: Mapping[int, bytes]) -> int:
+        t = tops.get(key)
+        return t if t is not None else max(chain)
+
     deps = tuple(sorted(dag_heads)[-64:])
-    frontier = {w: max(chain) for (w, c), chain in chains.items() if c == cid and chain}
+    frontier = {w: top((w, c), chain) for (w, c), chain in chains.items() if c == cid and chain}
     for w, s in (prev_frontier or {}).items():
         if frontier.get(w, 0) < s:
             frontier[w] = s
@@ -122,7 +132,7 @@ def causal_fields(chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]], dag
     if data_compartments is not None:
         for (w, c), chain in chains.items():
             if c in data_compartments and chain:
-                heads.setdefault(c, {})[w] = max(chain)
+                heads.setdefault(c, {})[w] = top((w, c), chain)
     return deps, frontier, heads
 
 
@@ -175,7 +185,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             deps, frontier, heads = causal_fields(
                 log.chains, log.heads.get(cid, set()), cid,
                 session.roster.compartments if cid == session.roster.control_id else None,
-                prev_view.batch.header.frontier if prev_view is not None else last)
+                prev_view.batch.header.frontier if prev_view is not None else last, log.tops)
             group: list[Batch] = []
             group_size = 0
             batches: list[Batch] = []
