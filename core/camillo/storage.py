@@ -15,7 +15,8 @@ Rules every shelf follows:
 * Deleting is only done by compaction, erasure and enrollment clean-up.
 * Segments inside ``packs/*.pack`` are listed and read as if they were loose files.
 
-A shelf is confined to the thread that uses the vault.
+A shelf is confined to the thread that uses the vault; ``FolderShelf.write_all`` stages an operation's files on a
+small pool of threads of its own (writes and fsyncs only), joined before it returns.
 """
 
 from __future__ import annotations

@@ -234,7 +234,8 @@ class Reader:
         self.scanned_at = time.monotonic()
         names, added, removed = self.shelf.changes()
         if self.rescan_all:  # first read, or keys were forgotten: consider every file again
-            self.rescan_all = False
+            self.rescan_all = self.envelopes_again = False
+            self.segments_again = set()
             added = set(names)
             removed = {n for n in self.segment_batches if n not in names}
         elif self.envelopes_again or self.segments_again:  # this device's roll (read_again)
