@@ -228,6 +228,33 @@ class Cache:
             raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
                                "writable (or set CAMILLO_HOME elsewhere) and try again") from None
 
+    def take_over(self, old: Cache, db: Connection, generation: int) -> Connection:
+        """The database of the key this installation replaced (``old``, open as ``db``), taken over in
+        place: re-keyed page by page and renamed into this key's place, instead of copied row by row
+        (:meth:`export` re-inserts every row and rebuilds every index: 1.5 s at 100k records).  SQLCipher
+        4 does not re-key a database in WAL mode, so the log is checkpointed and the journal switched
+        to a rollback journal for the re-key, then back.  ``db`` is closed.  A process killed meanwhile
+        leaves no database under this key's name (the next open starts again from the vault's files)."""
+        self._delete_files()
+        try:
+            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
+            db.commit()
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            db.execute("PRAGMA journal_mode = DELETE").fetchall()
+            db.execute(f"PRAGMA rekey = \"x'{self._key.hex()}'\"")
+            db.close()
+            os.replace(old.path, self.path)
+            storage.fsync_dir(os.path.dirname(self.path))
+            old._delete_files()
+            return self._connect()
+        except (OSError, sqlite.OperationalError) as exc:
+            with contextlib.suppress(Exception):
+                db.close()
+            self._delete_files()
+            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
+                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+
     def _connect(self) -> Connection:
         db: Connection = sqlite.connect(self.path)
         try:

@@ -144,9 +144,11 @@ def test_a_state_with_a_half_made_schema_is_discarded(new_vault):
         assert v.search("garden")
 
 
-def test_the_state_database_takes_its_name_only_once_complete(new_vault, monkeypatch):
-    """A new device key (an erasure rotates it) moves the state into a new database: made under
-    another name and renamed when complete, so that a kill meanwhile leaves nothing to resume."""
+def test_the_state_database_takes_its_name_only_once_complete(new_vault, monkeypatch, tmp_path):
+    """A first registration copies the state read in memory into a new database: made under another
+    name and renamed when complete, so that a kill meanwhile leaves nothing to resume.  A new device
+    key (an erasure rotates it) takes the old key's database over in place: re-keyed, then renamed;
+    the next open resumes from it under the new key."""
     from camillo import cache
 
     path, vault, _ = new_vault
@@ -154,15 +156,27 @@ def test_the_state_database_takes_its_name_only_once_complete(new_vault, monkeyp
     made = []
     real = cache.os.replace
 
-    def replace(src, dst):
-        made.append((os.path.exists(dst), src.endswith(".exporting")))
+    def replace(src, dst):  # (os itself: the other atomic writes of the installation come here too)
+        if os.path.basename(dst) == "state.db":
+            made.append((os.path.basename(src), os.path.exists(dst)))
         return real(src, dst)
 
     monkeypatch.setattr(cache.os, "replace", replace)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path):  # registers: the state read so far is exported
+        pass
+    assert ("state.db.exporting", False) in made, made
+    switch_home(monkeypatch, tmp_path / "home")
+    made.clear()
+    old = vault.session.reader.store.path
     vault.erase([vault.timeline()[0].id])
-    assert (False, True) in made, made
-    store = vault.session.reader.store.path
-    assert not os.path.exists(store + ".exporting")
+    new = vault.session.reader.store.path
+    assert new != old and made == [("state.db", False)], made  # the old key's database, renamed
+    assert not os.path.exists(old) and not os.path.exists(new + ".exporting")
+    vault.lock()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0, "the re-keyed state did not open under the new key"
+        assert fingerprint(v) == from_scratch(path)
 
 
 def test_a_second_process_of_the_installation_works_in_memory(new_vault):

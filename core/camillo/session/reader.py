@@ -132,12 +132,13 @@ class Reader:
         state = self.materialized
         state.ensure_search()
         state.commit()
-        db = store.export(state.cache_db, self.keyring.generation)
-        state.close()
         old, self.store, self.store_doomed = self.store, store, False
-        if old is not None and old is not store:
-            old.discard()
+        if old is not None and old is not store:  # a new key of this installation: its database moves
+            db = store.take_over(old, state.cache_db, self.keyring.generation)
             old.release()
+        else:  # read in memory so far (a first registration): copied into a new database
+            db = store.export(state.cache_db, self.keyring.generation)
+            state.close()
         self.materialized = State(db)
         self.dirty, self.flags_new = False, set()
         self.committed_at = time.monotonic()
