@@ -246,7 +246,7 @@ class Cache:
             db.close()
             os.replace(old.path, self.path)
             storage.fsync_dir(os.path.dirname(self.path))
-            old._delete_files()
+            old.discard()
             return self._connect()
         except (OSError, sqlite.OperationalError) as exc:
             with contextlib.suppress(Exception):
