@@ -197,8 +197,7 @@ class Cache:
             db.executemany("INSERT INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             db.commit()
         except (OSError, sqlite.OperationalError) as exc:
-            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
-                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+            raise self._unwritable(exc) from None
         return db
 
     def export(self, source: Connection, generation: int) -> Connection:
@@ -225,8 +224,7 @@ class Cache:
             return self._connect()
         except (OSError, sqlite.OperationalError) as exc:
             self._delete_files()
-            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
-                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+            raise self._unwritable(exc) from None
 
     def take_over(self, old: Cache, db: Connection, generation: int) -> Connection:
         """The database of the key this installation replaced (``old``, open as ``db``), taken over in
@@ -252,8 +250,11 @@ class Cache:
             with contextlib.suppress(Exception):
                 db.close()
             self._delete_files()
-            raise StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
-                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
+            raise self._unwritable(exc) from None
+
+    def _unwritable(self, exc: Exception) -> StorageError:
+        return StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
+                            "writable (or set CAMILLO_HOME elsewhere) and try again")
 
     def _connect(self) -> Connection:
         db: Connection = sqlite.connect(self.path)
