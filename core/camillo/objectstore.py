@@ -46,6 +46,7 @@ import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ from .storage import (
     make_dirs_durable,
     open_shelf,
 )
+from .storepacks import StorePacks
 
 SCHEME = "s3://"
 ENDPOINT_ENV = "CAMILLO_S3_ENDPOINT"
@@ -418,6 +420,7 @@ class ObjectShelf(FolderShelf):
         super().__init__(root)
         self.location = self.store.url  # what a face remembers to open it again (no secret in it)
         self.writable = True
+        self.packs = StorePacks(self)
         if found is not None:
             self._adopt_descriptor(found)
 
@@ -490,12 +493,12 @@ class ObjectShelf(FolderShelf):
 
     def _adopt_descriptor(self, data: bytes) -> None:
         """A mirror of another vault that lived at this place before is emptied first."""
-        mine = self._local_bytes(descriptor.NAME)
+        mine = self.mirror_bytes(descriptor.NAME)
         if mine is not None and mine != data:
             for name in FolderShelf.walk(self):
                 self._drop_local(name)
         if mine != data:
-            self._store_local(descriptor.NAME, data)
+            self.keep_in_mirror(descriptor.NAME, data)
 
     def _list_remote(self, under: str = "") -> dict[str, RemoteObject]:
         """Every vault object under the prefix, or only those in the vault directory ``under``
@@ -570,11 +573,37 @@ class ObjectShelf(FolderShelf):
             return data
         return data
 
-    def _head(self, name: str) -> bool:
+    def still_there(self, name: str) -> bool:
         answer = self._call(f"look for {name}", self.client.head_object, quiet=(404,), Key=self.store.key(name))
         return bool(answer != 404)
 
-    def _put(self, name: str, data: bytes) -> bool:
+    def fetch_range(self, name: str, first: int, last: int) -> bytes | None:
+        """Bytes ``first``..``last`` of an object (a ranged GET); None when it does not exist, has
+        fewer bytes, or its body came cut short."""
+        answer = self._call(f"read {name}", self.client.get_object, quiet=(404, 416), Key=self.store.key(name),
+                            Range=f"bytes={first}-{last}")
+        if answer in (404, 416):
+            return None
+        body = answer["Body"]
+        try:
+            data = bytes(body.read(last - first + 2))
+        except Exception:  # dropped mid-body: the caller does without
+            return None
+        finally:
+            body.close()
+        return data if len(data) == last - first + 1 else None
+
+    def open_object(self, name: str) -> Any:
+        """A streaming body of the whole object (``read(n)``, ``close()``), or None when it does not
+        exist."""
+        answer = self._call(f"read {name}", self.client.get_object, quiet=(404,), Key=self.store.key(name))
+        return None if answer == 404 else answer["Body"]
+
+    def delete_object(self, name: str) -> None:
+        """Delete one object from the store (the mirror is not touched)."""
+        self._call(f"delete {name}", self.client.delete_object, Key=self.store.key(name))
+
+    def put_new(self, name: str, data: bytes) -> bool:
         """Create the object unless it exists (``If-None-Match: *``).  False when it already held
         exactly these bytes; StorageError when it holds others (nothing is ever overwritten)."""
         for attempt in range(ATTEMPTS):
@@ -603,14 +632,14 @@ class ObjectShelf(FolderShelf):
 
     # -- the mirror
 
-    def _local_bytes(self, name: str) -> bytes | None:
+    def mirror_bytes(self, name: str) -> bytes | None:
         try:
             with open(self._path(name), "rb") as fh:
                 return fh.read()
         except OSError:
             return None
 
-    def _store_local(self, name: str, data: bytes) -> None:
+    def keep_in_mirror(self, name: str, data: bytes) -> None:
         """Put a downloaded object into the mirror: a folder write (temp file, rename), fsynced only
         for names not checked by their hash (a torn mirror copy of a content-addressed file is
         noticed when it is read, and downloaded again)."""
@@ -636,6 +665,7 @@ class ObjectShelf(FolderShelf):
                                "space (or set CAMILLO_HOME elsewhere) and try again") from None
 
     def _drop_local(self, name: str) -> None:
+        self.packs.note_dropped(name)
         try:
             os.unlink(self._path(name))
         except FileNotFoundError:
@@ -651,7 +681,7 @@ class ObjectShelf(FolderShelf):
             return None
         whole = (listed is None or len(data) == listed.size) and hash_matches(name, data) is not False
         if whole:
-            self._store_local(name, data)
+            self.keep_in_mirror(name, data)
         return data, whole
 
     def pull(self) -> None:
@@ -661,7 +691,16 @@ class ObjectShelf(FolderShelf):
         listing = self._list_remote()
         self.scan_folder()
         have = set(self._loose)
-        missing = sorted(n for n in listing if n not in have)
+        for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
+            self._drop_local(name)
+            have.discard(name)
+        self.remote = listing
+        missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
+        if any(kind_of(n) == "pack" for n in listing):
+            from_packs = self.packs.fetch(set(missing))  # many segments in a few GETs (camillo.storepacks)
+            for name in from_packs:
+                self.packs.note_written(name)
+            missing = [n for n in missing if n not in from_packs]
         pending: set[str] = set()
         if missing:
             def fetch(name: str) -> bool:  # True: it came cut short or altered (syncing); the bytes are not kept
@@ -670,17 +709,20 @@ class ObjectShelf(FolderShelf):
 
             with concurrent.futures.ThreadPoolExecutor(min(DOWNLOADERS, len(missing))) as pool:
                 pending = {name for name, partial in zip(missing, pool.map(fetch, missing)) if partial}
+            for name in missing:
+                if name not in pending:
+                    self.packs.note_written(name)
         gone = sorted(n for n in have if n not in listing)
         lagging: set[str] = set()
         if gone:
             with concurrent.futures.ThreadPoolExecutor(min(DOWNLOADERS, len(gone))) as pool:
-                still = dict(zip(gone, pool.map(self._head, gone)))
+                still = dict(zip(gone, pool.map(self.still_there, gone)))
             for name in gone:
                 if still[name]:
                     lagging.add(name)
                 else:
                     self._drop_local(name)
-        self.remote, self.pending, self.lagging = listing, pending, lagging
+        self.pending, self.lagging = pending, lagging
 
     # -- the shelf's calls
 
@@ -737,7 +779,7 @@ class ObjectShelf(FolderShelf):
         return entry[1] if entry is not None else frozenset()
 
     def exists(self, name: str) -> bool:
-        return super().exists(name) or self._head(name)
+        return super().exists(name) or self.still_there(name)
 
     def read(self, name: str) -> bytes:
         try:
@@ -768,14 +810,50 @@ class ObjectShelf(FolderShelf):
             return False
         except OSError as exc:
             raise StorageError(f"cannot read the staged {name} in the local mirror: {exc.strerror}", file=name) from None
-        self._put(name, data)
+        self.put_new(name, data)
         FolderShelf.commit(self, name, tmp)
+        self.packs.note_written(name)
         return True
 
     def delete(self, name: str) -> None:
+        self._drop_packs_holding({name})
+        self._delete_one(name)
+
+    def delete_all(self, names: Iterable[str]) -> None:
+        names = list(names)
+        self._drop_packs_holding(set(names))  # once for all (an erasure deletes thousands)
+        with self._directories_synced_at_the_end():
+            for name in names:
+                self._delete_one(name)
+
+    def _delete_one(self, name: str) -> None:
         self._path(name)
-        self._call(f"delete {name}", self.client.delete_object, Key=self.store.key(name))
-        super().delete(name)
+        self.delete_object(name)
+        FolderShelf.delete(self, name)
+        self.packs.note_dropped(name)
+
+    def _drop_packs_holding(self, names: set[str]) -> None:
+        """Before segments are deleted, the packs holding any of them (spec §4.7.1: a pack never
+        outlives a segment it holds; its other segments stay loose)."""
+        segments = {n for n in names if kind_of(n) == "segment"}
+        if segments:
+            self.packs.learn(self.remote)
+            for pack in self.packs.holding(segments):
+                self.packs.delete(pack)
+
+    def loose_segments(self) -> builtins.list[str]:
+        """The segments in the mirror (each also a loose object on the store)."""
+        return [n for n in self._loose if kind_of(n) == "segment"]
+
+    def after_write(self) -> None:
+        """After an acknowledged write: one packing step when enough segments are in no pack
+        (:meth:`StorePacks.pack_step`).  A pack is never needed, so a failure here fails nothing;
+        it is kept in ``packs.error`` and the step is tried again after a later write."""
+        try:
+            self.packs.pack_step()
+            self.packs.error = None
+        except VaultError as exc:
+            self.packs.error = str(exc)
 
     def host_details(self) -> dict[str, RemoteObject]:
         """What the store lists of each vault object (size, ETag, time written), from a listing now."""

@@ -91,6 +91,58 @@ class PackEntry:
     length: int
 
 
+def parse_trailer(trailer: bytes, size: int, name: str) -> tuple[int, int, int, bytes]:
+    """The trailer of a pack of ``size`` bytes: (index offset, index length, entry count, SHA-256 of
+    every byte before the trailer); DamagedFile when it is missing or points outside the pack."""
+    if len(trailer) != TRAILER_LEN or trailer[48:56] != END:
+        raise DamagedFile(f"{name} is truncated or damaged: its trailer is missing", file=name)
+    index_offset = int.from_bytes(trailer[0:8], "big")
+    index_len = int.from_bytes(trailer[8:12], "big")
+    count = int.from_bytes(trailer[12:16], "big")
+    if not index_offset >= HEADER_LEN or index_offset + index_len != size - TRAILER_LEN:
+        raise DamagedFile(f"{name}: the trailer points outside the file", file=name)
+    if count > (index_offset - HEADER_LEN) // 8 + 1:
+        raise DamagedFile(f"{name}: the trailer claims {count} entries, more than the file can hold", file=name)
+    return index_offset, index_len, count, trailer[16:48]
+
+
+def parse_index(data: bytes, count: int, index_offset: int, name: str) -> list[PackEntry]:
+    """A pack's index (CBOR), checked: ``count`` entries of known types under canonical names,
+    sorted, filling the pack from its header to ``index_offset`` with no gap or overlap."""
+    index = encoding.decode(data, f"{name} index", max_len=len(data))
+    if not isinstance(index, list) or len(index) != count:
+        raise DamagedFile(f"{name}: the index does not list {count} entries", file=name)
+    entries = []
+    expected_offset = HEADER_LEN
+    previous: tuple[int, str] | None = None
+    for item in index:
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or type(item[0]) is not int
+            or not isinstance(item[1], str)
+            or type(item[2]) is not int
+            or type(item[3]) is not int
+        ):
+            raise DamagedFile(f"{name}: malformed index entry", file=name)
+        typ, entry_name, offset, length = item
+        if typ not in MIN_ENTRY or offset != expected_offset or length < MIN_ENTRY[typ]:
+            raise DamagedFile(f"{name}: index entry {entry_name!r} is out of place", file=name)
+        try:
+            if entry_type(entry_name) != typ:
+                raise ValueError
+        except ValueError:
+            raise DamagedFile(f"{name}: index entry {entry_name!r} has the wrong type", file=name) from None
+        if previous is not None and (typ, entry_name) <= previous:
+            raise DamagedFile(f"{name}: the index is not sorted", file=name)
+        previous = (typ, entry_name)
+        expected_offset += length
+        entries.append(PackEntry(typ, entry_name, offset, length))
+    if expected_offset != index_offset:
+        raise DamagedFile(f"{name}: entries do not fill the pack", file=name)
+    return entries
+
+
 class PackReader:
     """Random access to the entries of one pack file, after checking its trailer and index."""
 
@@ -123,16 +175,7 @@ class PackReader:
         if flags & ~FLAG_COMPLETE_VAULT:
             raise UnsupportedVersion(f"{name} sets pack flags this Camillo does not know")
         fh.seek(size - TRAILER_LEN)
-        trailer = fh.read(TRAILER_LEN)
-        if trailer[48:56] != END:
-            raise DamagedFile(f"{name} is truncated or damaged: its trailer is missing", file=name)
-        index_offset = int.from_bytes(trailer[0:8], "big")
-        index_len = int.from_bytes(trailer[8:12], "big")
-        count = int.from_bytes(trailer[12:16], "big")
-        if not index_offset >= HEADER_LEN or index_offset + index_len != size - TRAILER_LEN:
-            raise DamagedFile(f"{name}: the trailer points outside the file", file=name)
-        if count > (index_offset - HEADER_LEN) // 8 + 1:
-            raise DamagedFile(f"{name}: the trailer claims {count} entries, more than the file can hold", file=name)
+        index_offset, index_len, count, digest = parse_trailer(fh.read(TRAILER_LEN), size, name)
         if verify_hash:
             h = hashlib.sha256()
             fh.seek(0)
@@ -143,41 +186,10 @@ class PackReader:
                     raise DamagedFile(f"{name} is truncated", file=name)
                 h.update(chunk)
                 remaining -= len(chunk)
-            if h.digest() != trailer[16:48]:
+            if h.digest() != digest:
                 raise DamagedFile(f"{name} is damaged: its checksum does not match its contents", file=name)
         fh.seek(index_offset)
-        index = encoding.decode(fh.read(index_len), f"{name} index", max_len=index_len)
-        if not isinstance(index, list) or len(index) != count:
-            raise DamagedFile(f"{name}: the index does not list {count} entries", file=name)
-        entries = []
-        expected_offset = HEADER_LEN
-        previous: tuple[int, str] | None = None
-        for item in index:
-            if (
-                not isinstance(item, list)
-                or len(item) != 4
-                or type(item[0]) is not int
-                or not isinstance(item[1], str)
-                or type(item[2]) is not int
-                or type(item[3]) is not int
-            ):
-                raise DamagedFile(f"{name}: malformed index entry", file=name)
-            typ, entry_name, offset, length = item
-            if typ not in MIN_ENTRY or offset != expected_offset or length < MIN_ENTRY[typ]:
-                raise DamagedFile(f"{name}: index entry {entry_name!r} is out of place", file=name)
-            try:
-                if entry_type(entry_name) != typ:
-                    raise ValueError
-            except ValueError:
-                raise DamagedFile(f"{name}: index entry {entry_name!r} has the wrong type", file=name) from None
-            if previous is not None and (typ, entry_name) <= previous:
-                raise DamagedFile(f"{name}: the index is not sorted", file=name)
-            previous = (typ, entry_name)
-            expected_offset += length
-            entries.append(PackEntry(typ, entry_name, offset, length))
-        if expected_offset != index_offset:
-            raise DamagedFile(f"{name}: entries do not fill the pack", file=name)
-        return flags, entries
+        return flags, parse_index(fh.read(index_len), count, index_offset, name)
 
     def read(self, name: str) -> bytes:
         entry = self.by_name[name]

@@ -455,6 +455,10 @@ class FolderShelf:
                 raise
         return written
 
+    def after_write(self) -> None:
+        """Upkeep after an acknowledged write (an object store packs small segments, spec §4.7.1);
+        nothing for a folder."""
+
     def delete_all(self, names: Iterable[str]) -> None:
         """:meth:`delete` each, with one fsync per directory at the end."""
         with self._directories_synced_at_the_end():

@@ -248,6 +248,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
     if new and not reader.extend(new):
         reader.recompute()
     session.update_memory()
+    folder.after_write()
     return written
 
 

@@ -1,0 +1,158 @@
+"""Packs on an object store (spec §4.7.1, camillo.storepacks), against the real SeaweedFS: a writer
+packs its small segments, a new mirror fetches them in a few GETs, a hostile or stale pack brings
+nothing in, and deleting a segment (an erasure) deletes the packs that hold it.
+
+pytest main thread (the proxy runs its own threads).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from camillo import NewRecord, Unlock, Vault, storepacks
+from camillo.packs import PackReader, write_pack
+
+from .conftest import url
+
+PASSPHRASE = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def small_packs(monkeypatch):
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 6)
+    monkeypatch.setattr(storepacks, "FETCH_AT_LEAST", 3)
+
+
+class Store:
+    def __init__(self, server, bucket: str, proxy, tmp_path) -> None:
+        self.server, self.bucket, self.proxy, self.tmp = server, bucket, proxy, tmp_path
+        self.client = server.client()
+        self.direct = url(bucket, "v", server.endpoint)
+        self.via = url(bucket, "v", proxy.endpoint)
+        self.open: list[Vault] = []
+
+    def create(self) -> Vault:
+        v, _ = Vault.create(self.direct, PASSPHRASE, device_name="A", home=str(self.tmp / "home-a"))
+        self.open.append(v)
+        return v
+
+    def device(self, who: str) -> Vault:
+        v = Vault.open(self.via, Unlock.passphrase(PASSPHRASE), home=str(self.tmp / f"home-{who}"), device_name=who)
+        self.open.append(v)
+        return v
+
+    def keys(self, under: str = "") -> set[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=f"v/{under}")
+        return {o["Key"][2:] for page in pages for o in page.get("Contents", [])}
+
+    def get(self, name: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=f"v/{name}")["Body"].read()
+
+    def pack_names(self, pack: str) -> set[str]:
+        path = str(self.tmp / "a.pack")
+        with open(path, "wb") as fh:
+            fh.write(self.get(pack))
+        reader = PackReader(path)
+        try:
+            return {e.name for e in reader.entries}
+        finally:
+            reader.close()
+
+    def put_pack(self, entries: list[tuple[str, bytes]]) -> str:
+        out = io.BytesIO()
+        _size, digest = write_pack(entries, out, complete_vault=False)
+        name = f"packs/{digest.hex()}.pack"
+        self.client.put_object(Bucket=self.bucket, Key=f"v/{name}", Body=out.getvalue())
+        return name
+
+    def close(self) -> None:
+        for v in self.open:
+            if not v.locked:
+                v.lock()
+
+
+@pytest.fixture
+def store(s3env, bucket, proxy, tmp_path):
+    s = Store(s3env, bucket, proxy, tmp_path)
+    yield s
+    s.close()
+
+
+def write(vault: Vault, *texts: str) -> None:
+    for text in texts:
+        vault.append([NewRecord(type="message", role="user", text=text)])
+
+
+def segment_gets(store: Store) -> int:
+    return sum(1 for method, path, _status in store.proxy.faults.log if method == "GET" and "/segments/" in path)
+
+
+def test_a_writer_packs_its_segments_and_a_new_mirror_fetches_them_in_a_few_gets(store):
+    a = store.create()
+    texts = [f"note {i}" for i in range(14)]
+    write(a, *texts)
+    packs = store.keys("packs/")
+    assert packs, "enough loose segments were written for a pack"
+    segments = store.keys("segments/")
+    packed = set().union(*(store.pack_names(p) for p in packs))
+    assert packed <= segments, "a pack holds segments the store also holds loose"
+    assert len(packed) >= storepacks.PACK_AFTER
+    b = store.device("B")
+    assert set(texts) <= {r.text for r in b.timeline()}
+    assert b.session.shelf.packs.fetched >= 1
+    # only the segments in no pack were fetched one by one
+    assert segment_gets(store) <= len(segments) - len(packed)
+    mirror = b.session.shelf.root
+    assert not os.listdir(os.path.join(mirror, "packs")), "a mirror keeps the segments, never the packs"
+    assert b.problems(full=True) == []
+
+
+def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store):
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(4)))
+    segments = sorted(store.keys("segments/"))
+    # a host (or a writer with write access to the bucket) uploads a pack whose bytes hash to its
+    # name, but whose entries carry other bytes under real segment names
+    forged = store.put_pack([(n, os.urandom(len(store.get(n)))) for n in segments])
+    b = store.device("B")
+    assert {f"m{i}" for i in range(4)} <= {r.text for r in b.timeline()}
+    assert b.session.shelf.packs.fetched == 1, forged
+    assert segment_gets(store) >= len(segments), "every segment came loose, checked against its name"
+    assert b.problems(full=True) == []
+
+
+def test_a_pack_does_not_bring_back_a_segment_the_store_no_longer_holds(store):
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(4)))
+    segments = sorted(store.keys("segments/"))
+    stale = store.put_pack([(n, store.get(n)) for n in segments])
+    gone = segments[-1]  # deleted after the pack was made (an erasure racing a packing step)
+    store.client.delete_object(Bucket=store.bucket, Key=f"v/{gone}")
+    b = store.device("B")
+    assert not os.path.exists(os.path.join(b.session.shelf.root, gone)), "taken only for listed segments"
+    assert gone not in b.session.shelf.list()
+    # the next packing step drops the stale pack
+    write(a, *(f"n{i}" for i in range(storepacks.PACK_AFTER)))
+    assert stale not in store.keys("packs/")
+    assert store.keys("packs/"), "the live segments were packed again"
+
+
+def test_an_erasure_deletes_every_pack_holding_a_segment_it_deletes(store):
+    a = store.create()
+    texts = [f"keep {i}" for i in range(10)]
+    write(a, *texts)
+    write(a, "erase me")
+    write(a, *(f"after {i}" for i in range(6)))
+    assert store.keys("packs/")
+    (rec,) = [r for r in a.timeline() if r.text == "erase me"]
+    before = store.keys("segments/")
+    a.erase([rec.id])
+    deleted = before - store.keys("segments/")
+    assert deleted
+    for pack in store.keys("packs/"):
+        assert store.pack_names(pack).isdisjoint(deleted), "no pack outlives a segment it holds"
+    c = store.device("C")
+    seen = {r.text for r in c.timeline()}
+    assert "erase me" not in seen and set(texts) <= seen
