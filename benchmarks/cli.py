@@ -170,9 +170,10 @@ class Bench:
             out += [("s3_append", {"op": "s3_append", "count": n}),
                     ("s3_folder_warm_open", {"op": "warm_open"}), ("s3_warm_open", {"op": "s3_warm_open"}),
                     ("s3_download_loose", {"op": "s3_download", "variant": "loose"}),
+                    ("s3_download_lived-in", {"op": "s3_download", "variant": "lived-in"}),
                     ("s3_download_bulk", {"op": "s3_download", "variant": "bulk"}),
                     ("s3_download_compacted", {"op": "s3_download", "variant": "compacted"}),
-                    ("s3_first_open", {"op": "s3_first_open", "variant": "loose"})]
+                    ("s3_first_open", {"op": "s3_first_open", "variant": "lived-in"})]
         return out
 
     def bulk_count(self) -> int:
@@ -338,16 +339,19 @@ class Bench:
                 floor={"the folder's warm open": summary(folder)["median"]}, rss=rss,
                 target={"kind": "ratio_le_folder", "value": 1.2}, cpu=cpu("s3_warm_open"),
                 note="the × column is against the same vault opened as a folder in the same run")
-        for variant in ("loose", "compacted", "bulk"):
+        for variant in ("lived-in", "loose", "compacted", "bulk"):
             key = f"s3_download_{variant}"
             if key in raw:
                 runs = raw[key]
                 r0 = runs[0]
-                what = {"loose": "loose segments", "compacted": "after compaction", "bulk": "bulk-imported"}[variant]
+                what = {"lived-in": "lived-in, as its writers leave it (packed)",
+                        "loose": "the same uploaded file by file by another tool (no pack)",
+                        "compacted": "after compaction", "bulk": "bulk-imported"}[variant]
                 fig(key, f"Object store: first-open download, {what} ({r0['files']:,} objects, "
                     f"{r0['bytes'] / 1e6:.1f} MB)", "MB/s", [r["mb_per_s"] for r in runs],
-                    rss=[r["meter"]["peak_rss_mib"] for r in runs], target={"kind": "ge", "value": 50.0},
-                    cpu=None, note=f"{r0['requests']:,} requests")
+                    rss=[r["meter"]["peak_rss_mib"] for r in runs],
+                    target=None if variant == "loose" else {"kind": "ge", "value": 50.0}, cpu=None,
+                    note=f"{r0['requests']:,} requests, {r0.get('packs_fetched', 0)} packs")
         if "s3_first_open" in raw:
             v, rss = meter("s3_first_open")
             fig("s3_first_open", "Object store: first open to first page (download, then the cache)", "s", v,

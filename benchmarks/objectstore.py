@@ -6,9 +6,11 @@ the parent starts on loopback for the group (tests/objectstore/seaweed.py), besi
 * ``s3_warm_open``: open from ``s3://`` with the desktop's cache and a full mirror, then the first
   timeline page; the parent compares it with ``warm_open`` of the same fixture as a folder.
 * ``s3_download``: a new mirror of the whole vault (list, parallel GETs, checks, writes), as a first
-  open does before it reads: bytes per second.
-* ``s3_first_open``: a first open to the first timeline page by the desktop's installation with no
-  mirror yet (download, then the open with its cache).
+  open does before it reads: bytes per second.  Variant ``lived-in`` is the lived-in vault as its
+  writers leave it on a store (packed: camillo.storepacks); ``loose`` the same uploaded file by file
+  by another tool, with no pack (what the first Camillo write there packs).
+* ``s3_first_open``: a first open of the ``lived-in`` vault to the first timeline page by the
+  desktop's installation with no mirror yet (download, then the open with its cache).
 
 Each child uploads its clone of the fixture under a prefix of its own first (not timed), so no run
 sees another's appends.  Runs on the main thread of the child process (the uploads use a thread pool).
@@ -82,6 +84,24 @@ def _upload(params: dict[str, Any], fx: Fixture, scratch: str) -> tuple[str, int
     return object_store_url(bucket, prefix, params["s3"]["endpoint"]), len(files), sum(sizes)
 
 
+def _upload_variant(params: dict[str, Any], scratch: str) -> tuple[Any, str, int, int]:
+    """The variant's vault on the store: ``lived-in`` is ``loose`` as its writers leave it there (the
+    packing steps their appends would have made, made at once by a writer's installation:
+    camillo.storepacks); the other variants exactly as their folder holds them, uploaded file by file."""
+    from camillo.objectstore import ObjectShelf
+
+    variant = params.get("variant", "loose")
+    fx = _clone(params, "loose" if variant == "lived-in" else variant, scratch)
+    location, files, size = _upload(params, fx, scratch)
+    if variant == "lived-in":
+        shelf = ObjectShelf(location, home=os.path.join(scratch, "writer-home"))
+        shelf.list()
+        shelf.after_write(all_due=True)
+        files += len(shelf.packs.held)  # objects on the store; ``size`` stays the vault's bytes (a mirror's)
+        shelf.close()
+    return fx, location, files, size
+
+
 def _warm_client(location: str) -> None:
     """botocore's import and its S3 model are loaded once per process (about 0.4 s), like the imports
     every figure leaves out: made here, before the timed region."""
@@ -139,25 +159,23 @@ def s3_download(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """A new mirror of the whole vault: what a first open downloads, in bytes per second."""
     from camillo.objectstore import ObjectShelf
 
-    fx = _clone(params, params.get("variant", "loose"), scratch)
-    location, files, size = _upload(params, fx, scratch)
+    _fx, location, files, size = _upload_variant(params, scratch)
     home = os.path.join(scratch, "new-home")
     _warm_client(location)
     with Meter() as m:
         shelf = ObjectShelf(location, home=home)
         names = shelf.list()
-    requests = shelf.requests
+    requests, packs = shelf.requests, shelf.packs.fetched
     shelf.close()
     return {"meter": m.to_json(), "files": files, "bytes": size, "listed": len(names), "requests": requests,
-            "mb_per_s": size / 1e6 / m.seconds}
+            "packs_fetched": packs, "mb_per_s": size / 1e6 / m.seconds}
 
 
 @op("s3_first_open")
 def s3_first_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """The desktop's installation opens the vault from the store for the first time (no mirror):
     everything is downloaded, then the open resumes from its cache; to the first page."""
-    fx = _clone(params, params.get("variant", "loose"), scratch)
-    location, files, size = _upload(params, fx, scratch)
+    fx, location, files, size = _upload_variant(params, scratch)
     _warm_client(location)
     with Meter() as m:
         v = _open(location, fx.homes["desktop"])

@@ -24,7 +24,7 @@ EXPECTED = {
     "gui_thread_open", "gui_thread_page", "gui_thread_open_stall", "gui_thread_scroll_stall",
     # the objectstore group, against a SeaweedFS the benchmark starts on loopback
     "s3_append_p50", "s3_append_p99", "s3_folder_warm_open", "s3_warm_open", "s3_download_loose",
-    "s3_download_compacted", "s3_download_bulk", "s3_first_open",
+    "s3_download_lived-in", "s3_download_compacted", "s3_download_bulk", "s3_first_open",
     "attach", "attachment_fetch",
 }
 WITH_FLOOR = {"append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",

@@ -843,14 +843,20 @@ class ObjectShelf(FolderShelf):
 
     def loose_segments(self) -> builtins.list[str]:
         """The segments in the mirror (each also a loose object on the store)."""
+        self.scan_folder()
         return [n for n in self._loose if kind_of(n) == "segment"]
 
-    def after_write(self) -> None:
+    def after_write(self, *, all_due: bool = False) -> None:
         """After an acknowledged write: one packing step when enough segments are in no pack
-        (:meth:`StorePacks.pack_step`).  A pack is never needed, so a failure here fails nothing;
-        it is kept in ``packs.error`` and the step is tried again after a later write."""
+        (:meth:`StorePacks.pack_step`), or every step due with ``all_due`` (after a merge or an
+        unpack into the store).  A pack is never needed, so a failure here fails nothing; it is
+        kept in ``packs.error`` and the step is tried again after a later write."""
         try:
-            self.packs.pack_step()
+            if not self.packs.due():
+                return
+            self.packs.drop_stale()
+            while self.packs.pack_step() and all_due:
+                pass
             self.packs.error = None
         except VaultError as exc:
             self.packs.error = str(exc)

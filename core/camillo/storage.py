@@ -455,9 +455,9 @@ class FolderShelf:
                 raise
         return written
 
-    def after_write(self) -> None:
-        """Upkeep after an acknowledged write (an object store packs small segments, spec §4.7.1);
-        nothing for a folder."""
+    def after_write(self, *, all_due: bool = False) -> None:
+        """Upkeep after an acknowledged write (an object store packs small segments, spec §4.7.1;
+        ``all_due``: every pack due now, after a merge or an unpack); nothing for a folder."""
 
     def delete_all(self, names: Iterable[str]) -> None:
         """:meth:`delete` each, with one fsync per directory at the end."""
@@ -622,6 +622,9 @@ class PackShelf:
 
     def delete(self, name: str) -> None:
         self.write(name, b"")
+
+    def after_write(self, *, all_due: bool = False) -> None:
+        """Nothing: a ``.vmem`` file is never written."""
 
     def close(self) -> None:
         self._reader.close()

@@ -242,14 +242,16 @@ class StorePacks:
         if self._uncovered is not None:
             self._uncovered.discard(name)
 
+    def due(self) -> bool:
+        """PACK_AFTER or more loose segments are in no pack."""
+        return len(self.uncovered()) >= PACK_AFTER
+
     def pack_step(self) -> str | None:
-        """When PACK_AFTER or more loose segments are in no pack, upload one pack of them (at most
-        PACK_STEP_BYTES, the names in order) and drop the packs that hold a segment the store no
-        longer has; the new pack's name, or None."""
+        """When a pack is due, upload one pack of the loose segments in no pack (at most
+        PACK_STEP_BYTES, the names in order); the new pack's name, or None."""
         todo = self.uncovered()
         if len(todo) < PACK_AFTER:
             return None
-        self.drop_stale()
         entries: list[tuple[str, bytes]] = []
         size = 0
         for name in sorted(todo):
@@ -263,7 +265,7 @@ class StorePacks:
         if len(entries) < 2:
             return None
         out = io.BytesIO()
-        _size, digest = write_pack(entries, out, complete_vault=False)
+        size, digest = write_pack(entries, out, complete_vault=False)
         pack = f"packs/{digest.hex()}.pack"
         self.shelf.put_new(pack, out.getvalue())
         names = frozenset(n for n, _d in entries)
@@ -287,6 +289,3 @@ class StorePacks:
         self.held.pop(pack, None)
         self._uncovered = None
         self._save()
-
-    def describe(self) -> dict[str, Any]:
-        return {"packs": len(self.held), "fetched": self.fetched, "written": self.written}

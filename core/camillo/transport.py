@@ -79,6 +79,7 @@ def unpack_vault(pack_path: str, directory: str) -> int:
             shelf.write(name, data)
             count += 1
         shelf.write(descriptor.NAME, reader.read(descriptor.NAME))
+        shelf.after_write(all_due=True)  # an object store: its segments packed now, not over later writes
         return count + 1
     finally:
         reader.close()
@@ -113,6 +114,8 @@ def merge_into(path: str, other: str) -> list[str]:
                 continue  # a partial or damaged file in the other copy: skip it, verify names it there
             target.write(name, data)
             copied.append(name)
+        if copied:
+            target.after_write(all_due=True)
         return copied
     finally:
         source.close()

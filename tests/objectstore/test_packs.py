@@ -125,10 +125,13 @@ def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store)
 
 def test_a_pack_does_not_bring_back_a_segment_the_store_no_longer_holds(store):
     a = store.create()
-    write(a, *(f"m{i}" for i in range(4)))
+    write(a, *(f"m{i}" for i in range(3)))
+    before = store.keys("segments/")
+    write(a, "m3")
+    (gone,) = store.keys("segments/") - before  # the last message's segment
     segments = sorted(store.keys("segments/"))
     stale = store.put_pack([(n, store.get(n)) for n in segments])
-    gone = segments[-1]  # deleted after the pack was made (an erasure racing a packing step)
+    # the segment is deleted after the pack was made (an erasure racing a packing step)
     store.client.delete_object(Bucket=store.bucket, Key=f"v/{gone}")
     b = store.device("B")
     assert not os.path.exists(os.path.join(b.session.shelf.root, gone)), "taken only for listed segments"
@@ -156,3 +159,29 @@ def test_an_erasure_deletes_every_pack_holding_a_segment_it_deletes(store):
     c = store.device("C")
     seen = {r.text for r in c.timeline()}
     assert "erase me" not in seen and set(texts) <= seen
+
+
+def test_a_folder_merged_or_unpacked_into_the_store_is_packed_at_once(store, tmp_path):
+    from camillo import transport
+
+    folder = str(tmp_path / "laptop")
+    laptop, _ = Vault.create(folder, PASSPHRASE, device_name="laptop", home=str(tmp_path / "home-laptop"))
+    write(laptop, *(f"laptop {i}" for i in range(2 * storepacks.PACK_AFTER)))
+    laptop.lock()
+    vmem = str(tmp_path / "laptop.vmem")
+    transport.pack_vault(folder, vmem)
+    transport.unpack_vault(vmem, store.direct)
+    segments = store.keys("segments/")
+    packed = set().union(*(store.pack_names(p) for p in store.keys("packs/")))
+    assert len(segments - packed) < storepacks.PACK_AFTER, "what is left loose is fewer than one pack's worth"
+    # the laptop writes more; merging its folder into the store packs what the merge brought
+    laptop = Vault.open(folder, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-laptop"))
+    write(laptop, *(f"later {i}" for i in range(2 * storepacks.PACK_AFTER)))
+    laptop.lock()
+    assert transport.merge_into(store.direct, folder)
+    segments = store.keys("segments/")
+    packed = set().union(*(store.pack_names(p) for p in store.keys("packs/")))
+    assert len(segments - packed) < storepacks.PACK_AFTER
+    b = store.device("B")
+    assert b.session.shelf.packs.fetched >= 2
+    assert {f"later {i}" for i in range(2 * storepacks.PACK_AFTER)} <= {r.text for r in b.timeline()}
