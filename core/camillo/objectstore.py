@@ -599,6 +599,10 @@ class ObjectShelf(FolderShelf):
         answer = self._call(f"read {name}", self.client.get_object, quiet=(404,), Key=self.store.key(name))
         return None if answer == 404 else answer["Body"]
 
+    def list_packs(self) -> dict[str, RemoteObject]:
+        """The store's packs (a listing of ``packs/``), as they are now."""
+        return self._list_remote("packs/")
+
     def delete_object(self, name: str) -> None:
         """Delete one object from the store (the mirror is not touched)."""
         self._call(f"delete {name}", self.client.delete_object, Key=self.store.key(name))
@@ -640,27 +644,29 @@ class ObjectShelf(FolderShelf):
             return None
 
     def keep_in_mirror(self, name: str, data: bytes) -> None:
-        """Put a downloaded object into the mirror: a folder write (temp file, rename), fsynced only
-        for names not checked by their hash (a torn mirror copy of a content-addressed file is
-        noticed when it is read, and downloaded again)."""
-        path = self._path(name)
-        directory = os.path.dirname(path)
+        """Put a downloaded object into the mirror.  A name not checked by its hash is written like
+        a folder write (temp file, fsync, rename); a content-addressed one straight under its name,
+        unsynced (a torn copy, after a crash or while another process reads, does not match its
+        name when read, and is downloaded again): a first open writes thousands of them."""
         if content_hash_of(name) is None:
             tmp = FolderShelf.stage(self, name, data)
             if tmp is not None:
                 FolderShelf.commit(self, name, tmp)
             return
-        tmp = os.path.join(directory, f".tmp-{os.urandom(8).hex()}")
+        path = self._path(name)
         try:
-            os.makedirs(directory, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except OSError as exc:
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except OSError as exc:
             raise StorageError(f"cannot write the local mirror of {self.store.display} ({exc.strerror}): free some "
                                "space (or set CAMILLO_HOME elsewhere) and try again") from None
 
@@ -688,19 +694,21 @@ class ObjectShelf(FolderShelf):
         """Bring the mirror to what the store lists now: download what it lacks (in parallel),
         drop what the store no longer has.  A name the listing omits but the store still serves
         (a listing that lags behind writes) is kept."""
-        listing = self._list_remote()
         self.scan_folder()
-        have = set(self._loose)
-        for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
-            self._drop_local(name)
-            have.discard(name)
-        self.remote = listing
-        missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
-        if any(kind_of(n) == "pack" for n in listing):
-            from_packs = self.packs.fetch(set(missing))  # many segments in a few GETs (camillo.storepacks)
-            for name in from_packs:
-                self.packs.note_written(name)
-            missing = [n for n in missing if n not in from_packs]
+        with self.packs.early_downloads(len(self._loose) <= 1):  # a first open: packs come while it lists
+            listing = self._list_remote()
+            self.scan_folder()
+            have = set(self._loose)
+            for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
+                self._drop_local(name)
+                have.discard(name)
+            self.remote = listing
+            missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
+            if any(kind_of(n) == "pack" for n in listing):
+                from_packs = self.packs.fetch(set(missing))  # many segments in a few GETs (camillo.storepacks)
+                for name in from_packs:
+                    self.packs.note_written(name)
+                missing = [n for n in missing if n not in from_packs]
         pending: set[str] = set()
         if missing:
             def fetch(name: str) -> bool:  # True: it came cut short or altered (syncing); the bytes are not kept

@@ -26,11 +26,12 @@ the mirror only), joined before it returns.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from .errors import VaultError
@@ -53,6 +54,7 @@ class Store(Protocol):
     def put_new(self, name: str, data: bytes) -> bool: ...
     def still_there(self, name: str) -> bool: ...
     def delete_object(self, name: str) -> None: ...
+    def list_packs(self) -> Mapping[str, Any]: ...
     def mirror_bytes(self, name: str) -> bytes | None: ...
     def keep_in_mirror(self, name: str, data: bytes) -> None: ...
     def loose_segments(self) -> list[str]: ...
@@ -77,6 +79,7 @@ class StorePacks:
         self.written = 0  # packs this process uploaded
         self.error: str | None = None  # why the last packing step failed (a pack is never needed)
         self._uncovered: set[str] | None = None  # loose segments in no pack, once counted
+        self._early: dict[concurrent.futures.Future[str | None], str] = {}  # packs downloading (early_downloads)
 
     # -- what is known
 
@@ -148,16 +151,54 @@ class StorePacks:
 
     # -- a mirror catching up
 
+    @contextlib.contextmanager
+    def early_downloads(self, fresh: bool) -> Iterator[None]:
+        """Within: for a mirror that holds nothing yet (``fresh``: a first open), every pack the
+        store lists under ``packs/`` (one small listing) is being downloaded while the rest of the
+        store is listed, and :meth:`fetch` takes them, reading each index from the pack itself (no
+        ranged GETs).  What was not taken is deleted on the way out."""
+        if not fresh:
+            yield
+            return
+        chosen = sorted(p for p, o in self.shelf.list_packs().items() if o.size <= FETCH_MAX_BYTES)
+        if not chosen:
+            yield
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(min(FETCHERS, len(chosen)))
+        self._early = {pool.submit(self._download, p): p for p in chosen}
+        try:
+            yield
+        finally:
+            early, self._early = self._early, {}
+            for job in early:
+                job.cancel()
+            pool.shutdown(wait=True)
+            for job in early:
+                tmp = None if job.cancelled() or job.exception() is not None else job.result()
+                if tmp is not None:
+                    _unlink(tmp)
+
     def fetch(self, missing: set[str]) -> set[str]:
         """Fetch whole the listed packs that hold at least FETCH_AT_LEAST of the ``missing``
-        segments and put those segments into the mirror (each checked against its name's hash);
-        the names obtained.  A pack that cannot be fetched, or is not what its name says, is
-        skipped: its segments come one by one."""
+        segments (or every pack :meth:`early_downloads` started) and put those segments into the
+        mirror (each checked against its name's hash); the names obtained.  A pack that cannot be
+        fetched, or is not what its name says, is skipped: its segments come one by one."""
         if len(missing) < FETCH_AT_LEAST:
             return set()
+        got: set[str] = set()
+        if self._early:
+            early, self._early = self._early, {}
+            for job in concurrent.futures.as_completed(early):  # unpacked here while the others download
+                tmp, pack = job.result(), early[job]
+                if tmp is not None and pack in self.shelf.remote:
+                    got |= self._unpack(tmp, frozenset(missing) - got, pack=pack)
+                elif tmp is not None:
+                    _unlink(tmp)
+            self.fetched += len(early)
+            self._save()
         self.learn(self.shelf.remote)
         wanted: list[tuple[str, frozenset[str]]] = []
-        left = set(missing)
+        left = set(missing) - got
         for pack in sorted(self.held, key=lambda p: -len(self.held[p] & left)):
             listed = self.shelf.remote.get(pack)
             useful = self.held[pack] & frozenset(left)
@@ -166,23 +207,24 @@ class StorePacks:
             wanted.append((pack, useful))
             left -= useful
         if not wanted:
-            return set()
-        got: set[str] = set()
+            return got
         with concurrent.futures.ThreadPoolExecutor(min(FETCHERS, len(wanted))) as pool:
-            for obtained in pool.map(lambda item: self._fetch_one(*item), wanted):
-                got |= obtained
+            jobs = {pool.submit(self._download, pack): useful for pack, useful in wanted}
+            for job in concurrent.futures.as_completed(jobs):  # unpacked here while the others download
+                tmp = job.result()
+                if tmp is not None:
+                    got |= self._unpack(tmp, jobs[job])
         self.fetched += len(wanted)
         return got
 
-    def _fetch_one(self, pack: str, useful: frozenset[str]) -> set[str]:
-        shelf = self.shelf
-        expected = content_hash_of(pack)
-        tmp = os.path.join(shelf.root, f".pack-{os.urandom(8).hex()}.tmp")
-        got: set[str] = set()
+    def _download(self, pack: str) -> str | None:
+        """The whole pack in a temporary file of the mirror, checked against its name; None when it
+        is gone, cut short, too large or not what its name says."""
+        tmp = os.path.join(self.shelf.root, f".pack-{os.urandom(8).hex()}.tmp")
         try:
-            body = shelf.open_object(pack)
+            body = self.shelf.open_object(pack)
             if body is None:
-                return got
+                return None
             digest = hashlib.sha256()
             try:
                 with open(tmp, "wb") as fh:
@@ -190,38 +232,47 @@ class StorePacks:
                     for chunk in iter(lambda: body.read(1 << 20), b""):
                         taken += len(chunk)
                         if taken > FETCH_MAX_BYTES:
-                            return got
+                            raise ValueError("larger than it was listed")
                         digest.update(chunk)
                         fh.write(chunk)
-            except Exception:  # cut short or dropped: its segments come one by one
-                return got
             finally:
                 body.close()
-            if digest.digest() != expected:
-                return got  # not the pack its name says (damaged, or still being written)
-            try:
-                reader = PackReader(tmp, verify_hash=False)  # the whole file matched its name already
-            except VaultError:
-                return got
-            try:
-                for name in sorted(useful):
-                    entry = reader.by_name.get(name)
-                    if entry is None or entry.type != TYPE_SEGMENT:
-                        continue
-                    data = reader.read(name)
-                    if hash_matches(name, data):
-                        shelf.keep_in_mirror(name, data)
-                        got.add(name)
-            finally:
-                reader.close()
-            return got
+        except Exception:  # gone, cut short, dropped, or no room for it: its segments come one by one
+            _unlink(tmp)
+            return None
+        if digest.digest() == content_hash_of(pack):
+            return tmp
+        _unlink(tmp)  # not the pack its name says (damaged, or a hostile host's)
+        return None
+
+    def _unpack(self, tmp: str, useful: frozenset[str], *, pack: str | None = None) -> set[str]:
+        """Put the ``useful`` segments of a downloaded pack into the mirror, each checked against its
+        name; the names put there.  ``pack``: its index was not read before; it is known from now
+        on.  The temporary file is deleted."""
+        got: set[str] = set()
+        try:
+            reader = PackReader(tmp, verify_hash=False)  # the whole file matched its name already
         except VaultError:
+            _unlink(tmp)
             return got
+        try:
+            if pack is not None:
+                if any(e.type != TYPE_SEGMENT for e in reader.entries):
+                    return got  # a pack on a store holds segments only: not used
+                self.held[pack] = frozenset(reader.by_name)
+                self._uncovered = None
+            for name in sorted(useful):
+                entry = reader.by_name.get(name)
+                if entry is None or entry.type != TYPE_SEGMENT:
+                    continue
+                data = reader.read(name)
+                if hash_matches(name, data):
+                    self.shelf.keep_in_mirror(name, data)
+                    got.add(name)
         finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            reader.close()
+            _unlink(tmp)
+        return got
 
     # -- a writer keeping the store easy to fetch
 
@@ -289,3 +340,10 @@ class StorePacks:
         self.held.pop(pack, None)
         self._uncovered = None
         self._save()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -107,6 +107,15 @@ def test_a_writer_packs_its_segments_and_a_new_mirror_fetches_them_in_a_few_gets
     mirror = b.session.shelf.root
     assert not os.listdir(os.path.join(mirror, "packs")), "a mirror keeps the segments, never the packs"
     assert b.problems(full=True) == []
+    # a mirror that fell behind: the new packs' indexes are read (ranged GETs), then the packs fetched
+    fetched, before = b.session.shelf.packs.fetched, len(store.proxy.faults.log)
+    more = [f"more {i}" for i in range(3 * storepacks.PACK_AFTER)]
+    write(a, *more)
+    b.refresh()
+    assert set(more) <= {r.text for r in b.timeline()}
+    assert b.session.shelf.packs.fetched > fetched
+    ranged = [path for method, path, _status in store.proxy.faults.log[before:] if method == "GET" and "/packs/" in path]
+    assert len(ranged) >= 3 * (b.session.shelf.packs.fetched - fetched), "trailer, index, then the whole pack"
 
 
 def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store):
