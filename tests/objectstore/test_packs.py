@@ -194,3 +194,17 @@ def test_a_folder_merged_or_unpacked_into_the_store_is_packed_at_once(store, tmp
     b = store.device("B")
     assert b.session.shelf.packs.fetched >= 2
     assert {f"later {i}" for i in range(2 * storepacks.PACK_AFTER)} <= {r.text for r in b.timeline()}
+
+
+def test_a_torn_mirror_copy_is_downloaded_again_when_read(store):
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(8)))
+    b = store.device("B")
+    shelf = b.session.shelf
+    name = sorted(shelf.loose_segments())[0]
+    path = os.path.join(shelf.root, name)
+    whole = open(path, "rb").read()
+    with open(path, "r+b") as fh:  # what a crash while it was written leaves (no temp file, no fsync)
+        fh.truncate(len(whole) // 2)
+    assert shelf.read(name) == whole  # the copy does not match its name: fetched again from the store
+    assert open(path, "rb").read() == whole
