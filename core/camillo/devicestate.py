@@ -81,19 +81,32 @@ class DeviceStateStore:
         self.path = path
         self.vault_id = vault_id
         self._key = local_key(secret, "state", vault_id)
+        # the file's bytes as this store last read or wrote them, and their checked plaintext: an
+        # append loads the state first (another process may have written), and it is nearly always
+        # unchanged
+        self._known: tuple[bytes, bytes] | None = None
 
     def load(self) -> DeviceState | None:
         data = read_file(self.path)
         if data is None:
             return None
+        known = self._known
+        if known is not None and known[0] == data:  # the same bytes: opened and checked before
+            return DeviceState.from_map(encoding.decode_checked(known[1]))
         raw = open_local(self._key, "state", self.vault_id, data, self.path)
         try:
-            return DeviceState.from_map(encoding.decode(raw, "device state"))
+            state = DeviceState.from_map(encoding.decode(raw, "device state"))
         except Exception:
             raise DamagedFile(f"the device state {self.path} is damaged", file=self.path) from None
+        self._known = (data, raw)
+        return state
 
     def save(self, state: DeviceState) -> None:
-        atomic_write(self.path, seal_local(self._key, "state", self.vault_id, encoding.encode(state.to_map())))
+        raw = encoding.encode(state.to_map())
+        data = seal_local(self._key, "state", self.vault_id, raw)
+        self._known = None
+        atomic_write(self.path, data)
+        self._known = (data, raw)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -87,6 +87,12 @@ def _reject_tag(*args: Any) -> NoReturn:
     raise CanonicalError(f"CBOR tag {tag.tag if tag is not None else '?'} is not allowed")
 
 
+def decode_checked(data: bytes) -> Any:
+    """Decode bytes that :func:`decode` accepted (or :func:`encode` produced) before, without
+    checking them again: a fresh copy of the same value."""
+    return cbor2.loads(data)
+
+
 def decode(data: bytes, what: str = "CBOR item", *, max_len: int | None = None) -> Any:
     """Decode strictly: exactly one item, inside the profile, and canonical."""
     if max_len is not None and len(data) > max_len:

@@ -21,6 +21,7 @@ Pure functions; any thread may call them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -191,6 +192,7 @@ class RecipientKey:
         return f"RecipientKey(public={self.public[:4].hex()}…)"
 
 
+@functools.lru_cache(maxsize=64)  # an epoch's key seals every segment of that epoch: parsed once
 def _recipient_public(public: bytes) -> hpke.MLKEM768X25519PublicKey:
     if len(public) != XWING_PK_LEN:
         raise CryptoFailure("an X-Wing public key is 1216 bytes")

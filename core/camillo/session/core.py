@@ -465,7 +465,8 @@ class Session:
             me = self.unlocking.writer_id if self.unlocking is not None else None
         covered = {b for m in self.roster.manifests.values() for b in m.batches}
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
-        seen_generation = max(ds.generation, self.local.load_generation())
+        on_file = self.local.load_generation()
+        seen_generation = max(ds.generation, on_file)
         alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
                                              self.keyring.generation, int(time.time()), ds.epochs, known, me)
         # An append grant remembers its own writes but can never read them back: no alert there.
@@ -481,7 +482,7 @@ class Session:
                     epochs[cid] = current.epoch_id
         if store is None:
             return
-        if self.keyring.generation > self.local.load_generation():
+        if self.keyring.generation > on_file:
             self.local.save_generation(self.keyring.generation)
         if memory == ds.remembered and first == ds.first_missing and generation == ds.generation and epochs == ds.epochs:
             return

@@ -430,9 +430,23 @@ class Reader:
             self.segment_problems[name] = Problem("damaged", name, exc.message)
             self.segment_batches[name] = []
             return []
+        return self._add_segment(name, header.compartment_id, header.epoch_id, batches)
+
+    def take_written(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch]) -> list[bytes]:
+        """What :meth:`read_segment` returns for a segment this actor has just sealed and written,
+        taken from the batches it sealed: no read, no decryption, and no signature check (they are
+        its own, just made)."""
+        if name in self.segment_batches:
+            return []
+        added = self._add_segment(name, compartment_id, epoch_id, batches)
+        for bid in added:
+            self.batches[bid].sig_ok = True
+        return added
+
+    def _add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch]) -> list[bytes]:
         added = []
         for batch in batches:
-            problem = self._check_batch_shape(batch, header, name)
+            problem = self._check_batch_shape(batch, compartment_id)
             if problem:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
                 continue
@@ -452,13 +466,13 @@ class Reader:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
                 continue
-            view = BatchView(batch, name, header.epoch_id, [r if r is not None and r.is_control else None
-                                                             for r in records])
+            view = BatchView(batch, name, epoch_id, [r if r is not None and r.is_control else None
+                                                     for r in records])
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
                 "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls) VALUES(?,?,?,?,?)",
-                (batch.id, name, header.epoch_id,
+                (batch.id, name, epoch_id,
                  encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
                  encoding.encode([r.raw if r is not None else None for r in view.records])),
             )
@@ -466,18 +480,18 @@ class Reader:
             self.pending_batches.add(batch.id)
             self.unreported.append(batch.id)
         self.segment_batches[name] = [b.id for b in batches]
-        self.segment_epochs[name] = (header.compartment_id, header.epoch_id)
+        self.segment_epochs[name] = (compartment_id, epoch_id)
         self.materialized.cache_db.execute(
             "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
-            (name, encoding.encode([b.id for b in batches]), header.compartment_id, header.epoch_id))
+            (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
         self.dirty = True
         return added
 
-    def _check_batch_shape(self, batch: Batch, header: segments.SegmentHeader, name: str) -> str | None:
+    def _check_batch_shape(self, batch: Batch, compartment_id: bytes) -> str | None:
         h = batch.header
         if h.vault_id != self.vault_id:
             return f"batch {batch.id.hex()[:12]} belongs to another vault"
-        if h.compartment_id != header.compartment_id:
+        if h.compartment_id != compartment_id:
             return f"batch {batch.id.hex()[:12]} claims another compartment than its segment"
         return None
 

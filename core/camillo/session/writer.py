@@ -151,6 +151,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         raise AssertionError("a writer without a device state")
     written: dict[bytes, list[Batch]] = {}
     files: list[tuple[str, bytes]] = []
+    sealed: list[tuple[str, bytes, bytes, list[Batch]]] = []  # each segment: name, compartment, epoch, batches
     with store.locked():
         on_disk = store.load()
         if on_disk is not None:
@@ -200,6 +201,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                     seg = segments.seal_segment(session.vault_id, cid, epoch_id, public,
                                                 segments.encode_payload(group))
                     files.append((segment_name(seg), seg))
+                    sealed.append((files[-1][0], cid, epoch_id, group))
                     group, group_size = [], 0
                 group.append(batch)
                 group_size += size
@@ -207,6 +209,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
                 prev, deps = batch.id, (batch.id,)
             seg = segments.seal_segment(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
             files.append((segment_name(seg), seg))
+            sealed.append((files[-1][0], cid, epoch_id, group))
             if prev is None:
                 raise AssertionError("no batch written")
             session.device_state.counters[cid] = (seq, prev)
@@ -238,13 +241,12 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             raise
         for name, tmp in staged:
             folder.commit(name, tmp)
-    # Read back exactly what was written (the folder was scanned just before numbering; what
-    # others write meanwhile arrives with the next refresh).
+    # Take in exactly what was written, from the batches sealed (the folder was scanned just before
+    # numbering; what others write meanwhile arrives with the next refresh).
     reader = session.reader
     new: list[bytes] = []
-    for name, _data in files:
-        if name not in reader.segment_batches:
-            new += reader.read_segment(name)
+    for name, cid, epoch_id, group in sealed:
+        new += reader.take_written(name, cid, epoch_id, group)
     if new and not reader.extend(new):
         reader.recompute()
     session.update_memory()
