@@ -599,10 +599,6 @@ class ObjectShelf(FolderShelf):
         answer = self._call(f"read {name}", self.client.get_object, quiet=(404,), Key=self.store.key(name))
         return None if answer == 404 else answer["Body"]
 
-    def list_packs(self) -> dict[str, RemoteObject]:
-        """The store's packs (a listing of ``packs/``), as they are now."""
-        return self._list_remote("packs/")
-
     def delete_object(self, name: str) -> None:
         """Delete one object from the store (the mirror is not touched)."""
         self._call(f"delete {name}", self.client.delete_object, Key=self.store.key(name))
@@ -694,21 +690,19 @@ class ObjectShelf(FolderShelf):
         """Bring the mirror to what the store lists now: download what it lacks (in parallel),
         drop what the store no longer has.  A name the listing omits but the store still serves
         (a listing that lags behind writes) is kept."""
+        listing = self._list_remote()
         self.scan_folder()
-        with self.packs.early_downloads(len(self._loose) <= 1):  # a first open: packs come while it lists
-            listing = self._list_remote()
-            self.scan_folder()
-            have = set(self._loose)
-            for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
-                self._drop_local(name)
-                have.discard(name)
-            self.remote = listing
-            missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
-            if any(kind_of(n) == "pack" for n in listing):
-                from_packs = self.packs.fetch(set(missing))  # many segments in a few GETs (camillo.storepacks)
-                for name in from_packs:
-                    self.packs.note_written(name)
-                missing = [n for n in missing if n not in from_packs]
+        have = set(self._loose)
+        for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
+            self._drop_local(name)
+            have.discard(name)
+        self.remote = listing
+        missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
+        if any(kind_of(n) == "pack" for n in listing):  # many segments in a few GETs (camillo.storepacks)
+            from_packs = self.packs.fetch(set(missing), fresh=len(have) <= 1)
+            for name in from_packs:
+                self.packs.note_written(name)
+            missing = [n for n in missing if n not in from_packs]
         pending: set[str] = set()
         if missing:
             def fetch(name: str) -> bool:  # True: it came cut short or altered (syncing); the bytes are not kept

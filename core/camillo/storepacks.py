@@ -26,12 +26,11 @@ the mirror only), joined before it returns.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from .errors import VaultError
@@ -54,7 +53,6 @@ class Store(Protocol):
     def put_new(self, name: str, data: bytes) -> bool: ...
     def still_there(self, name: str) -> bool: ...
     def delete_object(self, name: str) -> None: ...
-    def list_packs(self) -> Mapping[str, Any]: ...
     def mirror_bytes(self, name: str) -> bytes | None: ...
     def keep_in_mirror(self, name: str, data: bytes) -> None: ...
     def loose_segments(self) -> list[str]: ...
@@ -79,7 +77,6 @@ class StorePacks:
         self.written = 0  # packs this process uploaded
         self.error: str | None = None  # why the last packing step failed (a pack is never needed)
         self._uncovered: set[str] | None = None  # loose segments in no pack, once counted
-        self._early: dict[concurrent.futures.Future[str | None], str] = {}  # packs downloading (early_downloads)
 
     # -- what is known
 
@@ -151,70 +148,40 @@ class StorePacks:
 
     # -- a mirror catching up
 
-    @contextlib.contextmanager
-    def early_downloads(self, fresh: bool) -> Iterator[None]:
-        """Within: for a mirror that holds nothing yet (``fresh``: a first open), every pack the
-        store lists under ``packs/`` (one small listing) is being downloaded while the rest of the
-        store is listed, and :meth:`fetch` takes them, reading each index from the pack itself (no
-        ranged GETs).  What was not taken is deleted on the way out."""
-        if not fresh:
-            yield
-            return
-        chosen = sorted(p for p, o in self.shelf.list_packs().items() if o.size <= FETCH_MAX_BYTES)
-        if not chosen:
-            yield
-            return
-        pool = concurrent.futures.ThreadPoolExecutor(min(FETCHERS, len(chosen)))
-        self._early = {pool.submit(self._download, p): p for p in chosen}
-        try:
-            yield
-        finally:
-            early, self._early = self._early, {}
-            for job in early:
-                job.cancel()
-            pool.shutdown(wait=True)
-            for job in early:
-                tmp = None if job.cancelled() or job.exception() is not None else job.result()
-                if tmp is not None:
-                    _unlink(tmp)
-
-    def fetch(self, missing: set[str]) -> set[str]:
+    def fetch(self, missing: set[str], *, fresh: bool = False) -> set[str]:
         """Fetch whole the listed packs that hold at least FETCH_AT_LEAST of the ``missing``
-        segments (or every pack :meth:`early_downloads` started) and put those segments into the
-        mirror (each checked against its name's hash); the names obtained.  A pack that cannot be
+        segments and put those segments into the mirror (each checked against its name's hash);
+        the names obtained.  ``fresh``: the mirror holds nothing yet (a first open), so every pack
+        is fetched, and its index read from the pack itself (no ranged GETs).  A pack that cannot be
         fetched, or is not what its name says, is skipped: its segments come one by one."""
         if len(missing) < FETCH_AT_LEAST:
             return set()
-        got: set[str] = set()
-        if self._early:
-            early, self._early = self._early, {}
-            for job in concurrent.futures.as_completed(early):  # unpacked here while the others download
-                tmp, pack = job.result(), early[job]
-                if tmp is not None and pack in self.shelf.remote:
-                    got |= self._unpack(tmp, frozenset(missing) - got, pack=pack)
-                elif tmp is not None:
-                    _unlink(tmp)
-            self.fetched += len(early)
-            self._save()
-        self.learn(self.shelf.remote)
+        listed = self.shelf.remote
         wanted: list[tuple[str, frozenset[str]]] = []
-        left = set(missing) - got
-        for pack in sorted(self.held, key=lambda p: -len(self.held[p] & left)):
-            listed = self.shelf.remote.get(pack)
-            useful = self.held[pack] & frozenset(left)
-            if listed is None or len(useful) < FETCH_AT_LEAST or listed.size > FETCH_MAX_BYTES:
-                continue
-            wanted.append((pack, useful))
-            left -= useful
+        if fresh:
+            wanted = [(p, frozenset(missing)) for p in sorted(listed)
+                      if kind_of(p) == "pack" and p not in self.unusable and listed[p].size <= FETCH_MAX_BYTES]
+        else:
+            self.learn(listed)
+            left = set(missing)
+            for pack in sorted(self.held, key=lambda p: -len(self.held[p] & left)):
+                useful = self.held[pack] & frozenset(left)
+                if pack not in listed or len(useful) < FETCH_AT_LEAST or listed[pack].size > FETCH_MAX_BYTES:
+                    continue
+                wanted.append((pack, useful))
+                left -= useful
+        got: set[str] = set()
         if not wanted:
             return got
         with concurrent.futures.ThreadPoolExecutor(min(FETCHERS, len(wanted))) as pool:
-            jobs = {pool.submit(self._download, pack): useful for pack, useful in wanted}
+            jobs = {pool.submit(self._download, pack): (pack, useful) for pack, useful in wanted}
             for job in concurrent.futures.as_completed(jobs):  # unpacked here while the others download
-                tmp = job.result()
+                tmp, (pack, useful) = job.result(), jobs[job]
                 if tmp is not None:
-                    got |= self._unpack(tmp, jobs[job])
+                    got |= self._unpack(tmp, useful - got, pack=pack if fresh else None)
         self.fetched += len(wanted)
+        if fresh:
+            self._save()
         return got
 
     def _download(self, pack: str) -> str | None:

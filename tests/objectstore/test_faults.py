@@ -225,7 +225,7 @@ def test_an_open_lists_the_store_once_and_downloads_only_what_it_lacks(setup):
                        if m == method and not re.search(r"max-keys=1(&|$)", path) and ("list-type=2" in path) == listing)
 
     b = s.device("B")  # a new installation: the open, then its registration's write, each list once
-    assert requests("GET", listing=True) == 2
+    assert requests("GET", listing=True) == 2, [p for m, p, _ in proxy.faults.log if "list-type=2" in p]
     assert requests("GET") >= 6  # the descriptor, slots, envelopes and segments
     b.lock()
     proxy.reset()
