@@ -136,8 +136,10 @@ REVIEWED = {
         "the slot checksum is a public hash of public bytes (it tells damage from a wrong passphrase)",
     ("slots.py", "st.get(S.WRAP_HASH) == sha256(header.wrap)"):
         "compares the public wrap's hash with the statement already authenticated by the AEAD",
-    ("packs.py", "h.digest() != trailer[16:48]"):
+    ("packs.py", "h.digest() != digest"):
         "a pack's checksum covers public bytes; packs are authenticated file by file",
+    ("storepacks.py", "digest.digest() == content_hash_of(pack)"):
+        "a pack downloaded from an object store against its public name (its segments are checked one by one)",
     ("envelopes.py", "data[8:12] == tag_for(data[12:12 + XWING_ENC_LEN], recipient_id)"):
         "the envelope tag is a public routing hint (a host that times it learns less than from the "
         "HPKE attempt that follows)",
