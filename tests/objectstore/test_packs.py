@@ -106,6 +106,10 @@ def test_a_writer_packs_its_segments_and_a_new_mirror_fetches_them_in_a_few_gets
     assert segment_gets(store) <= len(segments) - len(packed)
     mirror = b.session.shelf.root
     assert not os.listdir(os.path.join(mirror, "packs")), "a mirror keeps the segments, never the packs"
+    from camillo.hostview import host_view  # what the host sees includes the packs (camillo info)
+
+    shown = {f["name"]: f for f in host_view(store.direct)["files"] if f["kind"] == "pack"}
+    assert set(shown) == packs and all(f["entries"] >= 2 and f["size"] > 0 for f in shown.values())
     assert b.problems(full=True) == []
     # a mirror that fell behind: the new packs' indexes are read (ranged GETs), then the packs fetched
     fetched, before = b.session.shelf.packs.fetched, len(store.proxy.faults.log)
