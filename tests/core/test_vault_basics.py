@@ -234,6 +234,23 @@ def test_creating_over_an_existing_vault_is_refused(new_vault):
         Vault.create(path, "another")
 
 
+def test_a_vault_inside_another_vaults_folder_is_refused(new_vault, tmp_path):
+    """A vault made (or unpacked) inside another one's folder would be synced and copied along with
+    it: refused, naming the outer vault, and nothing is written."""
+    path, vault, _ = new_vault
+    from camillo.errors import StorageError
+
+    before = snapshot(path)
+    inner = os.path.join(path, "notes", "inner")
+    with pytest.raises(StorageError, match=f"inside the vault folder {path}"):
+        Vault.create(inner, "another passphrase")
+    vmem = str(tmp_path / "copy.vmem")
+    pack_vault(path, vmem)
+    with pytest.raises(StorageError, match="inside the vault folder"):
+        unpack_vault(vmem, os.path.join(path, "unpacked"))
+    assert snapshot(path) == before and not os.path.exists(os.path.join(path, "notes"))
+
+
 def test_locked_vault_refuses_calls_and_drops_keys(new_vault):
     path, vault, _ = new_vault
     secret = next(iter(vault.session.keyring.epoch_secrets.values()))
