@@ -213,3 +213,21 @@ def test_a_torn_mirror_copy_is_downloaded_again_when_read(store):
         fh.truncate(len(whole) // 2)
     assert shelf.read(name) == whole  # the copy does not match its name: fetched again from the store
     assert open(path, "rb").read() == whole
+
+
+def test_packing_downloads_a_torn_mirror_copy_again_instead_of_leaving_it_out(store, monkeypatch):
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 1000)
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(8)))
+    shelf = a.session.shelf
+    name = sorted(shelf.loose_segments())[0]
+    path = os.path.join(shelf.root, name)
+    whole = open(path, "rb").read()
+    with open(path, "r+b") as fh:
+        fh.truncate(len(whole) // 2)
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 6)
+    shelf.after_write()
+    (pack,) = store.keys("packs/")
+    assert name in store.pack_names(pack), "the torn segment was fetched again and packed"
+    assert open(path, "rb").read() == whole
+
