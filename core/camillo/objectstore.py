@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import builtins
 import concurrent.futures
+import contextlib
 import datetime
 import email.utils
 import hashlib
@@ -493,7 +494,7 @@ class ObjectShelf(FolderShelf):
 
     def _adopt_descriptor(self, data: bytes) -> None:
         """A mirror of another vault that lived at this place before is emptied first."""
-        mine = self.mirror_bytes(descriptor.NAME)
+        mine = self._local_bytes(descriptor.NAME)
         if mine is not None and mine != data:
             for name in FolderShelf.walk(self):
                 self._drop_local(name)
@@ -632,7 +633,7 @@ class ObjectShelf(FolderShelf):
 
     # -- the mirror
 
-    def mirror_bytes(self, name: str) -> bytes | None:
+    def _local_bytes(self, name: str) -> bytes | None:
         try:
             with open(self._path(name), "rb") as fh:
                 return fh.read()
@@ -851,17 +852,13 @@ class ObjectShelf(FolderShelf):
     def after_write(self, *, all_due: bool = False) -> None:
         """After an acknowledged write: one packing step when enough segments are in no pack
         (:meth:`StorePacks.pack_step`), or every step due with ``all_due`` (after a merge or an
-        unpack into the store).  A pack is never needed, so a failure here fails nothing; it is
-        kept in ``packs.error`` and the step is tried again after a later write."""
-        try:
-            if not self.packs.due():
-                return
-            self.packs.drop_stale()
-            while self.packs.pack_step() and all_due:
-                pass
-            self.packs.error = None
-        except VaultError as exc:
-            self.packs.error = str(exc)
+        unpack into the store).  A pack is never needed, so a failure here (the store unreachable a
+        moment after the write succeeded) fails nothing: the step is tried again after a later write."""
+        with contextlib.suppress(VaultError):
+            if self.packs.due():
+                self.packs.drop_stale()
+                while self.packs.pack_step() and all_due:
+                    pass
 
     def host_details(self) -> dict[str, RemoteObject]:
         """What the store lists of each vault object (size, ETag, time written), from a listing now."""

@@ -68,18 +68,6 @@ def hash_matches(name: str, data: bytes) -> bool | None:
     return sha256(data) == expected
 
 
-def enclosing_vault(path: str) -> str | None:
-    """The vault folder ``path`` lies inside (a parent folder holding a ``VMEM`` descriptor), if any."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while True:
-        if os.path.isfile(os.path.join(parent, "VMEM")):
-            return parent
-        up = os.path.dirname(parent)
-        if up == parent:
-            return None
-        parent = up
-
-
 class Shelf(Protocol):
     """What every shelf offers (:class:`FolderShelf`, :class:`PackShelf`, later stores): the type
     of a shelf wherever the code does not depend on which kind it is."""
@@ -104,7 +92,7 @@ class FolderShelf:
         # shelf whose folder is a local mirror of a remote store: see camillo.objectstore)
         self.location = self.root = os.path.abspath(path)
         if create:
-            outer = enclosing_vault(self.location)
+            outer = vault_folder_holding(os.path.dirname(self.location))  # a vault folder around it
             if outer is not None:
                 raise StorageError(f"{self.location} is inside the vault folder {outer}: a vault there would be "
                                    "synced and copied along with that one; choose a folder outside it")

@@ -74,8 +74,6 @@ class StorePacks:
         self.held: dict[str, frozenset[str]] = self._load()  # pack name -> the segment names its index lists
         self.unusable: set[str] = set()  # packs whose index could not be read (this process)
         self.fetched = 0  # packs fetched whole (this process)
-        self.written = 0  # packs this process uploaded
-        self.error: str | None = None  # why the last packing step failed (a pack is never needed)
         self._uncovered: set[str] | None = None  # loose segments in no pack, once counted
 
     # -- what is known
@@ -290,7 +288,6 @@ class StorePacks:
         names = frozenset(n for n, _d in entries)
         self.held[pack] = names
         self._uncovered = todo - names
-        self.written += 1
         self._save()
         return pack
 
