@@ -1,10 +1,11 @@
 """The ``objectstore`` group: vaults in an S3-compatible object store (issue 20), against a SeaweedFS
 the parent starts on loopback for the group (tests/objectstore/seaweed.py), beside the folder figures.
 
-* ``s3_append``: ``Vault.append([one message])`` on the lived-in vault opened from ``s3://``; each
-  append is durable on the store (its conditional PUT answered) before it returns.
-* ``s3_warm_open``: open from ``s3://`` with the desktop's cache and a full mirror, then the first
-  timeline page; the parent compares it with ``warm_open`` of the same fixture as a folder.
+* ``s3_append``: ``Vault.append([one message])`` on the lived-in vault (packed, as its writers leave
+  it) opened from ``s3://``; each append is durable on the store (its conditional PUT answered)
+  before it returns.
+* ``s3_warm_open``: open the same from ``s3://`` with the desktop's cache and a full mirror, then the
+  first timeline page; the parent compares it with ``warm_open`` of the same fixture as a folder.
 * ``s3_download``: a new mirror of the whole vault (list, parallel GETs, checks, writes), as a first
   open does before it reads: bytes per second.  Variant ``lived-in`` is the lived-in vault as its
   writers leave it on a store (packed: camillo.storepacks); ``loose`` the same uploaded file by file
@@ -86,8 +87,9 @@ def _upload(params: dict[str, Any], fx: Fixture, scratch: str) -> tuple[str, int
 
 def _upload_variant(params: dict[str, Any], scratch: str) -> tuple[Any, str, int, int]:
     """The variant's vault on the store: ``lived-in`` is ``loose`` as its writers leave it there (the
-    packing steps their appends would have made, made at once by a writer's installation:
-    camillo.storepacks); the other variants exactly as their folder holds them, uploaded file by file."""
+    packing steps their appends would have made, made at once by a writer's installation, which
+    deletes the loose objects the packs hold: camillo.storepacks); the other variants exactly as their
+    folder holds them, uploaded file by file."""
     from camillo.objectstore import ObjectShelf
 
     variant = params.get("variant", "loose")
@@ -97,7 +99,7 @@ def _upload_variant(params: dict[str, Any], scratch: str) -> tuple[Any, str, int
         shelf = ObjectShelf(location, home=os.path.join(scratch, "writer-home"))
         shelf.list()
         shelf.after_write(all_due=True)
-        files += len(shelf.packs.held)  # objects on the store; ``size`` stays the vault's bytes (a mirror's)
+        files = len(shelf.host_details())  # objects on the store; ``size`` stays the vault's bytes (a mirror's)
         shelf.close()
     return fx, location, files, size
 
@@ -122,8 +124,7 @@ def s3_append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """Interactive appends of one message each on the lived-in vault opened from the store."""
     from camillo.vault import NewRecord
 
-    fx = _clone(params, "loose", scratch)
-    location, _files, _bytes = _upload(params, fx, scratch)
+    fx, location, _files, _bytes = _upload_variant({**params, "variant": "lived-in"}, scratch)
     count, warmup, budget = params.get("count", 200), 5, params.get("seconds", 6.0)
     items = messages(count + warmup, seed=43, now=int(time.time()), conversation_prefix="interactive")
     recs = [NewRecord(type="message", conversation=x.conversation, role=x.role, text=x.text) for x in items]
@@ -141,8 +142,7 @@ def s3_append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 @op("s3_warm_open")
 def s3_warm_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """Open from the store with the desktop's cache and a complete mirror, then the first page."""
-    fx = _clone(params, "loose", scratch)
-    location, files, size = _upload(params, fx, scratch)
+    fx, location, files, size = _upload_variant({**params, "variant": "lived-in"}, scratch)
     home = fx.homes["desktop"]
     _open(location, home).lock()  # the mirror is complete and the cache current
     with Meter() as m:

@@ -8,6 +8,7 @@ Pure reading; any thread may call it on its own shelf.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import NotRequired, Required, TypedDict
 
@@ -115,7 +116,8 @@ def _view(shelf: Shelf) -> HostView:
         for pack in sorted(n for n in shelf.walk() if kind_of(n) == "pack"):
             try:
                 reader = PackReader(f"{shelf.root}/{pack}")
-                files.append({"name": pack, "kind": "pack", "entries": len(reader.entries)})
+                files.append({"name": pack, "kind": "pack", "entries": len(reader.entries),
+                              "size": os.path.getsize(reader.path)})
                 reader.close()
             except VaultError as exc:
                 files.append({"name": pack, "kind": "pack", "error": str(exc)})
@@ -123,15 +125,6 @@ def _view(shelf: Shelf) -> HostView:
     view: HostView = {"location": location, "kind": shelf_kind, "files": files}
     if isinstance(shelf, ObjectShelf):  # what the provider keeps about each object besides its bytes
         view["kind"], view["other_objects"] = shelf.kind, shelf.others
-        shelf.packs.learn(shelf.remote)  # the packs are on the store, not in the mirror (spec §4.7.1)
-        for pack in sorted(n for n in shelf.remote if kind_of(n) == "pack"):
-            held = shelf.packs.held.get(pack)
-            packed: HostFile = {"name": pack, "kind": "pack", "size": shelf.remote[pack].size}
-            if held is None:
-                packed["error"] = "its index cannot be read (not used)"
-            else:
-                packed["entries"] = len(held)
-            files.append(packed)
         for entry in files:
             listed = shelf.remote.get(entry["name"])
             if listed is not None:

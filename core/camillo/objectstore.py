@@ -36,7 +36,6 @@ import builtins
 import concurrent.futures
 import contextlib
 import datetime
-import email.utils
 import hashlib
 import json
 import math
@@ -46,15 +45,23 @@ import shutil
 import threading
 import time
 import urllib.parse
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import descriptor, keychain
-from .errors import KeychainError, NotAVault, StorageError, UsageError, VaultError, WrongCredential
+from . import descriptor, keychain, storepacks
+from .errors import (
+    DamagedFile,
+    KeychainError,
+    NotAVault,
+    StorageError,
+    UsageError,
+    VaultError,
+    WrongCredential,
+)
 from .localstate import data_root
 from .names import kind_of
+from .s3listing import lean_listing, timestamp
 from .storage import (
     DIRECTORIES,
     FolderShelf,
@@ -244,7 +251,7 @@ def _client(loc: StoreLocation) -> Any:
         session = botocore.session.get_session()
         # botocore parses every timestamp with dateutil (about 0.6 ms each): a listing of 1,000 objects
         # would spend most of its time there
-        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_timestamp)
+        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=timestamp)
         region = loc.region or session.get_config_variable("region") or "us-east-1"
         config = Config(
             retries={"mode": "standard", "total_max_attempts": 1},  # retried by ObjectShelf._call
@@ -261,57 +268,9 @@ def _client(loc: StoreLocation) -> Any:
         except ValueError as exc:
             raise UsageError(f"the endpoint for {loc.display} is not a usable URL ({exc}); check --endpoint-url "
                              f"or {ENDPOINT_ENV}") from None
-        client.meta.events.register("before-parse.s3.ListObjectsV2", _lean_listing)
+        client.meta.events.register("before-parse.s3.ListObjectsV2", lean_listing)
         _clients[cache_key] = client
         return client
-
-
-def _timestamp(value: str) -> datetime.datetime:
-    """A timestamp of an S3 answer: ISO 8601 in listings, an HTTP date in headers."""
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        pass
-    try:
-        return email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        import botocore.utils
-
-        return botocore.utils.parse_timestamp(value)  # type: ignore[no-any-return]
-
-
-_S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-
-
-def _lean_listing(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_kw: Any) -> None:
-    """A listing page is read here with ElementTree (a 1,000-key page in a few milliseconds instead
-    of botocore's ~70 ms): the objects go to ``CamilloContents`` (key, size, ETag, LastModified
-    text) and botocore is left only the paging fields to parse.  Anything unexpected is left to
-    botocore as it is."""
-    body = response_dict.get("body")
-    if response_dict.get("status_code") != 200 or not isinstance(body, bytes):
-        return
-    try:
-        root = ET.fromstring(body)  # noqa: S314 - the same parser botocore would use on the same answer
-    except ET.ParseError:
-        return
-    ns = _S3_NS if root.tag.startswith(_S3_NS) else ""  # the element name, not an AEAD tag
-    if not root.tag.endswith("ListBucketResult"):
-        return
-    encoded = root.findtext(f"{ns}EncodingType") == "url"
-    items = []
-    for c in root.iter(f"{ns}Contents"):
-        key = c.findtext(f"{ns}Key") or ""
-        items.append((urllib.parse.unquote_plus(key) if encoded else key, int(c.findtext(f"{ns}Size") or 0),
-                      (c.findtext(f"{ns}ETag") or "").strip('"'), c.findtext(f"{ns}LastModified") or ""))
-    customized_response_dict["CamilloContents"] = items
-    lean = ET.Element("ListBucketResult", xmlns=_S3_NS.strip("{}"))
-    for field in ("Name", "Prefix", "KeyCount", "MaxKeys", "IsTruncated", "NextContinuationToken",
-                  "ContinuationToken"):
-        text = root.findtext(f"{ns}{field}")
-        if text is not None:
-            ET.SubElement(lean, field).text = text
-    response_dict["body"] = ET.tostring(lean)
 
 
 def _backoff(attempt: int) -> None:
@@ -388,6 +347,7 @@ class ObjectShelf(FolderShelf):
     """A vault in an object store, through a local mirror (module docstring)."""
 
     kind = "object store"
+    packs_hashed_on_open = False  # checked against its name when downloaded; each segment when read
 
     def __init__(self, location: str, *, create: bool = False, home: str | None = None) -> None:
         self.store = StoreLocation.parse(location)
@@ -397,6 +357,7 @@ class ObjectShelf(FolderShelf):
         self.pending: set[str] = set()  # listed but not (yet) downloaded whole: still syncing
         self.lagging: set[str] = set()  # held, missing from the last listing, but still there (HEAD)
         self.requests = 0
+        self._no_batch_delete = False  # the store refused a DeleteObjects request
         self._pulling = False
         self._pulled_at: float | None = None  # time.monotonic() of the last pull
         self._first_changes = True
@@ -497,7 +458,7 @@ class ObjectShelf(FolderShelf):
         mine = self._local_bytes(descriptor.NAME)
         if mine is not None and mine != data:
             for name in FolderShelf.walk(self):
-                self._drop_local(name)
+                self.drop_from_mirror(name)
         if mine != data:
             self.keep_in_mirror(descriptor.NAME, data)
 
@@ -525,7 +486,7 @@ class ObjectShelf(FolderShelf):
                     others += 1
                     continue
                 self._check_size(name, kind, int(size))
-                when = _timestamp(modified) if isinstance(modified, str) and modified else modified
+                when = timestamp(modified) if isinstance(modified, str) and modified else modified
                 found[name] = RemoteObject(int(size), str(etag).strip('"'),
                                            when.timestamp() if isinstance(when, datetime.datetime) else 0.0)
             token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
@@ -578,22 +539,6 @@ class ObjectShelf(FolderShelf):
         answer = self._call(f"look for {name}", self.client.head_object, quiet=(404,), Key=self.store.key(name))
         return bool(answer != 404)
 
-    def fetch_range(self, name: str, first: int, last: int) -> bytes | None:
-        """Bytes ``first``..``last`` of an object (a ranged GET); None when it does not exist, has
-        fewer bytes, or its body came cut short."""
-        answer = self._call(f"read {name}", self.client.get_object, quiet=(404, 416), Key=self.store.key(name),
-                            Range=f"bytes={first}-{last}")
-        if answer in (404, 416):
-            return None
-        body = answer["Body"]
-        try:
-            data = bytes(body.read(last - first + 2))
-        except Exception:  # dropped mid-body: the caller does without
-            return None
-        finally:
-            body.close()
-        return data if len(data) == last - first + 1 else None
-
     def open_object(self, name: str) -> Any:
         """A streaming body of the whole object (``read(n)``, ``close()``), or None when it does not
         exist."""
@@ -603,6 +548,24 @@ class ObjectShelf(FolderShelf):
     def delete_object(self, name: str) -> None:
         """Delete one object from the store (the mirror is not touched)."""
         self._call(f"delete {name}", self.client.delete_object, Key=self.store.key(name))
+
+    def delete_objects(self, names: Iterable[str]) -> None:
+        """Delete objects from the store (the mirror is not touched): DeleteObjects, 1,000 keys a
+        request; one by one on a store that does not offer it."""
+        names = sorted(names)
+        for i in range(0, len(names), LIST_PAGE):
+            chunk = names[i:i + LIST_PAGE]
+            if len(chunk) > 1 and not self._no_batch_delete:
+                answer = self._call("delete objects", self.client.delete_objects, quiet=(400, 501),
+                                    Delete={"Objects": [{"Key": self.store.key(n)} for n in chunk], "Quiet": True})
+                if answer not in (400, 501):
+                    chunk = sorted({e["Key"][len(self.store.key_prefix):] for e in answer.get("Errors", [])})
+                else:
+                    self._no_batch_delete = True
+            for name in chunk:
+                self.delete_object(name)
+        for name in names:
+            self.remote.pop(name, None)
 
     def put_new(self, name: str, data: bytes) -> bool:
         """Create the object unless it exists (``If-None-Match: *``).  False when it already held
@@ -667,14 +630,22 @@ class ObjectShelf(FolderShelf):
             raise StorageError(f"cannot write the local mirror of {self.store.display} ({exc.strerror}): free some "
                                "space (or set CAMILLO_HOME elsewhere) and try again") from None
 
-    def _drop_local(self, name: str) -> None:
+    def drop_from_mirror(self, name: str) -> None:
+        """Remove a file from the mirror (a pack stops being read at once)."""
         self.packs.note_dropped(name)
+        if kind_of(name) == "pack":
+            self.forget_pack(name)
         try:
             os.unlink(self._path(name))
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise StorageError(f"cannot update the local mirror of {self.store.display}: {exc.strerror}") from None
+
+    def mirror_packs(self) -> dict[str, frozenset[str]]:
+        """The packs in the mirror, each with the segments it holds (the mirror listed now)."""
+        self.scan_folder()
+        return self.packs_here()
 
     def _download(self, name: str, listed: RemoteObject | None) -> tuple[bytes, bool] | None:
         """Fetch one object (None: the store does not have it) and whether it came whole (its
@@ -688,22 +659,16 @@ class ObjectShelf(FolderShelf):
         return data, whole
 
     def pull(self) -> None:
-        """Bring the mirror to what the store lists now: download what it lacks (in parallel),
-        drop what the store no longer has.  A name the listing omits but the store still serves
-        (a listing that lags behind writes) is kept."""
+        """Bring the mirror to what the store lists now: download the packs and loose objects it
+        lacks (in parallel), drop what the store no longer has.  A name the listing omits but the
+        store still serves (a listing that lags behind writes) is kept."""
         listing = self._list_remote()
         self.scan_folder()
         have = set(self._loose)
-        for name in [n for n in have if kind_of(n) == "pack"]:  # a mirror keeps no pack (spec §4.7.1)
-            self._drop_local(name)
-            have.discard(name)
         self.remote = listing
-        missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack")
-        if any(kind_of(n) == "pack" for n in listing):  # many segments in a few GETs (camillo.storepacks)
-            from_packs = self.packs.fetch(set(missing), fresh=len(have) <= 1)
-            for name in from_packs:
-                self.packs.note_written(name)
-            missing = [n for n in missing if n not in from_packs]
+        unfetched = self._fetch_packs(listing)
+        covered = self._covered_by_packs(listing)
+        missing = sorted(n for n in listing if n not in have and kind_of(n) != "pack" and n not in covered)
         pending: set[str] = set()
         if missing:
             def fetch(name: str) -> bool:  # True: it came cut short or altered (syncing); the bytes are not kept
@@ -716,7 +681,19 @@ class ObjectShelf(FolderShelf):
                 if name not in pending:
                     self.packs.note_written(name)
         gone = sorted(n for n in have if n not in listing)
+        if gone:  # a pack written after the listing passed packs/ may hold what it no longer lists loose
+            later = {n: o for n, o in self._list_remote("packs/").items() if n not in listing}
+            listing.update(later)
+            unfetched |= self._fetch_packs(later)
+            covered = self._covered_by_packs(listing)
+            gone = [n for n in gone if n not in listing]
         lagging: set[str] = set()
+        for name in [n for n in gone if n in covered]:
+            self.drop_from_mirror(name)  # a loose copy the store replaced by a pack
+        gone = [n for n in gone if n not in covered]
+        if gone and unfetched:
+            lagging = {n for n in gone if kind_of(n) != "pack"}  # a pack not fetched yet may hold them
+            gone = [n for n in gone if n not in lagging]
         if gone:
             with concurrent.futures.ThreadPoolExecutor(min(DOWNLOADERS, len(gone))) as pool:
                 still = dict(zip(gone, pool.map(self.still_there, gone)))
@@ -724,8 +701,19 @@ class ObjectShelf(FolderShelf):
                 if still[name]:
                     lagging.add(name)
                 else:
-                    self._drop_local(name)
+                    self.drop_from_mirror(name)
         self.pending, self.lagging = pending, lagging
+
+    def _fetch_packs(self, listing: dict[str, RemoteObject]) -> set[str]:
+        """Download the listed packs the mirror does not hold readable; those that could not be."""
+        held = self.packs_here()
+        return self.packs.fetch(n for n in listing if kind_of(n) == "pack" and n not in held
+                                and n not in self.packs.refused)
+
+    def _covered_by_packs(self, listing: dict[str, RemoteObject]) -> set[str]:
+        """The segments the mirror's packs that ``listing`` holds hold (the mirror listed now)."""
+        self.scan_folder()
+        return {n for p, held in self.packs_here().items() if p in listing for n in held}
 
     # -- the shelf's calls
 
@@ -785,14 +773,30 @@ class ObjectShelf(FolderShelf):
         return super().exists(name) or self.still_there(name)
 
     def read(self, name: str) -> bytes:
-        try:
-            data = super().read(name)
-        except FileNotFoundError:
-            data = None
-        if data is not None and hash_matches(name, data) is not False:
-            return data
-        if data is not None:
-            self._drop_local(name)  # a torn mirror copy: fetch it again
+        """The file's bytes from the mirror, checked against its name; a torn mirror copy (a loose
+        file or a pack) is downloaded again."""
+        for _ in range(3):
+            try:
+                data = super().read(name)
+            except FileNotFoundError:
+                break
+            except DamagedFile:
+                data = b""
+            if hash_matches(name, data) is not False:
+                return data
+            if os.path.exists(self._path(name)):
+                self.drop_from_mirror(name)  # a torn loose copy: a pack may hold it too
+                continue
+            pack = self.pack_holding(name)
+            if pack is None:
+                break
+            self.drop_from_mirror(pack)
+            if pack in self.packs.fetched_again:  # not what it says, twice: forged, or damaged on the store
+                self.packs.refused.add(pack)
+            else:  # a torn mirror copy: download it again
+                self.packs.fetched_again.add(pack)
+                self.packs.fetch([pack])
+            self.scan_folder()
         fetched = self._download(name, self.remote.get(name))
         if fetched is None:
             raise FileNotFoundError(name)
@@ -819,30 +823,18 @@ class ObjectShelf(FolderShelf):
         return True
 
     def delete(self, name: str) -> None:
-        self._drop_packs_holding({name})
-        self._delete_one(name)
+        self.delete_all([name])
 
     def delete_all(self, names: Iterable[str]) -> None:
-        names = list(names)
-        self._drop_packs_holding(set(names))  # once for all (an erasure deletes thousands)
+        """Delete vault files (spec §4.5): the packs holding any of them are replaced first by packs
+        of their other segments (camillo.storepacks), then the loose objects are deleted."""
+        names = [n for n in names if self._path(n)]  # vault names only, checked before anything is deleted
+        self.packs.delete_segments(set(names))
+        self.delete_objects(names)
         with self._directories_synced_at_the_end():
             for name in names:
-                self._delete_one(name)
-
-    def _delete_one(self, name: str) -> None:
-        self._path(name)
-        self.delete_object(name)
-        FolderShelf.delete(self, name)
-        self.packs.note_dropped(name)
-
-    def _drop_packs_holding(self, names: set[str]) -> None:
-        """Before segments are deleted, the packs holding any of them (spec §4.7.1: a pack never
-        outlives a segment it holds; its other segments stay loose)."""
-        segments = {n for n in names if kind_of(n) == "segment"}
-        if segments:
-            self.packs.learn(self.remote)
-            for pack in self.packs.holding(segments):
-                self.packs.delete(pack)
+                FolderShelf.delete(self, name)
+                self.packs.note_dropped(name)
 
     def loose_segments(self) -> builtins.list[str]:
         """The segments in the mirror (each also a loose object on the store)."""
@@ -853,10 +845,11 @@ class ObjectShelf(FolderShelf):
         """After an acknowledged write: one packing step when enough segments are in no pack
         (:meth:`StorePacks.pack_step`), or every step due with ``all_due`` (after a merge or an
         unpack into the store).  A pack is never needed, so a failure here (the store unreachable a
-        moment after the write succeeded) fails nothing: the step is tried again after a later write."""
+        moment after the write succeeded) fails nothing: the step is tried again after a later write
+        (a pack is uploaded before the loose objects it holds are deleted)."""
         with contextlib.suppress(VaultError):
-            if self.packs.due():
-                self.packs.drop_stale()
+            if all_due or self.packs.due():
+                self.packs.tidy(at_least=1 if all_due else storepacks.TIDY_AFTER)
                 while self.packs.pack_step() and all_due:
                     pass
 

@@ -87,6 +87,10 @@ class Shelf(Protocol):
 class FolderShelf:
     """A vault folder.  ``writable`` is False when the folder cannot be written."""
 
+    # a pack's whole-file checksum is checked when it is first read (a mirror checked it against
+    # its name when it downloaded it, and checks each segment against its own name when read)
+    packs_hashed_on_open = True
+
     def __init__(self, path: str, *, create: bool = False) -> None:
         # ``root`` is the folder on disk; ``location`` is what messages name (the same, except for a
         # shelf whose folder is a local mirror of a remote store: see camillo.objectstore)
@@ -212,17 +216,8 @@ class FolderShelf:
             lost_loose.extend(self._dirs.pop(rel)[1])
         for name in lost_loose:
             self._loose.discard(name)
-            self._pack_files.discard(name)
             if kind_of(name) == "pack":
-                for inner in self._in_packs.pop(name, []):
-                    if self._packed.get(inner) == name:
-                        del self._packed[inner]
-                        other = next((p for p, held in self._in_packs.items() if inner in held), None)
-                        if other is not None:
-                            self._packed[inner] = other
-                    if inner not in self._loose and inner not in self._packed:
-                        self._lose(inner)
-                self._packs.pop(name, None)
+                self._pack_gone(name)
             elif name not in self._packed:
                 self._lose(name)
         for name in found_loose:
@@ -237,6 +232,40 @@ class FolderShelf:
                 self._in_packs[pack] = held
                 for name in held:
                     self._gain(name)
+
+    def _pack_gone(self, name: str) -> None:
+        """A pack is no longer here: its segments stop counting unless a loose file or another pack
+        holds them."""
+        self._pack_files.discard(name)
+        for inner in self._in_packs.pop(name, []):
+            if self._packed.get(inner) == name:
+                del self._packed[inner]
+                other = next((p for p, held in self._in_packs.items() if inner in held), None)
+                if other is not None:
+                    self._packed[inner] = other
+            if inner not in self._loose and inner not in self._packed:
+                self._lose(inner)
+        reader = self._packs.pop(name, None)
+        if reader is not None:
+            reader.close()
+
+    def forget_pack(self, name: str) -> None:
+        """Stop using a pack file now (it was deleted or is being replaced): as if it were gone, and
+        found again by the next listing if it is there then."""
+        self._loose.discard(name)
+        self._pack_gone(name)
+        rel = os.path.dirname(name)
+        cached = self._dirs.get(rel)
+        if cached is not None:  # listed again next time, so that a new file under the name is read
+            self._dirs[rel] = (-1, cached[1] - {name}, cached[2], True)
+
+    def pack_holding(self, name: str) -> str | None:
+        """The pack a segment is read from when no loose file holds it, if any."""
+        return self._packed.get(name)
+
+    def packs_here(self) -> dict[str, frozenset[str]]:
+        """The packs in the folder that could be read, each with the segment names it holds."""
+        return {p: frozenset(held) for p, held in self._in_packs.items()}
 
     def _gain(self, name: str) -> None:
         if name not in self._names:
@@ -302,7 +331,7 @@ class FolderShelf:
         reader = self._packs.get(pack)
         if reader is None:
             try:
-                reader = PackReader(os.path.join(self.root, pack))
+                reader = PackReader(os.path.join(self.root, pack), verify_hash=self.packs_hashed_on_open)
             except (DamagedFile, NotAVault, UnsupportedVersion, OSError):
                 return []  # not fully synced yet, damaged or from a newer Camillo: verify reports it
             self._packs[pack] = reader

@@ -1,6 +1,7 @@
 """Packs on an object store (spec §4.7.1, camillo.storepacks), against the real SeaweedFS: a writer
-packs its small segments, a new mirror fetches them in a few GETs, a hostile or stale pack brings
-nothing in, and deleting a segment (an erasure) deletes the packs that hold it.
+gathers its small segments into packs and deletes the loose copies, a new mirror fetches the packs in
+a few GETs, a hostile pack brings nothing in, deleting a segment a pack holds (an erasure) replaces
+the pack without losing its other segments, and a deleted segment a pack kept is deleted again.
 
 pytest main thread (the proxy runs its own threads).
 """
@@ -22,7 +23,6 @@ PASSPHRASE = "correct horse battery staple"
 @pytest.fixture(autouse=True)
 def small_packs(monkeypatch):
     monkeypatch.setattr(storepacks, "PACK_AFTER", 6)
-    monkeypatch.setattr(storepacks, "FETCH_AT_LEAST", 3)
 
 
 class Store:
@@ -85,41 +85,51 @@ def write(vault: Vault, *texts: str) -> None:
         vault.append([NewRecord(type="message", role="user", text=text)])
 
 
+def packed(store: Store) -> set[str]:
+    return set().union(*(store.pack_names(p) for p in store.keys("packs/")))
+
+
+def texts(vault: Vault) -> set[str]:
+    return {r.text for r in vault.timeline()}
+
+
 def segment_gets(store: Store) -> int:
     return sum(1 for method, path, _status in store.proxy.faults.log if method == "GET" and "/segments/" in path)
 
 
 def test_a_writer_packs_its_segments_and_a_new_mirror_fetches_them_in_a_few_gets(store):
     a = store.create()
-    texts = [f"note {i}" for i in range(14)]
-    write(a, *texts)
+    notes = [f"note {i}" for i in range(14)]
+    write(a, *notes)
     packs = store.keys("packs/")
     assert packs, "enough loose segments were written for a pack"
-    segments = store.keys("segments/")
-    packed = set().union(*(store.pack_names(p) for p in packs))
-    assert packed <= segments, "a pack holds segments the store also holds loose"
-    assert len(packed) >= storepacks.PACK_AFTER
+    loose = store.keys("segments/")
+    assert len(packed(store)) >= storepacks.PACK_AFTER
+    assert packed(store).isdisjoint(loose), "the loose objects a pack holds are deleted"
+    assert len(loose) < storepacks.PACK_AFTER
     b = store.device("B")
-    assert set(texts) <= {r.text for r in b.timeline()}
-    assert b.session.shelf.packs.fetched >= 1
-    # only the segments in no pack were fetched one by one
-    assert segment_gets(store) <= len(segments) - len(packed)
+    assert set(notes) <= texts(b)
+    assert b.session.shelf.packs.fetched == len(packs)
+    assert segment_gets(store) <= len(loose), "only the segments in no pack were fetched one by one"
     mirror = b.session.shelf.root
-    assert not os.listdir(os.path.join(mirror, "packs")), "a mirror keeps the segments, never the packs"
+    assert set(os.listdir(os.path.join(mirror, "packs"))) == {p.split("/")[1] for p in packs}, \
+        "the mirror holds the packs as the store does"
     from camillo.hostview import host_view  # what the host sees includes the packs (camillo info)
 
     shown = {f["name"]: f for f in host_view(store.direct)["files"] if f["kind"] == "pack"}
     assert set(shown) == packs and all(f["entries"] >= 2 and f["size"] > 0 for f in shown.values())
     assert b.problems(full=True) == []
-    # a mirror that fell behind: the new packs' indexes are read (ranged GETs), then the packs fetched
-    fetched, before = b.session.shelf.packs.fetched, len(store.proxy.faults.log)
+    # B holds loose copies of A's next segments; A packs them and deletes the loose objects: B's
+    # refresh brings the packs and drops its loose copies, and nothing goes missing meanwhile
+    write(a, "one more")
+    b.refresh()
     more = [f"more {i}" for i in range(3 * storepacks.PACK_AFTER)]
     write(a, *more)
     b.refresh()
-    assert set(more) <= {r.text for r in b.timeline()}
-    assert b.session.shelf.packs.fetched > fetched
-    ranged = [path for method, path, _status in store.proxy.faults.log[before:] if method == "GET" and "/packs/" in path]
-    assert len(ranged) >= 3 * (b.session.shelf.packs.fetched - fetched), "trailer, index, then the whole pack"
+    assert set(notes) | set(more) | {"one more"} <= texts(b)
+    held = set().union(*b.session.shelf.mirror_packs().values())
+    assert not held & set(b.session.shelf.loose_segments()), "no loose copy of a packed segment is kept"
+    assert b.problems(full=True) == []
 
 
 def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store, monkeypatch):
@@ -131,48 +141,53 @@ def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store,
     # name, but whose entries carry other bytes under real segment names
     forged = store.put_pack([(n, os.urandom(len(store.get(n)))) for n in segments])
     b = store.device("B")
-    assert {f"m{i}" for i in range(4)} <= {r.text for r in b.timeline()}
-    assert b.session.shelf.packs.fetched == 1, forged
+    assert {f"m{i}" for i in range(4)} <= texts(b)
+    assert forged in b.session.shelf.packs.refused
+    assert not os.path.exists(os.path.join(b.session.shelf.root, forged)), "the mirror does not keep it"
     assert segment_gets(store) >= len(segments), "every segment came loose, checked against its name"
     assert b.problems(full=True) == []
 
 
-def test_a_pack_does_not_bring_back_a_segment_the_store_no_longer_holds(store):
+def test_a_deleted_segment_a_pack_kept_is_deleted_again(store):
     a = store.create()
-    write(a, *(f"m{i}" for i in range(3)))
-    before = store.keys("segments/")
-    write(a, "m3")
-    (gone,) = store.keys("segments/") - before  # the last message's segment
-    segments = sorted(store.keys("segments/"))
-    stale = store.put_pack([(n, store.get(n)) for n in segments])
-    # the segment is deleted after the pack was made (an erasure racing a packing step)
-    store.client.delete_object(Bucket=store.bucket, Key=f"v/{gone}")
-    b = store.device("B")
-    assert not os.path.exists(os.path.join(b.session.shelf.root, gone)), "taken only for listed segments"
-    assert gone not in b.session.shelf.list()
-    # the next packing step drops the stale pack
-    write(a, *(f"n{i}" for i in range(storepacks.PACK_AFTER)))
+    write(a, "keep 0", "erase me", "keep 1")
+    before = {n: store.get(n) for n in store.keys("segments/")}
+    (rec,) = [r for r in a.timeline() if r.text == "erase me"]
+    a.erase([rec.id])
+    deleted = sorted(set(before) - store.keys("segments/"))
+    assert deleted
+    # a packing step that read the old segments before the erasure deleted them puts its pack
+    # afterwards (a race between two devices): the erased record's old segment lives on in it
+    stale = store.put_pack(sorted(before.items()))
+    c = store.device("C")  # sees it, and cannot read it: its epoch's keys were destroyed
+    assert "erase me" not in texts(c)
+    a.refresh()  # the next owner to read the store deletes it again
     assert stale not in store.keys("packs/")
-    assert store.keys("packs/"), "the live segments were packed again"
+    kept = packed(store) | store.keys("segments/")
+    assert kept.isdisjoint(deleted)
+    assert set(before) - set(deleted) <= kept, "the pack's other segments were put back first"
+    assert {"keep 0", "keep 1"} <= texts(store.device("D"))
 
 
-def test_an_erasure_deletes_every_pack_holding_a_segment_it_deletes(store):
+def test_an_erasure_replaces_every_pack_holding_a_segment_it_deletes(store):
     a = store.create()
-    texts = [f"keep {i}" for i in range(10)]
-    write(a, *texts)
+    keep = [f"keep {i}" for i in range(10)]
+    write(a, *keep)
     write(a, "erase me")
     write(a, *(f"after {i}" for i in range(6)))
     assert store.keys("packs/")
     (rec,) = [r for r in a.timeline() if r.text == "erase me"]
-    before = store.keys("segments/")
+    before = packed(store) | store.keys("segments/")
     a.erase([rec.id])
-    deleted = before - store.keys("segments/")
+    now = packed(store) | store.keys("segments/")
+    deleted = before - now
     assert deleted
     for pack in store.keys("packs/"):
-        assert store.pack_names(pack).isdisjoint(deleted), "no pack outlives a segment it holds"
+        assert store.pack_names(pack).isdisjoint(deleted), "no pack keeps a segment the erasure deleted"
     c = store.device("C")
-    seen = {r.text for r in c.timeline()}
-    assert "erase me" not in seen and set(texts) <= seen
+    seen = texts(c)
+    assert "erase me" not in seen and set(keep) <= seen
+    assert c.problems(full=True) == []
 
 
 def test_a_folder_merged_or_unpacked_into_the_store_is_packed_at_once(store, tmp_path):
@@ -185,23 +200,58 @@ def test_a_folder_merged_or_unpacked_into_the_store_is_packed_at_once(store, tmp
     vmem = str(tmp_path / "laptop.vmem")
     transport.pack_vault(folder, vmem)
     transport.unpack_vault(vmem, store.direct)
-    segments = store.keys("segments/")
-    packed = set().union(*(store.pack_names(p) for p in store.keys("packs/")))
-    assert len(segments - packed) < storepacks.PACK_AFTER, "what is left loose is fewer than one pack's worth"
-    # the laptop writes more; merging its folder into the store packs what the merge brought
+    assert len(store.keys("segments/")) < storepacks.PACK_AFTER, "what is left loose is fewer than one pack's worth"
+    # the laptop writes more; merging its folder into the store packs what the merge brought (and
+    # deletes the loose copies the merge put of segments a pack already holds)
     laptop = Vault.open(folder, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-laptop"))
     write(laptop, *(f"later {i}" for i in range(2 * storepacks.PACK_AFTER)))
     laptop.lock()
     assert transport.merge_into(store.direct, folder)
-    segments = store.keys("segments/")
-    packed = set().union(*(store.pack_names(p) for p in store.keys("packs/")))
-    assert len(segments - packed) < storepacks.PACK_AFTER
+    loose = store.keys("segments/")
+    assert len(loose) < storepacks.PACK_AFTER and loose.isdisjoint(packed(store))
     b = store.device("B")
     assert b.session.shelf.packs.fetched >= 2
-    assert {f"later {i}" for i in range(2 * storepacks.PACK_AFTER)} <= {r.text for r in b.timeline()}
+    assert {f"later {i}" for i in range(2 * storepacks.PACK_AFTER)} <= texts(b)
 
 
-def test_a_torn_mirror_copy_is_downloaded_again_when_read(store):
+def test_loose_copies_of_packed_segments_are_deleted_by_a_later_step(store, monkeypatch):
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 1000)
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(8)))
+    # a packing step that stopped after its PUT, before it deleted the loose objects
+    segments = sorted(store.keys("segments/"))
+    store.put_pack([(n, store.get(n)) for n in segments])
+    b = store.device("B")
+    assert b.session.shelf.packs.tidy(at_least=1) == len(segments)
+    assert store.keys("segments/").isdisjoint(segments)
+    assert {f"m{i}" for i in range(8)} <= texts(store.device("C"))
+
+
+def test_a_listing_that_passed_packs_before_a_pack_was_written_loses_nothing(store):
+    a = store.create()
+    b = store.device("B")
+    write(a, *(f"m{i}" for i in range(storepacks.PACK_AFTER - 1)))
+    b.refresh()
+    assert len(b.session.shelf.loose_segments()) == storepacks.PACK_AFTER - 1
+    write(a, "the last")  # A packs: the loose objects B holds copies of are deleted
+    shelf = b.session.shelf
+    full = shelf._list_remote
+
+    def stale_listing(under: str = ""):  # listed packs/ before A's PUT, segments/ after its deletions
+        found = full(under)
+        return found if under else {n: o for n, o in found.items() if not n.startswith("packs/")}
+
+    names = set(shelf.list())
+    shelf._list_remote = stale_listing
+    b.refresh()
+    assert names <= set(shelf.list()), "no segment went missing, even for a moment"
+    assert {f"m{i}" for i in range(storepacks.PACK_AFTER - 1)} | {"the last"} <= texts(b)
+    assert shelf.mirror_packs(), "the pack was fetched from the second listing of packs/"
+    assert not shelf.lagging and not shelf.pending
+
+
+def test_a_torn_mirror_copy_is_downloaded_again_when_read(store, monkeypatch):
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 1000)
     a = store.create()
     write(a, *(f"m{i}" for i in range(8)))
     b = store.device("B")
@@ -212,6 +262,23 @@ def test_a_torn_mirror_copy_is_downloaded_again_when_read(store):
     with open(path, "r+b") as fh:  # what a crash while it was written leaves (no temp file, no fsync)
         fh.truncate(len(whole) // 2)
     assert shelf.read(name) == whole  # the copy does not match its name: fetched again from the store
+    assert open(path, "rb").read() == whole
+
+
+def test_a_torn_mirror_pack_is_downloaded_again_when_read(store):
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(8)))
+    b = store.device("B")
+    shelf = b.session.shelf
+    pack, held = sorted(shelf.mirror_packs().items())[0]
+    path = os.path.join(shelf.root, pack)
+    whole = open(path, "rb").read()
+    name = sorted(held)[0]
+    want = a.session.shelf.read(name)
+    with open(path, "r+b") as fh:  # the segments' bytes damaged, the index intact
+        fh.seek(20)
+        fh.write(b"\0" * 64)
+    assert shelf.read(name) == want
     assert open(path, "rb").read() == whole
 
 
@@ -229,5 +296,4 @@ def test_packing_downloads_a_torn_mirror_copy_again_instead_of_leaving_it_out(st
     shelf.after_write()
     (pack,) = store.keys("packs/")
     assert name in store.pack_names(pack), "the torn segment was fetched again and packed"
-    assert open(path, "rb").read() == whole
-
+    assert shelf.read(name) == whole

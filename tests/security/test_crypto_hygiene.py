@@ -138,7 +138,7 @@ REVIEWED = {
         "compares the public wrap's hash with the statement already authenticated by the AEAD",
     ("packs.py", "h.digest() != digest"):
         "a pack's checksum covers public bytes; packs are authenticated file by file",
-    ("storepacks.py", "digest.digest() == content_hash_of(pack)"):
+    ("storepacks.py", "digest.digest() != content_hash_of(pack)"):
         "a pack downloaded from an object store against its public name (its segments are checked one by one)",
     ("envelopes.py", "data[8:12] == tag_for(data[12:12 + XWING_ENC_LEN], recipient_id)"):
         "the envelope tag is a public routing hint (a host that times it learns less than from the "

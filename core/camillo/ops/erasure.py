@@ -183,20 +183,23 @@ def rotate_if_erasure_seen(session: Session) -> bool:
 
 def finish_pending_erasures(session: Session) -> int:
     """Delete old segments that a signed ERASURE_MANIFEST replaced but that are still here (an erasure
-    interrupted after its manifest was written).  Returns how many were deleted."""
-    by_id = {segment_id(n): n for n in session.reader.segment_batches}
-    deleted = 0
-    for m in session.roster.manifests.values():
-        if m.kind != Kind.ERASURE_MANIFEST or not all(a in by_id for a in m.added):
-            continue
-        for seg in m.removed:
-            name = by_id.get(seg)
-            if name is not None:
-                session.shelf.delete(name)
-                deleted += 1
-    if deleted:
+    interrupted after its manifest was written, or a copy an object store's pack kept while the
+    erasure ran, spec §4.7.1), once its new segments are all here.  Returns how many were deleted."""
+    reader = session.reader
+
+    def name(seg: bytes) -> str:
+        return f"segments/{seg.hex()[:2]}/{seg.hex()}.seg"
+
+    def readable(seg: bytes) -> bool:
+        return name(seg) in reader.segment_batches and name(seg) not in reader.unreadable
+
+    old = sorted({name(seg) for m in session.roster.manifests.values()
+                  if m.kind == Kind.ERASURE_MANIFEST and all(readable(a) for a in m.added)
+                  for seg in m.removed if name(seg) in reader.segment_batches or name(seg) in reader.unreadable})
+    if old:
+        session.delete_files(old)
         session.refresh()
-    return deleted
+    return len(old)
 
 
 def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None,

@@ -14,10 +14,12 @@ Run by the facade after every writable unlock, in this order:
    crash interrupted (the last step of a credential change, §16.7);
 5. an erasure that another device's concurrent erasure left incomplete (a copy of an erased record
    under a key that erasure did not destroy) is completed (spec §16.10);
+6. old segments an applied erasure manifest replaced that are still here (an erasure interrupted
+   before it deleted them, or a copy an object store's pack kept, spec §4.7.1) are deleted;
 
 and, after step 2, the live epoch secrets this device holds that the current keyring lacks (another
 device rolled the master secret concurrently, without them) are delivered to the current owner key.
-A refresh that finds new files runs these again.  Confined to the thread that owns the vault.
+A refresh that finds new files runs steps 2, 5 and 6 again.  Confined to the thread that owns the vault.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..session.keyring import EpochRef
 from ..session.writer import sealing_key
 from ..values import Notice
 from .credentials import finish_credential_changes
-from .erasure import erase, reseal, rotate_if_erasure_seen
+from .erasure import erase, finish_pending_erasures, reseal, rotate_if_erasure_seen
 from .rekey import Rekey, active_grants, envelope, grant_envelopes
 
 
@@ -51,6 +53,8 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
         rotate_if_erasure_seen(session)
     finish_credential_changes(session)
     complete_erasures(session)
+    if session.is_owner:
+        finish_pending_erasures(session)
 
 
 def after_refresh(session: Session) -> Changes:
@@ -61,6 +65,7 @@ def after_refresh(session: Session) -> Changes:
     if session.is_owner:
         changes |= wrap_missing_epochs(session)
         changes |= complete_erasures(session)
+        changes |= Changes(files_removed=finish_pending_erasures(session))
     return changes
 
 
