@@ -19,8 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from . import encoding
 from .errors import DamagedFile, NotAVault, UnsupportedVersion
@@ -83,8 +82,7 @@ def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_
     return offset + len(index_bytes) + TRAILER_LEN, whole.digest()
 
 
-@dataclass(frozen=True)
-class PackEntry:
+class PackEntry(NamedTuple):
     type: int
     name: str
     offset: int
@@ -109,33 +107,29 @@ def parse_trailer(trailer: bytes, size: int, name: str) -> tuple[int, int, int, 
 def parse_index(data: bytes, count: int, index_offset: int, name: str) -> list[PackEntry]:
     """A pack's index (CBOR), checked: ``count`` entries of known types under canonical names,
     sorted, filling the pack from its header to ``index_offset`` with no gap or overlap."""
-    index = encoding.decode(data, f"{name} index", max_len=len(data))
+    index = encoding.decode_rows(data, f"{name} index", 4, max_len=len(data))
     if not isinstance(index, list) or len(index) != count:
         raise DamagedFile(f"{name}: the index does not list {count} entries", file=name)
     entries = []
     expected_offset = HEADER_LEN
     previous: tuple[int, str] | None = None
     for item in index:
-        if (
-            not isinstance(item, list)
-            or len(item) != 4
-            or type(item[0]) is not int
-            or not isinstance(item[1], str)
-            or type(item[2]) is not int
-            or type(item[3]) is not int
-        ):
+        if not isinstance(item, list) or len(item) != 4:
             raise DamagedFile(f"{name}: malformed index entry", file=name)
         typ, entry_name, offset, length = item
-        if typ not in MIN_ENTRY or offset != expected_offset or length < MIN_ENTRY[typ]:
+        if type(typ) is not int or type(entry_name) is not str or type(offset) is not int or type(length) is not int:
+            raise DamagedFile(f"{name}: malformed index entry", file=name)
+        if offset != expected_offset or typ not in MIN_ENTRY or length < MIN_ENTRY[typ]:
             raise DamagedFile(f"{name}: index entry {entry_name!r} is out of place", file=name)
         try:
             if entry_type(entry_name) != typ:
                 raise ValueError
         except ValueError:
             raise DamagedFile(f"{name}: index entry {entry_name!r} has the wrong type", file=name) from None
-        if previous is not None and (typ, entry_name) <= previous:
+        key = (typ, entry_name)
+        if previous is not None and key <= previous:
             raise DamagedFile(f"{name}: the index is not sorted", file=name)
-        previous = (typ, entry_name)
+        previous = key
         expected_offset += length
         entries.append(PackEntry(typ, entry_name, offset, length))
     if expected_offset != index_offset:

@@ -263,6 +263,18 @@ class FolderShelf:
         """The pack a segment is read from when no loose file holds it, if any."""
         return self._packed.get(name)
 
+    def read_from_pack(self, name: str) -> bytes | None:
+        """A segment's bytes as the pack holding it has them (even when a loose file holds it too),
+        or None when no readable pack holds it.  Not checked against its name."""
+        pack = self._packed.get(name)
+        reader = self._packs.get(pack) if pack is not None else None
+        if reader is None:
+            return None
+        try:
+            return reader.read(name)
+        except (DamagedFile, OSError):
+            return None
+
     def packs_here(self) -> dict[str, frozenset[str]]:
         """The packs in the folder that could be read, each with the segment names it holds."""
         return {p: frozenset(held) for p, held in self._in_packs.items()}

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from .errors import StorageError
 from .names import kind_of
 from .packs import write_pack
-from .storage import content_hash_of
+from .storage import content_hash_of, hash_matches
 
 
 class Store(Protocol):
@@ -50,6 +50,8 @@ class Store(Protocol):
     def put_new(self, name: str, data: bytes) -> bool: ...
     def delete_objects(self, names: Iterable[str]) -> None: ...
     def read(self, name: str) -> bytes: ...
+    def read_from_pack(self, name: str) -> bytes | None: ...
+    def size(self, name: str) -> int | None: ...
     def keep_in_mirror(self, name: str, data: bytes) -> None: ...
     def drop_from_mirror(self, name: str) -> None: ...
     def mirror_packs(self) -> Mapping[str, frozenset[str]]: ...
@@ -58,6 +60,7 @@ class Store(Protocol):
 
 PACK_AFTER = 256  # a writer packs once this many of the store's loose segments are in no pack
 PACK_STEP_BYTES = 4 << 20  # one packing step puts at most this much into one pack (one PUT)
+PACK_BELOW = 256 << 10  # only segments smaller than this are packed (a larger one is fetched well alone)
 TIDY_AFTER = 16  # loose copies of packed segments the store holds before a writer deletes them
 FETCHERS = 4  # packs fetched at once
 PACK_MAX_BYTES = 4 << 30  # a pack is at most this large (spec §4.7.1); a download stops one byte past it
@@ -122,11 +125,20 @@ class StorePacks:
     # -- a writer keeping the store easy to fetch
 
     def uncovered(self) -> set[str]:
-        """The mirror's loose segments that no pack in the mirror holds."""
+        """The mirror's small loose segments that no pack in the mirror holds."""
         if self._uncovered is None:
             covered = self._covered()
-            self._uncovered = {n for n in self.shelf.loose_segments() if n not in covered}
+            self._uncovered = {n for n in self.shelf.loose_segments() if n not in covered and self._small(n)}
         return self._uncovered
+
+    def _small(self, name: str) -> bool:
+        size = self.shelf.size(name)
+        return size is not None and size < PACK_BELOW
+
+    def copy_in_pack_is_good(self, name: str) -> bool:
+        """A pack in the mirror holds ``name`` with the bytes its name says: its loose copy may go."""
+        data = self.shelf.read_from_pack(name)
+        return data is not None and hash_matches(name, data) is True
 
     def _covered(self) -> set[str]:
         held = self.shelf.mirror_packs()
@@ -134,7 +146,7 @@ class StorePacks:
 
     def note_written(self, name: str) -> None:
         """A segment now loose on the store and in the mirror (uploaded or downloaded)."""
-        if self._uncovered is not None and kind_of(name) == "segment":
+        if self._uncovered is not None and kind_of(name) == "segment" and self._small(name):
             self._uncovered.add(name)
 
     def note_dropped(self, name: str) -> None:
@@ -197,6 +209,9 @@ class StorePacks:
         doubled = sorted(n for n in listed if kind_of(n) == "segment" and n in covered)
         if not doubled or len(doubled) < at_least:
             return 0
+        doubled = [n for n in doubled if self.copy_in_pack_is_good(n)]  # never trust a pack unread
+        if not doubled:
+            return 0
         self._delete_loose(doubled)
         return len(doubled)
 
@@ -219,8 +234,12 @@ class StorePacks:
                                file=sorted(failed)[0])
         held = self.shelf.mirror_packs()
         for pack in sorted(p for p, inner in held.items() if not inner.isdisjoint(doomed)):
-            keep = sorted(held[pack] - doomed)
-            entries = [(n, self.shelf.read(n)) for n in keep]  # read before the old pack goes
+            entries = []  # read before the old pack goes
+            for name in sorted(held[pack] - doomed):
+                try:
+                    entries.append((name, self.shelf.read(name)))
+                except FileNotFoundError:
+                    continue  # no copy anywhere matches its name (a forged pack's): there is nothing to keep
             if len(entries) >= 2:
                 self._put_pack(entries)
             for name, data in entries[:1] if len(entries) == 1 else []:

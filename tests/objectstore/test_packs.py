@@ -148,6 +148,32 @@ def test_a_pack_whose_segment_is_not_what_its_name_says_brings_nothing_in(store,
     assert b.problems(full=True) == []
 
 
+def test_a_forged_pack_never_gets_the_loose_copies_deleted(store, monkeypatch, tmp_path):
+    from camillo.objectstore import ObjectShelf
+
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 1000)
+    a = store.create()
+    write(a, *(f"m{i}" for i in range(4)))
+    segments = store.keys("segments/")
+    store.put_pack([(n, os.urandom(len(store.get(n)))) for n in sorted(segments)])
+    shelf = ObjectShelf(store.via, home=str(tmp_path / "home-x"))  # the pack is fetched, not yet read
+    try:
+        shelf.list()
+        assert set().union(*shelf.mirror_packs().values()) == segments
+        assert shelf.packs.tidy(at_least=1) == 0, "its copies were read and did not match their names"
+    finally:
+        shelf.close()
+    assert segments <= store.keys("segments/")
+
+
+def test_only_small_segments_are_packed(store):
+    a = store.create()
+    write(a, *(f"{i} " + "x" * storepacks.PACK_BELOW for i in range(2 * storepacks.PACK_AFTER)))
+    big = {n for n in store.keys("segments/") if len(store.get(n)) >= storepacks.PACK_BELOW}
+    assert len(big) == 2 * storepacks.PACK_AFTER, "they stay loose"
+    assert packed(store).isdisjoint(big)
+
+
 def test_a_deleted_segment_a_pack_kept_is_deleted_again(store):
     a = store.create()
     write(a, "keep 0", "erase me", "keep 1")

@@ -157,14 +157,15 @@ def finish_credential_changes(session: Session) -> int:
         return 0
     deleted = 0
     superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
-    for h in session.slot_headers()[0]:
+    # run on open, after the open listed the store: a mirror's slots as that listing left them
+    for h in session.slot_headers(ask_store=False)[0]:
         if h.generation < session.keyring.generation and h.type in superseded:
             session.shelf.delete(h.name)
             deleted += 1
     if not r.revocations:
         return deleted
     dead = {p.recipient_id for p in r.principals.values() if p.writer_id in r.revocations and p.kind in USER_KINDS}
-    for h, st in list(session.current_slots()):
+    for h, st in list(session.current_slots(ask_store=False)):
         if st.recipient_id in dead or all(sig[0] in r.revocations for sig in st.signatures):
             session.shelf.delete(h.name)
             deleted += 1

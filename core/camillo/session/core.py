@@ -253,14 +253,17 @@ class Session:
 
     # ------------------------------------------------------------------------------ slots
 
-    def slot_headers(self) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:
-        """Readable slot headers, and the damaged slots with the credential type they claim."""
+    def slot_headers(self, *, ask_store: bool = True) -> tuple[list[slots.SlotHeader], list[tuple[int | None, Problem]]]:
+        """Readable slot headers, and the damaged slots with the credential type they claim.
+        ``ask_store=False``: a mirror's slots as its last listing of the store left them."""
         out, damaged = [], []
         # a plain folder lists its slots directory alone (a stat when unchanged), not the whole vault;
-        # a mirror of an object store must ask the store first (its list())
+        # a mirror of an object store must ask the store first (its list()), unless told otherwise
         shelf = self.shelf
-        names = (sorted(shelf.files_in("slots")) if isinstance(shelf, FolderShelf) and type(shelf) is FolderShelf
-                 else shelf.list())
+        if isinstance(shelf, FolderShelf) and (type(shelf) is FolderShelf or not ask_store):
+            names = sorted(shelf.files_in("slots"))
+        else:
+            names = shelf.list()
         for name in names:
             if kind_of(name) != "slot":
                 continue
@@ -283,10 +286,11 @@ class Session:
                     return True
         return False
 
-    def current_slots(self) -> Iterator[tuple[slots.SlotHeader, slots.SlotStatement]]:
-        """The current generation's slots whose statement opens under the master secret."""
+    def current_slots(self, *, ask_store: bool = True) -> Iterator[tuple[slots.SlotHeader, slots.SlotStatement]]:
+        """The current generation's slots whose statement opens under the master secret
+        (``ask_store``: as :meth:`slot_headers`)."""
         vms = self.keyring.master_secret()
-        for h in self.slot_headers()[0]:
+        for h in self.slot_headers(ask_store=ask_store)[0]:
             if h.generation != self.keyring.generation:
                 continue
             try:

@@ -279,7 +279,8 @@ def catch_up_generation(session: Session) -> bool:
     if slot_files == session.known_slot_files:
         return False  # no slot appeared or went away since the last look (a stat per directory)
     session.known_slot_files = slot_files
-    newer = sorted((h for h in session.slot_headers()[0] if h.type == slots.SlotType.DEVICE
+    # the slot files just compared are the mirror's as the last listing left them: enough here
+    newer = sorted((h for h in session.slot_headers(ask_store=False)[0] if h.type == slots.SlotType.DEVICE
                     and h.generation > keyring.generation and h.name not in session.refused_slots),
                    key=lambda h: (-h.generation, h.name))
     for h in newer:
