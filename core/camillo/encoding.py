@@ -121,12 +121,16 @@ def _same_encoding(obj: Any, data: bytes, what: str) -> None:
 def decode(data: bytes, what: str = "CBOR item", *, max_len: int | None = None) -> Any:
     """Decode strictly: exactly one item, inside the profile, and canonical."""
     obj = _loads(data, what, max_len)
+    _in_profile(obj, what)
+    _same_encoding(obj, data, what)
+    return obj
+
+
+def _in_profile(obj: Any, what: str) -> None:
     try:
         _check(obj, 0, what)
     except CanonicalError as exc:
         raise CanonicalError(exc.message) from None
-    _same_encoding(obj, data, what)
-    return obj
 
 
 def decode_rows(data: bytes, what: str, width: int, *, max_len: int | None = None) -> Any:
@@ -136,10 +140,7 @@ def decode_rows(data: bytes, what: str, width: int, *, max_len: int | None = Non
     :func:`decode` checks it and returned for the caller to refuse."""
     obj = _loads(data, what, max_len)
     if not _rows_in_profile(obj, width):
-        try:
-            _check(obj, 0, what)
-        except CanonicalError as exc:
-            raise CanonicalError(exc.message) from None
+        _in_profile(obj, what)
     _same_encoding(obj, data, what)
     return obj
 
