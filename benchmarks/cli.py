@@ -323,6 +323,9 @@ class Bench:
             runs = raw["s3_append"]
             rss = [r["meter"]["peak_rss_mib"] for r in runs]
             floor = fl.append_floor(p, 300, fsync=True)
+            if all("put_p50" in r for r in runs):  # the key-file listings (made at once), then the PUT
+                floor["store_list"] = summary([r["list_p50"] for r in runs])["median"]
+                floor["store_put"] = summary([r["put_p50"] for r in runs])["median"]
             fig("s3_append_p50", "Object store: append one message, durable on the store, p50", "s",
                 [percentile(r["samples"], 50) for r in runs], floor=floor, rss=rss,
                 target={"kind": "lt", "value": 0.020}, cpu=[percentile(r["samples_cpu"], 50) for r in runs],
@@ -350,7 +353,7 @@ class Bench:
                 fig(key, f"Object store: first-open download, {what} ({r0['files']:,} objects, "
                     f"{r0['bytes'] / 1e6:.1f} MB)", "MB/s", [r["mb_per_s"] for r in runs],
                     rss=[r["meter"]["peak_rss_mib"] for r in runs],
-                    target=None if variant == "loose" else {"kind": "ge", "value": 50.0}, cpu=None,
+                    target=None if variant == "loose" or self.n < 100_000 else {"kind": "ge", "value": 50.0}, cpu=None,
                     note=f"{r0['requests']:,} requests, {r0.get('packs_fetched', 0)} packs")
         if "s3_first_open" in raw:
             v, rss = meter("s3_first_open")

@@ -3,7 +3,9 @@ the parent starts on loopback for the group (tests/objectstore/seaweed.py), besi
 
 * ``s3_append``: ``Vault.append([one message])`` on the lived-in vault (packed, as its writers leave
   it) opened from ``s3://``; each append is durable on the store (its conditional PUT answered)
-  before it returns.
+  before it returns.  The store's own round trips are timed first with a bare client (a listing of
+  ``slots/`` and a conditional PUT of 4 KiB, 30 each): an append's floor counts one of each (the
+  listings of ``slots/`` and ``env/`` are made at once, then the PUT).
 * ``s3_warm_open``: open the same from ``s3://`` with the desktop's cache and a full mirror, then the
   first timeline page; the parent compares it with ``warm_open`` of the same fixture as a folder.
 * ``s3_download``: a new mirror of the whole vault (list, parallel GETs, checks, writes), as a first
@@ -131,12 +133,36 @@ def s3_append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     v = _open(location, fx.homes["desktop"])
     for rec in recs[:warmup]:
         v.append([rec])
-    before = v.session.shelf.requests  # the measured appends' requests only
+    shelf = v.session.shelf
+    trips = _round_trips(params, location)
+    before = shelf.requests  # the measured appends' requests only
     m, samples, cpu = timed_appends(v, recs[warmup:], 0, budget)
-    requests = v.session.shelf.requests - before
+    requests = shelf.requests - before
     v.lock()
     return {"meter": m.to_json(), "samples": samples, "samples_cpu": cpu,
-            "requests_per_append": requests / max(1, len(samples))}
+            "requests_per_append": requests / max(1, len(samples)), **trips}
+
+
+def _round_trips(params: dict[str, Any], location: str, n: int = 30) -> dict[str, float]:
+    """The store's own round trips on this machine now, with a bare botocore client (the floor's
+    request part): the median of ``n`` one-key listings and of ``n`` conditional PUTs of 4 KiB (to
+    names no reader looks at, deleted after)."""
+    from camillo.objectstore import StoreLocation
+
+    client, bucket = _client(params), params["s3"]["bucket"]
+    prefix = StoreLocation.parse(location).key_prefix
+    lists, puts = [], []
+    body = os.urandom(4096)
+    for i in range(n):
+        t = time.perf_counter()
+        client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}slots/", MaxKeys=1000)
+        lists.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        client.put_object(Bucket=bucket, Key=f"{prefix}.bench-probe-{i}", Body=body, IfNoneMatch="*")
+        puts.append(time.perf_counter() - t)
+    for i in range(n):
+        client.delete_object(Bucket=bucket, Key=f"{prefix}.bench-probe-{i}")
+    return {"list_p50": sorted(lists)[n // 2], "put_p50": sorted(puts)[n // 2]}
 
 
 @op("s3_warm_open")

@@ -844,9 +844,10 @@ class ObjectShelf(FolderShelf):
     def after_write(self, *, all_due: bool = False) -> None:
         """After an acknowledged write: one packing step when enough segments are in no pack
         (:meth:`StorePacks.pack_step`), or every step due with ``all_due`` (after a merge or an
-        unpack into the store).  A pack is never needed, so a failure here (the store unreachable a
+        unpack into the store).  Packing is never required, so a failure here (the store unreachable a
         moment after the write succeeded) fails nothing: the step is tried again after a later write
-        (a pack is uploaded before the loose objects it holds are deleted)."""
+        (a pack is uploaded before the loose objects it holds are deleted, so nothing is ever without
+        a copy)."""
         with contextlib.suppress(VaultError):
             if all_due or self.packs.due():
                 self.packs.tidy(at_least=1 if all_due else storepacks.TIDY_AFTER)

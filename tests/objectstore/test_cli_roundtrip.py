@@ -123,23 +123,27 @@ def test_round_trip_on_a_real_object_store(s3env, bucket, tmp_path):
 
 WRITER = r"""
 import sys
-from camillo import NewRecord, Unlock, Vault
+from camillo import NewRecord, Unlock, Vault, storepacks
 location, who, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+storepacks.PACK_AFTER = int(sys.argv[5])
 with Vault.open(location, Unlock.passphrase(sys.argv[4]), device_name=who) as vault:
     for i in range(n):
         vault.append([NewRecord(type="message", role="user", text=f"{who} {i}")])
+        if i % 4 == 3:
+            vault.refresh()  # the other's segments come in, and are packed with these
 print("done")
 """
 
 
-def test_two_installations_write_to_one_bucket_at_once(s3env, bucket, tmp_path):
+@pytest.mark.parametrize("pack_after", [256, 3], ids=["loose", "both-packing"])
+def test_two_installations_write_to_one_bucket_at_once(s3env, bucket, tmp_path, pack_after):
     location = url(bucket, "shared", s3env.endpoint)
     homes = [str(tmp_path / f"home-{i}") for i in range(3)]
     run("init", location, home=homes[0])
     # the second installation registers first, so both start writing at the same moment
     run("log", location, home=homes[1])
     n = 12
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, location, who, str(n), PASSPHRASE],
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, location, who, str(n), PASSPHRASE, str(pack_after)],
                               env=dict(os.environ, CAMILLO_HOME=home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
              for who, home in (("alpha", homes[0]), ("beta", homes[1]))]
@@ -151,6 +155,10 @@ def test_two_installations_write_to_one_bucket_at_once(s3env, bucket, tmp_path):
         assert expected <= texts(location, home)
         verify = json.loads(run("verify", location, "--json", home=home).stdout)
         assert verify["ok"] is True, verify["problems"]
+    if pack_after < 256:
+        keys = {o["Key"] for page in s3env.client().get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix="shared/packs/") for o in page.get("Contents", [])}
+        assert keys, "both wrote packs while the other wrote"
 
 
 # ---------------------------------------------------------------------------------------------- bad input
