@@ -47,6 +47,7 @@ class Store(Protocol):
     def remote(self) -> Mapping[str, Any]: ...  # the last listing: vault name -> an object with ``size``
 
     def open_object(self, name: str) -> Any: ...
+    def still_there(self, name: str) -> bool: ...
     def put_new(self, name: str, data: bytes) -> bool: ...
     def delete_objects(self, names: Iterable[str]) -> None: ...
     def read(self, name: str) -> bytes: ...
@@ -228,6 +229,7 @@ class StorePacks:
         listed_packs = [p for p in self.shelf.remote if kind_of(p) == "pack"]
         held = self.shelf.mirror_packs()
         failed = self.fetch(p for p in listed_packs if p not in held)
+        failed = {p for p in failed if self.shelf.still_there(p)}  # not one another device replaced meanwhile
         if failed:
             raise StorageError(f"{sorted(failed)[0]} could not be downloaded from the store, so the segments it "
                                "holds cannot be deleted yet; nothing was deleted: try again when the store answers",
@@ -242,7 +244,8 @@ class StorePacks:
                     continue  # no copy anywhere matches its name (a forged pack's): there is nothing to keep
             if len(entries) >= 2:
                 self._put_pack(entries)
-            for name, data in entries[:1] if len(entries) == 1 else []:
+            elif entries:  # a lone segment goes back loose
+                name, data = entries[0]
                 self.shelf.put_new(name, data)
                 self.shelf.keep_in_mirror(name, data)
             self.shelf.delete_objects([pack])

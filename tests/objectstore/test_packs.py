@@ -323,3 +323,27 @@ def test_packing_downloads_a_torn_mirror_copy_again_instead_of_leaving_it_out(st
     (pack,) = store.keys("packs/")
     assert name in store.pack_names(pack), "the torn segment was fetched again and packed"
     assert shelf.read(name) == whole
+
+
+def test_deleting_one_of_two_segments_in_a_pack_puts_the_other_back_loose(store, monkeypatch):
+    from camillo import segments
+
+    monkeypatch.setattr(storepacks, "PACK_AFTER", 1000)
+    a = store.create()
+    before = store.keys("segments/")
+    write(a, "erase me")
+    (doomed,) = store.keys("segments/") - before
+    compartment = segments.read_header(store.get(doomed), doomed).compartment_id
+    # a segment of another compartment (the control compartment's), which the erasure leaves alone
+    kept = next(n for n in sorted(before) if segments.read_header(store.get(n), n).compartment_id != compartment)
+    # the two in one pack, their loose objects gone (as a packing step leaves them)
+    pack = store.put_pack([(n, store.get(n)) for n in sorted((kept, doomed))])
+    for n in (kept, doomed):
+        store.client.delete_object(Bucket=store.bucket, Key=f"v/{n}")
+    a.refresh()
+    (rec,) = [r for r in a.timeline() if r.text == "erase me"]
+    a.erase([rec.id])
+    assert pack not in store.keys("packs/")
+    assert kept in store.keys("segments/"), "the other segment went back loose before the pack was deleted"
+    assert doomed not in store.keys("segments/") | packed(store)
+    assert store.device("C").problems(full=True) == []
