@@ -119,7 +119,7 @@ class FolderShelf:
         self._fine_clock = False  # some directory showed a sub-second mtime
         self._loose: set[str] = set()
         self._pack_files: set[str] = set()
-        self._in_packs: dict[str, list[str]] = {}  # pack name -> the segment names it holds
+        self._in_packs: dict[str, frozenset[str]] = {}  # pack name -> the segment names it holds
         self._names: set[str] = set()
         self._added: set[str] = set()
         self._removed: set[str] = set()
@@ -229,7 +229,7 @@ class FolderShelf:
         for pack in [n for n in self._pack_files if n not in self._in_packs]:
             held = self._pack_segments(pack)
             if held or pack in self._packs:
-                self._in_packs[pack] = held
+                self._in_packs[pack] = frozenset(held)
                 for name in held:
                     self._gain(name)
 
@@ -237,7 +237,7 @@ class FolderShelf:
         """A pack is no longer here: its segments stop counting unless a loose file or another pack
         holds them."""
         self._pack_files.discard(name)
-        for inner in self._in_packs.pop(name, []):
+        for inner in self._in_packs.pop(name, frozenset()):
             if self._packed.get(inner) == name:
                 del self._packed[inner]
                 other = next((p for p, held in self._in_packs.items() if inner in held), None)
@@ -277,7 +277,7 @@ class FolderShelf:
 
     def packs_here(self) -> dict[str, frozenset[str]]:
         """The packs in the folder that could be read, each with the segment names it holds."""
-        return {p: frozenset(held) for p, held in self._in_packs.items()}
+        return dict(self._in_packs)
 
     def _gain(self, name: str) -> None:
         if name not in self._names:
