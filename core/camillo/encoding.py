@@ -102,12 +102,13 @@ def _loads(data: bytes, what: str, max_len: int | None) -> Any:
     try:
         return cbor2.loads(data, tag_hook=_reject_tag)
     except CanonicalError as exc:
-        raise CanonicalError(f"{what}: {exc.message}") from None
+        message = f"{what}: {exc.message}"
     except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
         cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, CanonicalError):
-            raise CanonicalError(f"{what}: {cause.message}") from None
-        raise CanonicalError(f"{what}: not valid CBOR ({exc})") from None
+        message = f"{what}: {cause.message}" if isinstance(cause, CanonicalError) else f"{what}: not valid CBOR ({exc})"
+    # raised outside the handler so that no context is chained: cbor2's errors (a UnicodeDecodeError
+    # above all) hold the bytes they failed on, which may be a decrypted secret's neighbours
+    raise CanonicalError(message)
 
 
 def _same_encoding(obj: Any, data: bytes, what: str) -> None:

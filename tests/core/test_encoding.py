@@ -338,6 +338,21 @@ def test_decode_names_what_failed():
         encoding.decode(cbor2.dumps(2.5), "my thing")
 
 
+def test_a_decoding_error_keeps_none_of_the_bytes_it_failed_on():
+    """A text string that is not UTF-8 inside a decrypted map (a damaged grant file, a tampered
+    payload) must not leave cbor2's UnicodeDecodeError, which holds the raw bytes around the fault,
+    chained to the error Camillo raises: the bytes may be a secret seed's neighbours."""
+    secret = bytes(range(200, 232))
+    data = cbor2.dumps([secret, "ok"])[:-2] + b"\x62\xff\xfe"  # a 2-byte text string, not UTF-8
+    with pytest.raises(CanonicalError) as info:
+        encoding.decode(data, "grant file")
+    exc: BaseException | None = info.value
+    while exc is not None:
+        assert secret[:6] not in repr(exc).encode("latin-1", "backslashreplace") and "\\xc8\\xc9" not in repr(exc)
+        assert not isinstance(exc, UnicodeDecodeError), repr(exc)
+        exc = exc.__cause__ or exc.__context__
+
+
 @pytest.mark.parametrize(
     "data",
     [
