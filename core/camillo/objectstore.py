@@ -17,9 +17,8 @@ and, for content-addressed names, its hash) and drops what the store no longer h
 mirror as a folder; reading reads the mirror.  Writing stages the file in the mirror like a folder
 write, then ``commit`` uploads it with a conditional PUT (``If-None-Match: *``: nothing is ever
 overwritten; an object already there with the same bytes is success, with other bytes a refusal)
-and only then renames it into place locally.  Before a plain append numbers its batch, only ``slots/``
-and ``env/`` are listed (:meth:`ObjectShelf.scan_still_current`); the whole bucket is listed again when
-they changed.  Throttling and 5xx answers are retried with backoff
+and only then renames it into place locally.  Before a plain append numbers its batch, only ``env/`` is
+listed (:meth:`ObjectShelf.scan_still_current`); the whole bucket is listed again when it changed.  Throttling and 5xx answers are retried with backoff
 (exponential backoff with jitter); truncated bodies are retried, then left "still syncing".
 
 The client library is botocore (see docs/storage.md for why): imported only when an object store
@@ -358,7 +357,6 @@ class ObjectShelf(FolderShelf):
         self.lagging: set[str] = set()  # held, missing from the last listing, but still there (HEAD)
         self.requests = 0
         self._no_batch_delete = False  # the store refused a DeleteObjects request
-        self._listers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camillo-list")
         self._pulling = False
         self._pulled_at: float | None = None  # time.monotonic() of the last pull
         self._first_changes = True
@@ -739,14 +737,18 @@ class ObjectShelf(FolderShelf):
 
     def scan_still_current(self, scanned_at: float, age: float) -> bool:
         """As :meth:`FolderShelf.scan_still_current`, whatever the scan's age: the store lists exactly
-        the slots and envelopes the mirror holds (two small listings, where a full one grows with the
-        vault: 10 pages at 100k records).  Other writers' batches reach this device with the next
-        refresh (an open, ``camillo log``, the desktop's watch); an append does not wait for them, as
-        it does not in a folder a sync service has not brought them to yet."""
+        the envelopes the mirror holds (one small listing, where a full one grows with the vault: 10
+        pages at 100k records).  Every key change that would make an append seal to keys a revoked
+        or replaced credential still opens writes envelopes (a revocation's, a credential change's and
+        an erasure's roll wraps every epoch to a new owner key and starts new epochs, spec §16.4,
+        §16.6), so ``env/`` alone shows it (spec §4.7.1 writer rule 7); slots that come without
+        envelopes (a device registered, a credential added) change nothing an append seals to and
+        arrive with the next refresh.  So do other writers' batches (an open, ``camillo log``, the
+        desktop's watch): an append does not wait for them, as it does not in a folder a sync service
+        has not brought them to yet."""
         if self.key_files_unread():
             return False
-        listed = list(self._listers.map(self._list_remote, ("env/", "slots/")))  # at once: half the wait
-        return all(set(names) == self.files_in(d) for d, names in zip(("env", "slots"), listed))
+        return set(self._list_remote("env/")) == self.files_in("env")
 
     def list(self) -> builtins.list[str]:
         """Every vault name, from a listing of the store made now or less than LIST_REUSE ago."""
@@ -853,10 +855,6 @@ class ObjectShelf(FolderShelf):
                 self.packs.tidy(at_least=1 if all_due else storepacks.TIDY_AFTER)
                 while self.packs.pack_step() and all_due:
                     pass
-
-    def close(self) -> None:
-        self._listers.shutdown(wait=False)
-        super().close()
 
     def host_details(self) -> dict[str, RemoteObject]:
         """What the store lists of each vault object (size, ETag, time written), from a listing now."""

@@ -236,9 +236,9 @@ def test_an_open_lists_the_store_once_and_downloads_only_what_it_lacks(setup):
 
 
 def test_an_append_lists_only_the_key_files_yet_never_misses_a_key_change(setup, monkeypatch):
-    """A plain append does not list the whole bucket (10 pages at 100k records): two small listings
-    (envelopes, slots) show whether a key change arrived; only then does it read the store again
-    before numbering its batch, so that it seals to the new keys."""
+    """A plain append does not list the whole bucket (10 pages at 100k records): one small listing
+    (the envelopes: every key change writes some) shows whether a key change arrived; only then does
+    it read the store again before numbering its batch, so that it seals to the new keys."""
     from camillo.session import writer
 
     monkeypatch.setattr(writer, "WRITE_SCAN_AGE", 0.0)  # appends further apart than a folder's scan reuse
@@ -260,11 +260,29 @@ def test_an_append_lists_only_the_key_files_yet_never_misses_a_key_change(setup,
     for i in range(3):
         b.append([NewRecord(type="message", role="user", text=f"b{i}")])
         s.write(s.a, f"a{i}")  # another writer's batches: concurrent with B's next append, read at its refresh
-    assert sorted(set(listings())) == ["v/env/", "v/slots/"], listings()
-    # A's first append after B joined found B's slot and read the store: A knows the new device
-    assert "B" in {p.name for p in s.a.session.roster.principals.values()}
+    assert sorted(set(listings())) == ["v/env/"], listings()
+    # B's registration wrote a slot and no envelope: A's appends sealed on, and A knows B at its refresh
     assert "a2" not in {r.text for r in b.timeline()}
+    s.a.refresh()
+    assert "B" in {p.name for p in s.a.session.roster.principals.values()}
     assert {"a0", "a1", "a2", "b0", "b1", "b2"} <= texts(b)
+
+    # revoking a grant starts new epochs and writes no slot: the envelopes alone show it
+    grant = str(s.tmp / "helper.grant")
+    s.a.create_grant("helper", {"personal": "read"}, grant)
+    b.append([NewRecord(type="message", role="user", text="the helper may read this")])
+    helper_epoch = b.session.roster.current_epoch(b.session.roster.compartment_id("personal")).epoch_id
+    slots_before = {k for k in s.keys() if "/slots/" in k}
+    s.a.revoke("helper", reason="done")
+    assert {k for k in s.keys() if "/slots/" in k} == slots_before
+    proxy.reset()
+    rid = b.append([NewRecord(type="message", role="user", text="not for the helper")]).written[0]
+    assert "v/" in listings(), "the revocation was not read before the append"
+    session = b.session
+    batch, cid = session.materialized.record_location(rid)
+    (segment,) = [n for n, bids in session.reader.segment_batches.items() if batch in bids]
+    assert session.reader.segment_epochs[segment] == (cid, session.roster.current_epoch(cid).epoch_id)
+    assert session.reader.segment_epochs[segment][1] != helper_epoch  # sealed to the epoch the helper lacks
 
     s.a.change_passphrase("another passphrase entirely")  # new epochs in every compartment, new envelopes
     proxy.reset()
