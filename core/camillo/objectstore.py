@@ -44,7 +44,7 @@ import shutil
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -357,6 +357,7 @@ class ObjectShelf(FolderShelf):
         self.lagging: set[str] = set()  # held, missing from the last listing, but still there (HEAD)
         self.requests = 0
         self._no_batch_delete = False  # the store refused a DeleteObjects request
+        self._checker: concurrent.futures.ThreadPoolExecutor | None = None  # start_key_check's listing
         self._pulling = False
         self._pulled_at: float | None = None  # time.monotonic() of the last pull
         self._first_changes = True
@@ -746,9 +747,19 @@ class ObjectShelf(FolderShelf):
         arrive with the next refresh.  So do other writers' batches (an open, ``camillo log``, the
         desktop's watch): an append does not wait for them, as it does not in a folder a sync service
         has not brought them to yet."""
+        check = self.start_key_check(scanned_at, age)
+        return check is not None and check()
+
+    def start_key_check(self, scanned_at: float, age: float) -> Callable[[], bool] | None:
+        """:meth:`scan_still_current` with its listing made on a worker thread, so that the writer
+        numbers, seals and stages its batch meanwhile (spec §4.7.1 writer rule 7: nothing is
+        persisted or uploaded before the answer; on "no" the writer forgets that numbering)."""
         if self.key_files_unread():
-            return False
-        return set(self._list_remote("env/")) == self.files_in("env")
+            return None
+        if self._checker is None:
+            self._checker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="camillo-keycheck")
+        listing = self._checker.submit(self._list_remote, "env/")
+        return lambda: set(listing.result()) == self.files_in("env")
 
     def list(self) -> builtins.list[str]:
         """Every vault name, from a listing of the store made now or less than LIST_REUSE ago."""
@@ -855,6 +866,11 @@ class ObjectShelf(FolderShelf):
                 self.packs.tidy(at_least=1 if all_due else storepacks.TIDY_AFTER)
                 while self.packs.pack_step() and all_due:
                     pass
+
+    def close(self) -> None:
+        if self._checker is not None:
+            self._checker.shutdown(wait=False)
+        super().close()
 
     def host_details(self) -> dict[str, RemoteObject]:
         """What the store lists of each vault object (size, ETag, time written), from a listing now."""

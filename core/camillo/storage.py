@@ -28,7 +28,7 @@ import errno
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from .errors import (
@@ -311,6 +311,12 @@ class FolderShelf:
         arrived meanwhile are concurrent with the append, as they would be a moment later)."""
         return (time.monotonic() - scanned_at < age and self.unchanged("env", "slots")
                 and not self.key_files_unread())
+
+    def start_key_check(self, scanned_at: float, age: float) -> Callable[[], bool] | None:
+        """:meth:`scan_still_current` for a writer that numbers its batch meanwhile: None when the
+        answer is already "no" (scan before numbering), else a function giving the answer, asked
+        before the batch's counter is persisted (a folder answers at once)."""
+        return (lambda: True) if self.scan_still_current(scanned_at, age) else None
 
     def key_files_unread(self) -> bool:
         """Whether a listing made since the last :meth:`changes` (``files_in``, ``list``) found an

@@ -11,6 +11,7 @@ main thread (the proxy runs its own threads).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import urllib.parse
@@ -286,8 +287,15 @@ def test_an_append_lists_only_the_key_files_yet_never_misses_a_key_change(setup,
 
     s.a.change_passphrase("another passphrase entirely")  # new epochs in every compartment, new envelopes
     proxy.reset()
+    personal = b.session.roster.compartment_id("personal")
+    seq = b.session.device_state.counters[personal][0]
+    # numbered, sealed and staged while env/ was listed; the listing shows the change: that numbering is
+    # forgotten (nothing of it was persisted or uploaded) and the batch numbered again on the new keys
     rid = b.append([NewRecord(type="message", role="user", text="after the key change")]).written[0]
     assert "v/" in listings(), "the key change was not read before the append"
+    assert b.session.device_state.counters[personal][0] == seq + 1  # its number used again: no gap
+    assert not [n for _d, _s, names in os.walk(b.session.shelf.root) for n in names if n.startswith(".")], \
+        "the forgotten numbering's staged segment was left behind"
     b.lock()
     b = Vault.open(s.via, Unlock.passphrase("another passphrase entirely"), home=s.home("B"))  # the new keys now
     s.open.append(b)

@@ -47,13 +47,6 @@ def chunks(raws: list[bytes]) -> list[list[bytes]]:
     return out
 
 
-def recently_scanned(session: Session) -> bool:
-    """The last scan may stand in for a new one (FolderShelf.scan_still_current): for a folder, it was
-    made less than WRITE_SCAN_AGE ago and no envelope or slot arrived since."""
-    shelf = session.shelf
-    return isinstance(shelf, FolderShelf) and shelf.scan_still_current(session.reader.scanned_at, WRITE_SCAN_AGE)
-
-
 def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
     """(epoch id, epoch public key) new segments of ``cid`` are sealed to: the current epoch (spec
     §15.2).  A writer that reads (an owner device, a write grant) prefers, among concurrent heads, one
@@ -136,6 +129,18 @@ def causal_fields(chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]], dag
     return deps, frontier, heads
 
 
+def key_check(session: Session) -> Callable[[], bool] | None:
+    """For a plain append that may skip the scan (WRITE_SCAN_AGE): None when the view must be
+    refreshed before numbering; otherwise a function that says whether no key change arrived
+    (FolderShelf.start_key_check: a folder knows at once; an object store lists ``env/`` on a
+    worker thread while the batch is numbered, sealed and staged, and is asked before the counter
+    is persisted)."""
+    shelf = session.shelf
+    if not isinstance(shelf, FolderShelf):
+        return None
+    return shelf.start_key_check(session.reader.scanned_at, WRITE_SCAN_AGE)
+
+
 def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *,
                   undo: Callable[[], None] | None = None, quick: bool = False) -> dict[bytes, list[Batch]]:
     """Sign, seal and durably write the records as batches (one for an interactive write; as
@@ -144,14 +149,11 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
     deletes the files it wrote for them.  ``quick`` (plain appends only; never a write that
     follows files this process just wrote, like a compaction's or an erasure's) lets a recent
     scan stand in for a new one (WRITE_SCAN_AGE)."""
-    actor = session.require_writer()
+    session.require_writer()
     folder = session.folder()
     store = session.device_state_store
     if store is None:
         raise AssertionError("a writer without a device state")
-    written: dict[bytes, list[Batch]] = {}
-    files: list[tuple[str, bytes]] = []
-    sealed: list[tuple[str, bytes, bytes, list[Batch]]] = []  # each segment: name, compartment, epoch, batches
     with store.locked():
         on_disk = store.load()
         if on_disk is not None:
@@ -160,85 +162,32 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         # this installation's last batch in each compartment not read yet: another process wrote it
         tips = [session.device_state.counters.get(cid, (0, None))[1] for cid in per_compartment]
         own_tips_read = all(tip is None or tip in session.batches for tip in tips)
-        if finished or not quick or not own_tips_read or not recently_scanned(session):
-            session.refresh()  # see what other processes and devices wrote before numbering
-        log = session.log
-        for cid, raws in per_compartment.items():
-            epoch_id, public = sealing_key(session, cid)
-            secret = session.keyring.secret((cid, epoch_id))
-            if secret is not None:  # kept until others read these batches (an erasure may destroy the epoch)
-                session.device_state.kept.setdefault(cid, {}).setdefault(epoch_id, secret)
-            seq, prev = session.device_state.counters.get(cid, (0, None))
-            on_vault = log.max_seq(actor.writer_id, cid)
-            if on_vault > seq:
-                raise WriterFrozen(
-                    f"this installation's batches go up to seq {on_vault} in "
-                    f"{session.roster.compartment_name(cid)} but it only remembers {seq}: it was restored from a "
-                    "backup or copied. It will not write (that would fork its history); revoke this device and "
-                    "register it again"
-                )
-            if any(f.writer_id == actor.writer_id for f in log.forks):
-                raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
-            prev_view = session.batches.get(prev) if prev is not None else None
-            # the previous batch's frontier, also when this view cannot read that batch (sealed to an
-            # epoch another device's erasure destroyed, not sealed again yet): remembered at its write
-            last = session.device_state.extra.get("frontiers", {}).get(cid)
-            deps, frontier, heads = causal_fields(
-                log.chains, log.heads.get(cid, set()), cid,
-                session.roster.compartments if cid == session.roster.control_id else None,
-                prev_view.batch.header.frontier if prev_view is not None else last, log.tops)
-            group: list[Batch] = []
-            group_size = 0
-            batches: list[Batch] = []
-            for chunk in chunks(raws):
-                seq += 1
-                frontier[actor.writer_id] = seq - 1
-                header = BatchHeader(session.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
-                                     tuple(ids.record_id(r) for r in chunk), int(time.time()), heads=heads)
-                batch = make_batch(header, chunk, actor.signer)
-                size = sum(len(r) for r in chunk) + 512
-                if group and group_size + size > SEGMENT_PAYLOAD:
-                    seg = segments.seal_segment(session.vault_id, cid, epoch_id, public,
-                                                segments.encode_payload(group))
-                    files.append((segment_name(seg), seg))
-                    sealed.append((files[-1][0], cid, epoch_id, group))
-                    group, group_size = [], 0
-                group.append(batch)
-                group_size += size
-                batches.append(batch)
-                prev, deps = batch.id, (batch.id,)
-            seg = segments.seal_segment(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
-            files.append((segment_name(seg), seg))
-            sealed.append((files[-1][0], cid, epoch_id, group))
-            if prev is None:
-                raise AssertionError("no batch written")
-            session.device_state.counters[cid] = (seq, prev)
-            session.device_state.extra.setdefault("frontiers", {})[cid] = dict(frontier)
-            # remembered with the counter (one save): the rollback memory of this writer's own chain
-            session.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
-            written[cid] = batches
-        # The segments are staged (complete, fsynced, under dot names readers ignore) before the
-        # counter is persisted and renamed into place after it, and the counter remembers them:
-        # a crash in between is finished by the next open or write instead of leaving a
-        # number skipped for good (a gap every reader would report as missing).
-        staged: list[tuple[str, str]] = []
-        try:
-            for name, data in files:
-                tmp = folder.stage(name, data)
-                if tmp is not None:
-                    staged.append((name, tmp))
-            session.device_state.extra["staged"] = [[n, t] for n, t in staged]
-            store.save(session.device_state)  # durable before any segment exists
-        except BaseException:
-            for name, tmp in staged:
-                folder.unstage(name, tmp)
-            try:  # forget the counters and memory advanced above: nothing was written
-                session.device_state = store.load() or DeviceState()
-            except VaultError:
-                pass
-            if undo is not None:
-                undo()
-            raise
+        for attempt in range(2):
+            confirm = None if finished or not quick or not own_tips_read or attempt else key_check(session)
+            if confirm is None:
+                session.refresh()  # see what other processes and devices wrote before numbering
+            files, sealed, written = _number_and_seal(session, per_compartment)
+            # The segments are staged (complete, fsynced, under dot names readers ignore) before the
+            # counter is persisted and renamed into place after it, and the counter remembers them:
+            # a crash in between is finished by the next open or write instead of leaving a
+            # number skipped for good (a gap every reader would report as missing).
+            staged: list[tuple[str, str]] = []
+            try:
+                for name, data in files:
+                    tmp = folder.stage(name, data)
+                    if tmp is not None:
+                        staged.append((name, tmp))
+                if confirm is not None and not confirm():
+                    _forget(session, staged)  # a key change arrived meanwhile: numbered again on the new view
+                    continue
+                session.device_state.extra["staged"] = [[n, t] for n, t in staged]
+                store.save(session.device_state)  # durable before any segment exists
+            except BaseException:
+                _forget(session, staged)
+                if undo is not None:
+                    undo()
+                raise
+            break
         for name, tmp in staged:
             folder.commit(name, tmp)
     # Take in exactly what was written, from the batches sealed (the folder was scanned just before
@@ -252,6 +201,87 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
     session.update_memory()
     folder.after_write()
     return written
+
+
+def _forget(session: Session, staged: list[tuple[str, str]]) -> None:
+    """Undo a numbering that was not persisted (it never happened: its numbers are used again):
+    drop its staged segments and reload the device state as it is on disk."""
+    for name, tmp in staged:
+        session.folder().unstage(name, tmp)
+    try:
+        store = session.device_state_store
+        session.device_state = (store.load() if store is not None else None) or DeviceState()
+    except VaultError:
+        pass
+
+
+def _number_and_seal(session: Session, per_compartment: dict[bytes, list[bytes]],
+                     ) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes, bytes, list[Batch]]],
+                                dict[bytes, list[Batch]]]:
+    """Number, sign and seal the records on the session's current view, advancing the counters and
+    the rollback memory in ``session.device_state`` (in memory only: the caller persists them, or
+    reloads the device state to forget them).  Returns the segments (name, bytes), what each
+    holds (name, compartment, epoch, batches) and the batches written per compartment."""
+    actor = session.require_writer()
+    written: dict[bytes, list[Batch]] = {}
+    files: list[tuple[str, bytes]] = []
+    sealed: list[tuple[str, bytes, bytes, list[Batch]]] = []  # each segment: name, compartment, epoch, batches
+    log = session.log
+    for cid, raws in per_compartment.items():
+        epoch_id, public = sealing_key(session, cid)
+        secret = session.keyring.secret((cid, epoch_id))
+        if secret is not None:  # kept until others read these batches (an erasure may destroy the epoch)
+            session.device_state.kept.setdefault(cid, {}).setdefault(epoch_id, secret)
+        seq, prev = session.device_state.counters.get(cid, (0, None))
+        on_vault = log.max_seq(actor.writer_id, cid)
+        if on_vault > seq:
+            raise WriterFrozen(
+                f"this installation's batches go up to seq {on_vault} in "
+                f"{session.roster.compartment_name(cid)} but it only remembers {seq}: it was restored from a "
+                "backup or copied. It will not write (that would fork its history); revoke this device and "
+                "register it again"
+            )
+        if any(f.writer_id == actor.writer_id for f in log.forks):
+            raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
+        prev_view = session.batches.get(prev) if prev is not None else None
+        # the previous batch's frontier, also when this view cannot read that batch (sealed to an
+        # epoch another device's erasure destroyed, not sealed again yet): remembered at its write
+        last = session.device_state.extra.get("frontiers", {}).get(cid)
+        deps, frontier, heads = causal_fields(
+            log.chains, log.heads.get(cid, set()), cid,
+            session.roster.compartments if cid == session.roster.control_id else None,
+            prev_view.batch.header.frontier if prev_view is not None else last, log.tops)
+        group: list[Batch] = []
+        group_size = 0
+        batches: list[Batch] = []
+        for chunk in chunks(raws):
+            seq += 1
+            frontier[actor.writer_id] = seq - 1
+            header = BatchHeader(session.vault_id, cid, actor.writer_id, seq, prev, deps, dict(frontier),
+                                 tuple(ids.record_id(r) for r in chunk), int(time.time()), heads=heads)
+            batch = make_batch(header, chunk, actor.signer)
+            size = sum(len(r) for r in chunk) + 512
+            if group and group_size + size > SEGMENT_PAYLOAD:
+                seg = segments.seal_segment(session.vault_id, cid, epoch_id, public,
+                                            segments.encode_payload(group))
+                files.append((segment_name(seg), seg))
+                sealed.append((files[-1][0], cid, epoch_id, group))
+                group, group_size = [], 0
+            group.append(batch)
+            group_size += size
+            batches.append(batch)
+            prev, deps = batch.id, (batch.id,)
+        seg = segments.seal_segment(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
+        files.append((segment_name(seg), seg))
+        sealed.append((files[-1][0], cid, epoch_id, group))
+        if prev is None:
+            raise AssertionError("no batch written")
+        session.device_state.counters[cid] = (seq, prev)
+        session.device_state.extra.setdefault("frontiers", {})[cid] = dict(frontier)
+        # remembered with the counter (one save): the rollback memory of this writer's own chain
+        session.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
+        written[cid] = batches
+    return files, sealed, written
 
 
 def write_control(session: Session, raws: list[bytes], compartments: list[bytes], *,
