@@ -815,8 +815,9 @@ class ObjectShelf(FolderShelf):
             raise FileNotFoundError(name)
         return fetched[0]
 
-    def commit(self, name: str, tmp: str) -> bool:
-        """Upload the staged file (a conditional PUT), then rename it into place in the mirror.
+    def commit(self, name: str, tmp: str, *, sync: bool = True) -> bool:
+        """Upload the staged file (a conditional PUT), then rename it into place in the mirror
+        (``sync`` does not apply: the PUT is what makes the file durable).
         On failure the staged file stays for a later commit, as in a folder."""
         path = self._path(name)
         staged = os.path.join(os.path.dirname(path), tmp)
@@ -831,7 +832,9 @@ class ObjectShelf(FolderShelf):
         except OSError as exc:
             raise StorageError(f"cannot read the staged {name} in the local mirror: {exc.strerror}", file=name) from None
         self.put_new(name, data)
-        FolderShelf.commit(self, name, tmp)
+        # the store holds the durable copy now: the mirror's rename needs no fsync (lost in a crash, the
+        # file is downloaded again, and the staged copy left behind is a dot file readers ignore)
+        FolderShelf.commit(self, name, tmp, sync=False)
         self.packs.note_written(name)
         return True
 

@@ -516,9 +516,10 @@ class FolderShelf:
             for name in names:
                 self.delete(name)
 
-    def commit(self, name: str, tmp: str) -> bool:
+    def commit(self, name: str, tmp: str, *, sync: bool = True) -> bool:
         """The second half of :meth:`write`: move the staged temp file to ``name`` **create-only**
-        and fsync the directory (spec §4.4).  The move is link(2) then unlink of the temp name,
+        and fsync the directory (spec §4.4; not with ``sync`` False: an object store's mirror, where
+        the store already holds the durable copy).  The move is link(2) then unlink of the temp name,
         which fails instead of replacing a file that appeared meanwhile (rename(2) would replace
         it); where the file system has no hard links, a rename that refuses an existing name
         (Windows) or, on POSIX, a rename after checking that the name is free.  False when there is
@@ -539,7 +540,8 @@ class FolderShelf:
                 os.rename(staged, path)  # Windows: refuses an existing name; POSIX: checked just above
             else:
                 os.unlink(staged)
-            self._sync_dir(directory)
+            if sync:
+                self._sync_dir(directory)
         except FileExistsError:
             return self._settle_existing(name, path, staged, tmp)
         except FileNotFoundError:
