@@ -17,8 +17,9 @@ and, for content-addressed names, its hash) and drops what the store no longer h
 mirror as a folder; reading reads the mirror.  Writing stages the file in the mirror like a folder
 write, then ``commit`` uploads it with a conditional PUT (``If-None-Match: *``: nothing is ever
 overwritten; an object already there with the same bytes is success, with other bytes a refusal)
-and only then renames it into place locally.  Before a plain append numbers its batch, only ``env/`` is
-listed (:meth:`ObjectShelf.scan_still_current`); the whole bucket is listed again when it changed.  Throttling and 5xx answers are retried with backoff
+and only then renames it into place locally.  Before a plain append persists its batch, only ``env/``
+is listed (:meth:`ObjectShelf.start_key_check`, while the batch is numbered and sealed); the whole
+bucket is listed again when it changed.  Throttling and 5xx answers are retried with backoff
 (exponential backoff with jitter); truncated bodies are retried, then left "still syncing".
 
 The client library is botocore (see docs/storage.md for why): imported only when an object store
