@@ -44,8 +44,7 @@ import random
 import shutil
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +60,14 @@ from .errors import (
 )
 from .localstate import data_root
 from .names import kind_of
+from .s3direct import DirectRequests
 from .s3listing import lean_listing, timestamp
+from .s3location import ENDPOINT_ENV as ENDPOINT_ENV  # re-exported
+from .s3location import SCHEME as SCHEME  # re-exported
+from .s3location import StoreLocation as StoreLocation  # re-exported
+from .s3location import is_object_store as is_object_store  # re-exported
+from .s3location import object_store_url as object_store_url  # re-exported
+from .s3location import with_endpoint as with_endpoint  # re-exported
 from .storage import (
     DIRECTORIES,
     FolderShelf,
@@ -73,8 +79,6 @@ from .storage import (
 )
 from .storepacks import StorePacks
 
-SCHEME = "s3://"
-ENDPOINT_ENV = "CAMILLO_S3_ENDPOINT"
 KEYCHAIN_SERVICE = "camillo-s3"
 
 # The largest object each kind of file can be (spec §4.7): a listing that claims more is refused
@@ -95,81 +99,6 @@ RETRY_BASE = 0.2  # seconds before the second try; doubled for each further one,
 TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
                    "ServiceUnavailable", "RequestLimitExceeded", "TooManyRequests"}
 BODY_ATTEMPTS = 3  # tries of a download whose body came back cut short
-
-
-def is_object_store(location: str) -> bool:
-    """Does ``location`` name an object-store vault (``s3://…``) rather than a folder or file?"""
-    return location.startswith(SCHEME)
-
-
-@dataclass(frozen=True)
-class StoreLocation:
-    """Where an object-store vault lives: a bucket, a key prefix (no leading or trailing ``/``;
-    empty for the whole bucket), and the endpoint and region when they are not the defaults."""
-
-    bucket: str
-    prefix: str = ""
-    endpoint: str | None = None
-    region: str | None = None
-
-    @classmethod
-    def parse(cls, location: str) -> StoreLocation:
-        if not is_object_store(location):
-            raise UsageError(f"{location} is not an object-store location; write s3://BUCKET/PREFIX")
-        parts = urllib.parse.urlsplit(location)
-        bucket = parts.netloc
-        query = urllib.parse.parse_qs(parts.query)
-        unknown = sorted(set(query) - {"endpoint", "region"})
-        if not bucket or unknown:
-            raise UsageError(f"{location} is not a valid object-store location; write s3://BUCKET/PREFIX "
-                             "(optionally ?endpoint=URL&region=NAME)")
-        endpoint = query.get("endpoint", [None])[-1] or None
-        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-            raise UsageError(f"the endpoint in {location} must start with http:// or https://")
-        return cls(bucket, parts.path.strip("/"), endpoint, query.get("region", [None])[-1] or None)
-
-    @property
-    def display(self) -> str:
-        """``s3://bucket/prefix``: how messages name the vault (no endpoint, no keys)."""
-        return f"{SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
-
-    @property
-    def url(self) -> str:
-        """The full location, endpoint and region included (what a face remembers)."""
-        query = {k: v for k, v in (("endpoint", self.endpoint), ("region", self.region)) if v}
-        return self.display + (f"?{urllib.parse.urlencode(query, safe=':/')}" if query else "")
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    @property
-    def key_prefix(self) -> str:
-        return f"{self.prefix}/" if self.prefix else ""
-
-    def effective_endpoint(self) -> str | None:
-        return self.endpoint or os.environ.get(ENDPOINT_ENV) or None
-
-    def where(self) -> str:
-        """The vault and the server it is on, for messages."""
-        endpoint = self.effective_endpoint()
-        return f"{self.display} (at {endpoint})" if endpoint else self.display
-
-
-def object_store_url(bucket: str, prefix: str = "", endpoint: str | None = None, region: str | None = None) -> str:
-    """The location of a vault in an object store, as a string every ``Vault`` call accepts."""
-    return StoreLocation(bucket.strip(), prefix.strip().strip("/"), (endpoint or "").strip() or None,
-                         (region or "").strip() or None).url
-
-
-def with_endpoint(location: str, endpoint: str | None) -> str:
-    """``location`` with ``endpoint`` added when it is an object store that names none (the
-    command line's ``--endpoint-url``); any other location unchanged."""
-    if not endpoint or not is_object_store(location):
-        return location
-    loc = StoreLocation.parse(location)
-    if loc.endpoint:
-        return location
-    return StoreLocation(loc.bucket, loc.prefix, endpoint, loc.region).url
 
 
 # ---------------------------------------------------------------------------------- keys
@@ -260,7 +189,7 @@ def _client(loc: StoreLocation) -> Any:
             # the integrity of every object is checked by its name or its own checksum; the newer
             # default checksums are refused by several S3-compatible servers
             request_checksum_calculation="when_required", response_checksum_validation="when_required",
-            user_agent_extra="camillo",
+            user_agent_extra="camillo", signature_version="s3v4",  # also for presigned URLs (camillo.s3direct)
         )
         extra = {"aws_access_key_id": keys[0], "aws_secret_access_key": keys[1]} if keys else {}
         try:
@@ -271,6 +200,15 @@ def _client(loc: StoreLocation) -> Any:
         client.meta.events.register("before-parse.s3.ListObjectsV2", lean_listing)
         _clients[cache_key] = client
         return client
+
+
+def _ca_bundle() -> str | None:
+    """The CA bundle botocore verifies TLS with when the user names one (AWS_CA_BUNDLE, or
+    ca_bundle in the AWS config file)."""
+    import botocore.session
+
+    found = os.environ.get("AWS_CA_BUNDLE") or botocore.session.get_session().get_config_variable("ca_bundle")
+    return str(found) if found else None
 
 
 def _backoff(attempt: int) -> None:
@@ -359,6 +297,9 @@ class ObjectShelf(FolderShelf):
         self.requests = 0
         self._no_batch_delete = False  # the store refused a DeleteObjects request
         self._checker: concurrent.futures.ThreadPoolExecutor | None = None  # start_key_check's listing
+        endpoint = self.store.effective_endpoint() or self.client.meta.endpoint_url
+        self._direct = DirectRequests(self.client, self.store.bucket, _ca_bundle()) if DirectRequests.usable(
+            endpoint) else None  # an append's two requests without botocore's pipeline (camillo.s3direct)
         self._pulling = False
         self._pulled_at: float | None = None  # time.monotonic() of the last pull
         self._first_changes = True
@@ -470,16 +411,7 @@ class ObjectShelf(FolderShelf):
         found: dict[str, RemoteObject] = {}
         others = 0
         prefix = self.store.key_prefix
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix + under, "MaxKeys": LIST_PAGE}
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self._call("list the vault's objects", self.client.list_objects_v2, **kwargs)
-            contents = page.get("CamilloContents")
-            if contents is None:  # botocore parsed the page itself
-                contents = [(o["Key"], o.get("Size", 0), o.get("ETag", ""), o.get("LastModified"))
-                            for o in page.get("Contents", [])]
+        for contents in self._pages(prefix + under, direct=bool(under)):
             for key, size, etag, modified in contents:
                 name = key[len(prefix):] if key.startswith(prefix) else ""
                 kind = kind_of(name)
@@ -490,12 +422,34 @@ class ObjectShelf(FolderShelf):
                 when = timestamp(modified) if isinstance(modified, str) and modified else modified
                 found[name] = RemoteObject(int(size), str(etag).strip('"'),
                                            when.timestamp() if isinstance(when, datetime.datetime) else 0.0)
-            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
-            if not token:
-                break
         if not under:
             self.others = others
         return found
+
+    def _pages(self, key_prefix: str, *, direct: bool) -> Iterator[list[Any]]:
+        """The listing of ``key_prefix``, page by page, as (key, size, ETag, LastModified) rows: one
+        presigned request when ``direct`` and it answers with the whole listing (camillo.s3direct),
+        else through botocore."""
+        if direct and self._direct is not None:
+            self.requests += 1
+            rows = self._direct.list_page(key_prefix)
+            if rows is not None:
+                yield rows
+                return
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": key_prefix, "MaxKeys": LIST_PAGE}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("list the vault's objects", self.client.list_objects_v2, **kwargs)
+            contents = page.get("CamilloContents")
+            if contents is None:  # botocore parsed the page itself
+                contents = [(o["Key"], o.get("Size", 0), o.get("ETag", ""), o.get("LastModified"))
+                            for o in page.get("Contents", [])]
+            yield contents
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                return
 
     def _check_size(self, name: str, kind: str, size: int) -> None:
         limit = MAX_BYTES[kind]
@@ -572,8 +526,10 @@ class ObjectShelf(FolderShelf):
         """Create the object unless it exists (``If-None-Match: *``).  False when it already held
         exactly these bytes; StorageError when it holds others (nothing is ever overwritten)."""
         for attempt in range(ATTEMPTS):
-            answer = self._call(f"write {name}", self.client.put_object, quiet=(409, 412, 501),
-                                Key=self.store.key(name), Body=data, IfNoneMatch="*")
+            direct = self._direct.put_if_absent(self.store.key(name), data) if self._direct and not attempt else None
+            self.requests += direct is not None
+            answer = direct or self._call(f"write {name}", self.client.put_object, quiet=(409, 412, 501),
+                                          Key=self.store.key(name), Body=data, IfNoneMatch="*")
             if answer == 409:  # a concurrent conditional write of this name: ask again
                 time.sleep(0.05 * (attempt + 1))
                 continue

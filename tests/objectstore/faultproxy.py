@@ -35,6 +35,7 @@ class Faults:
     truncate_match: str = ""  # ... only keys containing this
     claimed_size: dict[str, int] = field(default_factory=dict)  # listings claim this size for these keys
     ignore_conditions: bool = False  # a PUT refused by If-None-Match is answered 200, as if it overwrote
+    presigned_unavailable: int = 0  # the next N requests signed in their query string (presigned) answer 503
     log: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status) of every answer
 
 
@@ -94,6 +95,9 @@ class FaultProxy:
             unavailable = f.always_unavailable or f.unavailable > 0
             if f.unavailable > 0:
                 f.unavailable -= 1
+            if "X-Amz-Signature=" in h.path and f.presigned_unavailable > 0:
+                f.presigned_unavailable -= 1
+                unavailable = True
             hidden = key in f.hidden and h.command in ("GET", "HEAD")
             if f.lag_writes and h.command == "PUT" and key:
                 f.unlisted.add(key)

@@ -304,3 +304,52 @@ def test_an_append_lists_only_the_key_files_yet_never_misses_a_key_change(setup,
     (segment,) = [n for n, bids in session.reader.segment_batches.items() if batch in bids]
     assert session.reader.segment_epochs[segment] == (cid, session.roster.current_epoch(cid).epoch_id)
     assert "after the key change" in texts(b)
+
+
+def test_an_appends_two_requests_go_straight_to_the_store_and_fall_back_to_botocore(setup, monkeypatch):
+    """An append's listing of ``env/`` and its conditional PUT are presigned requests over a bare
+    connection (camillo.s3direct), not botocore's request pipeline (about 4 ms of CPU each on a slow
+    machine); when one is not answered as expected (a 503 here), botocore makes it again, with its
+    retries and errors, and nothing is lost or written twice."""
+    from camillo.session import writer
+
+    monkeypatch.setattr(writer, "WRITE_SCAN_AGE", 0.0)
+    s, proxy = setup, setup.proxy
+    b = s.device("B")
+    b.refresh()
+    proxy.reset()
+    b.append([NewRecord(type="message", role="user", text="straight to the store")])
+    with proxy.lock:
+        log = list(proxy.faults.log)
+    direct = [(m, urllib.parse.unquote(p)) for m, p, st in log if "X-Amz-Signature=" in p and st in (200, 412)]
+    assert any(m == "GET" and "list-type=2" in p and "prefix=v/env/" in p for m, p in direct), log
+    assert any(m == "PUT" and "/v/segments/" in p and "If-None-Match" not in p for m, p in direct), log
+    assert not [p for m, p, _ in log if m == "PUT" and "X-Amz-Signature=" not in p], "botocore wrote too"
+    # the condition holds on that path too: an existing name is refused (412), never overwritten
+    shelf = b.session.shelf
+    name = sorted(shelf.loose_segments())[0]
+    proxy.reset()
+    with pytest.raises(StorageError, match="already exists"):
+        shelf.put_new(name, b"other bytes")
+    with proxy.lock:
+        assert [(st, "X-Amz-Signature=" in p) for m, p, st in proxy.faults.log if m == "PUT"] == [(412, True)]
+    assert shelf.read(name) != b"other bytes"
+
+    proxy.reset()
+    proxy.faults.presigned_unavailable = 2  # the direct listing and the direct PUT: botocore makes both
+    b.append([NewRecord(type="message", role="user", text="after two refusals")])
+    with proxy.lock:
+        log = list(proxy.faults.log)
+    assert [st for m, p, st in log if m == "PUT" and "X-Amz-Signature=" in p] == [503], log
+    assert [st for m, p, st in log if m == "PUT" and "X-Amz-Signature=" not in p] == [200], log
+    assert any(m == "GET" and "list-type=2" in p and "X-Amz-Signature=" not in p for m, p, _ in log), log
+    assert {"straight to the store", "after two refusals"} <= texts(s.a)
+    assert b.sync_status()[0] == "up to date" and not b.problems()
+
+    monkeypatch.setenv("CAMILLO_S3_DIRECT", "0")  # turned off: botocore makes every request
+    c = s.device("C")
+    proxy.reset()
+    c.append([NewRecord(type="message", role="user", text="all through botocore")])
+    with proxy.lock:
+        assert not [p for _m, p, _s in proxy.faults.log if "X-Amz-Signature=" in p]
+    assert "all through botocore" in texts(s.a)
