@@ -323,7 +323,7 @@ class Bench:
             runs = raw["s3_append"]
             rss = [r["meter"]["peak_rss_mib"] for r in runs]
             floor = fl.append_floor(p, 300, fsync=True)
-            if all("put_p50" in r for r in runs):  # the key-file listings (made at once), then the PUT
+            if all("put_p50" in r for r in runs):  # the env/ listing, then the PUT (bare presigned requests)
                 floor["store_list"] = summary([r["list_p50"] for r in runs])["median"]
                 floor["store_put"] = summary([r["put_p50"] for r in runs])["median"]
             fig("s3_append_p50", "Object store: append one message, durable on the store, p50", "s",

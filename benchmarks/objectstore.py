@@ -51,7 +51,7 @@ def _client(params: dict[str, Any]) -> Any:
         "s3", endpoint_url=s3["endpoint"], region_name="us-east-1", aws_access_key_id=s3["key"],
         aws_secret_access_key=s3["secret"],
         config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
-                      request_checksum_calculation="when_required"))
+                      request_checksum_calculation="when_required", signature_version="s3v4"))
 
 
 def _keys_in_env(params: dict[str, Any]) -> None:
@@ -144,22 +144,33 @@ def s3_append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 
 
 def _round_trips(params: dict[str, Any], location: str, n: int = 30) -> dict[str, float]:
-    """The store's own round trips on this machine now, with a bare botocore client (the floor's
-    request part): the median of ``n`` one-key listings and of ``n`` conditional PUTs of 4 KiB (to
-    names no reader looks at, deleted after)."""
+    """The store's own round trips on this machine now (the floor's request part): the median of
+    ``n`` one-key listings and of ``n`` conditional PUTs of 4 KiB (to names no reader looks at,
+    deleted after), each a request signed beforehand (a presigned URL) sent over a bare urllib3 pool,
+    so that no client's per-request CPU is counted (botocore's is about 4 ms a request on a slow
+    machine; Camillo's append makes its two requests that way, camillo.s3direct)."""
+    import urllib3
     from camillo.objectstore import StoreLocation
 
     client, bucket = _client(params), params["s3"]["bucket"]
     prefix = StoreLocation.parse(location).key_prefix
-    lists, puts = [], []
+    http = urllib3.PoolManager(retries=False)
     body = os.urandom(4096)
+    listing = client.generate_presigned_url("list_objects_v2", ExpiresIn=600,
+                                            Params={"Bucket": bucket, "Prefix": f"{prefix}env/", "MaxKeys": 1000})
+    puts_signed = [client.generate_presigned_url("put_object", ExpiresIn=600,
+                                                 Params={"Bucket": bucket, "Key": f"{prefix}.bench-probe-{i}"})
+                   for i in range(n)]
+    lists, puts = [], []
     for i in range(n):
         t = time.perf_counter()
-        client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}slots/", MaxKeys=1000)
+        answer = http.request("GET", listing)
         lists.append(time.perf_counter() - t)
         t = time.perf_counter()
-        client.put_object(Bucket=bucket, Key=f"{prefix}.bench-probe-{i}", Body=body, IfNoneMatch="*")
+        created = http.request("PUT", puts_signed[i], body=body, headers={"If-None-Match": "*"})
         puts.append(time.perf_counter() - t)
+        if answer.status != 200 or created.status != 200:
+            raise RuntimeError(f"the store answered {answer.status} / {created.status} to the floor's requests")
     for i in range(n):
         client.delete_object(Bucket=bucket, Key=f"{prefix}.bench-probe-{i}")
     return {"list_p50": sorted(lists)[n // 2], "put_p50": sorted(puts)[n // 2]}
