@@ -23,7 +23,9 @@ bucket is listed again when it changed.  Throttling and 5xx answers are retried 
 (exponential backoff with jitter); truncated bodies are retried, then left "still syncing".
 
 The client library is botocore (see docs/storage.md for why): imported only when an object store
-is opened, one client per endpoint and keys kept for the process (clients are thread-safe).
+is opened, one client per endpoint and keys kept for the process (clients are thread-safe).  An
+append's listing of ``env/`` and its PUT go out as URLs that client signs (camillo.s3direct), and
+through the client itself whenever that path does not get the answer it expects.
 
 A shelf is confined to the thread that uses the vault; its pools' threads only list the store, fetch
 objects and write them into the mirror.
