@@ -832,6 +832,8 @@ class ObjectShelf(FolderShelf):
     def close(self) -> None:
         if self._checker is not None:
             self._checker.shutdown(wait=False)
+        if self._direct is not None:
+            self._direct.close()
         super().close()
 
     def host_details(self) -> dict[str, RemoteObject]:

@@ -58,6 +58,13 @@ class DirectRequests:
                                                  timeout=urllib3.Timeout(connect=5, read=30))
             return self._pool
 
+    def close(self) -> None:
+        """Close the pool's connections (the shelf is closed)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.clear()
+
     def _listing_url(self, prefix: str) -> str:
         now = time.monotonic()
         with self._lock:
