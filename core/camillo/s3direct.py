@@ -1,7 +1,7 @@
 """The two requests of every append on an object store (a listing of ``env/`` and a conditional
 PUT), made with URLs that botocore signs (query-string SigV4, "presigned") over urllib3 instead of
 through botocore's request pipeline, which costs about 4 ms of CPU a request on a slow machine (its
-event hooks, endpoint rules, signing and parsing), three times the request itself on loopback.
+event hooks, endpoint rules, signing and parsing), more than a loopback server takes to answer it.
 
 Only the two answers the caller expects are taken from this path: a listing page that is complete
 (not truncated) and parses, and a PUT answered 200 (created) or 412 (the name exists).  Anything
