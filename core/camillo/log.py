@@ -20,13 +20,9 @@ Pure computation; confined to the thread that owns the vault.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import cbor2
-
 from .control import BatchView, Roster
-from .primitives import constant_time_equal, sha256
 
 
 @dataclass(frozen=True)
@@ -62,49 +58,6 @@ class CausalLog:
             return top
         chain = self.chains.get((writer_id, compartment_id))
         return max(chain) if chain else 0
-
-
-def log_inputs_key(roster: Roster, signed: Iterable[bytes]) -> bytes:
-    """What :func:`build_log` depends on, as one hash: the roster's fingerprint (which principals
-    may write where, the revocations, the compartments) and the set of signed batches (a batch id
-    fixes its header).  Two equal keys give the same log."""
-    return sha256(roster.fingerprint() + sha256(b"".join(sorted(signed))))
-
-
-def encode_log(log: CausalLog, key: bytes) -> bytes:
-    """The log as the local state keeps it between sessions (spec §18.3), with the
-    :func:`log_inputs_key` of what it was built from; ``accepted`` and ``tops`` follow from the
-    chains."""
-    return cbor2.dumps([
-        key,
-        [[w, c, [x for seq, bid in chain.items() for x in (seq, bid)]] for (w, c), chain in log.chains.items()],
-        [[bid, why] for bid, why in log.rejected.items()],
-        [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
-        [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
-        [[c, sorted(ids)] for c, ids in log.heads.items()],
-    ])
-
-
-def decode_log(data: bytes, key: bytes) -> CausalLog | None:
-    """The log :func:`encode_log` stored, when it was built from what ``key`` names; None
-    otherwise.  The local state's pages are authenticated, so what this installation stored is
-    decoded without checking it again; anything else raises (cbor2's errors, ValueError, TypeError,
-    KeyError, IndexError: the caller builds the log instead)."""
-    stored_key, chains, rejected, gaps, forks, heads = cbor2.loads(data)
-    if not isinstance(stored_key, bytes) or not constant_time_equal(stored_key, key):
-        return None
-    log = CausalLog()
-    for w, c, flat in chains:
-        chain = dict(zip(flat[::2], flat[1::2], strict=True))
-        log.chains[(w, c)] = chain
-        log.accepted.update(chain.values())
-        if chain:
-            log.tops[(w, c)] = max(chain)
-    log.rejected = {bid: why for bid, why in rejected}
-    log.gaps = [Gap(w, c, seq, bid, why) for w, c, seq, bid, why in gaps]
-    log.forks = [Fork(w, c, seq, tuple(ids)) for w, c, seq, ids in forks]
-    log.heads = {c: set(ids) for c, ids in heads}
-    return log
 
 
 def precedes(a: BatchView, b: BatchView) -> bool:

@@ -667,7 +667,7 @@ def cached_batch(batch_id: bytes, header_bytes: bytes, sigs: Sequence[Sequence[A
                          {c: dict(per) for c, per in heads.items()} if heads else {})
     if type(header.frontier) is not dict or type(header.seq) is not int:
         raise TypeError("a stored batch header is not one this installation wrote")
-    return Batch(batch_id, header_bytes, header, tuple(map(tuple, sigs)), (None,) * len(header.records))
+    return Batch(batch_id, header_bytes, header, tuple((a, s) for a, s in sigs), (None,) * len(header.records))
 
 
 def verify_batch_signature(batch: Batch, public: bytes, algs: Sequence[int] = (SIG_ED25519,)) -> bool:

@@ -83,55 +83,6 @@ def test_a_tampered_state_is_discarded_and_rebuilt_from_the_vault(new_vault):
         assert fingerprint(v) == expected
 
 
-def _whole_log(v) -> dict:
-    log = v.session.log
-    return {"chains": log.chains, "accepted": log.accepted, "rejected": log.rejected, "gaps": log.gaps,
-            "forks": log.forks, "heads": log.heads, "tops": log.tops}
-
-
-def test_the_causal_log_is_kept_between_sessions_only_for_the_batches_it_was_built_from(
-        new_vault, monkeypatch, tmp_path):
-    """A warm open takes the causal log from the local state instead of building it again over every
-    batch (issue 19: 40% of a warm open at 100k records), but only when it was built from exactly the
-    signed batches and the roster the open finds: another device's new batches, or a stored log that
-    does not decode, make the open build it again; the result is always a full recomputation's."""
-    from camillo.session import reader as reader_mod
-
-    path, vault, _ = new_vault
-    _fill(vault)
-    vault.lock()
-    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False, register=False) as fresh:
-        expected, whole = fingerprint(fresh), _whole_log(fresh)
-    built: list[int] = []
-    real = reader_mod.build_log
-    monkeypatch.setattr(reader_mod, "build_log", lambda *a: built.append(1) or real(*a))
-    with open_vault(path) as v:
-        assert not built, "the log was built again over every batch"
-        assert _whole_log(v) == whole
-        assert fingerprint(v) == expected
-        v.append([NewRecord(type="message", text="kept in the stored log too")])
-    with open_vault(path) as v:
-        assert not built, "the log extended by an append was not kept"
-        mine = _whole_log(v)
-    switch_home(monkeypatch, tmp_path / "laptop")
-    with open_vault(path) as other:  # another device's batches: not what the stored log was built from
-        other.append([NewRecord(type="message", text="from the laptop")])
-    switch_home(monkeypatch, tmp_path / "home")
-    with open_vault(path) as v:
-        assert built, "a log built from other batches was used"
-        assert fingerprint(v) == from_scratch(path)
-        assert _whole_log(v) != mine
-    built.clear()
-    with open_vault(path) as v:
-        assert not built  # stored again at the lock, for these batches
-        v.session.reader.materialized.db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log'",
-                                                  (b"\xa1\x00",))  # what this installation never stores
-        v.session.reader.materialized.commit()
-    with open_vault(path) as v:
-        assert built, "a stored log that does not decode was used"
-        assert fingerprint(v) == from_scratch(path)
-
-
 def test_a_damaged_page_met_after_the_open_is_never_used(new_vault):
     """A page read for the first time by a later query: the query fails naming the local state, the
     database is deleted on lock, and the next open reads the vault's files."""

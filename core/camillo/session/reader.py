@@ -29,15 +29,7 @@ from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
 from ..erased import purge
 from ..errors import StorageError, VaultError
-from ..log import (
-    CausalLog,
-    build_log,
-    decode_log,
-    encode_log,
-    extend_log,
-    extend_log_after_roster_change,
-    log_inputs_key,
-)
+from ..log import CausalLog, build_log, extend_log, extend_log_after_roster_change
 from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, verify_signature
 from ..records import (
@@ -102,11 +94,6 @@ class Reader:
         # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
         self.erasures_seen: frozenset[bytes] = frozenset()
         self.pending_batches: set[bytes] = set()
-        # the signed batches the causal log was built from (log.log_inputs_key), and the log the
-        # local state kept from the last session (used by the first recompute when its key matches)
-        self.log_signed: set[bytes] = set()
-        self.stored_log: bytes | None = None
-        self.stored_log_key = b""
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
         # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
@@ -188,7 +175,7 @@ class Reader:
                 seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
             state = State(db)  # its schema completed where an older version lacks a table
-        except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
+        except (VaultError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
         self.materialized.close()
@@ -197,7 +184,6 @@ class Reader:
         self.segment_batches = seg_map
         self.segment_epochs = seg_epochs
         self.roster_fingerprint = meta.get("roster", b"")
-        self.stored_log = meta.get("log")
         self.erasures_seen = frozenset(encoding.decode(meta["erasures"])) if "erasures" in meta else frozenset()
         self.last_accepted = accepted
         self.dirty = self.flags_all = False
@@ -208,27 +194,16 @@ class Reader:
         """Commit the local state when it changed and the last commit is older than COMMIT_AGE
         (``force``: now).  Called where what was read is consistent: after an extension, a
         recomputation, a refresh; and on close."""
-        if self.store is None:
-            return
-        log_key = self._log_key() if force and self.roster.genesis is not None else self.stored_log_key
-        log_stale = not constant_time_equal(log_key, self.stored_log_key)  # (a hash of public ids: no secret)
-        if not self.dirty and not log_stale:
+        if self.store is None or not self.dirty:
             return
         if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
             return
         if force:
             self.materialized.ensure_search()  # the stored state holds a complete search index
-            if log_stale:  # kept for the next session's open (not built again)
-                self.materialized.db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('log', ?)",
-                                             (encode_log(self.log, log_key),))
-                self.stored_log_key = log_key
         self._write_flags()
         self.materialized.commit()
         self.dirty = False
         self.committed_at = time.monotonic()
-
-    def _log_key(self) -> bytes:
-        return log_inputs_key(self.roster, self.log_signed)
 
     def _write_flags(self) -> None:
         """Write what the roster and the log decided of each batch (all of them after a
@@ -550,7 +525,6 @@ class Reader:
             return False
         for v in verified:
             v.signed = v.sig_ok = True
-        self.log_signed.update(new)
         result = self.materialized.materialize(self.roster, self.log, self.batches, self.pending_batches | set(new))
         self.last_accepted |= set(new)
         self.flags_new |= set(new) | self.pending_batches
@@ -587,8 +561,7 @@ class Reader:
         before, self.roster = self.roster, roster
         self.forget_erased_epochs()
         if not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
-            self.log = self._stored_log(roster, signed) or build_log(self.batches, signed, roster)
-        self.log_signed = set(signed)
+            self.log = build_log(self.batches, signed, roster)
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()
@@ -619,21 +592,6 @@ class Reader:
         self.settle(force=bool(result.scrubbed or new_erasure))
         if result.scrubbed or new_erasure:  # what was erased leaves no trace on disk either
             purge(self.materialized)
-
-    def _stored_log(self, roster: Roster, signed: set[bytes]) -> CausalLog | None:
-        """The log the local state kept, once per session, when it was built from exactly these
-        signed batches under a roster with this fingerprint (what :func:`build_log` would give)."""
-        data, self.stored_log = self.stored_log, None
-        if data is None:
-            return None
-        key = log_inputs_key(roster, signed)
-        try:
-            log = decode_log(data, key)
-        except (cbor2.CBORError, ValueError, TypeError, KeyError, IndexError):
-            return None  # not what this installation stores: built instead
-        if log is not None:
-            self.stored_log_key = key
-        return log
 
     def forget_erased_epochs(self) -> None:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
