@@ -175,7 +175,7 @@ class Reader:
                 seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
             state = State(db)  # its schema completed where an older version lacks a table
-        except (VaultError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
+        except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
         self.materialized.close()
