@@ -695,24 +695,15 @@ class ObjectShelf(FolderShelf):
             if name not in self._loose and name not in self._packed:
                 self._lose(name)
 
-    def scan_still_current(self, scanned_at: float, age: float) -> bool:
-        """As :meth:`FolderShelf.scan_still_current`, whatever the scan's age: the store lists exactly
-        the envelopes the mirror holds (one small listing, where a full one grows with the vault: 10
-        pages at 100k records).  Every key change that would make an append seal to keys a revoked
-        or replaced credential still opens writes envelopes (a revocation's, a credential change's and
-        an erasure's roll wraps every epoch to a new owner key and starts new epochs, spec §16.4,
-        §16.6), so ``env/`` alone shows it (spec §4.7.1 writer rule 7); slots that come without
-        envelopes (a device registered, a credential added) change nothing an append seals to and
-        arrive with the next refresh.  So do other writers' batches (an open, ``camillo log``, the
-        desktop's watch): an append does not wait for them, as it does not in a folder a sync service
-        has not brought them to yet."""
-        check = self.start_key_check(scanned_at, age)
-        return check is not None and check()
-
     def start_key_check(self, scanned_at: float, age: float) -> Callable[[], bool] | None:
-        """:meth:`scan_still_current` with its listing made on a worker thread, so that the writer
-        numbers, seals and stages its batch meanwhile (spec §4.7.1 writer rule 7: nothing is
-        persisted or uploaded before the answer; on "no" the writer forgets that numbering)."""
+        """As :meth:`FolderShelf.start_key_check`, whatever the scan's age: whether the store lists
+        exactly the envelopes the mirror holds (one small listing, where a full one grows with the
+        vault), listed on a worker thread so that the writer numbers, seals and stages its batch
+        meanwhile (spec §4.7.1 writer rule 7: nothing is persisted or uploaded before the answer; on
+        "no" the writer forgets that numbering).  Every key change that would make an append seal to
+        keys a revoked or replaced credential still opens writes envelopes (spec §16.4, §16.6), so
+        ``env/`` alone shows it; slots without envelopes (a device registered, a credential added),
+        like other writers' batches, arrive with the next refresh."""
         if self.key_files_unread():
             return None
         if self._checker is None:
