@@ -135,3 +135,10 @@ def test_arbitrary_pack_index_under_a_correct_checksum(plain, entries):
     """Complements tests/core/test_packs.py (which draws canonical names): any text as a name, and
     offsets and lengths up to 2**64 - 1."""
     check(plain["pack-index"], _encode([list(e) for e in entries]))
+
+
+def test_the_harness_re_encodes_whatever_cbor2_decoded_from_an_embedded_value() -> None:
+    # CI once drew a grant's 32-byte field whose bytes happened to decode as an array holding CBOR's
+    # "undefined"; varying it must re-encode that value, not fail the harness.
+    value = [b"\x02L\xd7#\x7f\xc1\xb9", cbor2.undefined, cbor2.CBORSimpleValue(99), cbor2.CBORTag(999, 2)]
+    assert cbor2.loads(raw_encode(value, rng_for("embedded"), weird=0.0)) == value
