@@ -180,26 +180,39 @@ def _newest_key(ts: int | None, lamport: int, idx: int, rid: bytes) -> tuple[int
 def _by_relevance(state: State, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
     """The first ``wanted`` matching records by relevance (bm25, then newest), exactly as one
     ``ORDER BY bm25(search), NEWEST`` over every match would give them, without joining every match:
-    FTS5 ranks the matches alone (in C, no record read), then only the best candidates are looked up
-    and filtered.  When the filter drops too many, more candidates are taken, up to all of them."""
+    FTS5 ranks the matches alone (in C, no record read: one pass that scores every match, which is
+    most of the cost), then the ranked rows are read in chunks and only those are looked up and
+    filtered, until ``wanted`` passed the filter and every row tied with the last of them was seen.
+    A chunk after the first is sized from the share of rows the filter kept so far (at most four
+    times the last one)."""
     db = state.db
     conditions = " AND ".join(where)
-    take = max(2 * wanted, 64)
-    while True:
-        ranked = db.execute("SELECT rowid, rank FROM search WHERE search MATCH ? ORDER BY rank LIMIT ?",
-                            [match, take]).fetchall()
-        complete = len(ranked) < take
-        if not complete:  # the last rank's ties may go on beyond the candidates: leave them to a larger take
-            edge = ranked[-1][1]
-            ranked = [row for row in ranked if row[1] < edge]
-        rank = dict(ranked)
-        rows = db.execute(f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
-                          f"(SELECT value FROM json_each(?)) AND {conditions}",
-                          [json.dumps(list(rank)), *args]).fetchall()
-        if len(rows) >= wanted or complete:
-            rows.sort(key=lambda row: (rank[row[0]], *_newest_key(row[2], row[3], row[4], row[1])))
-            return [row[1] for row in rows[:wanted]]
-        take *= 4
+    lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
+              f"(SELECT value FROM json_each(?)) AND {conditions}")
+    ranked = db.execute("SELECT rowid, rank FROM search WHERE search MATCH ? ORDER BY rank", [match])
+    found: list[tuple[float, int, int, int, int, bytes]] = []  # (rank, newest key..., id), sorted
+    seen = 0
+    chunk = max(2 * wanted, 64)
+    try:
+        while True:
+            rows = ranked.fetchmany(chunk)
+            seen += len(rows)
+            rank = dict(rows)
+            if rank:
+                kept = db.execute(lookup, [json.dumps(list(rank)), *args]).fetchall()
+                found += [(rank[k[0]], *_newest_key(k[2], k[3], k[4], k[1])) for k in kept]
+                found.sort()
+            if len(rows) < chunk:
+                break  # every match seen
+            if len(found) >= wanted and rows[-1][1] > found[wanted - 1][0]:
+                break  # the rest rank below the last wanted one (ties included: they came in this chunk)
+            if len(found) >= wanted:
+                chunk *= 4  # rows tied with the last wanted one go on: read on, faster each time
+            else:  # sized from the share of rows the filter kept so far, at most 4 times the last chunk
+                chunk = min(int((wanted - len(found)) * seen / max(len(found), 1) * 1.25) + 64, 4 * chunk)
+    finally:
+        ranked.close()
+    return [f[-1] for f in found[:wanted]]
 
 
 def _match_count(state: State, match: str, where: list[str], args: list[object]) -> int:
