@@ -202,6 +202,29 @@ def finish_pending_erasures(session: Session) -> int:
     return len(old)
 
 
+def _not_reachable_yet(session: Session, cid: bytes, views: list[tuple[bytes, bytes, bytes]]) -> None:
+    """Raise Incomplete when the targets' copies here wait for another device: sealed under an epoch
+    an earlier erasure destroyed (their writer had not seen it; it seals them again under the new
+    epoch when it syncs, spec §16.10), or under a key that has not arrived yet."""
+    reader, roster = session.reader, session.roster
+    destroyed = {e for x in roster.erasures.values() if x.compartment_id == cid for e in x.epochs}
+    for rid, bid, _ in views:
+        epochs = {reader.segment_epochs[name][1] for name, bids in reader.segment_batches.items()
+                  if bid in bids and name in reader.segment_epochs}
+        if not epochs:
+            continue
+        view = reader.batches.get(bid)
+        who = roster.writer_name(view.header.writer_id) if view is not None else "the device that wrote it"
+        if epochs & destroyed:
+            raise Incomplete(
+                f"record {rid.hex()[:12]} cannot be erased from this copy yet: its copy here is sealed under a key "
+                f"an earlier erasure destroyed, and {who}, which wrote it before it saw that erasure, seals it "
+                "again under the new key when it next syncs. Nothing was changed: let the sync finish, then erase it")
+        raise Incomplete(
+            f"record {rid.hex()[:12]} cannot be erased from this copy yet: the key that opens its copy here has not "
+            "arrived. Nothing was changed: let the sync finish, then erase it")
+
+
 def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None,
           follow_up: bool = False) -> ReachReport:
     """Erase records for real.  ``follow_up``: complete an erasure the vault already records (its
@@ -235,6 +258,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
                 if name not in reader.unreadable and reader.segment_epochs.get(name, (None, None))[0] == cid
                 and (cid, reader.segment_epochs[name][1]) in held and target_batches & set(bids)}
     if not affected:
+        _not_reachable_yet(session, cid, views)
         raise UsageError("the records to erase are not in any readable segment here (already erased?)")
     if not follow_up and session.materialized.erased(record_ids) == set(record_ids):
         raise UsageError("these records are already erased")
