@@ -19,7 +19,6 @@ Pure computation; confined to the thread that owns the vault.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .control import BatchView, Roster
@@ -89,21 +88,38 @@ def _add_gaps(gaps: list[Gap], writer: bytes, compartment: bytes, first: int, la
 
 
 def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster) -> CausalLog:
+    """The causal log of the signed batches (spec §17): each writer's chain per compartment (up to a
+    proven fork, frontiers never going backwards), what is rejected and why, the gaps (a chain's
+    missing links, claims of other writers' frontiers and of control batches' ``heads``, dependencies
+    not here) and the DAG heads.  One pass over the batches for the chains, one over the accepted
+    ones for everything they claim (a warm open runs this over every batch)."""
     log = CausalLog()
-    candidates: dict[tuple[bytes, bytes], dict[int, list[BatchView]]] = defaultdict(lambda: defaultdict(list))
+    candidates: dict[tuple[bytes, bytes], dict[int, list[BatchView]]] = {}
+    verdicts: dict[tuple[bytes, bytes], tuple[bool, str]] = {}  # roster.can_write, once per chain
     for bid in signed:
         v = views[bid]
         h = v.header
-        ok, why = roster.can_write(h.writer_id, h.compartment_id)
-        if not ok:
-            log.rejected[bid] = why
+        key = (h.writer_id, h.compartment_id)
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = roster.can_write(h.writer_id, h.compartment_id)
+        if not verdict[0]:
+            log.rejected[bid] = verdict[1]
             continue
-        candidates[(h.writer_id, h.compartment_id)][h.seq].append(v)
+        by_seq = candidates.get(key)
+        if by_seq is None:
+            by_seq = candidates[key] = {}
+        group = by_seq.get(h.seq)
+        if group is None:
+            by_seq[h.seq] = [v]
+        else:
+            group.append(v)
 
     for (wid, cid), by_seq in candidates.items():
+        seqs = sorted(by_seq)
         fork_seq = None
         fork_ids: tuple[bytes, ...] = ()
-        for seq in sorted(by_seq):
+        for seq in seqs:
             group = by_seq[seq]
             if len(group) > 1:
                 fork_seq, fork_ids = seq, tuple(sorted(v.id for v in group))
@@ -114,72 +130,85 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
                 assert prev is not None  # seq > 1 here, and such a header always names its prev
                 fork_seq, fork_ids = seq - 1, tuple(sorted((prev_group[0].id, prev)))
                 break
-        chain: dict[int, bytes] = {}
-        for seq in sorted(by_seq):
-            v = by_seq[seq][0]
+        chain: dict[int, bytes] = {}  # in seq order
+        # Frontiers never go backwards along one writer's chain.
+        last_frontier: dict[bytes, int] = {}
+        for seq in seqs:
             if fork_seq is not None and seq >= fork_seq:
                 for forked in by_seq[seq]:
                     log.rejected[forked.id] = f"beyond a proven fork of its writer at seq {fork_seq}"
                 continue
+            v = by_seq[seq][0]
+            frontier = v.header.frontier
+            if frontier is not last_frontier:
+                backwards = False
+                for w, s in last_frontier.items():
+                    if frontier.get(w, 0) < s:
+                        backwards = True
+                        break
+                if backwards:
+                    log.rejected[v.id] = "its frontier goes backwards from the writer's previous batch"
+                    continue
+            last_frontier = frontier
             chain[seq] = v.id
         if fork_seq is not None:
             log.forks.append(Fork(wid, cid, fork_seq, fork_ids))
-        # Frontiers never go backwards along one writer's chain.
-        last_frontier: dict[bytes, int] = {}
-        for seq in sorted(chain):
-            v = views[chain[seq]]
-            if any(v.header.frontier.get(w, 0) < s for w, s in last_frontier.items()):
-                log.rejected[v.id] = "its frontier goes backwards from the writer's previous batch"
-                del chain[seq]
-                continue
-            last_frontier = v.header.frontier
         log.chains[(wid, cid)] = chain
         log.accepted.update(chain.values())
-
-    present = log.accepted
-    for (wid, cid), chain in log.chains.items():
         below = 0
-        for seq in sorted(chain):
+        for seq, bid in chain.items():
             if seq > below + 1:  # seqs below+1 .. seq-1 are missing; the last one is named by seq's prev
-                _add_gaps(log.gaps, wid, cid, below + 1, seq - 1, views[chain[seq]].header.prev,
+                _add_gaps(log.gaps, wid, cid, below + 1, seq - 1, views[bid].header.prev,
                           "missing from its writer's chain")
             below = seq
-    claimed: dict[tuple[bytes, bytes], int] = {}
+
+    present = log.accepted
+    # what the accepted batches of each compartment have seen of each writer (their frontiers): the
+    # claims a missing batch is reported from, and what makes a batch no DAG head
+    seen_max: dict[bytes, dict[bytes, int]] = {}
+    heads_claimed: dict[tuple[bytes, bytes], int] = {}  # control batches' ``heads``
     referenced: dict[bytes, bytes] = {}  # missing-candidate batch id -> compartment of a batch naming it
+    control_id = roster.control_id
     for bid in present:
         h = views[bid].header
+        cid = h.compartment_id
+        m = seen_max.get(cid)
+        if m is None:
+            m = seen_max[cid] = {}
         for w, s in h.frontier.items():
-            key = (w, h.compartment_id)
-            claimed[key] = max(claimed.get(key, 0), s)
-        if h.compartment_id == roster.control_id:  # what a control batch's writer had seen everywhere
+            if s > m.get(w, 0):
+                m[w] = s
+        if cid == control_id:  # what a control batch's writer had seen everywhere
             for c, per in h.heads.items():
                 if c in roster.compartments:
                     for w, s in per.items():
-                        if w not in roster.revocations:  # a revoked writer's later batches are rejected anyway
-                            claimed[(w, c)] = max(claimed.get((w, c), 0), s)
+                        if w not in roster.revocations and s > heads_claimed.get((w, c), 0):
+                            # a revoked writer's later batches are rejected anyway
+                            heads_claimed[(w, c)] = s
         for d in h.deps:
-            referenced.setdefault(d, h.compartment_id)
-        if h.prev:
-            referenced.setdefault(h.prev, h.compartment_id)
+            if d not in referenced:
+                referenced[d] = cid
+        if h.prev and h.prev not in referenced:
+            referenced[h.prev] = cid
+    claimed = dict(heads_claimed)
+    for cid, m in seen_max.items():
+        for w, s in m.items():
+            if s > claimed.get((w, cid), 0):
+                claimed[(w, cid)] = s
     for (w, c), s in claimed.items():
         have = log.max_seq(w, c)  # chain gaps are all below it: a claim never repeats one
         if s > have:
             _add_gaps(log.gaps, w, c, have + 1, s, None, "seen by another writer but not here")
     claimed_missing = {(g.compartment_id) for g in log.gaps if g.batch_id is None}
+    gap_ids = {g.batch_id for g in log.gaps if g.batch_id is not None}
     for dep, cid in referenced.items():
-        if dep in present or dep in log.rejected or any(g.batch_id == dep for g in log.gaps):
+        if dep in present or dep in log.rejected or dep in gap_ids:
             continue
         if cid in claimed_missing:
             continue  # the same absence is already reported from a writer's frontier claim
         log.gaps.append(Gap(b"", cid, 0, dep, "named as a dependency by another batch but not here"))
+        gap_ids.add(dep)
     # DAG heads per compartment: accepted batches that no accepted batch has seen.
-    seen_max: dict[bytes, dict[bytes, int]] = defaultdict(dict)
-    for bid in present:
-        h = views[bid].header
-        m = seen_max[h.compartment_id]
-        for w, s in h.frontier.items():
-            if s > m.get(w, 0):
-                m[w] = s
     for bid in present:
         h = views[bid].header
         if seen_max[h.compartment_id].get(h.writer_id, 0) < h.seq:
