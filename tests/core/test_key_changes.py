@@ -15,6 +15,12 @@ from camillo import Incomplete, NewRecord, Unlock, Vault
 PASSPHRASE = "correct horse battery staple"
 
 
+def _carry(src: str, dst: str, rel: str) -> None:
+    """Copy one vault file from folder ``src`` to folder ``dst`` (what a sync client does)."""
+    os.makedirs(os.path.dirname(os.path.join(dst, rel)) or dst, exist_ok=True)
+    shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
+
+
 class FolderSync:
     """Two vault folders kept alike file by file: what appeared on one side is copied to the other,
     what was deleted on one side since the last sync is deleted on the other."""
@@ -42,8 +48,7 @@ class FolderSync:
                     os.unlink(p)
         for src, dst, have in ((self.a, self.b, fb), (self.b, self.a, fa)):
             for rel in self.files(src) - have - gone:
-                os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
-                shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
+                _carry(src, dst, rel)
         self.last = self.files(self.a)
         assert self.last == self.files(self.b)
 
@@ -120,8 +125,7 @@ def test_erasing_a_record_whose_copy_waits_to_be_sealed_again_says_so_and_change
     with open_("laptop") as lap:  # has not seen the erasure: seals to the epoch it destroyed
         late = lap.append([NewRecord(type="message", text="written late")]).written[0]
     for rel in sorted(FolderSync.files(sync.a) - FolderSync.files(sync.b)):  # only the laptop's news travel
-        os.makedirs(os.path.dirname(os.path.join(sync.b, rel)), exist_ok=True)
-        shutil.copy2(os.path.join(sync.a, rel), os.path.join(sync.b, rel))
+        _carry(sync.a, sync.b, rel)
     with monkeypatch.context() as m:
         m.setattr(repair, "rescue_batches", lambda session: Changes())
         with open_("desktop") as desk:
@@ -392,8 +396,7 @@ class PartialSync(FolderSync):
         for src, dst, have in ((self.a, self.b, fb), (self.b, self.a, fa)):
             for rel in sorted(self.files(src) - have - gone):
                 if rng.random() < fraction:
-                    os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
-                    shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
+                    _carry(src, dst, rel)
         self.last = self.files(self.a) & self.files(self.b)
 
 
@@ -475,8 +478,7 @@ def test_writes_and_erasures_in_any_interleaving_converge_and_lose_nothing(tmp_p
         rng.shuffle(rest)
         dst = str(root / f"reader-{k}")
         for rel in order + rest:
-            os.makedirs(os.path.dirname(os.path.join(dst, rel)) or dst, exist_ok=True)
-            shutil.copy2(os.path.join(a, rel), os.path.join(dst, rel))
+            _carry(a, dst, rel)
         with Vault.open(dst, Unlock.passphrase(PASSPHRASE), register=False, cache=False,
                         home=str(root / f"reader-home-{k}")) as r:
             assert _summary(r) == states["laptop"]
