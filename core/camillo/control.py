@@ -136,6 +136,7 @@ class EpochInfo:
     commit: bytes
     record_id: bytes
     ts: int
+    generation: int = 0  # key 6: the master-secret generation it was first wrapped under (0: not said)
 
 
 @dataclass(frozen=True)
@@ -657,22 +658,21 @@ class _Builder:
                              rec.ts or 0, rec.id)
             wid = ids.writer_id(SIG_ED25519, sig_pk)
             if wid not in self.r.principals:
-                self.r.principals[wid] = Principal(
-                    wid, CredentialKind.GRANT, SIG_ED25519, sig_pk, rpk, agent, "agent", rec.ts or 0, rec.id, grant=info
-                )
+                self.r.principals[wid] = Principal(wid, CredentialKind.GRANT, SIG_ED25519, sig_pk, rpk, agent, "agent",
+                                                   rec.ts or 0, rec.id, grant=info)
             return True
         if kind == Kind.EPOCH:
-            cid = _bytes(body.get(0), 16, "compartment id")
-            eid = _bytes(body.get(1), 16, "epoch id")
-            prev = body.get(2)
-            if prev is not None:
+            cid, eid = _bytes(body.get(0), 16, "compartment id"), _bytes(body.get(1), 16, "epoch id")
+            if (prev := body.get(2)) is not None:
                 _bytes(prev, 16, "previous epoch id")
             epk = _bytes(body.get(4), XWING_PK_LEN, "epoch public key")
             commit = _bytes(body.get(5), 32, "epoch commitment")
             reason = text if isinstance(text := body.get(3), str) else ""
+            if type(generation := body.get(6, 0)) is not int or not 0 <= generation < 2**32:
+                raise CanonicalError("epoch generation must be an integer from 0 to 2^32 - 1")
             key = (cid, eid)
             if key not in self.r.epochs or rec.id < self.r.epochs[key].record_id:
-                self.r.epochs[key] = EpochInfo(cid, eid, prev, reason, epk, commit, rec.id, rec.ts or 0)
+                self.r.epochs[key] = EpochInfo(cid, eid, prev, reason, epk, commit, rec.id, rec.ts or 0, generation)
             return True
         if kind == Kind.REVOKE:
             _bytes(body.get(0), 32, "revoked writer id")

@@ -207,6 +207,100 @@ def test_two_concurrent_erasures_both_hold_and_the_vault_stays_writable(two_devi
             assert serious(v) == [], who
 
 
+def _destroyed_secrets_on_disk(root: str, vault: Vault) -> set[tuple[bytes, bytes]]:
+    """The epochs an applied ERASE destroyed whose secret an envelope in folder ``root`` still
+    delivers to the vault's current owner key (what a host that keeps files, or anyone who later holds
+    the master secret, could open erased records with)."""
+    from camillo import envelopes, ids, keys
+
+    session = vault.session
+    destroyed = {(e.compartment_id, ep) for e in session.roster.erasures.values() for ep in e.epochs}
+    owner = keys.owner_kem(session.keyring.master_secret(), session.vault_id, session.keyring.generation)
+    found = set()
+    for rel in FolderSync.files(root):
+        if not rel.startswith("env/"):
+            continue
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
+        if not envelopes.is_for(data, ids.recipient_id(owner.public)):
+            continue
+        payload = envelopes.open_envelope(data, rel, session.vault_id, owner)
+        if payload.kind == envelopes.EnvelopeKind.EPOCH_SECRET:
+            found.add((payload.compartment_id, payload.epoch_id))
+    return found & destroyed
+
+
+def test_a_device_that_sees_an_erasures_new_keys_before_its_records_does_not_wrap_the_destroyed_key(two_devices):
+    """The laptop erases a record; the sync brings the desktop the new slots, the new key files and
+    the work compartment's batch (the erasing key's certificate) before the batches that hold the
+    ERASE.  The desktop moves to the new master secret holding the old keyring's secrets: the
+    epoch the erasure destroyed is missing from the new keyring exactly as one a concurrent change
+    made would be.  It must not deliver that secret to the new owner key (spec §16.10 rule 8): it
+    waits until it has read the records of the roll, which say the epoch was destroyed."""
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        target = lap.append([NewRecord(type="message", text="erase me")]).written[0]
+        lap.append([NewRecord(type="message", text="at work")], compartment="work")
+    sync.sync()
+    a, b = sync.a, sync.b
+    desk = open_("desktop")
+    try:
+        assert "erase me" in texts(desk)
+        before = FolderSync.files(a)
+        with open_("laptop") as lap:
+            lap.erase([target])
+            reader, roster = lap.session.reader, lap.session.roster
+            held_back = {n for n, (cid, _e) in reader.segment_epochs.items()
+                         if cid in (roster.control_id, lap.compartment_id("personal"))}
+        early = sorted(FolderSync.files(a) - before - held_back)
+        assert any(n.startswith("slots/") for n in early) and any(n.startswith("segments/") for n in early)
+        for rel in early:
+            _carry(a, b, rel)
+        desk.refresh()
+        assert desk.session.keyring.generation == 2, "the desktop moved to the erasure's master secret"
+        assert _destroyed_secrets_on_disk(b, desk) == set() or not desk.session.roster.erasures
+        sync.sync()
+        desk.refresh()
+        assert "erase me" not in texts(desk)
+        assert _destroyed_secrets_on_disk(b, desk) == set(), "a destroyed epoch's secret was wrapped again"
+        sync.sync()
+    finally:
+        desk.lock()
+    for who, root in (("laptop", a), ("desktop", b)):
+        with open_(who) as v:
+            assert _destroyed_secrets_on_disk(root, v) == set(), who
+            assert "erase me" not in texts(v) and "at work" in texts(v), who
+            assert serious(v) == [], who
+
+
+def test_an_epoch_a_concurrent_erasure_did_not_know_is_delivered_to_the_new_keys(two_devices, tmp_path):
+    """The other half of rule 8: the desktop starts a new epoch of work (revoking an agent) and writes
+    under it while the laptop erases in personal without having seen that epoch, so the laptop's new
+    keyring lacks it.  Once the desktop has read the erasure's records, it wraps the epoch it holds to
+    the new owner key: the laptop reads the desktop's writes, and the erased record stays erased."""
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        lap.create_grant("helper", {"work": "read"}, str(tmp_path / "helper.grant"))
+        target = lap.append([NewRecord(type="message", text="erase me")]).written[0]
+    sync.sync()
+    desk = open_("desktop")
+    try:
+        desk.revoke("helper")  # a new epoch of work, wrapped under the current generation only
+        desk.append([NewRecord(type="message", text="under the new epoch")], compartment="work")
+        with open_("laptop") as lap:  # has not seen the desktop's new epoch
+            lap.erase([target])
+        sync.sync()
+        desk.refresh()
+        assert desk.session.keyring.generation == 2
+        sync.sync()
+    finally:
+        desk.lock()
+    with open_("laptop") as lap:
+        assert "under the new epoch" in texts(lap) and "erase me" not in texts(lap)
+        assert serious(lap) == []
+        assert _destroyed_secrets_on_disk(sync.a, lap) == set()
+
+
 def _snapshot(root: str) -> dict[str, bytes]:
     return {rel: open(os.path.join(root, rel), "rb").read() for rel in FolderSync.files(root)}
 
@@ -469,6 +563,8 @@ def test_writes_and_erasures_in_any_interleaving_converge_and_lose_nothing(tmp_p
             assert set(written) - erased <= shown, f"{who} lost acknowledged writes"
             assert not (erased & shown), f"{who} shows an erased record"
             assert serious(v) == [], who
+            assert _destroyed_secrets_on_disk(a if who == "laptop" else b, v) == set(), \
+                f"{who}'s folder delivers a destroyed epoch's secret to the current keys"
     assert states["laptop"] == states["desktop"]
     files = sorted(FolderSync.files(a))
     for k in range(3):  # a fresh reader, the files arriving in another order each time

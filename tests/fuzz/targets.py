@@ -122,7 +122,7 @@ def real_records() -> list[bytes]:
     dele = encode_record(Kind.DEL, wid, key="user/home_city", pred=[ids.record_id(put)], ts=Fixed.T0)
     confirm = encode_record(Kind.CONFIRM, owner, target=ids.record_id(put), signers=[Fixed.OWNER], ts=Fixed.T0)
     epoch = encode_record(Kind.EPOCH, owner, body={0: Fixed.CID, 1: Fixed.EID, 2: Fixed.PREV_EID, 3: "scheduled",
-                                                   4: Fixed.epoch_key().public, 5: bytes(32)},
+                                                   4: Fixed.epoch_key().public, 5: bytes(32), 6: 2},
                           signers=[Fixed.OWNER], ts=Fixed.T0)
     grant = encode_record(Kind.GRANT, owner, body={0: _d("grant id", 16), 1: "coder", 2: [[Fixed.CID, 2]],
                                                    3: Fixed.GRANTEE.signer.public, 4: Fixed.GRANTEE.recipient.public,

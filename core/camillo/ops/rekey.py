@@ -124,7 +124,10 @@ def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclud
     record = encode_record(
         Kind.EPOCH, actor.writer_id,
         body={0: cid, 1: eid, 2: current.epoch_id if current else None, 3: reason, 4: epk,
-              5: keys.epoch_commit(secret, session.vault_id, cid, eid)},
+              5: keys.epoch_commit(secret, session.vault_id, cid, eid),
+              # the generation whose owner key receives the secret: a roll's own epochs name the new one,
+              # so a reader knows when it has read the roll (spec §14.5, §16.10 rule 8)
+              6: rekey.new_generation if rekey.new_generation is not None else session.keyring.generation},
         signers=[actor.signer],
     )
     control = roster.control_id

@@ -168,12 +168,12 @@ def _drop_kept(session: Session, destroyed: set[EpochRef], still_needed: set[Epo
 def wrap_missing_epochs(session: Session) -> Changes:
     """Deliver to the current owner key every live epoch secret this device holds that the current
     keyring lacks: another device rolled the master secret without knowing an epoch this one made or
-    received concurrently (spec §16.10 rule 7).  The secrets come from the keyring this session held
+    received concurrently (spec §16.10 rule 8).  The secrets come from the keyring this session held
     before it moved to the newer master secret, and from the epochs this writer kept; each must match
     its signed EPOCH record."""
     owner = session.keyring.owner_kem
-    if not session.is_owner or session.read_only or owner is None:
-        return Changes()
+    if not session.is_owner or session.read_only or owner is None or not roll_read(session):
+        return Changes()  # (the carried secrets stay until the roll's records arrive)
     roster, keyring = session.roster, session.keyring
     destroyed = destroyed_epochs(session)
     offered: dict[EpochRef, bytes] = dict(session.carried)
@@ -199,6 +199,25 @@ def wrap_missing_epochs(session: Session) -> Changes:
     written = session.write_files(rekey.files)
     session.reread_keys()
     return session.reader.changes(files_written=len(written), note="keys another device's change missed were added")
+
+
+def roll_read(session: Session) -> bool:
+    """Whether this device has read the records of the roll that made the current master-secret
+    generation, and everything they depend on (spec §16.10 rule 8).  Until then an epoch missing from
+    the new keyring may be one the roll destroyed (its ERASE travels in the batch with the roll's
+    records, which the sync may bring after the new slots and key files): only then can a missing
+    epoch be told apart from one a concurrent change made.
+
+    The roll's records are the EPOCH records of its new epochs, which name the new generation (key 6)
+    and whose secrets this keyring holds (a concurrent roll to another master secret at the same
+    generation wraps its epochs to another owner key); what they depend on has arrived when the
+    control compartment has no gap (every batch a control batch names or claims to have seen is here)."""
+    keyring, roster = session.keyring, session.roster
+    if not any((info := roster.epochs.get(ref)) is not None and info.generation == keyring.generation
+               for ref in keyring.epoch_secrets):
+        return False
+    control = roster.control_id
+    return not any(g.compartment_id == control for g in session.reader.log.gaps)
 
 
 # ---------------------------------------------------------------------------------- step 5

@@ -74,7 +74,8 @@ def create_vault(path: str, passphrase: str, *, compartments: Sequence[str], dev
         epk = keys.epoch_key(secret, vault_id, cid, eid).public
         epoch_records[cid] = encode_record(
             Kind.EPOCH, device.writer_id,
-            body={0: cid, 1: eid, 2: None, 3: "genesis", 4: epk, 5: keys.epoch_commit(secret, vault_id, cid, eid)},
+            body={0: cid, 1: eid, 2: None, 3: "genesis", 4: epk, 5: keys.epoch_commit(secret, vault_id, cid, eid),
+                  6: 1},
             signers=[device.signer], ts=now,
         )
         epoch_keys[cid] = (eid, epk)
