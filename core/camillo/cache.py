@@ -9,10 +9,12 @@ number and the IV, under a raw 256-bit key derived from the actor's own seed and
 log is encrypted the same way; temporary tables stay in memory.  A stolen disk shows the file's size
 and modification times, nothing else (docs/security.md §5).
 
-An open reads only the pages it needs, so opening a vault of a million records costs what opening an
-empty one costs; every refresh, append and merge updates the database in place and commits at most
-every :data:`COMMIT_AGE` seconds and on close, so a crash (kill -9, power loss) leaves the last
-commit: an older but consistent state, from which the next open reads what is new in the folder.
+The records, facts and index are read in place, page by page, as queries need them; what an open still
+reads whole is each batch's header and control records (the roster and the causal log are rebuilt from
+them, so a warm open is O(batches): docs/benchmarks.md).  Every refresh, append and merge updates the
+database in place and commits at most every :data:`COMMIT_AGE` seconds and on close, so a crash
+(kill -9, power loss) leaves the last commit: an older but consistent state, from which the next open
+reads what is new in the folder.
 
 It is disposable: deleting it loses nothing.  A database that does not open (another vault or another
 actor: the key does not match; tampering: a page's HMAC fails; an older format) is deleted and rebuilt

@@ -14,9 +14,11 @@ secret of its own.  Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import cbor2
@@ -48,6 +50,20 @@ from .keyring import EpochRef, KeyRing
 
 Progress = Callable[[int, int], None]
 
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a bulk step builds objects that live as long
+    as the session (a view per batch, the roster, the causal log): it would walk the growing heap
+    again and again for nothing (about a fifth of a warm open at 100k records).  Reference counting
+    still frees everything else; the collector runs again afterwards if it ran before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 class Reader:
     def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, keyring: KeyRing) -> None:
@@ -155,6 +171,10 @@ class Reader:
     def load_cached(self, db: Connection) -> str:
         """Resume from a local state database this session's actor wrote.  Returns "" or why it
         was refused."""
+        with collector_paused():
+            return self._load_cached(db)
+
+    def _load_cached(self, db: Connection) -> str:
         try:
             views = {}
             accepted: set[bytes] = set()
@@ -535,6 +555,10 @@ class Reader:
         return True
 
     def recompute(self) -> None:
+        with collector_paused():
+            self._recompute()
+
+    def _recompute(self) -> None:
         roster, signed = build_roster(self.vault_id, self.batches)
         bad_epochs = self.check_epoch_keys(roster)
         if bad_epochs:
