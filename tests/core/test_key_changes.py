@@ -211,10 +211,17 @@ def _destroyed_secrets_on_disk(root: str, vault: Vault) -> set[tuple[bytes, byte
     """The epochs an applied ERASE destroyed whose secret an envelope in folder ``root`` still
     delivers to the vault's current owner key (what a host that keeps files, or anyone who later holds
     the master secret, could open erased records with)."""
+    session = vault.session
+    destroyed = {(e.compartment_id, ep) for e in session.roster.erasures.values() for ep in e.epochs}
+    return _delivered(root, vault) & destroyed
+
+
+def _delivered(root: str, vault: Vault) -> set[tuple[bytes, bytes]]:
+    """Every (compartment, epoch) whose secret an envelope in folder ``root`` delivers to the vault's
+    current owner key."""
     from camillo import envelopes, ids, keys
 
     session = vault.session
-    destroyed = {(e.compartment_id, ep) for e in session.roster.erasures.values() for ep in e.epochs}
     owner = keys.owner_kem(session.keyring.master_secret(), session.vault_id, session.keyring.generation)
     found = set()
     for rel in FolderSync.files(root):
@@ -227,7 +234,7 @@ def _destroyed_secrets_on_disk(root: str, vault: Vault) -> set[tuple[bytes, byte
         payload = envelopes.open_envelope(data, rel, session.vault_id, owner)
         if payload.kind == envelopes.EnvelopeKind.EPOCH_SECRET:
             found.add((payload.compartment_id, payload.epoch_id))
-    return found & destroyed
+    return found
 
 
 def test_a_device_that_sees_an_erasures_new_keys_before_its_records_does_not_wrap_the_destroyed_key(two_devices):
@@ -248,7 +255,8 @@ def test_a_device_that_sees_an_erasures_new_keys_before_its_records_does_not_wra
         assert "erase me" in texts(desk)
         before = FolderSync.files(a)
         with open_("laptop") as lap:
-            lap.erase([target])
+            destroyed = {(lap.compartment_id("personal"), bytes.fromhex(e))
+                         for e in lap.erase([target]).epochs_destroyed}
             reader, roster = lap.session.reader, lap.session.roster
             held_back = {n for n, (cid, _e) in reader.segment_epochs.items()
                          if cid in (roster.control_id, lap.compartment_id("personal"))}
@@ -258,7 +266,8 @@ def test_a_device_that_sees_an_erasures_new_keys_before_its_records_does_not_wra
             _carry(a, b, rel)
         desk.refresh()
         assert desk.session.keyring.generation == 2, "the desktop moved to the erasure's master secret"
-        assert _destroyed_secrets_on_disk(b, desk) == set() or not desk.session.roster.erasures
+        assert not desk.session.roster.erasures, "the ERASE has not arrived"
+        assert destroyed and not destroyed & _delivered(b, desk), "a destroyed epoch's secret was wrapped again"
         sync.sync()
         desk.refresh()
         assert "erase me" not in texts(desk)

@@ -55,8 +55,9 @@ Progress = Callable[[int, int], None]
 def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused while a bulk step builds objects that live as long
     as the session (a view per batch, the roster, the causal log): it would walk the growing heap
-    again and again for nothing (about a fifth of a warm open at 100k records).  Reference counting
-    still frees everything else; the collector runs again afterwards if it ran before."""
+    again and again for nothing (about a tenth of a warm open at 100k records, docs/benchmarks.md).
+    Reference counting still frees everything else; the collector (process-wide) runs again
+    afterwards if it ran before."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -64,6 +65,7 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
 
 class Reader:
     def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, keyring: KeyRing) -> None:
