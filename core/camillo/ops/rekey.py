@@ -6,7 +6,8 @@
   there, so what is written afterwards is sealed to keys the revoked party never had;
 * **rolling the keyring**: when the vault master secret rolls (a user credential is revoked, or
   erasure), every surviving epoch secret is wrapped again to the new owner KEM key and to the
-  grants, every user credential gets a new slot, and every other slot and envelope is deleted.
+  grants (a random roll also those another master secret of the same generation delivered, spec
+  §16.10 rule 9), every user credential gets a new slot, and every other slot and envelope is deleted.
   New files are written before control records, and old files are deleted last, so a crash at any
   point leaves a vault that opens; running the operation again completes it.
 
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import envelopes, ids, keys, slots
-from ..control import Level, Principal, pop_message
+from ..control import Level, Principal, Roster, pop_message
 from ..credentials import Credential, CredentialKind
 from ..errors import VaultError
-from ..primitives import RecipientKey, random_bytes, verify_signature
+from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, random_bytes, verify_signature
 from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import after_generation_roll, seal_device_key_for
@@ -168,7 +170,11 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     owner = keys.owner_kem(new_vms, session.vault_id, generation)
     rekey.new_vms, rekey.new_generation = new_vms, generation
     erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
-    secrets = {k: s for k, s in keyring.secrets().items() if k not in destroyed and k not in erased}
+    # A random roll also takes what another master secret of this generation delivered (spec §16.10 rule
+    # 9); a derived one must not: whoever held the older master secret can compute it, a credential
+    # the other roll revoked included, and would read what only the other roll delivered.
+    held = {**({} if derived else other_branch_secrets(session, headers)), **keyring.secrets()}
+    secrets = {k: s for k, s in held.items() if k not in destroyed and k not in erased}
     secrets.update(rekey.new_secrets)
     grants = active_grants(session, exclude)
     for (cid, eid), secret in sorted(secrets.items()):
@@ -204,6 +210,61 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 continue
             if not envelopes.is_for(data, new_owner):
                 rekey.delete.append(name)
+
+
+def other_branch_secrets(session: Session, headers: list[slots.SlotHeader]) -> dict[tuple[bytes, bytes], bytes]:
+    """The epoch secrets delivered under another master secret of the current generation (two rolls
+    made at once from one generation, one of them random: spec §16.10 rule 9) that this device can
+    open: a slot of that generation for this device's key, signed by an owner.  A random roll
+    wraps them too, since it deletes every envelope addressed to another owner key: without this the
+    epochs only the other roll delivered (an erasure's new epoch, with the batches it re-encrypted)
+    would be lost with them.  Each secret must match its EPOCH record and come in an envelope an owner
+    signed, as any epoch secret read (§15.3); the slot's own signature is checked like an envelope's.
+    A slot that a host planted opens nothing here: no owner signed it."""
+    actor, keyring, r = session.actor, session.keyring, session.roster
+    if actor is None or actor.kind != CredentialKind.DEVICE or not keyring.unlocked:
+        return {}
+    owners = []
+    for h in headers:
+        if h.generation != keyring.generation or h.type != slots.SlotType.DEVICE:
+            continue
+        try:
+            vms = slots.unwrap_vms(h, session.vault_id, actor.recipient)
+            st = slots.read_statement(h, session.vault_id, vms)
+        except (CryptoFailure, VaultError):
+            continue
+        if (not constant_time_equal(vms, keyring.master_secret()) and st.recipient_id == actor.recipient_id
+                and _owner_signed(r, st.signatures, st.message)):
+            owners.append(keys.owner_kem(vms, session.vault_id, h.generation))
+    out: dict[tuple[bytes, bytes], bytes] = {}
+    if not owners:
+        return out
+    shelf = session.shelf
+    for name in sorted(shelf.files_in("env") if isinstance(shelf, FolderShelf) else shelf.list()):
+        if not name.startswith("env/"):
+            continue
+        try:
+            data = shelf.read(name)
+            owner = next((o for o in owners if envelopes.is_for(data, ids.recipient_id(o.public))), None)
+            payload = envelopes.open_envelope(data, name, session.vault_id, owner) if owner is not None else None
+        except (FileNotFoundError, CryptoFailure, VaultError):
+            continue
+        if payload is None or payload.kind != envelopes.EnvelopeKind.EPOCH_SECRET:
+            continue
+        ref = (payload.compartment_id, payload.epoch_id)
+        info = r.epochs.get(ref)
+        if info is None or not constant_time_equal(keys.epoch_commit(payload.key, session.vault_id, *ref), info.commit):
+            continue
+        if _owner_signed(r, payload.signatures, payload.message):
+            out.setdefault(ref, payload.key)
+    return out
+
+
+def _owner_signed(r: Roster, signatures: list[list[Any]], message: bytes) -> bool:
+    """Signed by an owner-role principal, revoked since or not: the other roll's device may have
+    retired its key since (an erasure rotates it), and what it delivered is checked on its own."""
+    return any((p := r.principals.get(w)) is not None and p.is_owner and verify_signature(a, p.sig_public, message, sig)
+               for w, a, sig in signatures)
 
 
 def new_epochs_everywhere(session: Session, rekey: Rekey, compartments: list[bytes], reason: str, *,

@@ -36,7 +36,7 @@ from ..session.writer import sealing_key
 from ..values import Notice
 from .credentials import finish_credential_changes
 from .erasure import erase, finish_pending_erasures, reseal, rotate_if_erasure_seen
-from .rekey import Rekey, active_grants, envelope, grant_envelopes
+from .rekey import Rekey, active_grants, apply, envelope, grant_envelopes, new_epochs_everywhere, roll_keyring
 
 
 def finish_open(session: Session, *, enrolling: bool = False) -> None:
@@ -49,6 +49,7 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
         return
     rescue_batches(session)
     wrap_missing_epochs(session)
+    roll_again(session)
     if not enrolling:
         rotate_if_erasure_seen(session)
     finish_credential_changes(session)
@@ -64,6 +65,7 @@ def after_refresh(session: Session) -> Changes:
     changes = rescue_batches(session)
     if session.is_owner:
         changes |= wrap_missing_epochs(session)
+        changes |= roll_again(session)
         changes |= complete_erasures(session)
         changes |= Changes(files_removed=finish_pending_erasures(session))
     return changes
@@ -218,6 +220,27 @@ def roll_read(session: Session) -> bool:
         return False
     control = roster.control_id
     return not any(g.compartment_id == control for g in session.reader.log.gaps)
+
+
+def roll_again(session: Session) -> Changes:
+    """Roll the keys again when the current keyring delivers an epoch an applied ERASE destroyed
+    (spec §16.10 rule 9): a roll made on another device before it read a concurrent erasure (a
+    passphrase change, a revocation) wrapped it to its new owner key and grants.  The new master
+    secret is random, as a revocation's: a derived one could be computed by a credential the other
+    roll revoked, and this roll joins what the other master secret of this generation delivered.  It
+    wraps no destroyed epoch, starts a new epoch everywhere (which names the new generation, rule 8)
+    and deletes every envelope addressed to an older owner key, grants' included."""
+    reader = session.reader
+    if not reader.destroyed_delivered or not session.is_owner or session.read_only or session.actor is None:
+        return Changes()
+    reader.destroyed_delivered = False
+    rekey = Rekey(session)
+    roll_keyring(session, rekey, exclude=set())
+    new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again after an erasure",
+                          exclude=set())
+    apply(session, rekey)
+    return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete),
+                                  note="keys rolled again: a key change made during an erasure had kept a destroyed key")
 
 
 # ---------------------------------------------------------------------------------- step 5

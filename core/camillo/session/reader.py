@@ -111,6 +111,9 @@ class Reader:
         # the ERASE records the state was purged for: one of them missing from the folder (a rollback,
         # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
         self.erasures_seen: frozenset[bytes] = frozenset()
+        # the current keyring delivered an epoch an applied ERASE destroyed (a roll that had not seen
+        # the erasure wrapped it): an owner device rolls the keys again (spec §16.10 rule 9)
+        self.destroyed_delivered = False
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
@@ -623,8 +626,12 @@ class Reader:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
         another device erased) drops them too, so nothing it writes later (a keyring roll) can
         wrap them again."""
-        self.keyring.forget((e.compartment_id, epoch_id) for e in self.roster.erasures.values()
-                            for epoch_id in e.epochs)
+        destroyed = {(e.compartment_id, epoch_id) for e in self.roster.erasures.values() for epoch_id in e.epochs}
+        announced = max((info.generation for info in self.roster.epochs.values()), default=0)
+        if (destroyed & self.keyring.envelope_sources.keys() and announced
+                and self.keyring.generation >= announced):  # the newest keys, not an older keyring still held
+            self.destroyed_delivered = True
+        self.keyring.forget(destroyed)
 
     def check_epoch_keys(self, roster: Roster) -> set[EpochRef]:
         """Every epoch secret we used must match its signed EPOCH record, and the envelope that
