@@ -30,6 +30,13 @@ def next_master(vms: bytes, vault_id: bytes, generation: int) -> bytes:
     return hkdf(vms, labelled("vmem/v1/vms/next", vault_id, generation.to_bytes(4, "big")))
 
 
+def join_master(secrets: list[bytes], vault_id: bytes, generation: int) -> bytes:
+    """The master secret that joins two or more master secrets of one generation (spec §16.10 rule 9):
+    derived from all of them, so that devices joining the same ones at once arrive at one, and a
+    credential that one of them left out (a revocation's) cannot compute it."""
+    return hkdf(b"".join(sorted(secrets)), labelled("vmem/v1/vms/join", vault_id, generation.to_bytes(4, "big")))
+
+
 def epoch_key(secret: bytes, vault_id: bytes, compartment_id: bytes, epoch_id: bytes) -> RecipientKey:
     return RecipientKey.from_seed(hkdf(secret, labelled("vmem/v1/epoch/kem-seed", vault_id, compartment_id, epoch_id)))
 

@@ -264,6 +264,17 @@ def derivations(out: Out) -> None:
                   "recipient_id": ids.recipient_id(owner.public).hex()},
     )
 
+    other_vms = fixed("conformance other master secret")
+    out.vector(
+        "derive-master-secrets",
+        "The master secret an erasure rolls to is derived from the current one; the one that joins two "
+        "master secrets of one generation is derived from both, whatever their order.",
+        "derive-master-secrets",
+        {"vms": VMS.hex(), "other_vms": other_vms.hex(), "vault_id": VAULT_ID.hex(), "generation": 2},
+        expected={"next": keys.next_master(VMS, VAULT_ID, 2).hex(),
+                  "join": keys.join_master([VMS, other_vms], VAULT_ID, 2).hex()},
+    )
+
     epk = keys.epoch_key(EPOCH_SECRET, VAULT_ID, COMPARTMENT_ID, EPOCH_ID)
     out.vector(
         "derive-epoch-key",

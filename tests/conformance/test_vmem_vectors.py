@@ -139,6 +139,13 @@ def op_derive_owner_kem(inp: dict[str, Any]) -> dict[str, Any]:
             "recipient_id": ids.recipient_id(key.public).hex()}
 
 
+def op_derive_master_secrets(inp: dict[str, Any]) -> dict[str, Any]:
+    vms, other, vid, g = _b(inp["vms"]), _b(inp["other_vms"]), _b(inp["vault_id"]), inp["generation"]
+    join = keys.join_master([vms, other], vid, g)
+    assert keys.join_master([other, vms], vid, g) == join, "a join does not depend on the order"
+    return {"next": keys.next_master(vms, vid, g).hex(), "join": join.hex()}
+
+
 def op_derive_epoch_key(inp: dict[str, Any]) -> dict[str, Any]:
     args = (_b(inp["epoch_secret"]), _b(inp["vault_id"]), _b(inp["compartment_id"]), _b(inp["epoch_id"]))
     key = keys.epoch_key(*args)
@@ -539,6 +546,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "derive-passphrase": op_derive_passphrase,
     "derive-recovery-phrase": op_derive_recovery_phrase,
     "derive-owner-kem": op_derive_owner_kem,
+    "derive-master-secrets": op_derive_master_secrets,
     "derive-epoch-key": op_derive_epoch_key,
     "derive-body-keys": op_derive_body_keys,
     "derive-ids": op_derive_ids,

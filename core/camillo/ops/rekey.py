@@ -150,20 +150,26 @@ def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclud
 
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                  destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
-                 derived: bool = False) -> None:
+                 derived: bool = False, join: bool = False) -> None:
     """Roll the master secret: new slots for every remaining user credential, every surviving epoch
     secret wrapped to the new owner KEM key and the remaining grants; the older slots and the
     envelopes of the old keyring are deleted after the new ones exist.
 
     ``derived`` (an erasure, spec §16.4): the next master secret is derived from the current one, so
     that two devices erasing concurrently from one generation roll to the same one.  Otherwise (a
-    revocation) it is random: the revoked credential must not be able to compute it."""
+    revocation) it is random: the revoked credential must not be able to compute it.  ``join``: the
+    next master secret is derived from the current one and every other one of this generation this
+    device opens (spec §16.10 rule 9), so that devices joining them at once arrive at one."""
     keyring, r = session.keyring, session.roster
     rekey.excluded |= exclude
     headers = session.slot_headers()[0]
+    branches = [] if derived else other_branches(session, headers)
     if derived:
         generation = keyring.generation + 1
         new_vms = keys.next_master(keyring.master_secret(), session.vault_id, generation)
+    elif join:
+        generation = keyring.generation + 1
+        new_vms = keys.join_master([keyring.master_secret(), *(v for v, _ in branches)], session.vault_id, generation)
     else:
         generation = max(keyring.generation, max((h.generation for h in headers), default=0)) + 1
         new_vms = random_bytes(32)
@@ -173,7 +179,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     # A random roll also takes what another master secret of this generation delivered (spec §16.10 rule
     # 9); a derived one must not: whoever held the older master secret can compute it, a credential
     # the other roll revoked included, and would read what only the other roll delivered.
-    held = {**({} if derived else other_branch_secrets(session, headers)), **keyring.secrets()}
+    held = {**other_branch_secrets(session, [o for _, o in branches]), **keyring.secrets()}
     secrets = {k: s for k, s in held.items() if k not in destroyed and k not in erased}
     secrets.update(rekey.new_secrets)
     grants = active_grants(session, exclude)
@@ -187,6 +193,13 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
             rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev if info else None,
                                            current=is_current)
     kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
+    for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
+        for h in headers:
+            if h.generation == keyring.generation and h.kdf is not None:
+                try:
+                    kdf_by_recipient.setdefault(slots.read_statement(h, session.vault_id, vms).recipient_id, h.kdf)
+                except VaultError:
+                    continue
     for p in r.principals.values():
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
             continue
@@ -212,19 +225,16 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 rekey.delete.append(name)
 
 
-def other_branch_secrets(session: Session, headers: list[slots.SlotHeader]) -> dict[tuple[bytes, bytes], bytes]:
-    """The epoch secrets delivered under another master secret of the current generation (two rolls
-    made at once from one generation, one of them random: spec §16.10 rule 9) that this device can
-    open: a slot of that generation for this device's key, signed by an owner.  A random roll
-    wraps them too, since it deletes every envelope addressed to another owner key: without this the
-    epochs only the other roll delivered (an erasure's new epoch, with the batches it re-encrypted)
-    would be lost with them.  Each secret must match its EPOCH record and come in an envelope an owner
-    signed, as any epoch secret read (§15.3); the slot's own signature is checked like an envelope's.
-    A slot that a host planted opens nothing here: no owner signed it."""
+def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tuple[bytes, RecipientKey]]:
+    """The other master secrets of the current generation (two rolls made at once from one generation,
+    one of them random: spec §16.10 rule 9) that this device opens, with their owner KEM keys: from a
+    slot of that generation for this device's key, signed by an owner (revoked since or not: the
+    other roll's device may have retired its key since, an erasure rotates it).  A slot that a host
+    planted opens nothing here: no owner signed it."""
     actor, keyring, r = session.actor, session.keyring, session.roster
     if actor is None or actor.kind != CredentialKind.DEVICE or not keyring.unlocked:
-        return {}
-    owners = []
+        return []
+    found: dict[bytes, RecipientKey] = {}
     for h in headers:
         if h.generation != keyring.generation or h.type != slots.SlotType.DEVICE:
             continue
@@ -233,9 +243,19 @@ def other_branch_secrets(session: Session, headers: list[slots.SlotHeader]) -> d
             st = slots.read_statement(h, session.vault_id, vms)
         except (CryptoFailure, VaultError):
             continue
-        if (not constant_time_equal(vms, keyring.master_secret()) and st.recipient_id == actor.recipient_id
-                and _owner_signed(r, st.signatures, st.message)):
-            owners.append(keys.owner_kem(vms, session.vault_id, h.generation))
+        if (vms not in found and not constant_time_equal(vms, keyring.master_secret())
+                and st.recipient_id == actor.recipient_id and _owner_signed(r, st.signatures, st.message)):
+            found[vms] = keys.owner_kem(vms, session.vault_id, h.generation)
+    return sorted(found.items())
+
+
+def other_branch_secrets(session: Session, owners: list[RecipientKey]) -> dict[tuple[bytes, bytes], bytes]:
+    """The epoch secrets delivered to the owner KEM keys of :func:`other_branches`.  A roll that is not
+    derived wraps them too, since it deletes every envelope addressed to another owner key: without
+    this the epochs only the other roll delivered (an erasure's new epoch, with the batches it
+    re-encrypted) would be lost with them.  Each secret must match its EPOCH record and come in an
+    envelope an owner signed, as any epoch secret read (§15.3)."""
+    r = session.roster
     out: dict[tuple[bytes, bytes], bytes] = {}
     if not owners:
         return out

@@ -33,10 +33,20 @@ from ..records import Batch, Kind
 from ..session import Session
 from ..session.keyring import EpochRef
 from ..session.writer import sealing_key
+from ..storage import FolderShelf
 from ..values import Notice
 from .credentials import finish_credential_changes
 from .erasure import erase, finish_pending_erasures, reseal, rotate_if_erasure_seen
-from .rekey import Rekey, active_grants, apply, envelope, grant_envelopes, new_epochs_everywhere, roll_keyring
+from .rekey import (
+    Rekey,
+    active_grants,
+    apply,
+    envelope,
+    grant_envelopes,
+    new_epochs_everywhere,
+    other_branches,
+    roll_keyring,
+)
 
 
 def finish_open(session: Session, *, enrolling: bool = False) -> None:
@@ -223,24 +233,37 @@ def roll_read(session: Session) -> bool:
 
 
 def roll_again(session: Session) -> Changes:
-    """Roll the keys again when the current keyring delivers an epoch an applied ERASE destroyed
-    (spec §16.10 rule 9): a roll made on another device before it read a concurrent erasure (a
-    passphrase change, a revocation) wrapped it to its new owner key and grants.  The new master
-    secret is random, as a revocation's: a derived one could be computed by a credential the other
-    roll revoked, and this roll joins what the other master secret of this generation delivered.  It
-    wraps no destroyed epoch, starts a new epoch everywhere (which names the new generation, rule 8)
-    and deletes every envelope addressed to an older owner key, grants' included."""
-    reader = session.reader
-    if not reader.destroyed_delivered or not session.is_owner or session.read_only or session.actor is None:
+    """Roll the keys again (spec §16.10 rule 9) when this device opens another master secret of its
+    current generation (two rolls made at once, one of them random: a passphrase change or a
+    revocation concurrent with another roll), or when its current keyring delivers an epoch an applied
+    ERASE destroyed (a roll made before its device read a concurrent erasure wrapped it).  With other
+    master secrets the roll joins them: derived from all of them (devices doing this at once arrive at
+    one; a credential one roll revoked lacks that one's secret), every epoch any of them delivered
+    wrapped again; otherwise it is random, as a revocation's.  It wraps no destroyed epoch, starts a
+    new epoch everywhere (naming the new generation, rule 8) and deletes every envelope addressed to an
+    older owner key, grants' included.  Looked for when the slot files changed, and at open."""
+    reader, keyring = session.reader, session.keyring
+    if not session.is_owner or session.read_only or session.actor is None or not keyring.unlocked:
+        return Changes()
+    shelf = session.shelf
+    slot_files = shelf.files_in("slots") if isinstance(shelf, FolderShelf) else None
+    if not reader.destroyed_delivered and slot_files is not None and slot_files == session.branch_checked:
+        return Changes()
+    headers = session.slot_headers(ask_store=False)[0]
+    if any(h.generation > keyring.generation for h in headers):
+        return Changes()  # a newer generation came: this device moves to it first
+    branches = other_branches(session, headers)
+    session.branch_checked = slot_files
+    if not branches and not reader.destroyed_delivered:
         return Changes()
     reader.destroyed_delivered = False
     rekey = Rekey(session)
-    roll_keyring(session, rekey, exclude=set())
-    new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again after an erasure",
-                          exclude=set())
+    roll_keyring(session, rekey, exclude=set(), join=bool(branches))
+    new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again", exclude=set())
     apply(session, rekey)
     return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete),
-                                  note="keys rolled again: a key change made during an erasure had kept a destroyed key")
+                                  note="keys rolled again: two key changes were made at once" if branches
+                                  else "keys rolled again: a key change made during an erasure had kept a destroyed key")
 
 
 # ---------------------------------------------------------------------------------- step 5

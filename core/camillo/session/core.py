@@ -82,6 +82,7 @@ class Session:
         self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
+        self.branch_checked: frozenset[str] | None = None  # the slot files at the last look for other master secrets
         self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
 
     def __repr__(self) -> str:

@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from .. import encoding, keychain, keys
+from .. import encoding, keychain, keys, slots
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState
 from ..errors import KeychainError, VaultError, WrongCredential
@@ -142,7 +142,27 @@ def load_local_device_key(session: Session) -> Credential | None:
         m = encoding.decode(raw, "device key")
         return Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
     except (VaultError, KeyError, TypeError, AttributeError):
+        if _another_master_secret(session, generation):
+            # Sealed under the other master secret of this generation (two key changes made at once,
+            # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
+            # read what it wrote under the other one, and reject those writes once they are joined.
+            session.keychain_problem = (
+                "another device changed the vault's keys at the same time as this one, and this device's key "
+                "is sealed under the other change: it reads but does not write until a device holding both "
+                "joins them (opening the vault on the other device does it)")
         return None
+
+
+def _another_master_secret(session: Session, generation: int) -> bool:
+    """Whether a slot of ``generation`` opens under another master secret than this session's (its
+    statement does not open under ours)."""
+    for h in session.slot_headers(ask_store=False)[0]:
+        if h.generation == generation:
+            try:
+                slots.read_statement(h, session.vault_id, session.keyring.master_secret())
+            except VaultError:
+                return True
+    return False
 
 
 DERIVED_AHEAD = 3  # generations an erasure's derived roll can reach before this device next opens
