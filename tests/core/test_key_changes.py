@@ -10,7 +10,7 @@ import shutil
 import sys
 
 import pytest
-from camillo import Incomplete, NewRecord, Unlock, Vault, WrongCredential
+from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -380,9 +380,14 @@ def test_two_passphrase_changes_at_once_are_joined_and_lose_no_write(two_devices
     for who in ("laptop", "desktop"):
         with open_any(who, read_only=True) as v:
             if v.session.actor is None:
-                assert "at the same time" in v.session.keychain_problem
+                assert "at the same time" in v.session.waiting_for_join
                 waiting.append(who)
     assert len(waiting) == 1
+    with open_any(waiting[0]) as v:  # a writable open says why it does not write, and writes nothing
+        for attempt in (lambda: v.append([NewRecord(type="message", text="not now")]),
+                        lambda: v.erase([r.id for r in v.timeline()][:1])):
+            with pytest.raises(ReadOnlyVault, match="at the same time"):
+                attempt()
     for _round in range(2):
         for who in ("laptop", "desktop"):
             with open_any(who) as v:

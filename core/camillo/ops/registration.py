@@ -73,8 +73,9 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
     """A writable open of a vault this installation does not write to yet (it has no usable device
     key for it): certify a new device, unless another device revoked this installation's device (a
     lost laptop found again), which needs ``re_register`` (DeviceRevoked otherwise, saying by whom
-    and when).  Nothing is done for a read-only folder or when the keychain is locked."""
-    if not session.shelf.writable or session.actor is not None or session.keychain_problem:
+    and when).  Nothing is done for a read-only folder, when the keychain is locked, or while this
+    installation's key waits for two master secrets to be joined (spec §16.10 rule 9)."""
+    if not session.shelf.writable or session.actor is not None or session.keychain_problem or session.waiting_for_join:
         return
     revoked = reports.installation_revocation(session)
     if revoked is not None and not re_register:

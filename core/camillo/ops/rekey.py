@@ -176,9 +176,10 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     owner = keys.owner_kem(new_vms, session.vault_id, generation)
     rekey.new_vms, rekey.new_generation = new_vms, generation
     erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
-    # A random roll also takes what another master secret of this generation delivered (spec §16.10 rule
-    # 9); a derived one must not: whoever held the older master secret can compute it, a credential
-    # the other roll revoked included, and would read what only the other roll delivered.
+    # A roll that is not derived (random, or a join) also takes what another master secret of this
+    # generation delivered (spec §16.10 rule 9); a derived one must not: whoever held the older master
+    # secret can compute it, a credential the other roll revoked included, and would read what only the
+    # other roll delivered.
     held = {**other_branch_secrets(session, [o for _, o in branches]), **keyring.secrets()}
     secrets = {k: s for k, s in held.items() if k not in destroyed and k not in erased}
     secrets.update(rekey.new_secrets)

@@ -84,6 +84,7 @@ class Session:
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
         self.branch_checked: frozenset[str] | None = None  # the slot files at the last look for other master secrets
         self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
+        self.waiting_for_join = ""  # this installation's key is sealed under another master secret of this generation
 
     def __repr__(self) -> str:
         return f"Session({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -117,7 +118,7 @@ class Session:
         self.reader.reset()
         self.refused_slots = set()
         self.known_slot_files = None
-        self.keychain_problem = ""
+        self.keychain_problem = self.waiting_for_join = ""
 
     def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False) -> None:
         """Envelopes changed (a new keyring): read every epoch key again, then what the new keys may
@@ -141,7 +142,7 @@ class Session:
         forgotten, and the erased records keep no content in the state (``camillo.erased.scrub``)."""
         self.keyring.set_master(vms, generation)
         self.known_slot_files = None
-        self.keychain_problem = ""
+        self.keychain_problem = self.waiting_for_join = ""
         self.reread_keys(everything=True)
 
     def after_erasure(self, segments: Sequence[str]) -> None:
@@ -198,6 +199,8 @@ class Session:
                 + (" (a .vmem file: unpack it to change it)" if isinstance(self.shelf, PackShelf) else "")
             )
         if self.actor is None:
+            if self.waiting_for_join:
+                raise ReadOnlyVault(f"{self.waiting_for_join}; nothing was written")
             if self.keychain_problem:
                 raise KeychainError(f"{self.keychain_problem}; this installation's device key is kept there, so "
                                     "this session can read but not write: unlock the keychain and open the vault again")
@@ -210,6 +213,8 @@ class Session:
         return self.keyring.unlocked and self.actor is not None and self.actor.kind == CredentialKind.DEVICE
 
     def require_owner(self, what: str) -> Credential:
+        if not self.is_owner and self.grant is None:  # an owner's open that cannot write: say why
+            self.require_writer()
         if not self.is_owner:
             raise AccessDenied(f"{what} needs the vault owner's credential (a passphrase, recovery phrase or device "
                                "key); an agent grant cannot do it")

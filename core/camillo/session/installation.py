@@ -146,7 +146,7 @@ def load_local_device_key(session: Session) -> Credential | None:
             # Sealed under the other master secret of this generation (two key changes made at once,
             # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
             # read what it wrote under the other one, and reject those writes once they are joined.
-            session.keychain_problem = (
+            session.waiting_for_join = (
                 "another device changed the vault's keys at the same time as this one, and this device's key "
                 "is sealed under the other change: it reads but does not write until a device holding both "
                 "joins them (opening the vault on the other device does it)")
