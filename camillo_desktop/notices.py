@@ -39,6 +39,9 @@ NOTICE_TEXT: dict[str, tuple[str, str]] = {
                              "sealed again under the new keys, so all your devices can read them."),
     "key-rotated": ("info", "This device's key was replaced because an erasure on another of your devices "
                             "destroyed keys it held. The old key can no longer open old copies of the vault."),
+    "waiting-for-join": ("warn", "Another of your devices changed the vault's keys at the same time as this one. "
+                                 "This device can read but not change anything until that device opens the "
+                                 "vault, which joins the two changes."),
 }
 UNKNOWN_NOTICE = ("warn", "Something happened to this device that Camillo cannot describe yet. Update Camillo to "
                           "see what it is.")

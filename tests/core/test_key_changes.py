@@ -381,6 +381,7 @@ def test_two_passphrase_changes_at_once_are_joined_and_lose_no_write(two_devices
         with open_any(who, read_only=True) as v:
             if v.session.actor is None:
                 assert "at the same time" in v.session.waiting_for_join
+                assert any(n.kind == "waiting-for-join" for n in v.notices())  # the app and the CLI say it
                 waiting.append(who)
     assert len(waiting) == 1
     with open_any(waiting[0]) as v:  # a writable open says why it does not write, and writes nothing

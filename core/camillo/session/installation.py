@@ -24,6 +24,7 @@ from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState
 from ..errors import KeychainError, VaultError, WrongCredential
 from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
+from ..values import Notice
 from .core import Session
 
 
@@ -150,6 +151,7 @@ def load_local_device_key(session: Session) -> Credential | None:
                 "another device changed the vault's keys at the same time as this one, and this device's key "
                 "is sealed under the other change: it reads but does not write until a device holding both "
                 "joins them (opening the vault on the other device does it)")
+            session.notices.append(Notice("waiting-for-join", session.waiting_for_join))
         return None
 
 
