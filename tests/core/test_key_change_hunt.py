@@ -1,0 +1,106 @@
+"""Writes, erasures, passphrase changes and partial syncs in any interleaving, on two devices without an
+OS keychain: a property test too slow for the default run (about 10 s an example), and one that still
+fails on the example below (docs/spec.md §16.10; the closing note of 2026-12-03 says what is known).
+
+Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
+
+    CAMILLO_KEYCHANGE_HUNT=40 .venv/bin/python -m pytest -q -p no:cacheprovider tests/core/test_key_change_hunt.py
+
+Found so far (fixed): two passphrase changes at once lost the writes of the device whose key was sealed
+under the other change (spec §16.10 rule 9), and a passphrase change beside an erasure kept a destroyed
+key and lost what the erasure re-encrypted."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from .test_key_changes import PASSPHRASE, PartialSync, _destroyed_secrets_on_disk, _summary, serious
+
+EXAMPLES = int(os.environ.get("CAMILLO_KEYCHANGE_HUNT", "0") or 0)
+pytestmark = pytest.mark.skipif(EXAMPLES <= 0, reason="the hunt runs only with CAMILLO_KEYCHANGE_HUNT=EXAMPLES")
+
+op = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(["laptop", "desktop"]), st.integers(0, 99)),
+    st.tuples(st.just("erase"), st.sampled_from(["laptop", "desktop"]), st.integers(0, 99)),
+    st.tuples(st.just("passwd"), st.sampled_from(["laptop", "desktop"]), st.integers(0, 99)),
+    st.tuples(st.just("sync"), st.floats(0.2, 1.0), st.integers(0, 2**16)),
+)
+PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1, 12)]
+
+
+@settings(max_examples=max(EXAMPLES, 1), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op, min_size=3, max_size=9))
+# still fails: the laptop's copy ends without the key of some segments (or without its genesis)
+@example(ops=[("passwd", "laptop", 55), ("write", "laptop", 52), ("write", "laptop", 49), ("passwd", "desktop", 41),
+              ("write", "desktop", 99), ("write", "laptop", 0), ("write", "laptop", 52), ("write", "laptop", 69),
+              ("erase", "desktop", 63)])
+def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("hunt")
+    roots = {"laptop": str(root / "A"), "desktop": str(root / "B")}
+    homes = {"laptop": str(root / "hl"), "desktop": str(root / "hd")}
+    Vault.create(roots["laptop"], PASSPHRASE, device_name="laptop", home=homes["laptop"])[0].lock()
+    os.makedirs(roots["desktop"])
+    sync = PartialSync(roots["laptop"], roots["desktop"])
+    sync.sync()
+    Vault.open(roots["desktop"], Unlock.passphrase(PASSPHRASE), device_name="desktop", home=homes["desktop"]).lock()
+    sync.sync()
+    used = [PASSPHRASE]
+
+    def open_(who: str) -> tuple[Vault, str]:
+        for phrase in reversed(used):  # the newest passphrase first, as a person would try
+            try:
+                return Vault.open(roots[who], Unlock.passphrase(phrase), home=homes[who]), phrase
+            except WrongCredential as exc:
+                last = exc
+        raise last
+
+    written: dict[bytes, str] = {}
+    erased: set[bytes] = set()
+    for step in ops:
+        try:  # a refusal (incomplete copy, a credential another change replaced, waiting for a join) acknowledges nothing
+            if step[0] == "write":
+                v, _ = open_(step[1])
+                with v:
+                    written[v.append([NewRecord(type="message", text=f"{step[1]} {step[2]}")]).written[0]] = step[1]
+            elif step[0] == "erase":
+                v, _ = open_(step[1])
+                with v:
+                    mine = sorted(r.id for r in v.timeline() if r.id in written and r.id not in erased)
+                    if mine:
+                        target = mine[step[2] % len(mine)]
+                        v.erase([target])
+                        erased.add(target)
+            elif step[0] == "passwd":
+                v, phrase = open_(step[1])
+                with v:
+                    v.change_passphrase(PHRASES[len(used)], reauth=Unlock.passphrase(phrase))
+                used.append(PHRASES[len(used)])
+            else:
+                sync.partial(random.Random(step[2]), step[1])
+        except (Incomplete, WrongCredential, ReadOnlyVault):
+            pass
+    for _ in range(4):
+        sync.sync()
+        for who in ("laptop", "desktop"):
+            v, _ = open_(who)
+            with v:
+                v.refresh()
+            sync.sync()
+    states = {}
+    for who in ("laptop", "desktop"):
+        v, _ = open_(who)
+        with v:
+            states[who] = _summary(v)
+            shown = {r.id for r in v.timeline()}
+            assert not set(written) - erased - shown, f"{who} lost acknowledged writes: {serious(v)}"
+            assert not erased & shown, f"{who} shows an erased record"
+            assert _destroyed_secrets_on_disk(roots[who], v) == set(), f"{who} delivers a destroyed key"
+            assert serious(v) == [], who
+    assert states["laptop"] == states["desktop"]
