@@ -226,7 +226,7 @@ class TimelineView(RecordListView):
             return v.timeline_ids(**filters)
 
         def done(ids: list[bytes]) -> None:
-            self.count.setText(f"{len(ids):,} records")
+            self.count.setText(f"{len(ids):,} record{'' if len(ids) == 1 else 's'}")
             self._set_ids(ids)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="loading the timeline")

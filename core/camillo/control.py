@@ -24,7 +24,7 @@ Pure computation over decrypted batches; confined to the thread that owns the va
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
@@ -262,18 +262,23 @@ class Roster:
     def compartment_id(self, name: str) -> bytes | None:
         if name == "control":
             return self.control_id
-        for cid, n in self.compartments.items():
-            if n == name:
-                return cid
-        return None
+        return next((cid for cid, n in self.compartments.items() if n == name), None)
 
     def signer_public(self, writer_id: bytes) -> bytes | None:
-        p = self.principals.get(writer_id)
-        return p.sig_public if p else None
+        return p.sig_public if (p := self.principals.get(writer_id)) else None
 
     def is_owner(self, writer_id: bytes) -> bool:
-        p = self.principals.get(writer_id)
-        return bool(p and p.is_owner)
+        return bool((p := self.principals.get(writer_id)) and p.is_owner)
+
+    def owner_signed(self, signatures: Iterable[Sequence[Any]], message: bytes) -> bool:
+        """Signed by an owner-role principal, revoked since or not (what it signed before its
+        revocation stays valid: an envelope, a slot of a roll made before an erasure retired it)."""
+        return any((p := self.principals.get(w)) is not None and p.is_owner
+                   and verify_signature(a, p.sig_public, message, s) for w, a, s in signatures)
+
+    def destroyed_epochs(self) -> set[tuple[bytes, bytes]]:
+        """Every (compartment, epoch) an applied ERASE destroyed."""
+        return {(e.compartment_id, ep) for e in self.erasures.values() for ep in e.epochs}
 
     def active_owner(self, writer_id: bytes) -> bool:
         return self.is_owner(writer_id) and writer_id not in self.revocations
@@ -282,9 +287,7 @@ class Roster:
         p = self.principals.get(writer_id)
         if p is None:
             return f"unknown writer {writer_id.hex()[:12]}"
-        if p.grant:
-            return f"agent {p.grant.agent}"
-        return p.name or p.kind.label
+        return f"agent {p.grant.agent}" if p.grant else (p.name or p.kind.label)
 
     def devices(self) -> list[Principal]:
         return [p for p in self.principals.values() if p.kind == CredentialKind.DEVICE]
@@ -688,23 +691,20 @@ class _Builder:
             self.r.policies[rec.id] = (rec, erasure == "enabled", list(pred))
             return True
         if kind == Kind.ERASE:
-            cid = _bytes(body.get(0), 16, "compartment id")
-            targets = _id_set(body.get(1), 32, "erased record ids")
+            cid, targets = _bytes(body.get(0), 16, "compartment id"), _id_set(body.get(1), 32, "erased record ids")
             epochs = tuple(sorted(_id_set(body.get(2) or [], 16, "erased epochs")))
             self.r.erasures[rec.id] = ErasureInfo(rec.id, cid, targets, epochs, rec.ts or 0)
             return True
         if kind in (Kind.ERASURE_MANIFEST, Kind.COMPACTION):
             cid = _bytes(body.get(0), 16, "compartment id")
-            removed = _id_set(body.get(1) or [], 32, "removed segments")
-            added = _id_set(body.get(2) or [], 32, "added segments")
+            removed, added = _id_set(body.get(1) or [], 32, "removed segments"), _id_set(body.get(2) or [], 32, "added segments")
             batches = _id_set(body.get(3) or [], 32, "batch ids")
             self.r.manifests[rec.id] = ManifestInfo(Kind(kind), rec.id, cid, removed, added, batches, signers[0], rec.ts or 0)
             self.manifest_carriers[rec.id] = (rec, view)
             return True
         if kind == Kind.COMPARTMENT:
             cid = _bytes(body.get(0), 16, "compartment id")
-            name = body.get(1)
-            if not isinstance(name, str) or not name:
+            if not isinstance(name := body.get(1), str) or not name:
                 raise CanonicalError("a compartment needs a name")
             if cid not in self.r.compartments and cid != self.r.control_id:
                 self.r.compartments[cid] = name
@@ -712,8 +712,7 @@ class _Builder:
             return True
         if kind == Kind.DEVICE_NAME:
             subject = _bytes(body.get(0), 32, "renamed device")
-            name = body.get(1)
-            if not isinstance(name, str) or not name.strip() or len(name.encode()) > MAX_DEVICE_NAME_BYTES:
+            if not isinstance(name := body.get(1), str) or not name.strip() or len(name.encode()) > MAX_DEVICE_NAME_BYTES:
                 raise CanonicalError(f"a device name must be non-empty text of at most {MAX_DEVICE_NAME_BYTES} bytes")
             pred = _id_set(body.get(2) or [], 32, "replaced names")
             if not (named := self.r.principals.get(subject)) or named.kind != CredentialKind.DEVICE:

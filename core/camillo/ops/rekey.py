@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import envelopes, ids, keys, slots
-from ..control import Level, Principal, Roster, pop_message
+from ..control import Level, Principal, pop_message
 from ..credentials import Credential, CredentialKind
 from ..errors import VaultError
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, random_bytes, verify_signature
@@ -175,7 +174,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         new_vms = random_bytes(32)
     owner = keys.owner_kem(new_vms, session.vault_id, generation)
     rekey.new_vms, rekey.new_generation = new_vms, generation
-    erased = {(e.compartment_id, ep) for e in r.erasures.values() for ep in e.epochs}  # never wrapped again
+    erased = r.destroyed_epochs()  # never wrapped again
     # A roll that is not derived (random, or a join) also takes what another master secret of this
     # generation delivered (spec §16.10 rule 9); a derived one must not: whoever held the older master
     # secret can compute it, a credential the other roll revoked included, and would read what only the
@@ -245,7 +244,7 @@ def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tu
         except (CryptoFailure, VaultError):
             continue
         if (vms not in found and not constant_time_equal(vms, keyring.master_secret())
-                and st.recipient_id == actor.recipient_id and _owner_signed(r, st.signatures, st.message)):
+                and st.recipient_id == actor.recipient_id and r.owner_signed(st.signatures, st.message)):
             found[vms] = keys.owner_kem(vms, session.vault_id, h.generation)
     return sorted(found.items())
 
@@ -276,16 +275,9 @@ def other_branch_secrets(session: Session, owners: list[RecipientKey]) -> dict[t
         info = r.epochs.get(ref)
         if info is None or not constant_time_equal(keys.epoch_commit(payload.key, session.vault_id, *ref), info.commit):
             continue
-        if _owner_signed(r, payload.signatures, payload.message):
+        if r.owner_signed(payload.signatures, payload.message):
             out.setdefault(ref, payload.key)
     return out
-
-
-def _owner_signed(r: Roster, signatures: list[list[Any]], message: bytes) -> bool:
-    """Signed by an owner-role principal, revoked since or not: the other roll's device may have
-    retired its key since (an erasure rotates it), and what it delivered is checked on its own."""
-    return any((p := r.principals.get(w)) is not None and p.is_owner and verify_signature(a, p.sig_public, message, sig)
-               for w, a, sig in signatures)
 
 
 def new_epochs_everywhere(session: Session, rekey: Rekey, compartments: list[bytes], reason: str, *,

@@ -86,7 +86,7 @@ def after_refresh(session: Session) -> Changes:
 
 def destroyed_epochs(session: Session) -> set[EpochRef]:
     """Every (compartment, epoch) an applied ERASE destroyed."""
-    return {(e.compartment_id, ep) for e in session.roster.erasures.values() for ep in e.epochs}
+    return session.roster.destroyed_epochs()
 
 
 def rescue_batches(session: Session) -> Changes:

@@ -626,7 +626,7 @@ class Reader:
         """An ERASE destroyed these epochs' secrets: a session that held them (it was open while
         another device erased) drops them too, so nothing it writes later (a keyring roll) can
         wrap them again."""
-        destroyed = {(e.compartment_id, epoch_id) for e in self.roster.erasures.values() for epoch_id in e.epochs}
+        destroyed = self.roster.destroyed_epochs()
         announced = max((info.generation for info in self.roster.epochs.values()), default=0)
         if (destroyed & self.keyring.envelope_sources.keys() and announced
                 and self.keyring.generation >= announced):  # the newest keys, not an older keyring still held
@@ -647,11 +647,7 @@ class Reader:
                 bad.add(ref)
                 continue
             payload = self.keyring.envelope_sources.get(ref)
-            if payload is not None and not any(
-                (p := roster.principals.get(w)) is not None and p.is_owner
-                and verify_signature(a, p.sig_public, payload.message, s)
-                for w, a, s in payload.signatures
-            ):
+            if payload is not None and not roster.owner_signed(payload.signatures, payload.message):
                 bad.add(ref)
         return bad
 
