@@ -3,7 +3,9 @@
 The core reports through ``Vault.notices()`` what happened to this device: its changes refused by
 every copy (``rejected-writes``), changes sealed again after another device's erasure
 (``sealed-again``), its key replaced by an erasure elsewhere (``key-rotated``), this device revoked
-(``revoked``), a view that may be incomplete (``incomplete``); and through ``Vault.sync_status()``
+(``revoked``), a key waiting for two changes to be joined (``waiting-for-join``) or for the passphrase
+last used here (``key-sealed-elsewhere``), a passphrase changed elsewhere that still opened this
+device's key (``passphrase-replaced``), a view that may be incomplete (``incomplete``); and through ``Vault.sync_status()``
 whether this copy is complete.  The core's messages speak the file format's language, so the
 desktop never shows them: every kind and every sync state has its own sentence here, and a kind
 this version does not know gets a generic one (nothing is dropped silently).
@@ -42,6 +44,13 @@ NOTICE_TEXT: dict[str, tuple[str, str]] = {
     "waiting-for-join": ("warn", "Another of your devices changed the vault's keys at the same time as this one. "
                                  "This device can read but not change anything until that device opens the "
                                  "vault, which joins the two changes."),
+    "key-sealed-elsewhere": ("warn", "This device's key is protected by the passphrase you last used on it, which "
+                                     "another of your devices did not know about when it changed the vault's keys. "
+                                     "This device can read but not change anything: lock the vault and unlock it "
+                                     "once with the passphrase you last used on this device."),
+    "passphrase-replaced": ("info", "The passphrase you typed was changed on another of your devices. It still "
+                                    "opened this device's own key this time: use the passphrase set on the other "
+                                    "device from now on."),
 }
 UNKNOWN_NOTICE = ("warn", "Something happened to this device that Camillo cannot describe yet. Update Camillo to "
                           "see what it is.")

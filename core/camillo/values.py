@@ -362,7 +362,8 @@ class Notice:
     """Something the person should be told about this device: its writes that were rejected or
     sealed again, its key that an erasure replaced, this device revoked, a view still syncing."""
 
-    kind: str  # rejected-writes | sealed-again | key-rotated | revoked | waiting-for-join | incomplete
+    kind: str  # rejected-writes | sealed-again | key-rotated | revoked | waiting-for-join | key-sealed-elsewhere
+    # | passphrase-replaced | incomplete
     message: str
     # what a face needs to say it in its own words (empty where it does not apply)
     count: int = 0  # writes rejected or sealed again

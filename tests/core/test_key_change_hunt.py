@@ -1,14 +1,18 @@
 """Writes, erasures, passphrase changes and partial syncs in any interleaving, on two devices without an
-OS keychain: a property test too slow for the default run (about 10 s an example), and one that still
-fails on the example below (docs/spec.md §16.10; the closing note of 2026-12-03 says what is known).
+OS keychain: a property test too slow for the default run (about 10 s an example).  Of the two examples
+pinned below, the first failed until spec §16.10 rule 10 and is now also a test of its own in
+test_key_changes.py; the second still fails (the closing note of 2026-12-03, second session, says what is
+known).
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
     CAMILLO_KEYCHANGE_HUNT=40 .venv/bin/python -m pytest -q -p no:cacheprovider tests/core/test_key_change_hunt.py
 
 Found so far (fixed): two passphrase changes at once lost the writes of the device whose key was sealed
-under the other change (spec §16.10 rule 9), and a passphrase change beside an erasure kept a destroyed
-key and lost what the erasure re-encrypted."""
+under the other change (spec §16.10 rule 9); a passphrase change beside an erasure kept a destroyed
+key and lost what the erasure re-encrypted; and two passphrase changes then an erasure, before any sync,
+lost the writes of the device whose passphrase the erasure never saw (it registered a new key on a view
+that could not read them), or left no passphrase that opens the vault on a new device."""
 
 from __future__ import annotations
 
@@ -20,7 +24,14 @@ from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCr
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from .test_key_changes import PASSPHRASE, PartialSync, _destroyed_secrets_on_disk, _summary, serious
+from .test_key_changes import (
+    PASSPHRASE,
+    PartialSync,
+    _destroyed_secrets_on_disk,
+    _summary,
+    open_as_a_person,
+    serious,
+)
 
 EXAMPLES = int(os.environ.get("CAMILLO_KEYCHANGE_HUNT", "0") or 0)
 pytestmark = pytest.mark.skipif(EXAMPLES <= 0, reason="the hunt runs only with CAMILLO_KEYCHANGE_HUNT=EXAMPLES")
@@ -37,10 +48,18 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @settings(max_examples=max(EXAMPLES, 1), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=3, max_size=9))
-# still fails: the laptop's copy ends without the key of some segments (or without its genesis)
+# failed until this device's key, sealed under the passphrase set on it, was no longer replaced on a view
+# that could not read what it wrote (it waits for that passphrase, notice key-sealed-elsewhere)
 @example(ops=[("passwd", "laptop", 55), ("write", "laptop", 52), ("write", "laptop", 49), ("passwd", "desktop", 41),
               ("write", "desktop", 99), ("write", "laptop", 0), ("write", "laptop", 52), ("write", "laptop", 69),
               ("erase", "desktop", 63)])
+# still fails (also before rule 10): a partial sync carries the laptop's passphrase change without all its
+# envelopes; the desktop, opened with the new passphrase, registers a new key on that view, writes, and changes
+# the passphrase too; afterwards an epoch whose EPOCH record both hold is delivered to the current owner key by
+# no envelope, and the desktop's writes under it are unreadable on both (its own erasure of one is refused)
+@example(ops=[("erase", "laptop", 60), ("passwd", "laptop", 22), ("erase", "laptop", 88), ("sync", 0.799075251374509, 0),
+              ("write", "desktop", 53), ("erase", "laptop", 33), ("passwd", "desktop", 47), ("erase", "laptop", 33),
+              ("erase", "desktop", 73)])
 def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
     root = tmp_path_factory.mktemp("hunt")
     roots = {"laptop": str(root / "A"), "desktop": str(root / "B")}
@@ -54,12 +73,7 @@ def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
     used = [PASSPHRASE]
 
     def open_(who: str) -> tuple[Vault, str]:
-        for phrase in reversed(used):  # the newest passphrase first, as a person would try
-            try:
-                return Vault.open(roots[who], Unlock.passphrase(phrase), home=homes[who]), phrase
-            except WrongCredential as exc:
-                last = exc
-        raise last
+        return open_as_a_person(roots[who], homes[who], used)  # OLD
 
     written: dict[bytes, str] = {}
     erased: set[bytes] = set()

@@ -10,7 +10,7 @@ import shutil
 import sys
 
 import pytest
-from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential
+from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential, encoding
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -355,7 +355,8 @@ def test_two_passphrase_changes_at_once_are_joined_and_lose_no_write(two_devices
     the two passphrases, anchored by the one both revoked, does not count: spec §16.10 "Not covered").
     A device that opens both joins them (rule 9); a device whose key is sealed under the other (no OS
     keychain here) reads without writing until then, instead of replacing its key on a view that cannot
-    read what it wrote and so rejecting those writes.  Afterwards every acknowledged write reads on both."""
+    read what it wrote and so rejecting those writes; with the passphrase it set itself its own key opens,
+    and it joins them.  Afterwards every acknowledged write reads on both."""
     sync, open_ = two_devices
     homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
     phrases = ("the laptop's new passphrase", "the desktop's new passphrase")
@@ -374,17 +375,23 @@ def test_two_passphrase_changes_at_once_are_joined_and_lose_no_write(two_devices
                 continue
         raise AssertionError(f"no new passphrase opens the {who}'s copy")
 
-    # The device whose key is sealed under the change whose passphrase does not count reads without
-    # writing (and without replacing its key) until the other device, which opens both, joins them.
+    # Opened with the other change's passphrase, a device's key (sealed under its own change) does not
+    # open: with the passphrase that counts the device reads without writing (and without replacing its
+    # key) until a device that opens both joins them; the passphrase that does not count is refused.
     waiting = []
-    for who in ("laptop", "desktop"):
-        with open_any(who, read_only=True) as v:
-            if v.session.actor is None:
-                assert "at the same time" in v.session.waiting_for_join
-                assert any(n.kind == "waiting-for-join" for n in v.notices())  # the app and the CLI say it
-                waiting.append(who)
+    for who, other in (("laptop", phrases[1]), ("desktop", phrases[0])):
+        try:
+            v = Vault.open(roots[who], Unlock.passphrase(other), home=homes[who], read_only=True)
+        except WrongCredential:
+            continue
+        with v:
+            assert v.session.actor is None
+            assert "at the same time" in v.session.key_waiting
+            assert any(n.kind == "waiting-for-join" for n in v.notices())  # the app and the CLI say it
+            waiting.append((who, other))
     assert len(waiting) == 1
-    with open_any(waiting[0]) as v:  # a writable open says why it does not write, and writes nothing
+    who, other = waiting[0]
+    with Vault.open(roots[who], Unlock.passphrase(other), home=homes[who]) as v:  # says why it does not write
         for attempt in (lambda: v.append([NewRecord(type="message", text="not now")]),
                         lambda: v.erase([r.id for r in v.timeline()][:1])):
             with pytest.raises(ReadOnlyVault, match="at the same time"):
@@ -402,6 +409,96 @@ def test_two_passphrase_changes_at_once_are_joined_and_lose_no_write(two_devices
             assert v.session.actor is not None, who
             generations.add(v.session.keyring.generation)
     assert len(generations) == 1 and generations.pop() > 2
+
+
+def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple[Vault, str]:
+    """Open with the newest passphrase that works, as a person would try them; when the vault says this
+    device's key waits for the passphrase last used on it (notice key-sealed-elsewhere), try the others."""
+    order = list(reversed(used))
+    last: Exception | None = None
+    for phrase in order:
+        try:
+            v = Vault.open(root, Unlock.passphrase(phrase), home=home, **kw)
+        except WrongCredential as exc:
+            last = exc
+            continue
+        if phrase != order[-1] and any(n.kind == "key-sealed-elsewhere" for n in v.notices()):
+            v.lock()
+            continue
+        return v, phrase
+    assert last is not None
+    raise last
+
+
+def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
+    """Found by the passphrase-change hunt (test_key_change_hunt.py): the laptop changes the passphrase and
+    writes; the desktop, before any sync, changes it too, writes and erases a record (its erasure rolls to
+    the next generation from its own change, never seeing the laptop's).  The laptop's key (no OS keychain)
+    is sealed under the master secret of its own change, which only its passphrase opens.  It used to
+    register a new key on the desktop's generation, which cannot read what the laptop wrote since its
+    change: those writes were lost for every device.  Now the laptop, opened with the desktop's passphrase,
+    reads without writing and asks for the passphrase last used on it (key-sealed-elsewhere); opened with
+    that one, its own key moves to the newest generation through its slot and hands over its epochs (spec
+    §16.10 rule 8), and the passphrase of the two that counts (§14.6) keeps a slot of that generation, so a
+    new device still opens the vault with it."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    used = [PASSPHRASE, "the laptop's new passphrase", "the desktop's new passphrase"]
+    with open_("laptop") as v:
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
+        v.append([NewRecord(type="message", text="laptop after its change")])
+    with open_("desktop") as v:
+        v.change_passphrase(used[2], reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(roots["desktop"], Unlock.passphrase(used[2]), home=homes["desktop"]) as v:
+        v.append([NewRecord(type="message", text="desktop after its change")])
+        target = v.append([NewRecord(type="message", text="desktop erases this")]).written[0]
+        v.erase([target])
+    with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
+        v.append([NewRecord(type="message", text="laptop before the sync")])
+    sync.sync()
+
+    try:  # which of the two new passphrases counts depends on the ids of the two revocations (§14.6)
+        v = Vault.open(roots["laptop"], Unlock.passphrase(used[2]), home=homes["laptop"])
+    except WrongCredential:
+        pass  # the laptop's counts: the desktop's is refused
+    else:
+        with v:
+            assert v.session.actor is None and "last opened the vault with" in v.session.key_waiting
+            assert any(n.kind == "key-sealed-elsewhere" for n in v.notices())
+            with pytest.raises(ReadOnlyVault, match="last opened the vault with"):
+                v.append([NewRecord(type="message", text="not now")])
+    for _round in range(3):
+        for who in ("laptop", "desktop"):
+            v, _ = open_as_a_person(roots[who], homes[who], used)
+            with v:
+                v.refresh()
+            sync.sync()
+    states = {}
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            assert {"laptop after its change", "laptop before the sync", "desktop after its change"} <= texts(v), who
+            assert "desktop erases this" not in texts(v), who
+            assert serious(v) == [], who
+            assert v.session.actor is not None, who
+            states[who] = _summary(v)
+            # its key is no longer sealed under an older master secret (a replaced passphrase with an old
+            # slot a host kept would open it)
+            with open(v.session.local.device_key_path, "rb") as fh:
+                sealed = encoding.decode(fh.read())
+            assert min(sealed) == v.session.keyring.generation, who
+    assert states["laptop"] == states["desktop"]
+    opens = []
+    for phrase in used:
+        try:
+            with Vault.open(roots["desktop"], Unlock.passphrase(phrase), home=str(tmp_path / f"new-{len(opens)}"),
+                            device_name="new device") as v:
+                opens.append(phrase)
+                assert "laptop before the sync" in texts(v)
+        except WrongCredential:
+            continue
+    assert len(opens) == 1 and opens[0] != PASSPHRASE  # the passphrase of the two changes that counts
 
 
 def _snapshot(root: str) -> dict[str, bytes]:

@@ -146,6 +146,12 @@ def test_each_kind_has_the_desktops_own_sentence_and_incomplete_goes_to_the_stat
     assert NOTICE_TEXT["rejected-writes"][1] in bar.texts()  # something new about them: said again
     bar.show_notices("v2", [])  # another vault: its own notices only
     assert bar.texts() == [] and not bar.isVisible()
+    # the key-change notices (spec §16.10 rules 9 and 10) have their own sentences, in the person's words
+    keys = [Notice(k, "format words: master secret, generation 3, slot 0a1b")
+            for k in ("waiting-for-join", "key-sealed-elsewhere", "passphrase-replaced")]
+    bar.show_notices("v3", keys)
+    assert bar.texts() == [NOTICE_TEXT[n.kind][1] for n in keys] and UNKNOWN_NOTICE[1] not in bar.texts()
+    assert jargon_in(visible_texts(bar)) == []
 
 
 # --------------------------------------------------------------------------- the status bar

@@ -170,3 +170,23 @@ def finish_credential_changes(session: Session) -> int:
             session.shelf.delete(h.name)
             deleted += 1
     return deleted
+
+
+def keep_unlocking_slot(session: Session) -> bool:
+    """This session was unlocked by a passphrase or recovery phrase with a slot of an older master
+    secret, and moved to the current one through this device's own slot (spec §16.10 rule 10): when
+    that credential still counts (it was set at the same time as another change, which did not know of
+    it, and won, §14.6), give it a slot of the current generation, with the KDF parameters of the slot
+    it unlocked, before :func:`finish_credential_changes` deletes the older one.  Otherwise a device
+    that never held this vault could open it with no passphrase at all.  True when a slot was written."""
+    cred, used, roster = session.unlocking, session.unlock_slot, session.roster
+    if (cred is None or used is None or cred.kind not in USER_KINDS or not session.is_owner
+            or used.generation >= session.keyring.generation):
+        return False
+    p = roster.principals.get(cred.writer_id)
+    if p is None or cred.writer_id in roster.revocations:
+        return False
+    if any(st.recipient_id == cred.recipient_id for _h, st in session.current_slots()):
+        return False
+    session.write_files([session.build_slot(p.recipient_public, used.type, p.name, kdf=used.kdf)])
+    return True

@@ -20,8 +20,9 @@ from ..errors import DeviceRevoked, UsageError
 from ..localstate import VaultLocal
 from ..records import Kind, encode_record
 from ..session import Session
-from ..session.installation import hostname, platform_label, register_installation
+from ..session.installation import hostname, key_sealed_elsewhere, platform_label, register_installation
 from ..session.writer import write_control
+from ..values import Notice
 from . import reports
 from .devices import MAX_NAME_CHARS, check_device_name, unique_name
 from .grant_trust import trust_files
@@ -75,7 +76,7 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
     lost laptop found again), which needs ``re_register`` (DeviceRevoked otherwise, saying by whom
     and when).  Nothing is done for a read-only folder, when the keychain is locked, or while this
     installation's key waits for two master secrets to be joined (spec §16.10 rule 9)."""
-    if not session.shelf.writable or session.actor is not None or session.keychain_problem or session.waiting_for_join:
+    if not session.shelf.writable or session.actor is not None or session.keychain_problem or session.key_waiting:
         return
     revoked = reports.installation_revocation(session)
     if revoked is not None and not re_register:
@@ -83,6 +84,14 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
                             "vault on this device again, open it with the option to register it anew "
                             "(camillo: --re-register)", who=reports.revoker_names(session, revoked),
                             when=revoked.ts, why=revoked.reason)
+    if not re_register and key_sealed_elsewhere(session):
+        session.key_waiting = (
+            "this device's key is protected by the passphrase it last opened the vault with, which another "
+            "device's change at the same time did not know of: open the vault here once with that passphrase "
+            "(it hands over what this device wrote), or register this device anew (camillo: --re-register), "
+            "which loses what it wrote since that passphrase was set")
+        session.notices.append(Notice("key-sealed-elsewhere", session.key_waiting))
+        return
     certify_installation(session, device_name)
 
 

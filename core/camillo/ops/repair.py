@@ -31,11 +31,13 @@ from ..errors import Incomplete, VaultError
 from ..primitives import constant_time_equal
 from ..records import Batch, Kind
 from ..session import Session
+from ..session.installation import forget_older_seals
 from ..session.keyring import EpochRef
+from ..session.unlock import catch_up_generation
 from ..session.writer import sealing_key
 from ..storage import FolderShelf
 from ..values import Notice
-from .credentials import finish_credential_changes
+from .credentials import finish_credential_changes, keep_unlocking_slot
 from .erasure import erase, finish_pending_erasures, reseal, rotate_if_erasure_seen
 from .rekey import (
     Rekey,
@@ -57,6 +59,8 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
     session.finish_unannounced()
     if session.actor is None:
         return
+    if catch_up_generation(session):  # unlocked by an older credential that opened this device's key (§16.10)
+        keep_unlocking_slot(session)
     rescue_batches(session)
     wrap_missing_epochs(session)
     roll_again(session)
@@ -205,10 +209,13 @@ def wrap_missing_epochs(session: Session) -> Changes:
         for g in active_grants(session, set()):
             rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev,
                                            current=current is not None and current.epoch_id == eid)
-    session.carried = {ref: s for ref, s in session.carried.items() if ref not in roster.epochs}
-    if not rekey.files:
+    carried = {ref: s for ref, s in session.carried.items() if ref not in roster.epochs}
+    written = session.write_files(rekey.files) if rekey.files else []
+    session.carried = carried
+    if not carried and session.key_from_seal:
+        forget_older_seals(session)  # nothing older is left to hand over (spec §16.10 rule 10)
+    if not written:
         return Changes()
-    written = session.write_files(rekey.files)
     session.reread_keys()
     return session.reader.changes(files_written=len(written), note="keys another device's change missed were added")
 

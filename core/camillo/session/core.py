@@ -84,7 +84,13 @@ class Session:
         self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
         self.branch_checked: frozenset[str] | None = None  # the slot files at the last look for other master secrets
         self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
-        self.waiting_for_join = ""  # this installation's key is sealed under another master secret of this generation
+        # why this installation's key, not lost, cannot be used now: it is sealed under another master secret
+        # of this generation (waiting for the join, spec §16.10 rule 9), or under an older one that the
+        # current one did not replace (the passphrase this device last opened the vault with opens it)
+        self.key_waiting = ""
+        # this installation's key came from its local seal under the master secret of this session's
+        # unlock (which the seal's AEAD authenticates): see unlock.check_unlocking_credential
+        self.key_from_seal = False
 
     def __repr__(self) -> str:
         return f"Session({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -118,7 +124,8 @@ class Session:
         self.reader.reset()
         self.refused_slots = set()
         self.known_slot_files = None
-        self.keychain_problem = self.waiting_for_join = ""
+        self.keychain_problem = self.key_waiting = ""
+        self.key_from_seal = False
 
     def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False) -> None:
         """Envelopes changed (a new keyring): read every epoch key again, then what the new keys may
@@ -142,7 +149,7 @@ class Session:
         forgotten, and the erased records keep no content in the state (``camillo.erased.scrub``)."""
         self.keyring.set_master(vms, generation)
         self.known_slot_files = None
-        self.keychain_problem = self.waiting_for_join = ""
+        self.keychain_problem = self.key_waiting = ""
         self.reread_keys(everything=True)
 
     def after_erasure(self, segments: Sequence[str]) -> None:
@@ -199,8 +206,8 @@ class Session:
                 + (" (a .vmem file: unpack it to change it)" if isinstance(self.shelf, PackShelf) else "")
             )
         if self.actor is None:
-            if self.waiting_for_join:
-                raise ReadOnlyVault(f"{self.waiting_for_join}; nothing was written")
+            if self.key_waiting:
+                raise ReadOnlyVault(f"{self.key_waiting}; nothing was written")
             if self.keychain_problem:
                 raise KeychainError(f"{self.keychain_problem}; this installation's device key is kept there, so "
                                     "this session can read but not write: unlock the keychain and open the vault again")

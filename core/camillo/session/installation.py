@@ -141,18 +141,49 @@ def load_local_device_key(session: Session) -> Credential | None:
         raw = open_local(_blob_key(session, session.keyring.master_secret(), generation), "device-key",
                          session.vault_id, blob, session.local.device_key_path)
         m = encoding.decode(raw, "device key")
-        return Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+        cred = Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+        session.key_from_seal = True
+        return cred
     except (VaultError, KeyError, TypeError, AttributeError):
         if _another_master_secret(session, generation):
             # Sealed under the other master secret of this generation (two key changes made at once,
             # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
             # read what it wrote under the other one, and reject those writes once they are joined.
-            session.waiting_for_join = (
+            session.key_waiting = (
                 "another device changed the vault's keys at the same time as this one, and this device's key "
                 "is sealed under the other change: it reads but does not write until a device holding both "
                 "joins them (opening the vault on the other device does it)")
-            session.notices.append(Notice("waiting-for-join", session.waiting_for_join))
+            session.notices.append(Notice("waiting-for-join", session.key_waiting))
         return None
+
+
+def sealed_generations(session: Session) -> set[int]:
+    """The generations this installation's key is sealed at locally (none with an OS keychain)."""
+    inst = session.local.load_installation()
+    data = read_file(session.local.device_key_path)
+    if inst is None or inst.keystore != "local" or data is None:
+        return set()
+    try:
+        return {g for g in encoding.decode(data, "device-key.bin") if isinstance(g, int)}
+    except VaultError:
+        return set()
+
+
+def seal_opens(session: Session, vms: bytes, generation: int) -> bool:
+    """Whether this installation's key is sealed locally under master secret ``vms`` of ``generation``."""
+    inst = session.local.load_installation()
+    data = read_file(session.local.device_key_path)
+    if inst is None or inst.keystore != "local" or data is None:
+        return False
+    try:
+        blob = dict(encoding.decode(data, "device-key.bin")).get(generation)
+        if blob is None:
+            return False
+        open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
+                   session.local.device_key_path)
+    except VaultError:
+        return False
+    return True
 
 
 def _another_master_secret(session: Session, generation: int) -> bool:
@@ -165,6 +196,22 @@ def _another_master_secret(session: Session, generation: int) -> bool:
             except VaultError:
                 return True
     return False
+
+
+def key_sealed_elsewhere(session: Session) -> bool:
+    """Whether this installation's key, sealed locally and not under the current master secret, may be
+    sealed under an older one that the current one did not replace: slots of a generation it was sealed
+    at are still in the folder.  That is a concurrent change the newest generation never saw (two
+    passphrase changes and an erasure before any sync): re-registering here would retire the key on a
+    view that cannot read what it wrote under that master secret, losing those writes for every device.
+    The passphrase this device last opened the vault with opens that master secret, and with it the key
+    (see unlock.check_unlocking_credential).  Also true for a while when a sync brings another device's
+    key change before the deletion of the old slots; the same passphrase works then too."""
+    sealed = sealed_generations(session)
+    if not sealed or not session.keyring.unlocked:
+        return False
+    current = session.keyring.generation
+    return any(h.generation < current and h.generation in sealed for h in session.slot_headers(ask_store=False)[0])
 
 
 DERIVED_AHEAD = 3  # generations an erasure's derived roll can reach before this device next opens
@@ -208,13 +255,37 @@ def seal_device_key_for(session: Session, vms: bytes, generation: int) -> None:
 
 
 def after_generation_roll(session: Session) -> None:
-    """The master secret rolled: keep this installation's sealed device key readable."""
+    """The master secret rolled: keep this installation's sealed device key readable (and no longer
+    under the older master secrets, once nothing is left to hand over from them)."""
     actor = session.actor
     if actor is not None and actor.kind == CredentialKind.DEVICE:
         inst = session.local.load_installation()
         if inst is not None and inst.keystore == "local":
             save_local_device_key(session, actor)
+            if not session.carried:
+                forget_older_seals(session)
     session.reader.dirty = True
+
+
+def forget_older_seals(session: Session) -> None:
+    """Delete this installation's seals of its key under generations older than the current one (spec
+    §16.10 rule 10): a replaced passphrase with an old slot a host kept opens an older master secret,
+    which must not open this device's current key.  Called once nothing held under an older master
+    secret is still to be handed over (the session's carried secrets are delivered, rule 8): until then
+    the passphrase that opened it must still open the key."""
+    data = read_file(session.local.device_key_path)
+    if data is None or not session.keyring.unlocked:
+        return
+    try:
+        table = dict(encoding.decode(data, "device-key.bin"))
+    except VaultError:
+        return
+    generation = session.keyring.generation
+    if generation not in table:
+        return  # the current seal is not there (its key is not sealed at this generation): keep what is
+    kept = {g: blob for g, blob in table.items() if not isinstance(g, int) or g >= generation}
+    if len(kept) != len(table):
+        atomic_write(session.local.device_key_path, encoding.encode(kept))
 
 
 # ---------------------------------------------------------------------------------- new keys

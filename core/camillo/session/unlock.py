@@ -44,7 +44,7 @@ from ..errors import (
 from ..objectstore import open_location
 from ..primitives import CryptoFailure, KdfParams, SecretBytes
 from ..storage import FolderShelf, PackShelf
-from ..values import Unlock
+from ..values import Notice, Unlock
 from .core import Session
 from .grantfile import read_grant_file
 from .installation import (
@@ -52,6 +52,8 @@ from .installation import (
     confirm_actor,
     find_installation_credential,
     load_device_credential,
+    seal_opens,
+    sealed_generations,
 )
 from .reader import Progress
 
@@ -148,6 +150,8 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
     else:
         raise UsageError(f"unknown unlock method {unlock.method}")
     candidates = sorted((h for h in headers if h.type == stype), key=lambda h: (-h.generation, h.name))
+    if unlock.method != "device":
+        candidates = _own_seal_first(session, candidates, derive)
     refusals: list[VaultError] = []
     for h in candidates:
         try:
@@ -223,6 +227,27 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
     session.update_memory()
 
 
+def _own_seal_first(session: Session, candidates: list[slots.SlotHeader],
+                    derive: Callable[[slots.SlotHeader], Credential]) -> list[slots.SlotHeader]:
+    """The slot of this credential whose master secret this installation's key is sealed under (no OS
+    keychain) first, when the newest one's is not: the credential's older slot is still there after a
+    key change this device began and a crash interrupted, or while another device's change is syncing
+    (spec §16.10 rule 10).  Opening the newest instead would find no key and register a new one."""
+    sealed = sealed_generations(session)
+    if len(candidates) < 2 or not sealed or candidates[-1].generation == candidates[0].generation:
+        return candidates
+    for i, h in enumerate(candidates):
+        if h.generation not in sealed:
+            continue  # (no key derivation for a slot that cannot lead to the seal)
+        try:
+            vms = slots.unwrap_vms(h, session.vault_id, derive(h).recipient)
+        except (CryptoFailure, VaultError):
+            continue
+        if seal_opens(session, vms, h.generation):
+            return [h, *candidates[:i], *candidates[i + 1:]] if i else candidates
+    return candidates
+
+
 def try_slot(session: Session, header: slots.SlotHeader, cred: Credential) -> bool:
     try:
         vms = slots.unwrap_vms(header, session.vault_id, cred.recipient)
@@ -246,10 +271,20 @@ def check_unlocking_credential(session: Session) -> None:
     if cred is None:
         raise AssertionError("no unlocking credential")
     p = roster.principals.get(cred.writer_id)
+    if (p is None or cred.writer_id in roster.revocations) and opened_own_seal(session):
+        # Replaced (or set at the same time as the passphrase that counts, §14.6), but it opened the master
+        # secret this installation's key is sealed under: the seal's AEAD authenticates that master secret,
+        # and the device, a current owner, acts.  The device then moves to the newest master secret through
+        # its own slot and hands over the epochs only this one delivers (spec §16.10 rule 8).
+        session.notices.append(Notice("passphrase-replaced", (
+            f"the {cred.kind.label} typed was changed on another device (the change made there counts); it still "
+            f"opened this device's own key this time: use the {cred.kind.label} set there from now on")))
+        return
     if p is None:
         raise WrongCredential(
-            f"this {cred.kind.label} opens a slot of vault {vid} that its owners never "
-            "authorised (a planted or unfinished slot); nothing was read"
+            f"this {cred.kind.label} opens a slot of vault {vid} that its owners never authorised (a planted or "
+            f"unfinished slot, or a {cred.kind.label} set at the same time as another one on another device, "
+            "which counts: use that one); nothing was read"
         )
     if cred.writer_id in roster.revocations:
         raise WrongCredential(f"this {cred.kind.label} was replaced or revoked in vault {vid}; use the current one")
@@ -265,6 +300,18 @@ def check_unlocking_credential(session: Session) -> None:
             raise WrongCredential(
                 f"slot {session.unlock_slot.name} is not signed by an owner of this vault; it was not used"
             )
+
+
+def opened_own_seal(session: Session) -> bool:
+    """Whether this session's actor is this installation's device key, taken from its local seal under
+    the master secret the unlock gave, a current owner, and that master secret older than the newest
+    (spec §16.10 rule 10: the device moves on through its own slot).  A slot of the newest generation
+    for a credential that does not count is never used, even on the device that wrote it."""
+    actor, used = session.actor, session.unlock_slot
+    if not session.key_from_seal or actor is None or actor.kind != CredentialKind.DEVICE or used is None:
+        return False
+    newest = max((h.generation for h in session.slot_headers(ask_store=False)[0]), default=0)
+    return used.generation < newest and session.roster.active_owner(actor.writer_id)
 
 
 def catch_up_generation(session: Session) -> bool:
