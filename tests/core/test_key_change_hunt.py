@@ -1,8 +1,6 @@
 """Writes, erasures, passphrase changes and partial syncs in any interleaving, on two devices without an
-OS keychain: a property test too slow for the default run (about 10 s an example).  Of the two examples
-pinned below, the first failed until spec §16.10 rule 10 and is now also a test of its own in
-test_key_changes.py; the second still fails (the closing note of 2026-12-03, second session, says what is
-known).
+OS keychain: a property test too slow for the default run (about 10 s an example).  Both examples pinned
+below failed until spec §16.10 rule 10; each is also a test of its own in test_key_changes.py.
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
@@ -12,7 +10,9 @@ Found so far (fixed): two passphrase changes at once lost the writes of the devi
 under the other change (spec §16.10 rule 9); a passphrase change beside an erasure kept a destroyed
 key and lost what the erasure re-encrypted; and two passphrase changes then an erasure, before any sync,
 lost the writes of the device whose passphrase the erasure never saw (it registered a new key on a view
-that could not read them), or left no passphrase that opens the vault on a new device."""
+that could not read them), or left no passphrase that opens the vault on a new device; and key changes made
+on a copy that a sync had brought a key change's records but not all its key files lost what was sealed
+under the missing keys."""
 
 from __future__ import annotations
 
@@ -53,10 +53,10 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("passwd", "laptop", 55), ("write", "laptop", 52), ("write", "laptop", 49), ("passwd", "desktop", 41),
               ("write", "desktop", 99), ("write", "laptop", 0), ("write", "laptop", 52), ("write", "laptop", 69),
               ("erase", "desktop", 63)])
-# still fails (also before rule 10): a partial sync carries the laptop's passphrase change without all its
-# envelopes; the desktop, opened with the new passphrase, registers a new key on that view, writes, and changes
-# the passphrase too; afterwards an epoch whose EPOCH record both hold is delivered to the current owner key by
-# no envelope, and the desktop's writes under it are unreadable on both (its own erasure of one is refused)
+# failed until key changes waited for keys a partial sync had not brought: the laptop's passphrase change
+# arrived without all its envelopes; the desktop sealed to an epoch it had only the public key of, then its
+# passphrase change or erasure rolled to a master secret that delivered no copy of it (lost for every device),
+# or its key replacement's revocation, made on that view, rejected its old key's batches
 @example(ops=[("erase", "laptop", 60), ("passwd", "laptop", 22), ("erase", "laptop", 88), ("sync", 0.799075251374509, 0),
               ("write", "desktop", 53), ("erase", "laptop", 33), ("passwd", "desktop", 47), ("erase", "laptop", 33),
               ("erase", "desktop", 73)])

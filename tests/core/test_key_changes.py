@@ -501,6 +501,103 @@ def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two
     assert len(opens) == 1 and opens[0] != PASSPHRASE  # the passphrase of the two changes that counts
 
 
+def _withhold_a_new_compartments_key(sync: FolderSync, roots: dict[str, str], home: str, phrase: str) -> tuple[str, str]:
+    """The laptop adds a compartment and writes in it; the sync carries everything but the key file that
+    delivers the new compartment's epoch to the owners (still syncing).  Returns (the withheld file, the
+    path it waits at)."""
+    from camillo import envelopes, ids, keys
+
+    with Vault.open(roots["laptop"], Unlock.passphrase(phrase), home=home) as v:
+        v.add_compartment("travel")
+        rid = v.append([NewRecord(type="message", text="written in the new compartment")], "travel").written[0]
+        session = v.session
+        bid, _cid = session.materialized.record_location(rid)
+        epoch = next(view.epoch_id for view in session.batches.values() if view.id == bid)
+        owner = keys.owner_kem(session.keyring.master_secret(), session.vault_id, session.keyring.generation)
+        withheld = None
+        for rel in sorted(FolderSync.files(roots["laptop"])):
+            if rel.startswith("env/"):
+                with open(os.path.join(roots["laptop"], rel), "rb") as f:
+                    data = f.read()
+                if envelopes.is_for(data, ids.recipient_id(owner.public)) and (
+                        envelopes.open_envelope(data, rel, session.vault_id, owner).epoch_id == epoch):
+                    withheld = rel
+    assert withheld is not None
+    aside = os.path.join(roots["laptop"], "..", "withheld.env")
+    os.replace(os.path.join(roots["laptop"], withheld), aside)
+    sync.sync()
+    return withheld, aside
+
+
+def test_key_changes_wait_for_keys_their_roll_could_not_deliver(two_devices):
+    """Found by the passphrase-change hunt: a sync brings the desktop another device's new epoch (its
+    EPOCH record, and what was written under it) but not yet the key file that delivers its secret.  A
+    passphrase change or an erasure on the desktop now would roll the keys to a master secret that cannot
+    deliver that epoch (the desktop does not hold it) and delete the older slots, the only way back to it:
+    what it seals would be lost for every device.  Both are refused with nothing changed until the key
+    file arrives (spec §16.10 rule 10); then they work and nothing is lost."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    with open_("desktop") as v:
+        target = v.append([NewRecord(type="message", text="erase me later")]).written[0]
+    sync.sync()
+    withheld, aside = _withhold_a_new_compartments_key(sync, roots, homes["laptop"], PASSPHRASE)
+    with open_("desktop") as v:
+        assert v.session.actor is not None
+        before = FolderSync.files(roots["desktop"])
+        with pytest.raises(Incomplete, match="have not arrived here yet"):
+            v.change_passphrase("the new passphrase", reauth=Unlock.passphrase(PASSPHRASE))
+        with pytest.raises(Incomplete, match="have not arrived here yet"):
+            v.erase([target], reauth=Unlock.passphrase(PASSPHRASE))
+        assert FolderSync.files(roots["desktop"]) == before  # nothing changed
+        v.append([NewRecord(type="message", text="an ordinary write still works")])
+    os.replace(aside, os.path.join(roots["laptop"], withheld))
+    sync.sync()  # the key file arrives
+    with open_("desktop") as v:
+        v.change_passphrase("the new passphrase", reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(roots["desktop"], Unlock.passphrase("the new passphrase"), home=homes["desktop"]) as v:
+        v.erase([target])
+    sync.sync()
+    for who in ("laptop", "desktop", "laptop"):
+        v, _ = open_as_a_person(roots[who], homes[who], [PASSPHRASE, "the new passphrase"])
+        with v:
+            v.refresh()
+            assert {"written in the new compartment", "an ordinary write still works"} <= texts(v), who
+            assert "erase me later" not in texts(v), who
+            assert serious(v) == [], who
+        sync.sync()
+
+
+def test_a_revocation_made_before_keys_arrived_keeps_the_way_to_them(two_devices, tmp_path):
+    """The same sync, but the desktop revokes a lost phone (an emergency, never refused for a sync still
+    under way).  Its random roll cannot deliver the epoch whose key file has not arrived, so it keeps the
+    older slots (spec §16.10 rule 10): the laptop, whose key (no OS keychain) is sealed under the older
+    master secret only, opens it with the same passphrase, moves to the new one through its own slot and
+    hands the epoch over (rule 8).  Before, the roll deleted them and the laptop's message was lost."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    Vault.open(roots["laptop"], Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "home-phone"),
+               device_name="phone").lock()
+    sync.sync()
+    withheld, aside = _withhold_a_new_compartments_key(sync, roots, homes["laptop"], PASSPHRASE)
+    with open_("desktop") as v:
+        generation = v.session.keyring.generation
+        v.revoke("phone", reason="lost", reauth=Unlock.passphrase(PASSPHRASE))
+    os.replace(aside, os.path.join(roots["laptop"], withheld))
+    sync.sync()
+    for who in ("laptop", "desktop", "laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], [PASSPHRASE])
+        with v:
+            v.refresh()
+            assert v.session.keyring.generation > generation and v.session.actor is not None, who
+        sync.sync()
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], [PASSPHRASE])
+        with v:
+            assert "written in the new compartment" in texts(v), who
+            assert serious(v) == [], who
+
+
 def _snapshot(root: str) -> dict[str, bytes]:
     return {rel: open(os.path.join(root, rel), "rb").read() for rel in FolderSync.files(root)}
 

@@ -26,7 +26,7 @@ from ..credentials import (
     from_recovery_phrase,
     read_recipient_key,
 )
-from ..errors import AccessDenied, UsageError, WrongCredential
+from ..errors import AccessDenied, Incomplete, UsageError, WrongCredential
 from ..primitives import KdfParams, new_recovery_phrase
 from ..records import Kind, encode_record
 from ..session import Session
@@ -36,6 +36,8 @@ from .rekey import (
     USER_KINDS,
     Rekey,
     apply,
+    epochs_holding_data_not_here,
+    epochs_not_here,
     new_epochs_everywhere,
     newest_view,
     proof_of_possession,
@@ -115,8 +117,14 @@ def replace_credential(session: Session, new: Credential, reason: str, reauth: U
     cred = authenticate(session, reauth)
     kind = new.kind
     roster = session.roster
-    old = [p for p in roster.principals.values() if p.kind == kind and p.writer_id not in roster.revocations]
     label = "passphrase" if kind == CredentialKind.PASSPHRASE else "recovery phrase"
+    missing = epochs_holding_data_not_here(session)
+    if missing:  # its random roll could not deliver them: what they seal would be lost (spec §16.10 rule 10)
+        where = ", ".join(sorted({roster.compartment_name(c) for c, _ in missing}))
+        raise Incomplete(f"keys that another device made have not arrived here yet ({where}): changing the {label} "
+                         "now would leave what they protect readable only with the old keys. Nothing was changed: "
+                         "let the sync finish, then try again")
+    old = [p for p in roster.principals.values() if p.kind == kind and p.writer_id not in roster.revocations]
     anchor = encode_record(
         Kind.CRED_ANCHOR, new.writer_id,
         body={0: owner_entry(kind, new.signer.public, new.recipient.public, label, ""),
@@ -157,8 +165,10 @@ def finish_credential_changes(session: Session) -> int:
         return 0
     deleted = 0
     superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
-    # run on open, after the open listed the store: a mirror's slots as that listing left them
-    for h in session.slot_headers(ask_store=False)[0]:
+    # run on open, after the open listed the store: a mirror's slots as that listing left them; kept while
+    # this keyring lacks an announced epoch (an older master secret may be the only way to it, rule 10)
+    older = [] if epochs_not_here(session) else session.slot_headers(ask_store=False)[0]
+    for h in older:
         if h.generation < session.keyring.generation and h.type in superseded:
             session.shelf.delete(h.name)
             deleted += 1

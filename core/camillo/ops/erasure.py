@@ -50,6 +50,7 @@ from .rekey import (
     active_grants,
     apply,
     envelope,
+    epochs_holding_data_not_here,
     grant_envelopes,
     new_epoch,
     newest_view,
@@ -236,6 +237,12 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     if not follow_up:
         require_erasure_allowed(session)
         cred = authenticate(session, reauth)
+        missing = epochs_holding_data_not_here(session)
+        if missing:  # its roll could not deliver them, and deletes the older slots (spec §16.10 rule 10)
+            names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))
+            raise Incomplete(f"keys that another device made have not arrived here yet ({names}): erasing now "
+                             "would leave what they protect readable only with the old keys. Nothing was changed: "
+                             "let the sync finish, then try again")
     session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(session)
     r, reader = session.roster, session.reader

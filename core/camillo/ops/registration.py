@@ -26,7 +26,7 @@ from ..values import Notice
 from . import reports
 from .devices import MAX_NAME_CHARS, check_device_name, unique_name
 from .grant_trust import trust_files
-from .rekey import reissue_slots, slots_of
+from .rekey import epochs_holding_data_not_here, reissue_slots, slots_of
 
 REPLACED_REASON = "its installation could no longer read its key; replaced"
 
@@ -91,6 +91,16 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
             "(it hands over what this device wrote), or register this device anew (camillo: --re-register), "
             "which loses what it wrote since that passphrase was set")
         session.notices.append(Notice("key-sealed-elsewhere", session.key_waiting))
+        return
+    inst = session.local.load_installation()
+    if (not re_register and inst is not None and session.roster.active_owner(inst.writer_id)
+            and epochs_holding_data_not_here(session)):
+        # The replacement's REVOKE pins what the old key wrote as this view accepts it (spec §14.6): on a view
+        # that cannot read some of it yet, readers would reject the rest. It waits for the sync (§16.10 rule 10).
+        session.key_waiting = (
+            "this device's key must be replaced (it cannot be read under the vault's current keys), and keys "
+            "that another device made have not arrived here yet: it reads but does not write until the sync "
+            "has brought them")
         return
     certify_installation(session, device_name)
 

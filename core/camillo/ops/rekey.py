@@ -212,7 +212,11 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}
     new_owner = ids.recipient_id(owner.public)
-    rekey.delete += [h.name for h in headers if h.generation < generation]
+    if derived or not epochs_not_here(session) - held.keys():
+        rekey.delete += [h.name for h in headers if h.generation < generation]
+    # else the older slots stay (spec §16.10 rule 10): a device that holds what this keyring lacks (the sync
+    # has not brought its envelopes) hands it over once it opens the older master secret and moves on; an
+    # erasure's derived roll always deletes them (the older master secret delivers what it destroys)
     shelf = session.shelf
     listed = shelf.files_in("env") if isinstance(shelf, FolderShelf) else shelf.list()  # not every segment's name
     for name in sorted(listed):
@@ -223,6 +227,25 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 continue
             if not envelopes.is_for(data, new_owner):
                 rekey.delete.append(name)
+
+
+def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:
+    """The epochs an EPOCH record announces, that no ERASE destroyed, whose secret this keyring lacks: the
+    sync has not brought their envelopes yet, or only an older master secret delivers them."""
+    r, held = session.roster, session.keyring.epoch_secrets
+    destroyed = r.destroyed_epochs()
+    return {ref for ref in r.epochs if ref not in held and ref not in destroyed}
+
+
+def epochs_holding_data_not_here(session: Session) -> set[tuple[bytes, bytes]]:
+    """Those of :func:`epochs_not_here` that segments in the folder are sealed under (read before, written
+    by this device with the epoch's public key alone, or not readable here): a random roll made now would
+    leave those segments readable only through an older master secret."""
+    missing = epochs_not_here(session)
+    if not missing:
+        return set()
+    reader = session.reader
+    return missing & ({*reader.segment_epochs.values(), *reader.unreadable.values()})
 
 
 def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tuple[bytes, RecipientKey]]:
