@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlcipher3 import dbapi2 as sqlite  # the stdlib's sqlite3 interface over SQLCipher
@@ -126,6 +128,32 @@ CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL,
                                    scale REAL NOT NULL, ts INTEGER NOT NULL, summary INTEGER NOT NULL,
                                    PRIMARY KEY(model, record)) WITHOUT ROWID;
 """
+
+# The indexes of the records and references tables, built after a bulk load (see indexes_deferred).
+_INDEX_DDL = [line.rstrip(";") for line in SCHEMA.splitlines()
+              if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)]
+_DEFERRED_INDEXES = [line.split()[5] for line in _INDEX_DDL]  # CREATE INDEX IF NOT EXISTS <name> ON …
+
+
+@contextmanager
+def indexes_deferred(db: Connection, flush: Callable[[], None]) -> Iterator[None]:
+    """Load many batches into an empty state (a cold open): the secondary indexes of the records and
+    references are dropped for the load and built once after it, after ``flush`` wrote the last staged
+    rows (a sorted build instead of a B-tree update per row).  A process killed meanwhile leaves a
+    database without them, which the next open's schema (``CREATE INDEX IF NOT EXISTS``) completes.
+    A state that holds records is loaded as it is."""
+    if db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+        yield
+        return
+    for name in _DEFERRED_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+    try:
+        yield
+    finally:
+        flush()
+        for ddl in _INDEX_DDL:  # (execute, not executescript: that would commit the load half-way)
+            db.execute(ddl)
+
 
 def memory_database() -> Connection:
     """A state database in memory (an open without local state: ``cache=False``, read-only, a

@@ -12,7 +12,15 @@ key and lost what the erasure re-encrypted; and two passphrase changes then an e
 lost the writes of the device whose passphrase the erasure never saw (it registered a new key on a view
 that could not read them), or left no passphrase that opens the vault on a new device; and key changes made
 on a copy that a sync had brought a key change's records but not all its key files lost what was sealed
-under the missing keys."""
+under the missing keys.
+
+Still seen (about 1 run in 8 of the example below, random ids deciding; no write is lost): a segment
+sealed under an epoch that the second of two concurrent erasures destroyed stays in the folder, and both
+devices report it unreadable::
+
+    [("passwd", "desktop", 72), ("write", "laptop", 2), ("write", "laptop", 2), ("erase", "laptop", 94),
+     ("sync", 0.811085851963012, 17792), ("sync", 0.4047447167234153, 1833), ("erase", "desktop", 14)]
+"""
 
 from __future__ import annotations
 
@@ -73,7 +81,7 @@ def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
     used = [PASSPHRASE]
 
     def open_(who: str) -> tuple[Vault, str]:
-        return open_as_a_person(roots[who], homes[who], used)  # OLD
+        return open_as_a_person(roots[who], homes[who], used)
 
     written: dict[bytes, str] = {}
     erased: set[bytes] = set()

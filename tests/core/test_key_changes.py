@@ -416,6 +416,7 @@ def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple
     device's key waits for the passphrase last used on it (notice key-sealed-elsewhere), try the others."""
     order = list(reversed(used))
     last: Exception | None = None
+    waiting: str | None = None
     for phrase in order:
         try:
             v = Vault.open(root, Unlock.passphrase(phrase), home=home, **kw)
@@ -424,8 +425,11 @@ def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple
             continue
         if phrase != order[-1] and any(n.kind == "key-sealed-elsewhere" for n in v.notices()):
             v.lock()
+            waiting = waiting or phrase
             continue
         return v, phrase
+    if waiting is not None:  # no other passphrase opens it: the person reads with this one
+        return Vault.open(root, Unlock.passphrase(waiting), home=home, **kw), waiting
     assert last is not None
     raise last
 

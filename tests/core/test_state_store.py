@@ -8,6 +8,7 @@ database that is either rebuilt or consistent, never wrong (compared with a full
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -58,6 +59,47 @@ def test_the_state_is_opened_in_place_and_only_new_segments_are_read(new_vault, 
         # the laptop's batch and its certificate mirrored into every compartment: nothing else is read
         assert 0 < v.session.reader.decryptions <= 5
         assert fingerprint(v) == from_scratch(path)
+
+
+def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_gets_them_back(new_vault, monkeypatch):
+    """Issue 19 item 3: a cold open stages every record into an empty state with the secondary indexes
+    dropped and builds them once at the end (camillo.cache.indexes_deferred); the result is the state a
+    load with the indexes maintained row by row gives.  A database a kill left without them (committed
+    mid-load) gets them back from the schema at the next open."""
+    from camillo import cache
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    wanted = set(cache._DEFERRED_INDEXES)
+
+    def indexes(db) -> set[str]:
+        return {n for n, in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+    dropped: list[set[str]] = []
+    real = cache.indexes_deferred
+
+    def watched(db, flush):
+        with real(db, flush):
+            dropped.append(wanted - indexes(db))
+            yield
+
+    monkeypatch.setattr(cache, "indexes_deferred", contextlib.contextmanager(watched))
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        assert dropped and dropped[0] == wanted  # dropped during the load
+        assert wanted <= indexes(v.session.materialized.db)  # and built after it
+        deferred = fingerprint(v)
+    monkeypatch.setattr(cache, "indexes_deferred", lambda db, flush: contextlib.nullcontext())
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        assert fingerprint(v) == deferred  # the same state as a load that maintains them row by row
+    monkeypatch.setattr(cache, "indexes_deferred", real)
+    with open_vault(path) as v:  # a state database left without them
+        db = v.session.materialized.db
+        for name in wanted:
+            db.execute(f"DROP INDEX {name}")
+        db.commit()
+    with open_vault(path) as v:
+        assert wanted <= indexes(v.session.materialized.db)
 
 
 def _flip_pages(path: str, first: int) -> None:

@@ -201,7 +201,7 @@ def _another_master_secret(session: Session, generation: int) -> bool:
 def key_sealed_elsewhere(session: Session) -> bool:
     """Whether this installation's key, sealed locally and not under the current master secret, may be
     sealed under an older one that the current one did not replace: slots of a generation it was sealed
-    at are still in the folder.  That is a concurrent change the newest generation never saw (two
+    at, that a passphrase or recovery phrase opens, are still in the folder.  That is a concurrent change the newest generation never saw (two
     passphrase changes and an erasure before any sync): re-registering here would retire the key on a
     view that cannot read what it wrote under that master secret, losing those writes for every device.
     The passphrase this device last opened the vault with opens that master secret, and with it the key
@@ -210,8 +210,9 @@ def key_sealed_elsewhere(session: Session) -> bool:
     sealed = sealed_generations(session)
     if not sealed or not session.keyring.unlocked:
         return False
-    current = session.keyring.generation
-    return any(h.generation < current and h.generation in sealed for h in session.slot_headers(ask_store=False)[0])
+    current, typed = session.keyring.generation, (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
+    return any(h.generation < current and h.generation in sealed and h.type in typed  # what a person can open
+               for h in session.slot_headers(ask_store=False)[0])
 
 
 DERIVED_AHEAD = 3  # generations an erasure's derived roll can reach before this device next opens

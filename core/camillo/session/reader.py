@@ -18,7 +18,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import cbor2
@@ -280,16 +280,19 @@ class Reader:
         todo = sorted({n for n in (*added, *retry) if (n not in known or n in unreadable)
                        and kind_of(n) == "segment"})
         last_report = 0.0
-        for done, name in enumerate(todo):
-            if self.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
-                last_report = now
-                self.progress(done, len(todo))  # about 20 reports a second, whatever the segment sizes
-            new_batches += self.read_segment(name)
-        if self.progress is not None and todo:
-            self.progress(len(todo), len(todo))
-        if new_keys:
-            for name in list(self.unreadable):
+        state = self.materialized
+        # a cold load into an empty state builds the secondary indexes once, after it
+        with cache_mod.indexes_deferred(state.cache_db, state.flush) if todo else nullcontext():
+            for done, name in enumerate(todo):
+                if self.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
+                    last_report = now
+                    self.progress(done, len(todo))  # about 20 reports a second, whatever the segment sizes
                 new_batches += self.read_segment(name)
+            if self.progress is not None and todo:
+                self.progress(len(todo), len(todo))
+            if new_keys:
+                for name in list(self.unreadable):
+                    new_batches += self.read_segment(name)
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
