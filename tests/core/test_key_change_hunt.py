@@ -1,6 +1,8 @@
 """Writes, erasures, passphrase changes and partial syncs in any interleaving, on two devices without an
-OS keychain: a property test too slow for the default run (about 10 s an example).  Both examples pinned
-below failed until spec §16.10 rule 10; each is also a test of its own in test_key_changes.py.
+OS keychain: a property test too slow for the default run (about 10 s an example).  Of the examples pinned
+below, two failed until spec §16.10 rule 10 (each also has a test of its own in test_key_changes.py); the
+one nearest the function still fails every time (an offline write lost to an erasure followed by a
+passphrase change; its comment says why), so this run fails until that is fixed.
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
@@ -70,6 +72,12 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("erase", "laptop", 60), ("passwd", "laptop", 22), ("erase", "laptop", 88), ("sync", 0.799075251374509, 0),
               ("write", "desktop", 53), ("erase", "laptop", 33), ("passwd", "desktop", 47), ("erase", "laptop", 33),
               ("erase", "desktop", 73)])
+# STILL FAILS, every time (also before this stop): the laptop writes while offline; the desktop erases in the
+# same compartment (the laptop's write is sealed under the epoch it destroys; the laptop keeps that secret
+# to seal the write again, §16.10) and then changes the passphrase. That random roll leaves no seal of the
+# laptop's key (no keychain) under any master secret a slot still wraps: the laptop registers a new key,
+# and the kept secret, in the old key's device state, goes with the old key. The write is lost.
+@example(ops=[("write", "laptop", 0), ("write", "desktop", 0), ("erase", "desktop", 0), ("passwd", "desktop", 0)])
 def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
     root = tmp_path_factory.mktemp("hunt")
     roots = {"laptop": str(root / "A"), "desktop": str(root / "B")}
