@@ -157,28 +157,32 @@ def load_local_device_key(session: Session) -> Credential | None:
         return None
 
 
+def _seal_table(session: Session) -> dict[int, bytes]:
+    """This installation's seals of its key, by generation (none with an OS keychain, or if unreadable)."""
+    data = read_file(session.local.device_key_path)
+    if data is None:
+        return {}
+    try:
+        table = encoding.decode(data, "device-key.bin")
+    except VaultError:
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {g: b for g, b in table.items() if isinstance(g, int) and isinstance(b, bytes)}
+
+
 def sealed_generations(session: Session) -> set[int]:
     """The generations this installation's key is sealed at locally (none with an OS keychain)."""
     inst = session.local.load_installation()
-    data = read_file(session.local.device_key_path)
-    if inst is None or inst.keystore != "local" or data is None:
-        return set()
-    try:
-        return {g for g in encoding.decode(data, "device-key.bin") if isinstance(g, int)}
-    except VaultError:
-        return set()
+    return set(_seal_table(session)) if inst is not None and inst.keystore == "local" else set()
 
 
 def seal_opens(session: Session, vms: bytes, generation: int) -> bool:
     """Whether this installation's key is sealed locally under master secret ``vms`` of ``generation``."""
-    inst = session.local.load_installation()
-    data = read_file(session.local.device_key_path)
-    if inst is None or inst.keystore != "local" or data is None:
+    blob = _seal_table(session).get(generation) if generation in sealed_generations(session) else None
+    if blob is None:
         return False
     try:
-        blob = dict(encoding.decode(data, "device-key.bin")).get(generation)
-        if blob is None:
-            return False
         open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
                    session.local.device_key_path)
     except VaultError:
@@ -200,10 +204,11 @@ def _another_master_secret(session: Session, generation: int) -> bool:
 
 def key_sealed_elsewhere(session: Session) -> bool:
     """Whether this installation's key, sealed locally and not under the current master secret, may be
-    sealed under an older one that the current one did not replace: slots of a generation it was sealed
-    at, that a passphrase or recovery phrase opens, are still in the folder.  That is a concurrent change the newest generation never saw (two
-    passphrase changes and an erasure before any sync): re-registering here would retire the key on a
-    view that cannot read what it wrote under that master secret, losing those writes for every device.
+    sealed under an older one that the current one did not replace: passphrase or recovery slots of a
+    generation it was sealed at are still in the folder.  That is a concurrent change the newest
+    generation never saw (two passphrase changes and an erasure before any sync): re-registering here
+    would retire the key on a view that cannot read what it wrote under that master secret, losing those
+    writes for every device.
     The passphrase this device last opened the vault with opens that master secret, and with it the key
     (see unlock.check_unlocking_credential).  Also true for a while when a sync brings another device's
     key change before the deletion of the old slots; the same passphrase works then too."""
@@ -274,17 +279,10 @@ def forget_older_seals(session: Session) -> None:
     which must not open this device's current key.  Called once nothing held under an older master
     secret is still to be handed over (the session's carried secrets are delivered, rule 8): until then
     the passphrase that opened it must still open the key."""
-    data = read_file(session.local.device_key_path)
-    if data is None or not session.keyring.unlocked:
-        return
-    try:
-        table = dict(encoding.decode(data, "device-key.bin"))
-    except VaultError:
-        return
-    generation = session.keyring.generation
-    if generation not in table:
+    table, generation = _seal_table(session), session.keyring.generation
+    if not session.keyring.unlocked or generation not in table:
         return  # the current seal is not there (its key is not sealed at this generation): keep what is
-    kept = {g: blob for g, blob in table.items() if not isinstance(g, int) or g >= generation}
+    kept = {g: blob for g, blob in table.items() if g >= generation}
     if len(kept) != len(table):
         atomic_write(session.local.device_key_path, encoding.encode(kept))
 
