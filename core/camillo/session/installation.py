@@ -157,10 +157,11 @@ def load_local_device_key(session: Session) -> Credential | None:
         return None
 
 
-def _seal_table(session: Session) -> dict[int, bytes]:
-    """This installation's seals of its key, by generation (none with an OS keychain, or if unreadable)."""
+def seal_table(session: Session) -> dict[int, bytes]:
+    """This installation's seals of its key, by generation: none with an OS keychain (or unreadable)."""
+    inst = session.local.load_installation()
     data = read_file(session.local.device_key_path)
-    if data is None:
+    if inst is None or inst.keystore != "local" or data is None:
         return {}
     try:
         table = encoding.decode(data, "device-key.bin")
@@ -171,15 +172,9 @@ def _seal_table(session: Session) -> dict[int, bytes]:
     return {g: b for g, b in table.items() if isinstance(g, int) and isinstance(b, bytes)}
 
 
-def sealed_generations(session: Session) -> set[int]:
-    """The generations this installation's key is sealed at locally (none with an OS keychain)."""
-    inst = session.local.load_installation()
-    return set(_seal_table(session)) if inst is not None and inst.keystore == "local" else set()
-
-
-def seal_opens(session: Session, vms: bytes, generation: int) -> bool:
-    """Whether this installation's key is sealed locally under master secret ``vms`` of ``generation``."""
-    blob = _seal_table(session).get(generation) if generation in sealed_generations(session) else None
+def seal_opens(session: Session, table: dict[int, bytes], vms: bytes, generation: int) -> bool:
+    """Whether ``table`` (:func:`seal_table`) seals this installation's key under master secret ``vms``."""
+    blob = table.get(generation)
     if blob is None:
         return False
     try:
@@ -212,7 +207,7 @@ def key_sealed_elsewhere(session: Session) -> bool:
     The passphrase this device last opened the vault with opens that master secret, and with it the key
     (see unlock.check_unlocking_credential).  Also true for a while when a sync brings another device's
     key change before the deletion of the old slots; the same passphrase works then too."""
-    sealed = sealed_generations(session)
+    sealed = seal_table(session)
     if not sealed or not session.keyring.unlocked:
         return False
     current, typed = session.keyring.generation, (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
@@ -279,7 +274,7 @@ def forget_older_seals(session: Session) -> None:
     which must not open this device's current key.  Called once nothing held under an older master
     secret is still to be handed over (the session's carried secrets are delivered, rule 8): until then
     the passphrase that opened it must still open the key."""
-    table, generation = _seal_table(session), session.keyring.generation
+    table, generation = seal_table(session), session.keyring.generation
     if not session.keyring.unlocked or generation not in table:
         return  # the current seal is not there (its key is not sealed at this generation): keep what is
     kept = {g: blob for g, blob in table.items() if g >= generation}

@@ -53,7 +53,7 @@ from .installation import (
     find_installation_credential,
     load_device_credential,
     seal_opens,
-    sealed_generations,
+    seal_table,
 )
 from .reader import Progress
 
@@ -233,7 +233,7 @@ def _own_seal_first(session: Session, candidates: list[slots.SlotHeader],
     keychain) first, when the newest one's is not: the credential's older slot is still there after a
     key change this device began and a crash interrupted, or while another device's change is syncing
     (spec §16.10 rule 10).  Opening the newest instead would find no key and register a new one."""
-    sealed = sealed_generations(session)
+    sealed = seal_table(session)
     if len(candidates) < 2 or not sealed or candidates[-1].generation == candidates[0].generation:
         return candidates
     for i, h in enumerate(candidates):
@@ -243,7 +243,7 @@ def _own_seal_first(session: Session, candidates: list[slots.SlotHeader],
             vms = slots.unwrap_vms(h, session.vault_id, derive(h).recipient)
         except (CryptoFailure, VaultError):
             continue
-        if seal_opens(session, vms, h.generation):
+        if seal_opens(session, sealed, vms, h.generation):
             return [h, *candidates[:i], *candidates[i + 1:]] if i else candidates
     return candidates
 
