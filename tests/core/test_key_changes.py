@@ -81,6 +81,16 @@ def serious(vault: Vault) -> list[str]:
     return [f"{p.kind}: {p.message}" for p in vault.problems() if p.kind not in ("waiting",)]
 
 
+def settle(sync: FolderSync, open_, rounds: int = 3) -> None:
+    """Full exchanges, each device opening and refreshing in turn (sealing again, completing erasures)."""
+    sync.sync()
+    for _round in range(rounds):
+        for who in ("laptop", "desktop"):
+            with open_(who) as v:
+                v.refresh()
+            sync.sync()
+
+
 def test_an_erasure_keeps_the_writes_of_a_device_that_was_offline(two_devices):
     sync, open_ = two_devices
     with open_("laptop") as lap:
@@ -189,12 +199,7 @@ def test_two_concurrent_erasures_both_hold_and_the_vault_stays_writable(two_devi
         lap.erase([r1])
     with open_("desktop") as desk:
         desk.erase([r2])
-    sync.sync()
-    for _round in range(3):  # each side completes what the other's erasure left, then both settle
-        for who in ("laptop", "desktop"):
-            with open_(who) as v:
-                v.refresh()
-            sync.sync()
+    settle(sync, open_)  # each side completes what the other's erasure left, then both settle
     for who in ("laptop", "desktop"):
         with open_(who) as v:
             t = texts(v)
@@ -206,6 +211,46 @@ def test_two_concurrent_erasures_both_hold_and_the_vault_stays_writable(two_devi
         with open_(who) as v:
             assert {"written on the laptop", "written on the desktop", "an ordinary day"} <= texts(v), who
             assert serious(v) == [], who
+
+
+def test_an_erasure_elsewhere_of_the_key_another_erasure_sealed_its_copies_to_loses_none_of_them(two_devices):
+    """The laptop erases one of its records: the batch of another record it wrote beside it now exists only
+    in the laptop's new segment, sealed under the key the laptop's erasure started.  The sync brings the
+    desktop everything but that segment; the desktop erases its own record, and its erasure destroys that
+    key without having the segment.  The laptop, which kept the key, seals the batch again (spec §16.10
+    rule 2): the first erasure's manifest vouches for the copies it replaced, not for its own new copy.
+    The default interleaving test below drew this in about half its runs of one sequence (batches
+    "seen by another writer but not here" after convergence: they were deleted as vouched for)."""
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        kept_id = lap.append([NewRecord(type="message", text="kept beside the erased one"),
+                              NewRecord(type="message", text="erase me on the laptop")]).written
+        kept, gone = kept_id
+    sync.sync()
+    with open_("desktop") as desk:
+        mine = desk.append([NewRecord(type="message", text="erase me on the desktop")]).written[0]
+    with open_("laptop") as lap:
+        lap.erase([gone])
+        session = lap.session
+        batch_id, _cid = session.materialized.record_location(kept)
+        (withheld, ref), = [(n, session.reader.segment_epochs[n]) for n, bids in session.reader.segment_batches.items()
+                            if batch_id in bids]
+        assert any(ref[1] == e.epoch_id for e in [session.roster.current_epoch(ref[0])])  # the erasure's new key
+    aside = os.path.join(sync.a, "..", "withheld.seg")
+    os.replace(os.path.join(sync.a, withheld), aside)
+    sync.sync()  # everything else, the old segments' deletion included
+    with open_("desktop") as desk:
+        desk.erase([mine])
+        assert ref in desk.session.roster.destroyed_epochs()  # the desktop destroyed the laptop's new key
+    os.replace(aside, os.path.join(sync.a, withheld))
+    settle(sync, open_)
+    for who in ("laptop", "desktop"):
+        with open_(who) as v:
+            shown = texts(v)
+            assert "kept beside the erased one" in shown, who
+            assert {"erase me on the laptop", "erase me on the desktop"}.isdisjoint(shown), who
+            assert serious(v) == [], who
+            assert _destroyed_secrets_on_disk(sync.a if who == "laptop" else sync.b, v) == set(), who
 
 
 def _destroyed_secrets_on_disk(root: str, vault: Vault) -> set[tuple[bytes, bytes]]:

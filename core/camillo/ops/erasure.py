@@ -88,6 +88,14 @@ def _exposed(session: Session, cid: bytes, rotated: set[bytes]) -> list[str]:
     return lines
 
 
+def without_erased(batch: Batch, erased: set[bytes] | frozenset[bytes]) -> Batch:
+    """``batch`` with the bytes of the records in ``erased`` (record ids) set to null (spec §16.4 step 5)."""
+    if erased.isdisjoint(batch.header.records):
+        return batch
+    records = tuple(None if rid in erased else raw for rid, raw in zip(batch.header.records, batch.records))
+    return Batch(batch.id, batch.header_bytes, batch.header, batch.sigs, records)
+
+
 def reseal(session: Session, cid: bytes, eid: bytes, epk: bytes,
            batches: list[Batch]) -> list[tuple[str, bytes, list[bytes]]]:
     """Pack batches into as few segments as fit, sealed to one epoch key; (name, bytes, batch ids)."""
@@ -287,11 +295,12 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
                              "bringing another device's change): nothing was erased; wait for the sync and "
                              "erase again", file=name) from None
         for b in batches:
-            records = tuple(None if rid in targets else raw for rid, raw in zip(b.header.records, b.records))
+            b = without_erased(b, targets)
             prior = seen.get(b.id)
             if prior is not None:  # the same batch in two segments (before compaction pruned one)
-                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, records))
-            seen[b.id] = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
+                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, b.records))
+                b = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
+            seen[b.id] = b
 
     # The erasing device rotates its key: the new key signs every new key file.
     old_actor = session.require_writer()

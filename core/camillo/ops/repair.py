@@ -38,7 +38,14 @@ from ..session.writer import sealing_key
 from ..storage import FolderShelf
 from ..values import Notice
 from .credentials import finish_credential_changes, keep_unlocking_slot
-from .erasure import erase, finish_pending_erasures, reseal, rotate_if_erasure_seen
+from .erasure import (
+    erase,
+    finish_pending_erasures,
+    reseal,
+    rotate_if_erasure_seen,
+    segment_id,
+    without_erased,
+)
 from .rekey import (
     Rekey,
     active_grants,
@@ -98,7 +105,12 @@ def rescue_batches(session: Session) -> Changes:
     under an epoch an erasure destroyed, when this writer kept that epoch's secret (it sealed its own
     batches to it): the batches of writers that did not know of the erasure yet.  Batches an erasure
     re-encrypted (its manifest lists them) are never sealed again: they may hold what it erased.
-    Then the old segments, which nobody can read any more, are deleted, and the kept secret with them."""
+    Then the old segments, which nobody can read any more, are deleted, and the kept secret with them.
+
+    Only the erasure that replaced the very segment (its manifest lists the segment as removed) vouches
+    for its batches: an erasure's own new segment, sealed under the epoch it started, holds the only copy
+    of what it re-encrypted, and an erasure made elsewhere without that segment can destroy its epoch.
+    A record an applied ERASE names is never sealed again (its bytes become null, as the erasure's do)."""
     kept = session.device_state.kept
     if session.read_only or not kept or session.actor is None:
         return Changes()
@@ -106,10 +118,12 @@ def rescue_batches(session: Session) -> Changes:
     destroyed = destroyed_epochs(session)
     if not destroyed:
         return Changes()
-    covered: set[bytes] = set()
+    replaced: dict[bytes, frozenset[bytes]] = {}  # segment id -> the batches the erasure removing it re-encrypted
     for m in roster.manifests.values():
         if m.kind == Kind.ERASURE_MANIFEST:
-            covered |= m.batches
+            for seg in m.removed:
+                replaced[seg] = replaced.get(seg, frozenset()) | m.batches
+    erased = frozenset().union(*(e.targets for e in roster.erasures.values()))
     segment_refs = {**reader.segment_epochs, **reader.unreadable}
     candidates = sorted((name, ref) for name, ref in segment_refs.items()
                         if ref in destroyed and ref[1] in kept.get(ref[0], {}))
@@ -132,9 +146,10 @@ def rescue_batches(session: Session) -> Changes:
             batches = segments.decode_payload(payload, name)
         except (FileNotFoundError, VaultError):
             continue
+        covered = replaced.get(segment_id(name), frozenset())
         for batch in batches:
             if batch.id not in covered and not alive_holders.get(batch.id):
-                rescue.setdefault(cid, {})[batch.id] = batch
+                rescue.setdefault(cid, {})[batch.id] = without_erased(batch, erased)
         settled.append(name)
     written = 0
     for cid, found in sorted(rescue.items()):
