@@ -578,6 +578,66 @@ def _withhold_a_new_compartments_key(sync: FolderSync, roots: dict[str, str], ho
     return withheld, aside
 
 
+def test_two_key_changes_at_once_are_joined_only_once_the_other_changes_records_arrive(two_devices):
+    """Found by the passphrase-change hunt (test_key_change_hunt.py): the desktop changes the passphrase
+    while the laptop, which has not seen it, erases one of two records (two master secrets of one
+    generation).  The sync brings the desktop the laptop's new slots and key files but not the batch that
+    announces the erasure's new key, under which the laptop's other record now is.  The desktop used to
+    join the two master secrets on that view: a key counts only with its announcing record, so the join
+    left it out and deleted the envelope and the slots that delivered it, and the laptop (no OS keychain,
+    its key sealed under its erasure's master secret) registered a new key, losing its copy too: the
+    record was lost for every device.  Now the join, the key changes that roll the master secret and the
+    desktop's own key rotation wait until the other change's records are here (spec §16.10 rule 9)."""
+    from camillo import segments
+
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    used = [PASSPHRASE, "the desktop's new passphrase"]
+    with open_("desktop") as v:
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+    with open_("laptop") as v:
+        kept, gone = v.append([NewRecord(type="message", text="kept beside the erased one"),
+                               NewRecord(type="message", text="the laptop erases this")]).written
+        control = v.session.roster.control_id
+        before = FolderSync.files(sync.a)
+        v.erase([gone])
+    announcing = []
+    for rel in sorted(FolderSync.files(sync.a) - before):
+        if rel.startswith("segments/"):
+            with open(os.path.join(sync.a, rel), "rb") as f:
+                if segments.read_header(f.read(), rel).compartment_id == control:
+                    announcing.append(rel)
+    assert announcing
+    aside = os.path.join(sync.a, "..", "aside")
+    os.makedirs(aside)
+    for rel in announcing:
+        os.replace(os.path.join(sync.a, rel), os.path.join(aside, rel.replace("/", "_")))
+    sync.sync()
+    with Vault.open(roots["desktop"], Unlock.passphrase(used[1]), home=homes["desktop"]) as v:
+        generation = v.session.keyring.generation
+        v.append([NewRecord(type="message", text="the desktop writes meanwhile")])
+        with pytest.raises(Incomplete, match="at the same time as this one.*let the sync finish"):
+            v.change_passphrase("not now", reauth=Unlock.passphrase(used[1]))
+    assert generation == 2  # not joined on this view
+    for rel in announcing:
+        os.replace(os.path.join(aside, rel.replace("/", "_")), os.path.join(sync.a, rel))
+    for _round in range(3):
+        sync.sync()
+        for who in ("laptop", "desktop"):
+            v, _phrase = open_as_a_person(roots[who], homes[who], used)
+            with v:
+                v.refresh()
+            sync.sync()
+    for who in ("laptop", "desktop"):
+        v, _phrase = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            assert v.session.keyring.generation > 2, who  # joined
+            shown = texts(v)
+            assert {"kept beside the erased one", "the desktop writes meanwhile"} <= shown, who
+            assert "the laptop erases this" not in shown, who
+            assert serious(v) == [], who
+
+
 def test_key_changes_wait_for_keys_their_roll_could_not_deliver(two_devices):
     """Found by the passphrase-change hunt: a sync brings the desktop another device's new epoch (its
     EPOCH record, and what was written under it) but not yet the key file that delivers its secret.  A

@@ -36,8 +36,8 @@ from .rekey import (
     USER_KINDS,
     Rekey,
     apply,
-    epochs_holding_data_not_here,
     epochs_not_here,
+    keys_not_here,
     new_epochs_everywhere,
     newest_view,
     proof_of_possession,
@@ -118,12 +118,10 @@ def replace_credential(session: Session, new: Credential, reason: str, reauth: U
     kind = new.kind
     roster = session.roster
     label = "passphrase" if kind == CredentialKind.PASSPHRASE else "recovery phrase"
-    missing = epochs_holding_data_not_here(session)
-    if missing:  # its random roll could not deliver them: what they seal would be lost (spec §16.10 rule 10)
-        where = ", ".join(sorted({roster.compartment_name(c) for c, _ in missing}))
-        raise Incomplete(f"keys that another device made have not arrived here yet ({where}): changing the {label} "
-                         "now would leave what they protect readable only with the old keys. Nothing was changed: "
-                         "let the sync finish, then try again")
+    waiting = keys_not_here(session)
+    if waiting:  # its random roll could not deliver them: what they seal would be lost (spec §16.10 rules 9, 10)
+        raise Incomplete(f"{waiting}: changing the {label} now would leave part of the vault readable only with "
+                         "the old keys. Nothing was changed: let the sync finish, then try again")
     old = [p for p in roster.principals.values() if p.kind == kind and p.writer_id not in roster.revocations]
     anchor = encode_record(
         Kind.CRED_ANCHOR, new.writer_id,

@@ -50,13 +50,14 @@ from .rekey import (
     active_grants,
     apply,
     envelope,
-    epochs_holding_data_not_here,
     grant_envelopes,
+    keys_not_here,
     new_epoch,
     newest_view,
     proof_of_possession,
     reissue_slots,
     roll_keyring,
+    unread_branches,
 )
 
 COMPACT_PAYLOAD = 4 * 1024 * 1024
@@ -155,6 +156,8 @@ def rotate_if_erasure_seen(session: Session) -> bool:
               if m.kind == Kind.ERASURE_MANIFEST and m.record_id not in seen]
     if me is None or not unseen:
         return False
+    if unread_branches(session):  # its old key's slot opens the other roll's master secret: joined first (rule 9)
+        return False
     new = Credential.generate(CredentialKind.DEVICE)
     records = rotation_records(session, actor, new)
     old_slots = [h.name for h, st in session.current_slots()
@@ -245,12 +248,10 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     if not follow_up:
         require_erasure_allowed(session)
         cred = authenticate(session, reauth)
-        missing = epochs_holding_data_not_here(session)
-        if missing:  # its roll could not deliver them, and deletes the older slots (spec §16.10 rule 10)
-            names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))
-            raise Incomplete(f"keys that another device made have not arrived here yet ({names}): erasing now "
-                             "would leave what they protect readable only with the old keys. Nothing was changed: "
-                             "let the sync finish, then try again")
+        waiting = keys_not_here(session)
+        if waiting:  # its roll could not deliver them, and deletes the older slots (spec §16.10 rules 9, 10)
+            raise Incomplete(f"{waiting}: erasing now would leave part of the vault readable only with the old "
+                             "keys. Nothing was changed: let the sync finish, then try again")
     session.finish_unannounced()  # an earlier run a crash stopped before its records: its files go
     finish_pending_erasures(session)
     r, reader = session.roster, session.reader

@@ -212,7 +212,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}
     new_owner = ids.recipient_id(owner.public)
-    if derived or not epochs_not_here(session) - held.keys():
+    unread = {ids.recipient_id(o.public) for _, o in unread_branches(session, branches)} if branches else set()
+    if derived or not (unread or epochs_not_here(session) - held.keys()):
         rekey.delete += [h.name for h in headers if h.generation < generation]
     # else the older slots stay (spec §16.10 rule 10): a device that holds what this keyring lacks (the sync
     # has not brought its envelopes) hands it over once it opens the older master secret and moves on; an
@@ -225,8 +226,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 data = session.shelf.read(name)
             except (FileNotFoundError, VaultError):
                 continue
-            if not envelopes.is_for(data, new_owner):
-                rekey.delete.append(name)
+            if not envelopes.is_for(data, new_owner) and not any(envelopes.is_for(data, o) for o in unread):
+                rekey.delete.append(name)  # (an unread other roll's stay, with the older slots)
 
 
 def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:
@@ -246,6 +247,39 @@ def epochs_holding_data_not_here(session: Session) -> set[tuple[bytes, bytes]]:
         return set()
     reader = session.reader
     return missing & ({*reader.segment_epochs.values(), *reader.unreadable.values()})
+
+
+def unread_branches(session: Session, branches: list[tuple[bytes, RecipientKey]] | None = None,
+                    ) -> list[tuple[bytes, RecipientKey]]:
+    """Those of :func:`other_branches` whose roll this device has not read (spec §16.10 rule 9): the roster
+    holds no EPOCH record naming the current generation whose secret that master secret delivers, or the
+    control compartment has a gap.  The sync brought that roll's slots before the batch announcing its
+    epochs: a roll made now could not take them (an epoch secret counts only with its EPOCH record), and
+    would delete the envelopes and slots that deliver them."""
+    if branches is None:
+        branches = other_branches(session, session.slot_headers(ask_store=False)[0])
+    if not branches:
+        return []
+    r, generation = session.roster, session.keyring.generation
+    if any(g.compartment_id == r.control_id for g in session.reader.log.gaps):
+        return list(branches)
+    return [(vms, owner) for vms, owner in branches
+            if not any(r.epochs[ref].generation == generation for ref in other_branch_secrets(session, [owner]))]
+
+
+def keys_not_here(session: Session) -> str:
+    """Why a key change that rolls the master secret must wait ("" when it need not): epochs that segments
+    here are sealed under whose keys have not arrived (spec §16.10 rule 10), or another master secret of
+    this generation whose roll has not all arrived (rule 9).  A roll made now would leave what they
+    protect readable only through an older master secret, whose slots it deletes."""
+    missing = epochs_holding_data_not_here(session)
+    if missing:
+        names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))
+        return f"keys that another device made have not arrived here yet ({names})"
+    if unread_branches(session):
+        return "another device changed the vault's keys at the same time as this one, and its change has not " \
+               "all arrived here yet"
+    return ""
 
 
 def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tuple[bytes, RecipientKey]]:

@@ -55,6 +55,7 @@ from .rekey import (
     new_epochs_everywhere,
     other_branches,
     roll_keyring,
+    unread_branches,
 )
 
 
@@ -275,6 +276,8 @@ def roll_again(session: Session) -> Changes:
     if any(h.generation > keyring.generation for h in headers):
         return Changes()  # a newer generation came: this device moves to it first
     branches = other_branches(session, headers)
+    if branches and unread_branches(session, branches):
+        return Changes()  # the other roll's records have not all arrived: joined at a refresh that brings them
     session.branch_checked = slot_files
     if not branches and not reader.destroyed_delivered:
         return Changes()
