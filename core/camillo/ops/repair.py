@@ -104,14 +104,13 @@ def destroyed_epochs(session: Session) -> set[EpochRef]:
 def rescue_batches(session: Session) -> Changes:
     """Seal again, under the compartment's current epoch, every batch found only in segments sealed
     under an epoch an erasure destroyed, when this writer kept that epoch's secret (it sealed its own
-    batches to it): the batches of writers that did not know of the erasure yet.  Batches an erasure
-    re-encrypted (its manifest lists them) are never sealed again: they may hold what it erased.
-    Then the old segments, which nobody can read any more, are deleted, and the kept secret with them.
-
-    Only the erasure that replaced the very segment (its manifest lists the segment as removed) vouches
-    for its batches: an erasure's own new segment, sealed under the epoch it started, holds the only copy
-    of what it re-encrypted, and an erasure made elsewhere without that segment can destroy its epoch.
-    A record an applied ERASE names is never sealed again (its bytes become null, as the erasure's do)."""
+    batches to it): the batches of writers that did not know of the erasure yet.  A copy that an erasure
+    replaced (its manifest lists the segment as removed, and the batch) is never sealed again: it may hold
+    what that erasure erased, and the erasure's new segment holds the batch.  Only that manifest vouches
+    for it: an erasure's own new segment, sealed under the epoch it started, holds the only copy of what
+    it re-encrypted, and an erasure made elsewhere without that segment can destroy its epoch.  A record
+    an applied ERASE names is never sealed again (its bytes become null, as the erasure's do).
+    Then the old segments, which nobody can read any more, are deleted, and the kept secret with them."""
     kept = session.device_state.kept
     if session.read_only or not kept or session.actor is None:
         return Changes()
