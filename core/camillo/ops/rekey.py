@@ -20,6 +20,7 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .. import envelopes, ids, keys, slots
@@ -179,7 +180,9 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     # generation delivered (spec §16.10 rule 9); a derived one must not: whoever held the older master
     # secret can compute it, a credential the other roll revoked included, and would read what only the
     # other roll delivered.
-    held = {**other_branch_secrets(session, [o for _, o in branches]), **keyring.secrets()}
+    delivered = [other_branch_secrets(session, [o]) for _, o in branches]  # what each other master secret delivers
+    held = {k: v for per in delivered for k, v in per.items()}
+    held.update(keyring.secrets())
     secrets = {k: s for k, s in held.items() if k not in destroyed and k not in erased}
     secrets.update(rekey.new_secrets)
     grants = active_grants(session, exclude)
@@ -212,7 +215,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}
     new_owner = ids.recipient_id(owner.public)
-    unread = {ids.recipient_id(o.public) for _, o in unread_branches(session, branches)} if branches else set()
+    unread = {ids.recipient_id(o.public) for (_, o), per in zip(branches, delivered) if not roll_read(session, per)}
     if derived or not (unread or epochs_not_here(session) - held.keys()):
         rekey.delete += [h.name for h in headers if h.generation < generation]
     # else the older slots stay (spec §16.10 rule 10): a device that holds what this keyring lacks (the sync
@@ -258,13 +261,26 @@ def unread_branches(session: Session, branches: list[tuple[bytes, RecipientKey]]
     would delete the envelopes and slots that deliver them."""
     if branches is None:
         branches = other_branches(session, session.slot_headers(ask_store=False)[0])
-    if not branches:
-        return []
+    return [(vms, owner) for vms, owner in branches if not roll_read(session, other_branch_secrets(session, [owner]))]
+
+
+def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None = None) -> bool:
+    """Whether this device has read the records of the roll that made the current master-secret
+    generation, and everything they depend on (spec §16.10 rule 8); with ``delivered`` (the epochs
+    another master secret of this generation delivers, :func:`other_branch_secrets`), of that other roll
+    (rule 9).  Until then an epoch missing from the new keyring may be one the roll destroyed (its ERASE
+    travels in the batch with the roll's records, which the sync may bring after the new slots and key
+    files), and an epoch the other roll made counts nowhere yet (an epoch secret counts only with its
+    EPOCH record).
+
+    The roll's records are the EPOCH records of its new epochs, which name the new generation (key 6)
+    and whose secrets that master secret delivers; what they depend on has arrived when the control
+    compartment has no gap (every batch a control batch names or claims to have seen is here)."""
     r, generation = session.roster, session.keyring.generation
-    if any(g.compartment_id == r.control_id for g in session.reader.log.gaps):
-        return list(branches)
-    return [(vms, owner) for vms, owner in branches
-            if not any(r.epochs[ref].generation == generation for ref in other_branch_secrets(session, [owner]))]
+    refs = session.keyring.epoch_secrets if delivered is None else delivered
+    if not any((info := r.epochs.get(ref)) is not None and info.generation == generation for ref in refs):
+        return False
+    return not any(g.compartment_id == r.control_id for g in session.reader.log.gaps)
 
 
 def keys_not_here(session: Session) -> str:

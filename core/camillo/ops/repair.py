@@ -55,6 +55,7 @@ from .rekey import (
     new_epochs_everywhere,
     other_branches,
     roll_keyring,
+    roll_read,
     unread_branches,
 )
 
@@ -233,25 +234,6 @@ def wrap_missing_epochs(session: Session) -> Changes:
         return Changes()
     session.reread_keys()
     return session.reader.changes(files_written=len(written), note="keys another device's change missed were added")
-
-
-def roll_read(session: Session) -> bool:
-    """Whether this device has read the records of the roll that made the current master-secret
-    generation, and everything they depend on (spec §16.10 rule 8).  Until then an epoch missing from
-    the new keyring may be one the roll destroyed (its ERASE travels in the batch with the roll's
-    records, which the sync may bring after the new slots and key files): only then can a missing
-    epoch be told apart from one a concurrent change made.
-
-    The roll's records are the EPOCH records of its new epochs, which name the new generation (key 6)
-    and whose secrets this keyring holds (a concurrent roll to another master secret at the same
-    generation wraps its epochs to another owner key); what they depend on has arrived when the
-    control compartment has no gap (every batch a control batch names or claims to have seen is here)."""
-    keyring, roster = session.keyring, session.roster
-    if not any((info := roster.epochs.get(ref)) is not None and info.generation == keyring.generation
-               for ref in keyring.epoch_secrets):
-        return False
-    control = roster.control_id
-    return not any(g.compartment_id == control for g in session.reader.log.gaps)
 
 
 def roll_again(session: Session) -> Changes:

@@ -128,13 +128,28 @@ def _blob_key(session: Session, vms: bytes, generation: int) -> bytes:
     return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", session.vault_id)
 
 
-def load_local_device_key(session: Session) -> Credential | None:
+def _read_seals(session: Session) -> dict[int, bytes]:
+    """``device-key.bin``: this installation's seals of its key, by generation ({} when absent or damaged)."""
     data = read_file(session.local.device_key_path)
-    if data is None or not session.keyring.unlocked:
+    if data is None:
+        return {}
+    try:
+        table = encoding.decode(data, "device-key.bin")
+    except VaultError:
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {g: b for g, b in table.items() if isinstance(g, int) and isinstance(b, bytes)}
+
+
+def load_local_device_key(session: Session) -> Credential | None:
+    if not session.keyring.unlocked:
+        return None
+    table = _read_seals(session)
+    if not table:
         return None
     generation = session.keyring.generation
     try:
-        table = encoding.decode(data, "device-key.bin")
         blob = table.get(generation)
         if blob is None:
             return None
@@ -160,16 +175,9 @@ def load_local_device_key(session: Session) -> Credential | None:
 def seal_table(session: Session) -> dict[int, bytes]:
     """This installation's seals of its key, by generation: none with an OS keychain (or unreadable)."""
     inst = session.local.load_installation()
-    data = read_file(session.local.device_key_path)
-    if inst is None or inst.keystore != "local" or data is None:
+    if inst is None or inst.keystore != "local":
         return {}
-    try:
-        table = encoding.decode(data, "device-key.bin")
-    except VaultError:
-        return {}
-    if not isinstance(table, dict):
-        return {}
-    return {g: b for g, b in table.items() if isinstance(g, int) and isinstance(b, bytes)}
+    return _read_seals(session)
 
 
 def seal_opens(session: Session, table: dict[int, bytes], vms: bytes, generation: int) -> bool:
@@ -225,13 +233,7 @@ def save_local_device_key(session: Session, cred: Credential, vms: bytes | None 
     another device while this one is closed must not make it lose its key (and with it the epoch
     secrets it kept to seal its own writes again, §16.10).  A revocation's random roll is not
     foreseen: after one the device is certified anew (§12.4)."""
-    data = read_file(session.local.device_key_path)
-    table: dict[int, bytes] = {}
-    if data is not None:
-        try:
-            table = dict(encoding.decode(data, "device-key.bin"))
-        except VaultError:
-            table = {}
+    table = _read_seals(session)
     if vms is None or generation is None:
         vms, generation = session.keyring.master_secret(), session.keyring.generation
     payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
