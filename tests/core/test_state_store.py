@@ -102,6 +102,42 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
         assert wanted <= indexes(v.session.materialized.db)
 
 
+def test_the_search_index_a_session_built_is_kept_for_the_next_open(new_vault, monkeypatch, tmp_path):
+    """A cold load commits its rows as it goes and leaves the full-text index to the first search (or
+    the lock); whichever builds it, the next open finds it complete.  It used to be lost: a lock with
+    nothing else changed committed nothing, so every session's first search indexed the whole vault
+    again (10 s at a million records)."""
+    from camillo import cache
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    monkeypatch.setattr(cache, "COMMIT_AGE", 0.0)  # the cold load's rows are committed as it goes
+    switch_home(monkeypatch, tmp_path / "laptop")
+
+    def index_state(v) -> tuple[int, int]:
+        state = v.session.reader.materialized
+        top = state.db.execute("SELECT max(rowid) FROM records").fetchone()[0]
+        return state._indexed, top
+
+    with open_vault(path) as v:  # a cold load: nothing of the index yet
+        assert v.session.reader.decryptions > 0
+        indexed, top = index_state(v)
+        assert indexed < top
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        indexed, top = index_state(v)
+        assert indexed == top, "the lock after a cold load left the search index to build"
+    monkeypatch.setattr(cache, "COMMIT_AGE", 3600.0)
+    with open_vault(path) as v:  # rows staged and the index built by a search, then a lock
+        v.session.reader.materialized.db.execute("DELETE FROM search")
+        v.session.reader.materialized._indexed = 0
+        assert [r.text for r in v.search("note 7")] == ["garden note 7"]
+    with open_vault(path) as v:
+        indexed, top = index_state(v)
+        assert indexed == top, "the index a search built was not kept"
+        assert [r.text for r in v.search("note 7")] == ["garden note 7"]
+
 def _flip_pages(path: str, first: int) -> None:
     """Flip one byte in every page of the database from page ``first`` (1-based) on."""
     data = bytearray(open(path, "rb").read())

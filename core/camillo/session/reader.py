@@ -218,13 +218,19 @@ class Reader:
     def settle(self, *, force: bool = False) -> None:
         """Commit the local state when it changed and the last commit is older than COMMIT_AGE
         (``force``: now).  Called where what was read is consistent: after an extension, a
-        recomputation, a refresh; and on close."""
-        if self.store is None or not self.dirty:
+        recomputation, a refresh; and on close.  ``force`` also completes the search index and
+        commits it when nothing else changed: an index a search built (or one a cold load left
+        to build, whose rows an earlier commit saved) is kept for the next open, not built again
+        by its first search (10 s at a million records)."""
+        if self.store is None or not (self.dirty or force):
             return
         if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
             return
         if force:
             self.materialized.ensure_search()  # the stored state holds a complete search index
+        if not self.dirty:
+            self.materialized.commit()  # what the index and the semantic vectors gained, if anything
+            return
         self._write_flags()
         self.materialized.commit()
         self.dirty = False
