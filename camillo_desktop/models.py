@@ -48,6 +48,7 @@ from .text import safe_text, safe_tooltip
 from .widgets import BADGE_COLOR_ROLE, BADGE_ROLE
 
 PAGE = 200
+PageFetch = Callable[[Any, int, int], list[RecordView]]  # (vault, offset, limit) -> rows, on the worker
 SUMMARY = 240  # characters of a record's text shown in a table cell
 Index = QModelIndex | QPersistentModelIndex
 DISPLAY = Qt.ItemDataRole.DisplayRole
@@ -268,6 +269,11 @@ RECORD_ORDER = {RecordColumn.TIME: "time", RecordColumn.TEXT: "text", RecordColu
 
 
 class RecordTableModel(ColumnModel):
+    """Records in rows, decoded on the worker a page at a time.  Either the ids are known up front
+    (:meth:`set_ids`: a sort by a column, a short list) or only how many rows there are
+    (:meth:`set_pages`: the timeline in time order, whose pages the worker reads straight from the
+    vault's time index, so that a million records cost a page, not a million ids)."""
+
     rows_arrived = Signal()
     row_role = Role.RECORD
 
@@ -275,6 +281,8 @@ class RecordTableModel(ColumnModel):
         super().__init__(RecordColumn, parent)
         self._client = client
         self._ids: list[bytes] = []
+        self._total = 0
+        self._fetch: PageFetch | None = None  # set_pages: reads rows (offset, limit) on the worker
         self._visible = 0
         self._cache: dict[int, RecordView] = {}
         self._pending: set[int] = set()
@@ -283,27 +291,34 @@ class RecordTableModel(ColumnModel):
 
     # -- content
 
-    def set_ids(self, ids: list[bytes]) -> None:
+    def _reset(self, ids: list[bytes], total: int, fetch: PageFetch | None, rows: dict[int, RecordView],
+               visible: int) -> None:
         self.beginResetModel()
-        self._ids = list(ids)
-        self._visible = min(PAGE, len(self._ids))
-        self._cache.clear()
+        self._ids, self._total, self._fetch = ids, total, fetch
+        self._visible = visible
+        self._cache = rows
         self._pending.clear()
         self._generation += 1
         self.endResetModel()
+
+    def set_ids(self, ids: list[bytes]) -> None:
+        self._reset(list(ids), len(ids), None, {}, min(PAGE, len(ids)))
+
+    def set_pages(self, total: int, fetch: PageFetch, first: list[RecordView]) -> None:
+        """``total`` rows, read by ``fetch(vault, offset, limit)`` on the worker when shown;
+        ``first``: the first rows, read already (the view's first load reads them with the count)."""
+        self._reset([], total, fetch, dict(enumerate(first)), min(PAGE, total))
 
     def set_rows(self, views: list[RecordView]) -> None:
         """Small lists whose contents are already decoded (search results, the inbox)."""
-        self.beginResetModel()
-        self._ids = [v.id for v in views]
-        self._visible = len(views)
-        self._cache = dict(enumerate(views))
-        self._pending.clear()
-        self._generation += 1
-        self.endResetModel()
+        self._reset([v.id for v in views], len(views), None, dict(enumerate(views)), len(views))
+
+    @property
+    def paged(self) -> bool:
+        return self._fetch is not None
 
     def total(self) -> int:
-        return len(self._ids)
+        return self._total
 
     def row(self, row: int) -> RecordView | None:
         return self._cache.get(row)
@@ -312,31 +327,50 @@ class RecordTableModel(ColumnModel):
         return self._cache.get(row)
 
     def row_of(self, rid: bytes) -> int:
+        """The row of a record, or -1 (paged: only among the rows read so far)."""
+        if self._fetch is not None:
+            return next((row for row, v in self._cache.items() if v.id == rid), -1)
         try:
             return self._ids.index(rid)
         except ValueError:
             return -1
+
+    def _id_at(self, row: int) -> bytes | None:
+        if self._fetch is None:
+            return self._ids[row]
+        v = self._cache.get(row)
+        return v.id if v is not None else None
 
     def _request(self, row: int) -> None:
         page = row // PAGE
         if page in self._pending or self._client is None:
             return
         self._pending.add(page)
-        ids = self._ids[page * PAGE : (page + 1) * PAGE]
-        generation = self._generation
-        self._client.submit(lambda ctx: ctx.vault.records(ids),
-                            lambda views: self._arrived(page, generation, views),
+        generation, fetch = self._generation, self._fetch
+        if fetch is not None:
+            def job(ctx: Any) -> list[RecordView]:
+                return fetch(ctx.vault, page * PAGE, PAGE)
+        else:
+            ids = self._ids[page * PAGE : (page + 1) * PAGE]
+
+            def job(ctx: Any) -> list[RecordView]:
+                return ctx.vault.records(ids)
+        self._client.submit(job, lambda views: self._arrived(page, generation, views),
                             lambda _e: self._pending.discard(page), context=self, label="decoding records")
 
     def _arrived(self, page: int, generation: int, views: list[RecordView]) -> None:
         if generation != self._generation:
             return
-        by_id = {v.id: v for v in views}
         first = page * PAGE
-        for offset, rid in enumerate(self._ids[first : first + PAGE]):
-            v = by_id.get(rid)
-            if v is not None:
+        if self._fetch is not None:  # the page's rows, in order
+            for offset, v in enumerate(views[:PAGE]):
                 self._cache[first + offset] = v
+        else:
+            by_id = {v.id: v for v in views}
+            for offset, rid in enumerate(self._ids[first : first + PAGE]):
+                found = by_id.get(rid)
+                if found is not None:
+                    self._cache[first + offset] = found
         last = min(first + PAGE, self._visible) - 1
         if last >= first:
             self.dataChanged.emit(self.index(first, 0), self.index(last, len(RecordColumn) - 1))
@@ -344,7 +378,7 @@ class RecordTableModel(ColumnModel):
 
     def placeholder(self, row: int, col: Column, role: int) -> Any:
         if role == Role.RECORD_ID:
-            return self._ids[row]
+            return self._id_at(row)
         if role == DISPLAY:
             self._request(row)
             return "\u2026" if col == RecordColumn.TEXT else ""
@@ -358,17 +392,17 @@ class RecordTableModel(ColumnModel):
 
     @qt_virtual(False)
     def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
-        return not parent.isValid() and not self._fetching and self._visible < len(self._ids)
+        return not parent.isValid() and not self._fetching and self._visible < self._total
 
     @qt_virtual()
     def fetchMore(self, parent: Index = QModelIndex()) -> None:  # noqa: B008
         # Not re-entrant: a listener of rowsAboutToBeInserted/rowsInserted (Qt's model tester, some
         # views) may call fetchMore again while these rows are being inserted; that call does
-        # nothing, so the rows announced are exactly the rows added and rowCount never passes ids.
+        # nothing, so the rows announced are exactly the rows added and rowCount never passes the total.
         if parent.isValid() or self._fetching:
             return
         first = self._visible
-        last = min(first + PAGE, len(self._ids)) - 1
+        last = min(first + PAGE, self._total) - 1
         if last < first:
             return
         self._fetching = True
@@ -381,7 +415,7 @@ class RecordTableModel(ColumnModel):
 
     def reveal(self, row: int) -> None:
         """Show every row up to ``row`` (or the last), in one insertion (Ctrl+End, go to a date)."""
-        last = min(row, len(self._ids) - 1)
+        last = min(row, self._total - 1)
         if last < self._visible or self._fetching:
             return
         self._fetching = True
@@ -393,12 +427,13 @@ class RecordTableModel(ColumnModel):
             self._fetching = False
 
     def ids(self) -> list[bytes]:
+        """The ids of every row (:meth:`set_ids` and :meth:`set_rows` only)."""
         return self._ids
 
     @qt_virtual()
     def data(self, index: Index, role: int = DISPLAY) -> Any:
         if role == Role.RECORD_ID and index.isValid() and 0 <= index.row() < self._visible:
-            return self._ids[index.row()]
+            return self._id_at(index.row())
         if role == Qt.ItemDataRole.FontRole and index.isValid():
             v = self._cache.get(index.row())
             if v is not None and v.hidden:

@@ -1,7 +1,10 @@
 """The timeline: every conversation, message and other record, newest first (a toggle turns it).
 
-A lazy table of record ids (only ids are loaded up front; rows are decoded on the worker a page
-at a time), sortable by any column (the sort runs on the worker, ``Vault.timeline_ids(order=...)``),
+A lazy table: in time order only the count and the first page are read up front, and each page
+the person scrolls to is read on the worker from the vault's time index (``Vault.timeline``), so a
+million records show their first rows as fast as a hundred; sorted by another column (the sort runs
+on the worker, ``Vault.timeline_ids(order=...)``) the ids are loaded and rows decoded a page at a
+time.  It has
 filters by compartment and for forgotten records (marked, with Restore), a "go to date" control,
 Ctrl+End and Ctrl+Home that reach the real ends (not the ends of the rows loaded so far), and the
 detail pane of the selected record ("Open in its conversation", or a double-click).  The search
@@ -27,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..guard import qt_virtual
-from ..models import RECORD_ORDER, RecordColumn, RecordTableModel
+from ..models import PAGE, RECORD_ORDER, RecordColumn, RecordTableModel
 from ..text import safe_text
 from .base import TableView
 from .detail import DetailPane
@@ -111,11 +114,14 @@ class RecordListView(TableView):
     def _set_ids(self, ids: list[bytes]) -> None:
         current = self.detail.record.id if self.detail.record else None
         self.model.set_ids(ids)
+        self._after_load(current)
+
+    def _after_load(self, current: bytes | None) -> None:
         target = self._select_after_load or current
         self._select_after_load = None
         if target is not None:
             self.select_record(target)
-        if not ids:
+        if not self.model.total():
             self.loaded.emit()
 
     def _forget(self, rid: bytes) -> None:
@@ -217,36 +223,75 @@ class TimelineView(RecordListView):
         name = self.compartment.currentData()
         hidden = self.show_hidden.isChecked()
         order, descending = self.order, self.descending
+        current = self.detail.record.id if self.detail.record else None
+
+        def filters_of(v: Any) -> dict[str, Any]:
+            return filters_for(v, name, hidden)
+
+        def show_count(n: int) -> None:
+            self.count.setText(f"{n:,} record{'' if n == 1 else 's'}")
+
+        if order == "time":  # the count and the first page; the rest a page at a time, from the time index
+            def fetch(v: Any, offset: int, limit: int) -> list[Any]:
+                return v.timeline(offset, limit, descending=descending, **filters_of(v))
+
+            def first_page(ctx: Any) -> tuple[int, list[Any]]:
+                return ctx.vault.timeline_count(**filters_of(ctx.vault)), fetch(ctx.vault, 0, PAGE)
+
+            def paged(result: tuple[int, list[Any]]) -> None:
+                show_count(result[0])
+                self.model.set_pages(result[0], fetch, result[1])
+                self._after_load(current)
+                self._refresh_detail()
+
+            self.client.submit(first_page, paged, self.window_.show_error, context=self, label="loading the timeline")
+            return
 
         def job(ctx):
-            v = ctx.vault
-            filters: dict[str, Any] = {"include_hidden": hidden, "order": order, "descending": descending}
-            if name:
-                filters["compartments"] = [v.compartment_id(name)]
-            return v.timeline_ids(**filters)
+            return ctx.vault.timeline_ids(order=order, descending=descending, **filters_of(ctx.vault))
 
         def done(ids: list[bytes]) -> None:
-            self.count.setText(f"{len(ids):,} record{'' if len(ids) == 1 else 's'}")
+            show_count(len(ids))
             self._set_ids(ids)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="loading the timeline")
 
+    def select_record(self, rid: bytes) -> bool:
+        """Select a record; in time order one not read yet is found by its row in the time index (on
+        the worker, then selected)."""
+        if super().select_record(rid):
+            return True
+        if not self.model.paged:
+            return False
+        name, hidden, descending = self.compartment.currentData(), self.show_hidden.isChecked(), self.descending
+
+        def job(ctx: Any) -> int | None:
+            return ctx.vault.timeline_row(rid, descending=descending, **filters_for(ctx.vault, name, hidden))
+
+        def done(row: int | None) -> None:
+            if row is not None:
+                self.go_to_row(row)
+
+        self.client.submit(job, done, self.window_.show_error, context=self, label="finding a record")
+        return True
+
     def go_to_date(self) -> None:
-        """The first record of the chosen day (newest first: its latest), found by bisecting the times
-        of the rows on the worker (a handful of records read, whatever the vault's size)."""
+        """The first record of the chosen day (newest first: its latest): its row is counted in the
+        vault's time index on the worker (no record read, whatever the vault's size)."""
         if self.order != "time" or not self.model.total():
             return
         d = self.date.date()
         start = int(time.mktime((d.year(), d.month(), d.day(), 0, 0, 0, 0, 0, -1)))  # local midnight
-        ids, descending = self.model.ids(), self.descending
+        name, hidden, descending = self.compartment.currentData(), self.show_hidden.isChecked(), self.descending
+        total = self.model.total()
 
-        def job(ctx: Any) -> int:
-            return position_of_day(ctx.vault, ids, start, descending)
+        def job(ctx: Any) -> int | None:
+            return ctx.vault.timeline_row(day=start, descending=descending, **filters_for(ctx.vault, name, hidden))
 
-        def done(row: int) -> None:
-            if row >= len(ids):
+        def done(row: int | None) -> None:
+            if row is None or row >= total:
                 self.status_message.emit("No record on or " + ("before" if descending else "after") + " that day.")
-                row = len(ids) - 1
+                row = total - 1
             self.go_to_row(row)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="finding a date")
@@ -257,24 +302,8 @@ class TimelineView(RecordListView):
                 self._select_after_load = argument
 
 
-def position_of_day(vault: Any, ids: list[bytes], start: int, descending: bool) -> int:
-    """On the worker: the row of the first record of the day starting at ``start`` in ``ids``
-    (sorted by time, oldest first, or newest first when ``descending``); ``len(ids)`` when none is
-    at or after (before, when descending) it."""
-    end = start + 86400
-
-    def past(row: int) -> bool:  # False ... False True ... True along the rows
-        views = vault.records([ids[row]])
-        ts = views[0].ts if views and views[0].ts is not None else None
-        if descending:  # records without a time sort last
-            return ts is None or ts < end
-        return ts is not None and ts >= start
-
-    lo, hi = 0, len(ids)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if past(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def filters_for(vault: Any, compartment: str | None, include_hidden: bool) -> dict[str, Any]:
+    """On the worker: the timeline's filters for ``Vault.timeline`` and its kin (the compartment
+    chosen, by name, and whether forgotten records are shown)."""
+    return {"include_hidden": include_hidden, **({"compartments": [vault.compartment_id(compartment)]}
+                                                   if compartment else {})}

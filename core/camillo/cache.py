@@ -91,7 +91,8 @@ CREATE TABLE IF NOT EXISTS records(
 CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
 CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_time ON records(ts, lamport, idx, id);
+DROP INDEX IF EXISTS records_time;
+CREATE INDEX IF NOT EXISTS records_timeline ON records(ts, lamport, idx, id, hidden, compartment) WHERE valid = 1 AND kind IN (1, 3);
 CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
 CREATE INDEX IF NOT EXISTS records_unlisted ON records(kind) WHERE valid = 0 OR hidden = 1;
 CREATE INDEX IF NOT EXISTS records_attachments ON records(valid) WHERE type = 'attachment';

@@ -19,10 +19,10 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from . import hostview, keychain, transport
+from . import hostview, keychain, timeline, transport
 from .changes import Changes
 from .control import Level
-from .errors import VaultError
+from .errors import UsageError, VaultError
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
@@ -266,9 +266,33 @@ class Vault:
         return changes | repair.after_refresh(self.session)
 
     @checked
-    def timeline(self, offset: int = 0, limit: int | None = None, **filters: Any) -> list[RecordView]:
+    def timeline(self, offset: int = 0, limit: int | None = None, *, descending: bool = False,
+                 **filters: Any) -> list[RecordView]:
+        """Rows ``offset`` to ``offset + limit`` of the timeline in time order (``descending``: newest
+        first), read from the state's time index: a page costs the page, whatever the vault's size.
+        Filters: ``include_hidden``, ``compartments`` (ids), ``conversation``."""
         self.session.require_read()
-        return self.session.materialized.timeline(offset, limit, **filters)
+        state = self.session.materialized
+        return state.records(timeline.page_ids(state, offset=offset, limit=limit, descending=descending, **filters))
+
+    @checked
+    def timeline_count(self, **filters: Any) -> int:
+        """How many rows the timeline has with these filters (counted in the index, no record read)."""
+        self.session.require_read()
+        return timeline.count(self.session.materialized, **filters)
+
+    @checked
+    def timeline_row(self, record_id: bytes | None = None, *, day: int | None = None, descending: bool = False,
+                     **filters: Any) -> int | None:
+        """The row of ``record_id`` in the timeline (None when it is not shown), or of the first
+        record of the ``day`` starting at that Unix time (the count of rows when none is)."""
+        self.session.require_read()
+        state = self.session.materialized
+        if record_id is not None:
+            return timeline.row_of(state, record_id, descending=descending, **filters)
+        if day is None:
+            raise UsageError("timeline_row: give a record or a day")
+        return timeline.row_of_day(state, day, descending=descending, **filters)
 
     @checked
     def timeline_ids(self, **filters: Any) -> list[bytes]:

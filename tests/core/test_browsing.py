@@ -140,3 +140,42 @@ def test_the_attachments_of_messages_by_message(vault, tmp_path):
     assert vault.attachments_of([]) == {} and vault.attachments_of([ids[1]]) == {}
     vault.forget(record=found[ids[0]][1].id)
     assert [a.value["name"] for a in vault.attachments_of(ids)[ids[0]]] == ["alfama.jpg"]
+
+
+def test_the_timeline_a_page_at_a_time_with_counts_and_rows_from_the_time_index(vault):
+    """What the desktop's timeline pages through (issue 19): every page, count and row equals the
+    full listing, in both orders and with every filter, records without a time included (they sort
+    first oldest-first, last newest-first); and each is answered from the time index alone."""
+    db = vault.session.materialized.db
+    undated = vault.append([NewRecord(type="message", text="no time given"),
+                            NewRecord(type="message", text="nor here")]).records
+    # (a record without a time: another implementation may write one; the state stores NULL)
+    db.executemany("UPDATE records SET ts = NULL WHERE id = ?", [(rid,) for rid in undated])
+    forgotten = vault.search("acetone")[0].id
+    vault.forget(record=forgotten)
+    work = vault.compartment_id("work")
+    for filters in ({}, {"include_hidden": True}, {"compartments": [work]}, {"conversation": "trip"}):
+        for descending in (False, True):
+            full = vault.timeline_ids(descending=descending, **filters)
+            assert vault.timeline_count(**filters) == len(full)
+            paged = [v.id for start in range(0, len(full) + 3, 3)
+                     for v in vault.timeline(start, 3, descending=descending, **filters)]
+            assert paged == full, (filters, descending)
+            for row, rid in enumerate(full):
+                assert vault.timeline_row(rid, descending=descending, **filters) == row
+            times = [db.execute("SELECT ts FROM records WHERE id = ?", (rid,)).fetchone()[0] for rid in full]
+            for day in (T0 - DAY, T0, T0 + 2 * DAY, T0 + 3 * DAY, T0 + 9 * DAY):
+                if descending:  # the latest record before the day's end
+                    want = next((i for i, t in enumerate(times) if t is None or t < day + DAY), len(full))
+                else:  # the first record at or after the day's start
+                    want = next((i for i, t in enumerate(times) if t is not None and t >= day), len(full))
+                assert vault.timeline_row(day=day, descending=descending, **filters) == want, (filters, day)
+    assert vault.timeline_row(forgotten) is None  # not shown without include_hidden
+    assert vault.timeline_row(forgotten, include_hidden=True) is not None
+    with pytest.raises(UsageError, match="give a record or a day"):
+        vault.timeline_row()
+    for sql in ("SELECT id FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 "
+                "ORDER BY ts DESC, lamport DESC, idx DESC, id DESC LIMIT 10 OFFSET 5",
+                "SELECT count(*) FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 AND compartment IN (?)"):
+        plan = " ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + sql, [work] if "?" in sql else []))
+        assert "records_timeline" in plan and "TEMP B-TREE" not in plan, plan

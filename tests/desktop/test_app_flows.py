@@ -429,6 +429,55 @@ def test_timeline_shows_the_demo_with_authority_badges(qtbot, demo_window):
                                 for r in range(model.rowCount())), timeout=10_000)
 
 
+def test_a_long_timeline_is_read_a_page_at_a_time_and_reaches_any_row_date_or_record(qtbot, client, demo_vault,
+                                                                                     make_window):
+    """Issue 19: in time order the timeline reads the count and its first page only (a million records
+    used to list a million ids first: 19 s); every other page is read when scrolled to, and the ends,
+    a date and a record far down are reached by their row in the time index."""
+    from datetime import datetime
+
+    from PySide6.QtCore import QDate
+
+    from camillo_desktop.models import PAGE
+
+    day, t0 = 86400, 1_600_000_000
+    old = [NewRecord(type="message", conversation="diary", role="user", text=f"diary day {i}", ts=t0 + i * day)
+           for i in range(2 * PAGE + 50)]
+    written = append_as(qtbot, client, demo_vault, "desktop", old)
+    window = make_window()
+    info = open_vault(qtbot, client, demo_vault.path, demo_vault.unlock(), home=demo_vault.homes["desktop"])
+    wait_view(qtbot, window, "timeline", lambda: window.vault_opened(info))
+    view, model = window.pages["timeline"], window.pages["timeline"].model
+    newest_first = call(qtbot, client, lambda ctx: ctx.vault.timeline_ids(descending=True))
+    assert model.paged and model.total() == len(newest_first) > 2 * PAGE + 50
+    assert model.rowCount() == PAGE and [model.record(r).id for r in range(PAGE)] == newest_first[:PAGE]
+    assert view.count.text() == f"{len(newest_first):,} records"
+
+    def current() -> bytes | None:
+        idx = view.table.currentIndex()
+        v = model.record(idx.row()) if idx.isValid() else None
+        return v.id if v is not None else None
+
+    far = written[PAGE]  # far down, on a page not read yet
+    assert model.row_of(far) < 0
+    assert view.select_record(far)
+    qtbot.waitUntil(lambda: current() == far, timeout=10_000)
+    assert view.table.currentIndex().row() == newest_first.index(far)
+
+    QTest.keyClick(view.table, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)  # the oldest record
+    qtbot.waitUntil(lambda: current() == newest_first[-1], timeout=10_000)
+    assert model.rowCount() == model.total()
+    assert [model.record(r).id for r in range(model.total() - 10, model.total())] == newest_first[-10:]
+    QTest.keyClick(view.table, Qt.Key.Key_Home, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: current() == newest_first[0], timeout=10_000)
+
+    target = datetime.fromtimestamp(t0 + 123 * day)  # the day of "diary day 123", local time
+    view.date.setDate(QDate(target.year, target.month, target.day))
+    view.go.click()
+    qtbot.waitUntil(lambda: current() == written[123], timeout=10_000)
+    assert model.record(view.table.currentIndex().row()).text == "diary day 123"
+
+
 def test_selecting_a_row_fills_the_detail_pane(qtbot, demo_window):
     from camillo_desktop.models import RecordColumn
 

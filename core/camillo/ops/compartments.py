@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .. import ids
+from .. import ids, timeline
 from ..changes import Changes
 from ..errors import UsageError
 from ..records import Kind, Record, encode_record
@@ -105,6 +105,6 @@ def list_compartments(session: Session) -> list[CompartmentInfo]:
         if p.grant is not None and p.writer_id not in r.revocations:
             for c in p.grant.scopes:
                 agents.setdefault(c, []).append(p.grant.agent)
-    return [CompartmentInfo(name, cid, len(state.timeline_ids(compartments=[cid])), tuple(sorted(agents.get(cid, []))),
+    return [CompartmentInfo(name, cid, timeline.count(state, compartments=[cid]), tuple(sorted(agents.get(cid, []))),
                             r.compartments_added.get(cid))
             for name, cid in session.compartments.items()]
