@@ -240,6 +240,70 @@ class TableModel(ColumnModel):
         return 0 if parent.isValid() else len(self._rows)
 
 
+class PagedTableModel(TableModel):
+    """Rows held in memory and read a page at a time: :meth:`set_pages` gives the first page and how
+    to read the next ones (``fetch(vault, offset, limit)`` on the worker), which are asked for when the
+    view scrolls to the end of the rows read so far (Qt's ``canFetchMore``/``fetchMore``)."""
+
+    def __init__(self, columns: type[Column], client: Any, parent: QObject | None = None, *,
+                 foreground: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(columns, parent, foreground=foreground)
+        self._client = client
+        self._fetch: Callable[[Any, int, int], list[Any]] | None = None
+        self._loading = False
+        self.generation = 0  # changes with every new list: late pages and counts of an older one are dropped
+
+    def set_rows(self, rows: Sequence[Any]) -> None:
+        self.generation += 1
+        self._fetch, self._loading = None, False
+        super().set_rows(rows)
+
+    def set_pages(self, fetch: Callable[[Any, int, int], list[Any]], first: Sequence[Any]) -> None:
+        """``first``: the first page (read already); more pages while they come back full."""
+        self.set_rows(first)
+        self._fetch = fetch if len(first) >= PAGE else None
+
+    @property
+    def more(self) -> bool:
+        """More pages may come (the last one read was full)."""
+        return self._fetch is not None
+
+    @property
+    def loading(self) -> bool:
+        """A page is being read."""
+        return self._loading
+
+    @qt_virtual(False)
+    def canFetchMore(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        return not parent.isValid() and self._fetch is not None and not self._loading
+
+    @qt_virtual()
+    def fetchMore(self, parent: Index = QModelIndex()) -> None:  # noqa: B008
+        fetch = self._fetch
+        if parent.isValid() or fetch is None or self._loading or self._client is None:
+            return
+        self._loading = True
+        generation, offset = self.generation, len(self._rows)
+
+        def arrived(rows: list[Any]) -> None:
+            if generation != self.generation:
+                return
+            self._loading = False
+            if len(rows) < PAGE:
+                self._fetch = None  # the last page
+            if rows:
+                self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows) + len(rows) - 1)
+                self._rows.extend(rows)
+                self.endInsertRows()
+
+        def failed(_exc: BaseException) -> None:
+            if generation == self.generation:  # (the vault locked meanwhile): no more pages of this list
+                self._loading, self._fetch = False, None
+
+        self._client.submit(lambda ctx: fetch(ctx.vault, offset, PAGE), arrived, failed, context=self,
+                            label="reading more rows")
+
+
 # ------------------------------------------------------------------------------------------ records
 
 

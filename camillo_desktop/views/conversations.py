@@ -1,11 +1,14 @@
 """Conversations: memory as people browse it in ChatGPT, Claude or Signal: a list of conversations
 (title, last activity, who took part or where it came from, how many messages, compartment), newest
 first, filtered by text, compartment and writer; the selected one as a thread
-(:class:`~camillo_desktop.views.thread.ThreadView`).
+(:class:`~camillo_desktop.views.thread.ThreadView`).  Without words or a writer to match, the list
+is read a page at a time as it is scrolled (the newest conversations of a million records at once)
+and counted in the vault's index; with them it is computed whole.
 
 Any message shown elsewhere (the timeline, search results, a fact's provenance, an inbox item's
 source) opens here through the main window's ``open_in_thread``: the view finds its conversation,
-shows it around that message, scrolled to it and highlighted.  An empty vault says how to bring
+shows it around that message, scrolled to it and highlighted (selected in the list when that part
+of the list was read).  An empty vault says how to bring
 history in, with the import buttons.  GUI thread only; the reads run on the vault worker.
 """
 
@@ -30,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..models import Column, ColumnSpec, Sizing, TableModel, fmt_time, fmt_when
+from ..models import PAGE, Column, ColumnSpec, PagedTableModel, Sizing, fmt_time, fmt_when
 from ..text import safe_text
 from ..widgets import muted_label
 from .base import Table, View
@@ -102,7 +105,7 @@ class ConversationsView(View):
         filters.addWidget(self.agent)
         self.root.addLayout(filters)
 
-        self.model = TableModel(ConversationColumn, self)
+        self.model = PagedTableModel(ConversationColumn, client, self)
         self.table = Table(self.model, name="conversations", dense=True, grid=False)
         self.table.selectionModel().currentRowChanged.connect(self._selected)
 
@@ -201,13 +204,38 @@ class ConversationsView(View):
     def load(self) -> None:
         filters = self.filters()
         filtered = bool(filters)
+        # without words or a writer to match, the list is read a page at a time (a million records:
+        # the newest conversations first, at once); with them it is computed whole
+        paged = "text" not in filters and "agent" not in filters
+
+        def fetch(v: Any, offset: int, limit: int) -> list[ConversationInfo]:
+            return v.conversations(offset=offset, limit=limit, **filters)
 
         def job(ctx: Any) -> tuple[list[ConversationInfo], list[ConversationInfo] | None]:
-            found = ctx.vault.conversations(**filters)
-            return found, (ctx.vault.conversations() if filtered and not found else None)
+            found = fetch(ctx.vault, 0, PAGE) if paged else ctx.vault.conversations(**filters)
+            return found, (ctx.vault.conversations(offset=0, limit=1) if filtered and not found else None)
 
-        self.client.submit(job, lambda r: self._show_list(*r, filtered=filtered), self.window_.show_error,
-                           context=self, label="loading conversations")
+        def done(result: tuple[list[ConversationInfo], list[ConversationInfo] | None]) -> None:
+            found, unfiltered = result
+            if paged:
+                self.model.set_pages(fetch, found)
+            else:
+                self.model.set_rows(found)
+            self._show_list(found, unfiltered, filtered=filtered)
+            if paged and len(found) >= PAGE:  # more than a page: counted in the index, next
+                self._count(filters.get("compartment"), filtered)
+
+        self.client.submit(job, done, self.window_.show_error, context=self, label="loading conversations")
+
+    def _count(self, compartment: str | None, filtered: bool) -> None:
+        generation = self.model.generation
+
+        def counted(n: int) -> None:
+            if generation == self.model.generation:
+                self.count.setText(f"{n:,} conversation{'s' if n != 1 else ''}" + (" match" if filtered else ""))
+
+        self.client.submit(lambda ctx: ctx.vault.conversation_count(compartment=compartment), counted,
+                           self.window_.show_error, context=self, label="counting conversations")
 
     def _show_list(self, found: list[ConversationInfo], unfiltered: list[ConversationInfo] | None, *,
                    filtered: bool) -> None:
@@ -215,10 +243,10 @@ class ConversationsView(View):
         key = (current.compartment, current.conversation) if current is not None else None
         if self._open_record is None and self.thread.key is not None:
             key = self.thread.key
-        self.model.set_rows(found)
         vault_empty = not found and (not filtered or unfiltered == [])
         self.pages.setCurrentWidget(self.empty if vault_empty else self.splitter)
-        self.count.setText(f"{len(found):,} conversation{'s' if len(found) != 1 else ''}"
+        more = "+" if self.model.more else ""
+        self.count.setText(f"{len(found):,}{more} conversation{'s' if len(found) != 1 else ''}"
                            + (" match" if filtered else ""))
         self._add_writers(found)
         if self._open_record is not None:
@@ -296,19 +324,21 @@ class ConversationsView(View):
     def _open(self, rid: bytes) -> None:
         filters = self.filters()
 
-        def job(ctx: Any) -> tuple[Any, list[ConversationInfo]]:
+        def job(ctx: Any) -> tuple[Any, ConversationInfo | None]:
             v = ctx.vault.record(rid)
-            found = ctx.vault.conversations(**filters) if v is not None and v.conversation else []
-            return v, found
+            info = ctx.vault.conversation(v.conversation, v.compartment) if v is not None and v.conversation else None
+            return v, info
 
-        def done(result: tuple[Any, list[ConversationInfo]]) -> None:
-            v, found = result
-            if v is None or not v.conversation:
+        def done(result: tuple[Any, ConversationInfo | None]) -> None:
+            v, info = result
+            if v is None or not v.conversation or info is None:
                 self.status_message.emit("This record is not part of a conversation.")
                 self.loaded.emit()
                 return
             key = (v.compartment, v.conversation)
-            if not any((c.compartment, c.conversation) == key for c in found):
+            rows = self.model.rows()  # as read by now (a load asked for before this ran first, on the worker)
+            row = next((i for i, c in enumerate(rows) if (c.compartment, c.conversation) == key), -1)
+            if row < 0 and filters:
                 # Hidden by the filters: clear them (the list reloads, then shows the message).
                 self._open_record = rid
                 for w in (self.filter, self.compartment, self.agent):
@@ -324,13 +354,15 @@ class ConversationsView(View):
                 self.show_hidden.blockSignals(True)
                 self.show_hidden.setChecked(True)
                 self.show_hidden.blockSignals(False)
-            self.model.set_rows(found)
-            row = next(i for i, c in enumerate(found) if (c.compartment, c.conversation) == key)
             self.table.selectionModel().blockSignals(True)
-            self.table.selectRow(row)
-            self.table.scrollTo(self.model.index(row, 0))
+            if row >= 0:  # in the rows read so far: selected there
+                self.table.selectRow(row)
+                self.table.scrollTo(self.model.index(row, 0))
+            else:  # further down a long list: shown without reading the list to it
+                self.table.clearSelection()
+                self.table.setCurrentIndex(QModelIndex())
             self.table.selectionModel().blockSignals(False)
-            self._show_thread(found[row], focus=rid)
+            self._show_thread(info, focus=rid)
 
         self.client.submit(job, done, self.window_.show_error, context=self, label="opening a conversation")
 

@@ -91,9 +91,13 @@ CREATE TABLE IF NOT EXISTS records(
 CREATE INDEX IF NOT EXISTS records_import ON records(import_key) WHERE import_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS records_batch ON records(batch);
 CREATE INDEX IF NOT EXISTS records_key ON records(compartment, key) WHERE key IS NOT NULL;
+-- what the timeline and the conversation list read, without reading a record (camillo.timeline):
+-- the valid values and notes in time order, and by conversation
 DROP INDEX IF EXISTS records_time;
-CREATE INDEX IF NOT EXISTS records_timeline ON records(ts, lamport, idx, id, hidden, compartment) WHERE valid = 1 AND kind IN (1, 3);
-CREATE INDEX IF NOT EXISTS records_conversation ON records(conversation, ts) WHERE conversation IS NOT NULL;
+DROP INDEX IF EXISTS records_timeline;
+DROP INDEX IF EXISTS records_conversation;
+CREATE INDEX IF NOT EXISTS records_by_time ON records(ts, lamport, idx, id, hidden, compartment, conversation) WHERE valid = 1 AND kind IN (1, 3);
+CREATE INDEX IF NOT EXISTS records_by_conversation ON records(conversation, compartment, ts, hidden, writer, type) WHERE conversation IS NOT NULL AND valid = 1 AND kind IN (1, 3);
 CREATE INDEX IF NOT EXISTS records_unlisted ON records(kind) WHERE valid = 0 OR hidden = 1;
 CREATE INDEX IF NOT EXISTS records_attachments ON records(valid) WHERE type = 'attachment';
 CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);

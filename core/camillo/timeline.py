@@ -2,7 +2,7 @@
 state's time index, so that a vault of a million records shows its first rows without listing them.
 
 The state keeps a covering partial index of the records the timeline can show
-(``records_timeline``: time, Lamport order, index in batch, id, the forgotten flag and the
+(``records_by_time``: time, Lamport order, index in batch, id, the forgotten flag and the
 compartment, for valid values and notes).  Every function here is answered from that index alone:
 a page is a range of it (``LIMIT``/``OFFSET``), a count walks it without reading a record, and the
 row of a record or of a day is a count of what sorts before it.  Time order is the state's: time,

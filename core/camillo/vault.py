@@ -7,22 +7,23 @@ one in ``.changes``, naming exactly what moved.
 
 The facade holds one :class:`~camillo.session.Session` and delegates: opening to
 :mod:`camillo.session.unlock`, :mod:`camillo.ops.repair` and :mod:`camillo.ops.registration` (spec
-§20); reading to the session's reader and :mod:`camillo.ops.reports`; writing to :mod:`camillo.ops`.
+§20); reading memory to :class:`~camillo.reading.Reading` (mixed in), the session's reader and
+:mod:`camillo.ops.reports`; writing to :mod:`camillo.ops`.
 
 Threading: a Vault is confined to one thread (the desktop's vault worker; :func:`set_thread_guard`
-installs a check that raises when a facade method runs on another).
+installs a check that raises when a facade method runs on another; :mod:`camillo.facade`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any
 
-from . import hostview, keychain, timeline, transport
+from . import hostview, keychain, transport
 from .changes import Changes
 from .control import Level
-from .errors import UsageError, VaultError
+from .errors import VaultError
+from .facade import _check_thread, checked, set_thread_guard, thread_guard  # noqa: F401 (the facade's guard, re-exported)
 from .hostview import HostView
 from .keychain import KeychainStatus
 from .ops import (
@@ -43,19 +44,17 @@ from .ops import (
 )
 from .ops.enrollment import Offer
 from .ops.revocation import find_principal, revoke
+from .reading import Reading
 from .records import Authority
-from .search import search, semantic_search
 from .session import Session
 from .session.genesis import create_vault
 from .session.installation import device_unlock_available
 from .session.unlock import catch_up_generation, open_session, read_vault_id
-from .state import FactView, RecordView
 from .values import (
     DEFAULT_COMPARTMENTS,
     ActivityRow,
     CompactionReport,
     CompartmentInfo,
-    ConversationInfo,
     DeviceInfo,
     ErasurePreview,
     GrantCreated,
@@ -70,49 +69,13 @@ from .values import (
     RecordContext,
     RecoveryPhrase,
     RevocationReport,
-    SearchPage,
     SyncStatus,
     Unlock,
     VaultStats,
 )
 
-_thread_guard: Callable[[], None] | None = None
 
-Method = TypeVar("Method", bound=Callable[..., Any])
-
-
-def set_thread_guard(guard: Callable[[], None] | None) -> None:
-    """Install a check run at the start of every facade call (None removes it)."""
-    global _thread_guard
-    _thread_guard = guard
-
-
-def thread_guard() -> Callable[[], None] | None:
-    return _thread_guard  # the check installed with set_thread_guard, if any
-
-
-def _check_thread() -> None:
-    if _thread_guard is not None:
-        _thread_guard()
-
-
-def thread_and_lock_checked(method: Method) -> Method:
-    """A facade method: runs the thread guard, and refuses once the vault is locked."""
-
-    @functools.wraps(method)
-    def wrapper(self: Vault, *args: Any, **kwargs: Any) -> Any:
-        _check_thread()
-        if self.session.locked:
-            raise VaultError("the vault is locked; unlock it again to continue")
-        return self.session.guarded(method, self, *args, **kwargs)  # a damaged local state is never used
-
-    return cast(Method, wrapper)
-
-
-checked = thread_and_lock_checked
-
-
-class Vault:
+class Vault(Reading):
     """An open vault (:meth:`create`, :meth:`open`; :meth:`lock` closes it); ``session`` is for core tests."""
 
     def __init__(self, session: Session) -> None:
@@ -264,123 +227,6 @@ class Vault:
         if changes.empty:
             return changes
         return changes | repair.after_refresh(self.session)
-
-    @checked
-    def timeline(self, offset: int = 0, limit: int | None = None, *, descending: bool = False,
-                 **filters: Any) -> list[RecordView]:
-        """Rows ``offset`` to ``offset + limit`` of the timeline in time order (``descending``: newest
-        first), read from the state's time index: a page costs the page, whatever the vault's size.
-        Filters: ``include_hidden``, ``compartments`` (ids), ``conversation``."""
-        self.session.require_read()
-        state = self.session.materialized
-        return state.records(timeline.page_ids(state, offset=offset, limit=limit, descending=descending, **filters))
-
-    @checked
-    def timeline_count(self, **filters: Any) -> int:
-        """How many rows the timeline has with these filters (counted in the index, no record read)."""
-        self.session.require_read()
-        return timeline.count(self.session.materialized, **filters)
-
-    @checked
-    def timeline_row(self, record_id: bytes | None = None, *, day: int | None = None, descending: bool = False,
-                     **filters: Any) -> int | None:
-        """The row of ``record_id`` in the timeline (None when it is not shown), or of the first
-        record of the ``day`` starting at that Unix time (the count of rows when none is)."""
-        self.session.require_read()
-        state = self.session.materialized
-        if record_id is not None:
-            return timeline.row_of(state, record_id, descending=descending, **filters)
-        if day is None:
-            raise UsageError("timeline_row: give a record or a day")
-        return timeline.row_of_day(state, day, descending=descending, **filters)
-
-    @checked
-    def timeline_ids(self, **filters: Any) -> list[bytes]:
-        """Ids in ``order`` (time, compartment, type, authority, writer or text; ``descending``)."""
-        self.session.require_read()
-        return reports.timeline_ids(self.session, **filters)
-
-    @checked
-    def conversations(self, **filters: Any) -> list[ConversationInfo]:
-        """Conversations, newest activity first (filters: ``text``, ``compartment``, ``agent``)."""
-        self.session.require_read()
-        return reports.conversations(self.session, **filters)
-
-    @checked
-    def conversation_ids(self, conversation: str, compartment: str, *, include_hidden: bool = False) -> list[bytes]:
-        self.session.require_read()
-        return reports.conversation_ids(self.session, conversation, compartment, include_hidden=include_hidden)
-
-    @checked
-    def records(self, ids_: Iterable[bytes]) -> list[RecordView]:
-        self.session.require_read()
-        return self.session.materialized.records(ids_)
-
-    @checked
-    def record(self, rid: bytes) -> RecordView | None:
-        self.session.require_read()
-        return self.session.materialized.record(rid)
-
-    @checked
-    def find_record(self, prefix: str) -> RecordView:
-        """A record by its hex id or a unique prefix of at least 8 digits."""
-        return reports.find_record(self.session, prefix)
-
-    @checked
-    def facts(self, **filters: Any) -> list[FactView]:
-        self.session.require_read()
-        return self.session.materialized.facts(**filters)
-
-    @checked
-    def fact(self, key: str, compartment: str | None = None) -> FactView:
-        self.session.require_read()
-        return curation.find_fact(self.session, key, compartment)
-
-    @checked
-    def conflicts(self) -> list[FactView]:
-        self.session.require_read()
-        return self.session.materialized.facts(status="conflict")
-
-    @checked
-    def inbox(self) -> list[RecordView]:
-        """Proposals awaiting the user, beside (never in place of) a fact's value (spec §19.3)."""
-        self.session.require_read()
-        return [p for f in self.session.materialized.facts(proposed=True) for p in f.proposed]
-
-    @checked
-    def forgotten(self) -> list[tuple[RecordView, int | None]]:
-        """Forgotten records (messages and values, hidden but not erased), with when they were forgotten."""
-        self.session.require_read()
-        return reports.forgotten(self.session)
-
-    @checked
-    def attachments_of(self, of: Iterable[bytes]) -> dict[bytes, list[RecordView]]:
-        """The attachments of these records (not forgotten, readable here), by record."""
-        self.session.require_read()
-        return reports.attachments_of(self.session, of)
-
-    @checked
-    def imported_keys(self, prefix: str = "") -> set[str]:
-        """The import keys (``meta.import``) already in the vault, for idempotent imports."""
-        return self.session.materialized.import_keys(prefix)
-
-    @checked
-    def search(self, text: str, *, limit: int = 200) -> list[RecordView]:
-        """Full-text search with field modifiers (see :mod:`camillo.search`)."""
-        self.session.require_read()
-        return search(self.session.materialized, text, limit=limit)
-
-    @checked
-    def search_page(self, text: str, *, offset: int = 0, limit: int = 200, order: str = "relevance") -> SearchPage:
-        """A page of :meth:`search` (``order``: relevance or time), with the total and a snippet per hit."""
-        self.session.require_read()
-        return reports.search_page(self.session, text, offset=offset, limit=limit, order=order)
-
-    @checked
-    def semantic_search(self, text: str, embedder: Any, *, limit: int = 20) -> list[tuple[float, RecordView]]:
-        self.session.require_read()
-        self.session.reader.dirty = True  # new vectors are kept in the (encrypted) cache
-        return semantic_search(self.session.materialized, text, embedder, limit=limit)
 
     # ------------------------------------------------------------------------------ reports
 

@@ -178,4 +178,39 @@ def test_the_timeline_a_page_at_a_time_with_counts_and_rows_from_the_time_index(
                 "ORDER BY ts DESC, lamport DESC, idx DESC, id DESC LIMIT 10 OFFSET 5",
                 "SELECT count(*) FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 AND compartment IN (?)"):
         plan = " ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + sql, [work] if "?" in sql else []))
-        assert "records_timeline" in plan and "TEMP B-TREE" not in plan, plan
+        assert "records_by_time" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_the_conversations_a_page_at_a_time_equal_the_whole_list(vault, monkeypatch):
+    from camillo.ops import conversations
+
+    """Issue 19: without a text or agent filter a page of conversations comes from the time index,
+    newest first, and only its conversations are summed up (the whole list of a million records took
+    27 s); every page equals the same slice of the whole list, ties in last activity included."""
+    for i in range(12):  # several conversations with the same last activity, and one updated later
+        vault.append([msg(f"tie-{i % 4}", "user", f"tied message {i}", T0 + 7 * DAY)])
+    vault.append([msg("trip", "user", "One more thing about Lisbon.", T0 + 8 * DAY)])
+    whole = vault.conversations(text="")  # a text filter, even empty, takes the whole-list path
+    assert [c.conversation for c in whole[:6]] == ["trip", "tie-0", "tie-1", "tie-2", "tie-3", "bread"]
+    assert vault.conversation_count() == len(whole) == 7
+    for scan in (conversations.NEWEST_SCAN, 4):  # pages near the top (the time index) and further down
+        monkeypatch.setattr(conversations, "NEWEST_SCAN", scan)
+        for limit in (1, 2, 3, 5, 7, 10):
+            pages = [c for offset in range(0, len(whole) + limit, limit)
+                     for c in vault.conversations(offset=offset, limit=limit)]
+            assert pages == whole, (scan, limit)
+    work = vault.conversations(compartment="work", offset=0, limit=5)
+    assert work == vault.conversations(compartment="work") and [c.conversation for c in work] == ["q3"]
+    assert vault.conversation_count(compartment="work") == 1
+    assert vault.conversations(offset=0, limit=0) == []
+    with pytest.raises(UsageError, match="must not be negative"):
+        vault.conversations(offset=-1, limit=5)
+    db = vault.session.materialized.db
+    plan = " ".join(str(r[-1]) for r in db.execute(
+        "EXPLAIN QUERY PLAN SELECT compartment, conversation, ts FROM records WHERE valid = 1 AND kind IN (1, 3) "
+        "AND hidden = 0 AND conversation IS NOT NULL ORDER BY ts DESC, lamport DESC, idx DESC, id DESC"))
+    assert "records_by_time" in plan and "TEMP B-TREE" not in plan, plan
+    plan = " ".join(str(r[-1]) for r in db.execute(
+        "EXPLAIN QUERY PLAN SELECT count(*) FROM (SELECT DISTINCT conversation, compartment FROM records WHERE "
+        "valid = 1 AND kind IN (1, 3) AND hidden = 0 AND conversation IS NOT NULL)"))
+    assert "records_by_conversation" in plan, plan

@@ -100,6 +100,40 @@ def test_the_conversations_list_is_newest_first_and_filters(qtbot, client, demo_
     assert view.count.text().endswith("match")
 
 
+def test_a_long_conversation_list_is_read_a_page_at_a_time(qtbot, client, demo_window):
+    """Issue 19: the list shows its first page at once (a million records took 27 s to list every
+    conversation first), is counted in the index, reads more as it is scrolled, and opens a message of
+    a conversation further down than what was read."""
+    from camillo_desktop.models import PAGE
+
+    t0 = 1_600_000_000
+    old = [NewRecord(type="message", conversation=f"old-{i}", role="user", text=f"old conversation {i}", ts=t0 + i)
+           for i in range(2 * PAGE + 30)]
+    written = append_as(qtbot, client, None, "window", old)
+    view = wait_view(qtbot, demo_window, "conversations")
+    model = view.model
+    qtbot.waitUntil(lambda: model.rowCount() == PAGE, timeout=15_000)
+    whole = call(qtbot, client, lambda ctx: ctx.vault.conversations())
+    assert len(whole) > 2 * PAGE + 30
+    assert [model.row(r) for r in range(PAGE)] == whole[:PAGE]
+    qtbot.waitUntil(lambda: view.count.text() == f"{len(whole):,} conversations", timeout=15_000)
+    while model.more:  # scrolled to the end of what was read: the view asks for the next page
+        view.table.scrollToBottom()
+        if model.canFetchMore():
+            model.fetchMore()
+        qtbot.waitUntil(lambda: not model.loading, timeout=15_000)
+    assert [model.row(r) for r in range(model.rowCount())] == whole
+
+    view.table.scrollToTop()
+    with qtbot.waitSignal(view.loaded, timeout=15_000):
+        view.load()  # a new list: its first page only again
+    assert model.rowCount() == PAGE
+    view = in_thread(qtbot, demo_window, lambda: view.open_record(written[0]))
+    assert view.thread.key == ("personal", "old-0") and view.thread.focus_id == written[0]
+    assert view.selected() is None  # further down than the rows read: shown, not selected
+    assert view.thread_title.text() == "old conversation 0"
+
+
 def test_open_a_conversation_from_the_list_shows_it_as_a_thread(qtbot, client, demo_window):
     view = wait_view(qtbot, demo_window, "conversations")
     row = next(r for r in range(view.model.rowCount()) if view.model.row(r).messages >= 3)

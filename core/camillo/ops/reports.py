@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from .. import search, slots
 from ..control import Revocation
@@ -26,7 +25,6 @@ from ..state import RecordView, shown_ts, visible_where
 from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
-    ConversationInfo,
     DeviceInfo,
     ErasurePreview,
     GrantInfo,
@@ -460,69 +458,6 @@ def conversation_ids(session: Session, conversation: str, compartment: str, *,
         f"SELECT id FROM records WHERE {where} AND (type IS NULL OR type != 'conversation') "
         "ORDER BY ts, lamport, idx, id", args)
     return [r[0] for r in rows]
-
-
-def conversations(session: Session, *, text: str | None = None, compartment: str | None = None,
-                  agent: str | None = None) -> list[ConversationInfo]:
-    """The conversations, newest activity first.  ``text``: only those whose title or messages
-    match its words and phrases (full text); ``compartment``: only those in it; ``agent``: only those
-    someone of that name (a device or an agent, any part of the name) wrote in, or an import of that
-    source brought."""
-    state, roster = session.materialized, session.roster
-    db = state.db
-    where, args = visible_where(False, None, None)
-    if compartment is not None:
-        cid = roster.compartment_id(compartment)
-        if cid is None or cid == roster.control_id:
-            raise UsageError(f"no compartment {compartment} (have {', '.join(sorted(session.compartments))})")
-        where += " AND compartment = ?"
-        args.append(cid)
-    where += " AND conversation IS NOT NULL"
-    matching = search.conversations_matching(state, text) if text and text.strip() else None
-    found: dict[tuple[bytes, str], dict[str, Any]] = {}
-    for comp, conv, writer, n, msgs, first, last in db.execute(
-            "SELECT compartment, conversation, writer, count(*), sum(type IS NOT 'conversation'), min(ts), max(ts) "
-            f"FROM records WHERE {where} GROUP BY compartment, conversation, writer", args):
-        if matching is not None and (comp, conv) not in matching:
-            continue
-        c = found.setdefault((comp, conv), {"writers": {}, "messages": 0, "first": None, "last": None})
-        c["writers"][writer] = c["writers"].get(writer, 0) + n
-        c["messages"] += msgs
-        if first is not None and (c["first"] is None or first < c["first"]):
-            c["first"] = first
-        if last is not None and (c["last"] is None or last > c["last"]):
-            c["last"] = last
-    titles: dict[tuple[bytes, str], RecordView] = {}
-    title_rows = db.execute(f"SELECT compartment, conversation, id FROM records WHERE {where} AND type = 'conversation' "
-                            "ORDER BY ts, lamport, idx, id", args).fetchall()
-    wanted = [(comp, conv, rid) for comp, conv, rid in title_rows if (comp, conv) in found]
-    views = {v.id: v for v in state.records(rid for _, _, rid in wanted)}
-    for comp, conv, rid in wanted:
-        if rid in views:
-            titles.setdefault((comp, conv), views[rid])
-    untitled = {k for k in found if k not in titles or not titles[k].text.strip()}
-    openings: dict[tuple[bytes, str], str] = {}
-    if untitled:
-        for comp, conv, _first, opening in db.execute(
-                f"SELECT compartment, conversation, min(ts), substr(text, 1, 160) FROM records WHERE {where} "
-                "AND type IS NOT 'conversation' AND text != '' GROUP BY compartment, conversation", args):
-            if (comp, conv) in untitled:
-                openings[(comp, conv)] = " ".join(opening.split())
-    needle = agent.lower() if agent else None
-    out = []
-    for (comp, conv), c in found.items():
-        view = titles.get((comp, conv))
-        source = view.meta.get("source") if view is not None else None
-        source = source if isinstance(source, str) else ""
-        writers = tuple(roster.writer_name(w) for w, _ in sorted(c["writers"].items(), key=lambda x: (-x[1], x[0])))
-        if needle is not None and not any(needle in n.lower() for n in (*writers, source)):
-            continue
-        title = view.text.strip() if view is not None and view.text.strip() else openings.get((comp, conv)) or conv
-        out.append(ConversationInfo(conversation=conv, compartment=roster.compartment_name(comp), title=title,
-                                    first=c["first"], last=c["last"], messages=c["messages"], writers=writers,
-                                    source=source))
-    out.sort(key=lambda c: (-(c.last or 0), c.compartment, c.conversation))
-    return out
 
 
 def search_page(session: Session, text: str, *, offset: int = 0, limit: int = 200,
