@@ -117,9 +117,12 @@ CREATE TABLE IF NOT EXISTS facts(
 CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', contentless_delete = 1,
                                                      tokenize = 'unicode61 remove_diacritics 2');
+-- each batch read, what a warm open needs of it without decoding it: its writer (NULL in a state an
+-- older version wrote: filled by the next open, see batch_columns), signature and acceptance flags
 CREATE TABLE IF NOT EXISTS cache_batches(
   id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
-  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0
+  sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0,
+  writer BLOB
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
@@ -133,6 +136,14 @@ CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL,
                                    scale REAL NOT NULL, ts INTEGER NOT NULL, summary INTEGER NOT NULL,
                                    PRIMARY KEY(model, record)) WITHOUT ROWID;
 """
+
+def batch_columns(db: Connection) -> None:
+    """Add the columns of ``cache_batches`` a state written by an older version lacks (the writer:
+    ``ALTER TABLE`` adds it empty, in constant time; the reader fills it)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
+    if "writer" not in have:
+        db.execute("ALTER TABLE cache_batches ADD COLUMN writer BLOB")
+
 
 # The indexes of the records and references tables, built after a bulk load (see indexes_deferred).
 _INDEX_DDL = [line.rstrip(";") for line in SCHEMA.splitlines()

@@ -206,12 +206,14 @@ class BatchView:
     sig_ok: bool = False  # the batch signature verified once (a writer id is bound to one key)
     id: bytes = field(init=False, repr=False)  # attributes, not properties: read for every batch
     header: BatchHeader = field(init=False, repr=False)
+    writer_id: bytes = field(init=False, repr=False)  # (a view of the local state has it without its header)
     has_control: bool = field(init=False, repr=False)
     stored_flags: int = field(default=-1, repr=False, compare=False)  # the local state's (sig_ok, vouched, accepted)
 
     def __post_init__(self) -> None:
         self.id = self.batch.id
         self.header = self.batch.header
+        self.writer_id = self.header.writer_id
         self.has_control = any(rec is not None and rec.is_control for rec in self.records)
 
 
@@ -438,9 +440,8 @@ def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
 
 
 class _Builder:
-    def __init__(
-        self, vault_id: bytes, views: dict[bytes, BatchView], excluded: set[bytes], prior: dict[bytes, Revocation]
-    ) -> None:
+    def __init__(self, vault_id: bytes, views: dict[bytes, BatchView], excluded: set[bytes],
+                 prior: dict[bytes, Revocation]) -> None:
         self.r = Roster(vault_id)
         self.views = views
         self.partition: tuple[list[BatchView], list[BatchView]] | None = None  # (control by id, others)
@@ -451,7 +452,7 @@ class _Builder:
         self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
 
     def find_genesis(self) -> bool:
-        for view in self.views.values():
+        for view in (v for v in self.views.values() if v.has_control):  # (a plain batch holds no genesis)
             for rec in view.records:
                 if rec is not None and rec.kind == Kind.GENESIS and ids.vault_id(rec.raw) == self.r.vault_id:
                     return self._apply_genesis(rec)
@@ -516,7 +517,7 @@ class _Builder:
                 vouched |= m.batches
         principals = self.r.principals
         for view in other:  # verified once under its writer's key: no call (a million batches)
-            if view.sig_ok and view.header.writer_id in principals:
+            if view.sig_ok and view.writer_id in principals:
                 view.vouched, view.signed = False, True
             elif not view.signed:
                 view.vouched = view.id in vouched and not view.sig_ok
@@ -860,9 +861,8 @@ def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
     return h.seq == limit and pin is not None and pin != view.id
 
 
-def build_roster(
-    vault_id: bytes, views: dict[bytes, BatchView], excluded: Iterable[bytes] = ()
-) -> tuple[Roster, set[bytes]]:
+def build_roster(vault_id: bytes, views: dict[bytes, BatchView],
+                 excluded: Iterable[bytes] = ()) -> tuple[Roster, set[bytes]]:
     """Compute the roster; return it and the ids of batches that are signed and not excluded."""
     excluded_set = set(excluded)
     prior: dict[bytes, Revocation] = {}
@@ -871,7 +871,7 @@ def build_roster(
 
     def of_revoked(revocations: dict[bytes, Revocation]) -> list[tuple[BatchView, Revocation]]:
         for v in views.values() if revocations and not by_writer else ():
-            by_writer.setdefault(v.header.writer_id, []).append(v)
+            by_writer.setdefault(v.writer_id, []).append(v)
         return [(v, rev) for wid, rev in revocations.items() for v in by_writer.get(wid, ())]
 
     for _ in range(16):

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import cbor2
+
 from .control import BatchView, Roster
 
 
@@ -395,3 +397,39 @@ def extend_log_after_roster_change(log: CausalLog, views: dict[bytes, BatchView]
                     w not in roster.revocations and s > tops.get((w, c), 0) for w, s in per.items()):
                 return False
     return extend_log(log, views, sorted(new), roster)
+
+
+# ---------------------------------------------------------------------------------------------
+# The log kept in the local state between sessions (a warm open of an unchanged folder resumes it)
+
+_LOG_FORMAT = 1
+
+
+def encode_log(log: CausalLog) -> bytes:
+    """The log as bytes for the local state (its accepted set and tops are its chains')."""
+    chains = [[w, c, [x for seq, bid in chain.items() for x in (seq, bid)]] for (w, c), chain in log.chains.items()]
+    return cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
+                        [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
+                        [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
+                        [[c, sorted(h)] for c, h in log.heads.items()]])
+
+
+def decode_log(data: bytes) -> CausalLog:
+    """What :func:`encode_log` wrote (ValueError when it is not that)."""
+    try:
+        fmt, chains, rejected, gaps, forks, heads = cbor2.loads(data)
+        if fmt != _LOG_FORMAT:
+            raise ValueError(f"log format {fmt}")
+        log = CausalLog(rejected={b: r for b, r in rejected},
+                        gaps=[Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
+                        forks=[Fork(w, c, s, tuple(b)) for w, c, s, b in forks],
+                        heads={c: set(h) for c, h in heads})
+        for w, c, flat in chains:
+            chain = dict(zip(flat[::2], flat[1::2], strict=True))
+            log.chains[(w, c)] = chain
+            log.accepted.update(chain.values())
+            if chain:
+                log.tops[(w, c)] = max(chain)
+        return log
+    except (cbor2.CBORError, TypeError, KeyError) as exc:
+        raise ValueError(f"the stored log does not decode ({exc})") from None

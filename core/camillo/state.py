@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
-from .cache import SCHEMA, Connection, memory_database
+from .cache import SCHEMA, Connection, batch_columns, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .erased import scrub
@@ -264,6 +264,7 @@ class State:
     def __init__(self, db: Connection | None = None) -> None:
         self._db = db if db is not None else memory_database()
         self._db.executescript(SCHEMA)
+        batch_columns(self._db)  # (a state an older version wrote)
         self._db.commit()
         self._roster: Roster | None = None
         self._views: dict[bytes, BatchView] = {}
@@ -494,8 +495,7 @@ class State:
         their records' static checks, references and facts depend on who they are."""
         if not writers:
             return set()
-        return {v.header.writer_id for v in views.values()
-                if v.header.writer_id in writers and any(r is None for r in v.records)}
+        return {v.writer_id for v in views.values() if v.writer_id in writers and any(r is None for r in v.records)}
 
     def _only_inert(self, batches: set[bytes], views: dict[bytes, BatchView]) -> bool:
         """Do these batches hold only keyless NOTEs and control records, without references, named

@@ -138,6 +138,102 @@ def test_the_search_index_a_session_built_is_kept_for_the_next_open(new_vault, m
         assert indexed == top, "the index a search built was not kept"
         assert [r.text for r in v.search("note 7")] == ["garden note 7"]
 
+def _log_as_built(v) -> object:
+    """The causal log a full build gives over what this session holds (roster and signed batches
+    computed again from its batch views)."""
+    from camillo.control import build_roster
+    from camillo.log import build_log
+
+    reader = v.session.reader
+    roster, signed = build_roster(reader.vault_id, reader.batches)
+    return build_log(reader.batches, signed, roster)
+
+
+def test_a_warm_open_of_an_unchanged_folder_resumes_the_stored_log_and_decodes_no_plain_batch(
+        new_vault, monkeypatch, tmp_path):
+    """Issue 19: the causal log is kept in the local state on lock; a warm open of an unchanged folder
+    resumes it (equal to a full build) instead of building it over every batch, and the batch views
+    of messages are not decoded (their writer and flags are stored beside them)."""
+    from camillo.session import reader as reader_mod
+    from camillo.session.views import CachedView
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    vault.lock()
+    with open_vault(path) as other:  # a second writer: chains of two devices
+        other.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path):
+        pass  # reads the laptop's batches, stores the log on lock
+    builds = []
+    real = reader_mod.build_log
+    monkeypatch.setattr(reader_mod, "build_log", lambda *a: builds.append(1) or real(*a))
+    with open_vault(path) as v:
+        assert builds == [], "the stored log was not resumed"
+        assert v.session.reader.decryptions == 0
+        views = list(v.session.reader.batches.values())
+        assert views and all(isinstance(view, CachedView) for view in views)
+        plain = [view for view in views if not view.has_control]
+        assert plain and not any("header" in view.__dict__ for view in plain), "a message's batch was decoded"
+        assert v.session.log == _log_as_built(v)
+        assert fingerprint(v) == from_scratch(path)
+        v.append([NewRecord(type="message", text="one more")])  # the stored log goes; the lock stores the new one
+    builds.clear()
+    with open_vault(path) as v:
+        assert builds == []
+        assert v.session.log == _log_as_built(v)
+        assert fingerprint(v) == from_scratch(path)
+
+
+def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault, monkeypatch, tmp_path):
+    """Another device's batches arrived, or the stored log is damaged: the log is built again (or
+    extended), never resumed; the result equals a full recomputation."""
+    from camillo.session import reader as reader_mod
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:
+        other.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    resumed = []
+    real = reader_mod.Reader._resumed_log
+    monkeypatch.setattr(reader_mod.Reader, "_resumed_log",
+                        lambda self, *a: resumed.append(r := real(self, *a)) or r)
+    with open_vault(path) as v:  # the laptop's batch is new here: the stored log does not describe it
+        assert v.session.reader.decryptions > 0
+        assert resumed == [None]
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+    with open_vault(path) as v:  # stored at the last lock: resumed
+        assert resumed[-1] is not None
+        db = v.session.reader.materialized.db
+        db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log'", (b"not a log",))
+        db.commit()  # (the lock leaves it: this session's log is the one stored, it thinks)
+    with open_vault(path) as v:
+        assert resumed[-1] is None, "a damaged stored log was used"
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+    assert os.path.exists(store)
+
+
+def test_a_state_without_the_writer_column_gets_it(new_vault):
+    """A state an older version wrote has no writer column: the open adds it and fills it."""
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    with open_vault(path) as v:
+        db = v.session.reader.materialized.db
+        db.execute("ALTER TABLE cache_batches DROP COLUMN writer")
+        db.commit()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        rows = v.session.reader.materialized.db.execute("SELECT count(*), count(writer) FROM cache_batches").fetchone()
+        assert rows[0] == rows[1] > 0
+        assert fingerprint(v) == from_scratch(path)
+
+
 def _flip_pages(path: str, first: int) -> None:
     """Flip one byte in every page of the database from page ``first`` (1-based) on."""
     data = bytearray(open(path, "rb").read())

@@ -31,22 +31,22 @@ from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
 from ..erased import purge
 from ..errors import StorageError, VaultError
-from ..log import CausalLog, build_log, extend_log, extend_log_after_roster_change
+from ..log import CausalLog, build_log, decode_log, encode_log, extend_log, extend_log_after_roster_change
 from ..names import kind_of
-from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, verify_signature
+from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
 from ..records import (
     Batch,
     Kind,
     Record,
     cached_batch,
     decode_record,
-    validated_record,
     verify_batch_signature,
 )
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
+from .views import CachedView
 
 Progress = Callable[[int, int], None]
 
@@ -120,6 +120,12 @@ class Reader:
         # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
         self.erasure_checked: set[tuple[str, bytes]] = set()
         self.dirty = True  # read something the local state has not committed yet
+        # the causal log kept in the local state (spec §17; camillo.log.encode_log): a warm open of an
+        # unchanged folder resumes it instead of building it over every batch
+        self.signed_ids: set[bytes] = set()  # the signed batches the log was computed from
+        self.log_fresh = False  # the log covers every batch read (a recomputation or an extension ran since)
+        self.log_stored = False  # the local state holds this log (nothing it covers changed since)
+        self.resume: tuple[bytes, bytes] | None = None  # (what it was computed from, the log) read at the open
         self.flags_all = True  # every batch's flags (signed, vouched, accepted) are to be written
         self.flags_new: set[bytes] = set()  # else these batches' flags
         self.committed_at = time.monotonic()
@@ -181,19 +187,21 @@ class Reader:
 
     def _load_cached(self, db: Connection) -> str:
         try:
-            views = {}
+            cache_mod.batch_columns(db)
+            views: dict[bytes, BatchView] = {}
             accepted: set[bytes] = set()
-            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc in db.execute(
-                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted FROM cache_batches"
+            writers: list[tuple[bytes, bytes]] = []  # (writer, batch) of a state an older version wrote
+            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc, writer in db.execute(
+                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted, writer FROM cache_batches"
             ):
-                header_bytes, sigs = cbor2.loads(blob)
-                batch = cached_batch(bid, header_bytes, sigs)
-                recs = [None if raw is None else validated_record(raw, ids.record_id(raw))
-                        for raw in cbor2.loads(controls)]
-                views[bid] = BatchView(batch, segment, epoch, recs, sig_ok=bool(sig_ok), vouched=bool(vouched),
-                                       stored_flags=int(bool(sig_ok)) | int(bool(vouched)) << 1 | int(bool(acc)) << 2)
+                if writer is None:
+                    writer = cached_batch(bid, *cbor2.loads(blob)).header.writer_id
+                    writers.append((writer, bid))
+                views[bid] = CachedView(bid, segment, epoch, writer, blob, controls,
+                                        (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
                 if acc:
                     accepted.add(bid)
+            db.executemany("UPDATE cache_batches SET writer = ? WHERE id = ?", writers)
             seg_map, seg_epochs = {}, {}
             for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
                 seg_map[name] = list(cbor2.loads(b))
@@ -210,6 +218,8 @@ class Reader:
         self.segment_epochs = seg_epochs
         self.roster_fingerprint = meta.get("roster", b"")
         self.erasures_seen = frozenset(encoding.decode(meta["erasures"])) if "erasures" in meta else frozenset()
+        if "log" in meta and "log_basis" in meta:
+            self.resume, self.log_stored = (meta["log_basis"], meta["log"]), True
         self.last_accepted = accepted
         self.dirty = self.flags_all = False
         self.flags_new = set()
@@ -229,12 +239,47 @@ class Reader:
         if force:
             self.materialized.ensure_search()  # the stored state holds a complete search index
         if not self.dirty:
+            self._store_log()
             self.materialized.commit()  # what the index and the semantic vectors gained, if anything
             return
         self._write_flags()
+        if force:
+            self._store_log()
         self.materialized.commit()
         self.dirty = False
         self.committed_at = time.monotonic()
+
+    @staticmethod
+    def _log_basis(roster: Roster, signed: set[bytes]) -> bytes:
+        """What a log is a function of, besides the batches stored: the roster and the signed batches."""
+        return roster.fingerprint() + sha256(b"".join(sorted(signed)))
+
+    def _store_log(self) -> None:
+        """Keep the log in the local state (on lock), when it covers every batch stored."""
+        if self.log_stored or not self.log_fresh or self.pending_batches or self.roster.genesis is None:
+            return
+        self.materialized.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
+            ("log", encode_log(self.log)), ("log_basis", self._log_basis(self.roster, self.signed_ids))])
+        self.log_stored = True
+
+    def _drop_stored_log(self) -> None:
+        """Batches or their flags changed: the stored log no longer describes them."""
+        self.resume = None
+        if self.log_stored:
+            self.materialized.db.execute("DELETE FROM cache_meta WHERE key IN ('log', 'log_basis')")
+            self.log_stored = False
+
+    def _resumed_log(self, roster: Roster, signed: set[bytes]) -> CausalLog | None:
+        """The log stored in the local state, when it was computed from exactly this roster and these
+        signed batches (the batches and flags stored have not changed since: it was dropped otherwise);
+        asked once, by the first recomputation of a warm open."""
+        resume, self.resume = self.resume, None
+        if resume is None or resume[0] != self._log_basis(roster, signed):
+            return None
+        try:
+            return decode_log(resume[1])
+        except ValueError:
+            return None
 
     def _write_flags(self) -> None:
         """Write what the roster and the log decided of each batch (all of them after a
@@ -249,6 +294,8 @@ class Reader:
             if bits != v.stored_flags:
                 rows.append((bits & 1, bits >> 1 & 1, bits >> 2, bid))
                 v.stored_flags = bits
+        if rows:
+            self._drop_stored_log()
         db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
                        [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
@@ -353,6 +400,9 @@ class Reader:
         self.materialized.db.executemany("DELETE FROM cache_segments WHERE name = ?", [(n,) for n in names])
         self.materialized.db.executemany("DELETE FROM cache_batches WHERE id = ?", [(b,) for b in gone])
         self.dirty = True
+        if gone:
+            self.log_fresh = False
+            self._drop_stored_log()
 
     def read_envelopes(self, names: list[str]) -> bool:
         """Open the envelopes addressed to this session (the owner KEM key, or the grant's key)."""
@@ -505,13 +555,15 @@ class Reader:
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
-                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls) VALUES(?,?,?,?,?)",
+                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer) VALUES(?,?,?,?,?,?)",
                 (batch.id, name, epoch_id,
                  encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
-                 encoding.encode([r.raw if r is not None else None for r in view.records])),
+                 encoding.encode([r.raw if r is not None else None for r in view.records]), batch.header.writer_id),
             )
             added.append(batch.id)
             self.pending_batches.add(batch.id)
+            self.log_fresh = False
+            self._drop_stored_log()
             self.unreported.append(batch.id)
         self.segment_batches[name] = [b.id for b in batches]
         self.segment_epochs[name] = (compartment_id, epoch_id)
@@ -561,6 +613,8 @@ class Reader:
             v.signed = v.sig_ok = True
         result = self.materialized.materialize(self.roster, self.log, self.batches, self.pending_batches | set(new))
         self.last_accepted |= set(new)
+        self.signed_ids |= set(new)
+        self.log_fresh = True
         self.flags_new |= set(new) | self.pending_batches
         self.pending_batches = set()
         self.materialize_problems = result.problems
@@ -598,8 +652,12 @@ class Reader:
         self.erasures_seen = erasures
         before, self.roster = self.roster, roster
         self.forget_erased_epochs()
-        if not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
+        resumed = self._resumed_log(roster, signed)
+        if resumed is not None:
+            self.log = resumed
+        elif not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
             self.log = build_log(self.batches, signed, roster)
+        self.signed_ids, self.log_fresh = signed, True
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()

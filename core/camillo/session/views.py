@@ -1,0 +1,86 @@
+"""Batch views read back from the local state database, decoded when first used.
+
+A warm open builds one view per batch of the vault (100,000 at a million records).  What the roster
+and the flags need of every batch is kept beside it in the database and read at once: its id,
+segment, epoch, writer, signature and acceptance flags, and whether it holds a control record (its
+stored control records are an array of nulls when it holds none, recognised without decoding).  Its
+header, signatures and control records are decoded the first time something asks for them: a batch
+the session never looks at again is never decoded.  Control batches (a few hundred) are decoded at
+once, since the roster reads every one.
+
+The bytes come from this installation's own, authenticated database (a page that does not
+authenticate is refused whole); one that does not decode is reported as a damaged local state
+(:class:`~camillo.cache.DatabaseError`, which the session turns into "rebuilt from the vault").
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import cbor2
+
+from .. import ids
+from ..cache import DatabaseError
+from ..control import BatchView
+from ..errors import VaultError
+from ..records import Batch, BatchHeader, Record, cached_batch, validated_record
+
+_NULL = 0xF6  # CBOR null
+
+
+def plain_count(controls: bytes) -> int | None:
+    """How many records a batch holds when its stored control records are all null (a CBOR array
+    of nulls: it holds no control record); None otherwise."""
+    if not controls:
+        return None
+    first = controls[0]
+    if 0x80 <= first <= 0x97:
+        n, at = first - 0x80, 1
+    elif first in (0x98, 0x99, 0x9A):
+        at = 1 + (1 << (first - 0x98))
+        n = int.from_bytes(controls[1:at], "big")
+    else:
+        return None
+    return n if len(controls) == at + n and controls.count(_NULL, at) == n else None
+
+
+class CachedView(BatchView):
+    """A :class:`~camillo.control.BatchView` of a batch stored in the local state: the attributes
+    every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read."""
+
+    def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, stored: bytes, controls: bytes,
+                 flags: int) -> None:  # (no dataclass __init__: nothing is decoded yet)
+        self.id, self.segment, self.epoch_id, self.writer_id = bid, segment, epoch_id, writer_id
+        self.sig_ok, self.vouched, self.signed = bool(flags & 1), bool(flags & 2), False
+        self.stored_flags = flags
+        self._stored, self._controls = stored, controls
+        plain = plain_count(controls)
+        if plain is not None:
+            self.has_control = False
+            self.__dict__["records"] = [None] * plain  # what ``records`` would decode
+        else:
+            self.has_control = any(r is not None for r in self.records)
+
+    # (cached_property: decoded once, then a plain attribute of the view, read as fast as any other)
+    @cached_property
+    def batch(self) -> Batch:  # type: ignore[override]
+        try:
+            header_bytes, sigs = cbor2.loads(self._stored)
+            return cached_batch(self.id, header_bytes, sigs)
+        except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
+            raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
+
+    @cached_property
+    def header(self) -> BatchHeader:  # type: ignore[override]
+        return self.batch.header
+
+    @cached_property
+    def records(self) -> list[Record | None]:  # type: ignore[override]
+        try:
+            raws: list[Any] = cbor2.loads(self._controls)
+            return [None if raw is None else validated_record(raw, ids.record_id(raw)) for raw in raws]
+        except (cbor2.CBORError, ValueError, TypeError, VaultError) as exc:
+            raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
