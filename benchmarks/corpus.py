@@ -225,9 +225,9 @@ class Corpus:
                     "build_seconds": round(time.perf_counter() - t0, 2),
                     "parent_built": dep.meta["built"] if dep else None, **(extra or {})}
             meta["fingerprint"] = tree_fingerprint(fx.vault)
-            from camillo.cache import FORMAT
+            from camillo.cache import FORMAT, REVISION
 
-            meta["state_format"] = FORMAT
+            meta["state_format"] = f"{FORMAT}.{REVISION}"
             with open(meta_path, "w") as fh:
                 json.dump(meta, fh, indent=1)
             self.say(f"  built in {meta['build_seconds']} s")
@@ -240,11 +240,12 @@ class Corpus:
     def _upgrade_local_state(self, fx: Fixture, meta_path: str) -> None:
         """A fixture built before the local state database (or an older format of it): the simulated
         installations' local state is made what building it now would leave (the vault is unchanged)."""
-        from camillo.cache import FORMAT
+        from camillo.cache import FORMAT, REVISION
 
-        if fx.meta.get("state_format") == FORMAT and self._has_state_db(fx):
+        current = f"{FORMAT}.{REVISION}"  # (an open completes a state of an older revision in place: once)
+        if str(fx.meta.get("state_format")) == current and self._has_state_db(fx):
             return
-        self.say(f"making the local state of the {fx.name} corpus current (format {FORMAT})")
+        self.say(f"making the local state of the {fx.name} corpus current (format {current})")
         if fx.name == "reopen":  # the desktop's state predates the laptop's batches: loose's, copied
             loose = self.get("loose")
             for sub in ("cache",):
@@ -258,7 +259,7 @@ class Corpus:
             for who in ("laptop", "desktop"):
                 if os.path.isdir(fx.homes[who]):
                     warm(fx, who)
-        fx.meta["state_format"] = FORMAT
+        fx.meta["state_format"] = current
         with open(meta_path, "w") as fh:
             json.dump(fx.meta, fh, indent=1)
 

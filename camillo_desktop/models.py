@@ -370,8 +370,14 @@ class RecordTableModel(ColumnModel):
 
     def set_pages(self, total: int, fetch: PageFetch, first: list[RecordView]) -> None:
         """``total`` rows, read by ``fetch(vault, offset, limit)`` on the worker when shown;
-        ``first``: the first rows, read already (the view's first load reads them with the count)."""
+        ``first``: the first rows, read already.  The total may be raised later (:meth:`set_total`:
+        the first page is shown before the rows are counted)."""
         self._reset([], total, fetch, dict(enumerate(first)), min(PAGE, total))
+
+    def set_total(self, total: int) -> None:
+        """How many rows there are, counted after the first page was shown (more can be fetched)."""
+        if self._fetch is not None and total > self._total:
+            self._total = total
 
     def set_rows(self, views: list[RecordView]) -> None:
         """Small lists whose contents are already decoded (search results, the inbox)."""
@@ -380,6 +386,10 @@ class RecordTableModel(ColumnModel):
     @property
     def paged(self) -> bool:
         return self._fetch is not None
+
+    def fetcher(self) -> PageFetch | None:
+        """How the rows are read (set_pages), to tell one list from the next."""
+        return self._fetch
 
     def total(self) -> int:
         return self._total

@@ -46,6 +46,9 @@ from .keys import local_key
 from .storage import make_dirs_durable
 
 FORMAT = 8
+# What an open of a FORMAT 8 state completes in place (no rebuild): 2 = the time and conversation
+# indexes, the batches' writer column and the stored causal log (issue 19)
+REVISION = 2
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
