@@ -176,6 +176,11 @@ def test_a_warm_open_of_an_unchanged_folder_resumes_the_stored_log_and_decodes_n
         assert views and all(isinstance(view, CachedView) for view in views)
         plain = [view for view in views if not view.has_control]
         assert plain and not any("header" in view.__dict__ for view in plain), "a message's batch was decoded"
+        devices, grants = v.devices(), v.grants()  # when each last wrote: a chain's top, not every batch
+        assert len(devices) == 2 and all(d.last_seen is not None for d in devices)
+        tops = {chain[max(chain)] for chain in v.session.log.chains.values() if chain}
+        assert sum("header" in view.__dict__ for view in plain) <= len(tops) < len(plain) / 2
+        del grants
         assert v.session.log == _log_as_built(v)
         assert fingerprint(v) == from_scratch(path)
         v.append([NewRecord(type="message", text="one more")])  # the stored log goes; the lock stores the new one
