@@ -212,10 +212,27 @@ def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault
     real = reader_mod.Reader._resumed_log
     monkeypatch.setattr(reader_mod.Reader, "_resumed_log",
                         lambda self, *a: resumed.append(r := real(self, *a)) or r)
-    with open_vault(path) as v:  # the laptop's batch is new here: the stored log does not describe it
+    with open_vault(path) as v:  # the laptop joined (control batches) and wrote: the stored log is not used
         assert v.session.reader.decryptions > 0
         assert resumed == [None]
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:  # messages only: the stored log is extended by them
+        other.append([NewRecord(type="message", text="more from the laptop")])
+        other.append([NewRecord(type="message", text="and more")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0 and resumed[-1] is not None
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:  # a control batch that changes no principal, and messages
+        other.rename_device("test laptop", "old laptop")
+        other.append([NewRecord(type="message", text="after the rename")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        assert resumed[-1] is not None, "the stored log was not extended by a rename and a message"
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+        assert "old laptop" in {d.name for d in v.devices()}
     with open_vault(path) as v:  # stored at the last lock: resumed
         assert resumed[-1] is not None
         db = v.session.reader.materialized.db

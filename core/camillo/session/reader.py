@@ -262,24 +262,39 @@ class Reader:
             ("log", encode_log(self.log)), ("log_basis", self._log_basis(self.roster, self.signed_ids))])
         self.log_stored = True
 
-    def _drop_stored_log(self) -> None:
-        """Batches or their flags changed: the stored log no longer describes them."""
-        self.resume = None
+    def _drop_stored_log(self, *, added: bool = False) -> None:
+        """Batches or their flags changed: the stored log no longer describes them.  (``added``: new
+        batches only; the log read at the open may still be extended by them, see _resumed_log.)"""
+        if not added:
+            self.resume = None
         if self.log_stored:
             self.materialized.db.execute("DELETE FROM cache_meta WHERE key IN ('log', 'log_basis')")
             self.log_stored = False
 
     def _resumed_log(self, roster: Roster, signed: set[bytes]) -> CausalLog | None:
-        """The log stored in the local state, when it was computed from exactly this roster and these
-        signed batches (the batches and flags stored have not changed since: it was dropped otherwise);
-        asked once, by the first recomputation of a warm open."""
+        """The log stored in the local state, when it was computed from exactly this roster and the
+        signed batches but those read since the open (the batches and flags stored then have not
+        changed: it was dropped otherwise), extended by the new ones when each is the next link of
+        its chain (:func:`~camillo.log.extend_log`, and for new control batches the check of what
+        they claim others had written, :func:`~camillo.log.extend_log_after_roster_change`, with the
+        same roster on both sides: its fingerprint is the stored one): the log a full build would
+        give, or nothing.  Asked once, by the first recomputation of an open."""
         resume, self.resume = self.resume, None
-        if resume is None or resume[0] != self._log_basis(roster, signed):
+        new = self.pending_batches
+        if resume is None or resume[0] != self._log_basis(roster, signed - new):
             return None
         try:
-            return decode_log(resume[1])
+            log = decode_log(resume[1])
         except ValueError:
             return None
+        added = sorted(b for b in new if b in signed)
+        if not added:
+            return log
+        if any(self.batches[b].has_control for b in added):
+            extended = extend_log_after_roster_change(log, self.batches, signed, roster, roster, set(added))
+        else:
+            extended = extend_log(log, self.batches, added, roster)
+        return log if extended else None
 
     def _write_flags(self) -> None:
         """Write what the roster and the log decided of each batch (all of them after a
@@ -563,7 +578,7 @@ class Reader:
             added.append(batch.id)
             self.pending_batches.add(batch.id)
             self.log_fresh = False
-            self._drop_stored_log()
+            self._drop_stored_log(added=True)
             self.unreported.append(batch.id)
         self.segment_batches[name] = [b.id for b in batches]
         self.segment_epochs[name] = (compartment_id, epoch_id)
