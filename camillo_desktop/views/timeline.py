@@ -1,13 +1,12 @@
 """The timeline: every conversation, message and other record, newest first (a toggle turns it).
 
-A lazy table: in time order only the count and the first page are read up front, and each page
-the person scrolls to is read on the worker from the vault's time index (``Vault.timeline``), so a
-million records show their first rows as fast as a hundred; sorted by another column (the sort runs
-on the worker, ``Vault.timeline_ids(order=...)``) the ids are loaded and rows decoded a page at a
-time.  It has
-filters by compartment and for forgotten records (marked, with Restore), a "go to date" control,
-Ctrl+End and Ctrl+Home that reach the real ends (not the ends of the rows loaded so far), and the
-detail pane of the selected record ("Open in its conversation", or a double-click).  The search
+A lazy table: in time order the first page is read up front, then the rows are counted, and each
+page the person scrolls to is read on the worker from the vault's time index (``Vault.timeline``),
+so a million records show their first rows as fast as a hundred; sorted by another column (the sort
+runs on the worker, ``Vault.timeline_ids(order=...)``) the ids are loaded and rows decoded a page at
+a time.  It has filters by compartment and for forgotten records (marked, with Restore), a "go to
+date" control and Ctrl+End and Ctrl+Home that reach the real ends (by their row in the time index,
+not the ends of the rows loaded so far), and the detail pane of the selected record ("Open in its conversation", or a double-click).  The search
 view reuses the record table and the detail pane.  GUI thread only.
 """
 
