@@ -246,7 +246,7 @@ class TimelineView(RecordListView):
                 self._refresh_detail()
 
             def counted(n: int) -> None:
-                if self.model.paged and self.model.fetcher() is fetch:  # still the list it counts
+                if self.model.fetcher() is fetch:  # still the list it counts
                     self.model.set_total(n)
                     show_count(n)
 

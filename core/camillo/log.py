@@ -405,6 +405,12 @@ def extend_log_after_roster_change(log: CausalLog, views: dict[bytes, BatchView]
 _LOG_FORMAT = 1
 
 
+def signed_of(log: CausalLog) -> set[bytes]:
+    """The signed batches a log was computed from: :func:`build_log` accepts or rejects each one (and
+    :func:`extend_log` accepts the ones it adds)."""
+    return log.accepted | log.rejected.keys()
+
+
 def encode_log(log: CausalLog) -> bytes:
     """The log as bytes for the local state (its accepted set and tops are its chains')."""
     chains = [[w, c, [x for seq, bid in chain.items() for x in (seq, bid)]] for (w, c), chain in log.chains.items()]

@@ -23,8 +23,7 @@ NAME_PATTERNS = {
 
 # the kind whose pattern a name can match, by its first path component (one pattern tried, not seven:
 # a warm open names every file of the folder, 100,000 at a million records)
-_BY_TOP = {"VMEM": "descriptor", "slots": "slot", "env": "envelope", "segments": "segment", "blobs": "blob",
-           "packs": "pack", "enroll": "enroll"}
+_BY_TOP = {pattern.pattern.partition("/")[0]: kind for kind, pattern in NAME_PATTERNS.items()}
 
 
 @functools.lru_cache(maxsize=1 << 18)

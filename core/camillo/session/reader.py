@@ -31,7 +31,15 @@ from ..control import BatchView, Roster, build_roster, grant_trust
 from ..credentials import CredentialKind
 from ..erased import purge
 from ..errors import StorageError, VaultError
-from ..log import CausalLog, build_log, decode_log, encode_log, extend_log, extend_log_after_roster_change
+from ..log import (
+    CausalLog,
+    build_log,
+    decode_log,
+    encode_log,
+    extend_log,
+    extend_log_after_roster_change,
+    signed_of,
+)
 from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
 from ..records import (
@@ -122,7 +130,6 @@ class Reader:
         self.dirty = True  # read something the local state has not committed yet
         # the causal log kept in the local state (spec §17; camillo.log.encode_log): a warm open of an
         # unchanged folder resumes it instead of building it over every batch
-        self.signed_ids: set[bytes] = set()  # the signed batches the log was computed from
         self.log_fresh = False  # the log covers every batch read (a recomputation or an extension ran since)
         self.log_stored = False  # the local state holds this log (nothing it covers changed since)
         self.resume: tuple[bytes, bytes] | None = None  # (what it was computed from, the log) read at the open
@@ -187,7 +194,7 @@ class Reader:
 
     def _load_cached(self, db: Connection) -> str:
         try:
-            cache_mod.batch_columns(db)
+            state = State(db)  # its schema completed where an older version lacks a table or a column
             views: dict[bytes, BatchView] = {}
             accepted: set[bytes] = set()
             writers: list[tuple[bytes, bytes]] = []  # (writer, batch) of a state an older version wrote
@@ -207,7 +214,6 @@ class Reader:
                 seg_map[name] = list(cbor2.loads(b))
                 seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
-            state = State(db)  # its schema completed where an older version lacks a table
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
@@ -236,18 +242,15 @@ class Reader:
             return
         if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
             return
+        if self.dirty:
+            self._write_flags()
         if force:
             self.materialized.ensure_search()  # the stored state holds a complete search index
-        if not self.dirty:
             self._store_log()
-            self.materialized.commit()  # what the index and the semantic vectors gained, if anything
-            return
-        self._write_flags()
-        if force:
-            self._store_log()
-        self.materialized.commit()
-        self.dirty = False
-        self.committed_at = time.monotonic()
+        self.materialized.commit()  # (forced with nothing read: what the index and the vectors gained)
+        if self.dirty:
+            self.dirty = False
+            self.committed_at = time.monotonic()
 
     @staticmethod
     def _log_basis(roster: Roster, signed: set[bytes]) -> bytes:
@@ -259,7 +262,7 @@ class Reader:
         if self.log_stored or not self.log_fresh or self.pending_batches or self.roster.genesis is None:
             return
         self.materialized.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
-            ("log", encode_log(self.log)), ("log_basis", self._log_basis(self.roster, self.signed_ids))])
+            ("log", encode_log(self.log)), ("log_basis", self._log_basis(self.roster, signed_of(self.log)))])
         self.log_stored = True
 
     def _drop_stored_log(self, *, added: bool = False) -> None:
@@ -628,7 +631,6 @@ class Reader:
             v.signed = v.sig_ok = True
         result = self.materialized.materialize(self.roster, self.log, self.batches, self.pending_batches | set(new))
         self.last_accepted |= set(new)
-        self.signed_ids |= set(new)
         self.log_fresh = True
         self.flags_new |= set(new) | self.pending_batches
         self.pending_batches = set()
@@ -672,7 +674,7 @@ class Reader:
             self.log = resumed
         elif not extend_log_after_roster_change(self.log, self.batches, signed, before, roster, self.pending_batches):
             self.log = build_log(self.batches, signed, roster)
-        self.signed_ids, self.log_fresh = signed, True
+        self.log_fresh = True
         fingerprint = roster.fingerprint()
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()
