@@ -4,10 +4,13 @@ The state (records, facts, the full-text index, semantic vectors, and what the r
 to resume: each batch's header, signatures and control records, and which segment files were
 processed) lives in one SQLite database encrypted page by page with SQLCipher 4 (the ``sqlcipher3``
 wheels): every 4 KiB page is AES-256-CBC with a random IV and an HMAC-SHA512 over the page, its
-number and the IV, under a raw 256-bit key derived from the actor's own seed and the vault id
-(:func:`camillo.keys.local_key`, purpose ``state-db``), never from a key of the vault.  The write-ahead
-log is encrypted the same way; temporary tables stay in memory.  A stolen disk shows the file's size
-and modification times, nothing else (docs/security.md §5).
+number and the IV, under a random 256-bit page key, never a key of the vault.  The page key is sealed
+beside the database (``state.db.key``) under a key derived from the actor's own seed and the vault id
+(:func:`camillo.keys.local_key`, purpose ``state-db-key``; a database of an earlier version has none,
+and its page key is derived from the seed, purpose ``state-db``).  When this installation's key
+rotates (an erasure), the page key is sealed to the new key and the database renamed, not re-encrypted
+(:meth:`Cache.take_over`).  The write-ahead log is encrypted the same way; temporary tables stay in
+memory.  A stolen disk shows the files' sizes and modification times, nothing else (docs/security.md §5).
 
 The records, facts and index are read in place, page by page, as queries need them; what an open still
 reads whole is each batch's header and control records (the roster and the causal log are rebuilt from
@@ -43,6 +46,8 @@ from sqlcipher3 import dbapi2 as sqlite  # the stdlib's sqlite3 interface over S
 from . import encoding, storage
 from .errors import DamagedFile, StorageError
 from .keys import local_key
+from .localstate import atomic_write, open_local, read_file, seal_local
+from .primitives import KEY_LEN, random_bytes
 from .storage import make_dirs_durable
 
 FORMAT = 8
@@ -52,7 +57,10 @@ REVISION = 2
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
-_SUFFIXES = ("", "-wal", "-shm", "-journal", _EXPORTING, _EXPORTING + "-journal")
+# the database's random page key, sealed to the actor's own key (absent: a database of an earlier
+# version, whose page key is derived from the actor's seed)
+_KEY_FILE = ".key"
+_SUFFIXES = ("", "-wal", "-shm", "-journal", _EXPORTING, _EXPORTING + "-journal", _KEY_FILE)
 LEGACY = "cache.bin"  # the sealed SQLite image of earlier versions, read whole at every open
 
 if TYPE_CHECKING:  # sqlcipher3 ships no type information; its interface is the stdlib's
@@ -195,9 +203,21 @@ class Cache:
     def __init__(self, path: str, secret: bytes, vault_id: bytes) -> None:
         self.path = path
         self.vault_id = vault_id
-        self._key = local_key(secret, "state-db", vault_id)
+        self._derived = local_key(secret, "state-db", vault_id)  # the page key of an earlier version's database
+        self._wrap = local_key(secret, "state-db-key", vault_id)  # seals the page key
+        self._page: bytes | None = None
         self._lock_fd: int | None = None
         self.problem = ""  # why the last open started from nothing ("" when it resumed or there was none)
+
+    @property
+    def page_key(self) -> bytes:
+        """The database's page key, sealed beside it (or derived from the actor's seed, for a database
+        of an earlier version).  A sealed key that does not open raises :class:`DamagedFile`."""
+        if self._page is None:
+            sealed = read_file(self.path + _KEY_FILE)
+            self._page = self._derived if sealed is None else open_local(
+                self._wrap, "state-db-key", self.vault_id, sealed, self.path + _KEY_FILE)
+        return self._page
 
     # ------------------------------------------------------------------------------ opening
 
@@ -237,10 +257,11 @@ class Cache:
                 ("vault", self.vault_id)]
 
     def create(self, generation: int) -> Connection:
-        """A new, empty database (any previous one is deleted first)."""
+        """A new, empty database (any previous one is deleted first), under a new random page key."""
         self._delete_files()
         try:
             make_dirs_durable(os.path.dirname(self.path), 0o700)
+            self._seal_key(random_bytes(KEY_LEN))
             db = self._connect()
             db.execute("CREATE TABLE cache_meta(key TEXT PRIMARY KEY, value BLOB)")
             db.executemany("INSERT INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
@@ -256,9 +277,10 @@ class Cache:
         staged = self.path + _EXPORTING  # complete before it takes the database's name: a process killed
         try:                              # while exporting leaves no half-made database to be resumed
             make_dirs_durable(os.path.dirname(self.path), 0o700)
+            self._seal_key(random_bytes(KEY_LEN))
             source.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             source.commit()
-            source.execute("ATTACH DATABASE ? AS store KEY ?", (staged, f"x'{self._key.hex()}'"))
+            source.execute("ATTACH DATABASE ? AS store KEY ?", (staged, f"x'{self.page_key.hex()}'"))
             try:
                 source.execute("SELECT sqlcipher_export('store')").fetchall()
             finally:
@@ -277,29 +299,36 @@ class Cache:
 
     def take_over(self, old: Cache, db: Connection, generation: int) -> Connection:
         """The database of the key this installation replaced (``old``, open as ``db``), taken over in
-        place: re-keyed page by page and renamed into this key's place, instead of copied row by row
-        (:meth:`export` re-inserts every row and rebuilds every index: 1.5 s at 100k records).  SQLCipher
-        4 does not re-key a database in WAL mode, so the log is checkpointed and the journal switched
-        to a rollback journal for the re-key, then back.  ``db`` is closed.  A process killed meanwhile
-        leaves no database under this key's name (the next open starts again from the vault's files)."""
+        place: its page key is sealed to this key beside it and the file renamed into this key's
+        place.  No page is re-encrypted: a key rotation (an erasure's) costs the same at any size,
+        where re-keying every page took 21 s at a million records (docs/benchmarks.md).  What an
+        erasure removed was overwritten in place before (``camillo.erased``); what this leaves to a
+        holder of the current key is said in docs/security.md §5.  ``db`` is closed.  A process killed
+        meanwhile leaves either the old database (deleted with the old key) or this one, complete."""
         self._delete_files()
         try:
             make_dirs_durable(os.path.dirname(self.path), 0o700)
             db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             db.commit()
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            db.execute("PRAGMA journal_mode = DELETE").fetchall()
-            db.execute(f"PRAGMA rekey = \"x'{self._key.hex()}'\"")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the whole database in its main file
+            key = old.page_key
             db.close()
+            self._seal_key(key)
             os.replace(old.path, self.path)
             storage.fsync_dir(os.path.dirname(self.path))
             old.discard()
             return self._connect()
-        except (OSError, sqlite.OperationalError) as exc:
+        except (OSError, StorageError, sqlite.OperationalError) as exc:
             with contextlib.suppress(Exception):
                 db.close()
             self._delete_files()
             raise self._unwritable(exc) from None
+
+    def _seal_key(self, key: bytes) -> None:
+        """Make ``key`` this database's page key, sealed to the actor's key beside it (durably, before
+        the database it opens: a key file without a database is deleted by the next :meth:`create`)."""
+        atomic_write(self.path + _KEY_FILE, seal_local(self._wrap, "state-db-key", self.vault_id, key))
+        self._page = key
 
     def _unwritable(self, exc: Exception) -> StorageError:
         return StorageError(f"cannot write this installation's local state {self.path} ({exc}): make it "
@@ -309,7 +338,7 @@ class Cache:
         db: Connection = sqlite.connect(self.path)
         try:
             db.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is expected (discarded), not logged
-            db.execute(f"PRAGMA key = \"x'{self._key.hex()}'\"")
+            db.execute(f"PRAGMA key = \"x'{self.page_key.hex()}'\"")
             db.execute("PRAGMA temp_store = MEMORY")  # no temporary file, encrypted or not
             # what is deleted is overwritten, in the page and in freed pages: an erased record leaves
             # nothing behind when its rows go (spec §16.4; tests/security/test_erasure_purge.py)
@@ -352,6 +381,7 @@ class Cache:
     # ------------------------------------------------------------------------------ deleting
 
     def _delete_files(self) -> None:
+        self._page = None
         for suffix in _SUFFIXES:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path + suffix)

@@ -104,7 +104,7 @@ def test_another_devices_erasure_leaves_nothing_in_this_devices_state(devices):
         desk.search("zyxwvut")  # the full-text index holds it too
         desk.session.reader.settle(force=True)
         cache = desk.session.cache
-        assert cache is not None and b"zyxwvut" in decrypted(cache.path, cache._key)
+        assert cache is not None and b"zyxwvut" in decrypted(cache.path, cache.page_key)
         with open_("laptop") as lap:
             secret = next(r.id for r in lap.timeline() if r.text == "zyxwvut the secret")
             lap.erase([secret])
@@ -115,7 +115,7 @@ def test_another_devices_erasure_leaves_nothing_in_this_devices_state(devices):
         desk.session.reader.settle(force=True)
         cache = desk.session.cache
         assert cache is not None
-        assert b"zyxwvut" not in decrypted(cache.path, cache._key), "the erased text stayed in the local state"
+        assert b"zyxwvut" not in decrypted(cache.path, cache.page_key), "the erased text stayed in the local state"
     finally:
         desk.lock()
 

@@ -330,7 +330,7 @@ def test_a_state_with_a_half_made_schema_is_discarded(new_vault):
     path, vault, _ = new_vault
     _fill(vault, 5)
     store = vault.session.reader.store
-    key = store._key
+    key = store.page_key
     vault.lock()
     db = sqlite.connect(store.path)
     db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
@@ -347,8 +347,8 @@ def test_a_state_with_a_half_made_schema_is_discarded(new_vault):
 def test_the_state_database_takes_its_name_only_once_complete(new_vault, monkeypatch, tmp_path):
     """A first registration copies the state read in memory into a new database: made under another
     name and renamed when complete, so that a kill meanwhile leaves nothing to resume.  A new device
-    key (an erasure rotates it) takes the old key's database over in place: re-keyed, then renamed;
-    the next open resumes from it under the new key."""
+    key (an erasure rotates it) takes the old key's database over in place: its page key sealed to the
+    new key, then renamed; the next open resumes from it under the new key."""
     from camillo import cache
 
     path, vault, _ = new_vault
@@ -377,6 +377,55 @@ def test_the_state_database_takes_its_name_only_once_complete(new_vault, monkeyp
     with open_vault(path) as v:
         assert v.session.reader.decryptions == 0, "the re-keyed state did not open under the new key"
         assert fingerprint(v) == from_scratch(path)
+
+
+def _pages(path: str) -> list[bytes]:
+    data = open(path, "rb").read()
+    return [data[i:i + PAGE] for i in range(0, len(data), PAGE)]
+
+
+def test_a_new_device_key_hands_the_state_over_without_re_encrypting_it(new_vault):
+    """The state's page key is random and sealed beside the database to the actor's key: an erasure's
+    key rotation seals it to the new key instead of re-encrypting every page (21 s at a million
+    records).  Pages the erasure did not touch are the same bytes; the old key's sealed copy is
+    deleted; a damaged or missing key file makes the state rebuilt from the vault, never an error."""
+    path, vault, _ = new_vault
+    _fill(vault, 40)
+    reader = vault.session.reader
+    reader.settle(force=True)
+    reader.materialized.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    old = reader.store
+    key = old.page_key
+    sealed = open(old.path + ".key", "rb").read()
+    assert len(key) == 32 and key not in sealed
+    from camillo.keys import local_key
+    assert key != local_key(vault.session.actor.signer.seed, "state-db", vault.session.vault_id)
+    before = _pages(old.path)
+    vault.erase([next(r.id for r in vault.timeline() if r.text == "garden note 7")])
+    reader.settle(force=True)
+    reader.materialized.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    new = reader.store
+    assert new.path != old.path and new.page_key == key, "the page key changed"
+    assert not os.path.exists(old.path + ".key") and os.path.exists(new.path + ".key")
+    assert open(new.path + ".key", "rb").read() != sealed  # sealed to the new key
+    after = set(_pages(new.path))
+    unchanged = sum(p in after for p in before)
+    assert unchanged >= len(before) // 4, f"{unchanged} of {len(before)} pages unchanged: re-encrypted"
+    vault.lock()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        expected = fingerprint(v)
+    for damage in ("flip", "delete"):
+        if damage == "flip":
+            data = bytearray(open(new.path + ".key", "rb").read())
+            data[-5] ^= 1
+            open(new.path + ".key", "wb").write(bytes(data))
+        else:
+            os.unlink(new.path + ".key")
+        with open_vault(path) as v:
+            assert v.session.reader.decryptions > 0, f"a {damage}d key file: the state was not rebuilt"
+            assert "rebuilt" in v.session.cache.problem
+            assert fingerprint(v) == expected
 
 
 def test_a_second_process_of_the_installation_works_in_memory(new_vault):

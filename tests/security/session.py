@@ -60,7 +60,7 @@ class Session:
                 self.add_secret(f"{label}/{what}/{cred.kind.label}/x", cred.recipient.seed)
                 self.add_secret(f"{label}/{what}/{cred.kind.label}/e", cred.signer.seed)
         if vault.session.cache is not None:
-            self.add_secret(f"{label}/cache-key", vault.session.cache._key)
+            self.add_secret(f"{label}/cache-key", vault.session.cache.page_key)
         if vault.session.device_state_store is not None:
             self.add_secret(f"{label}/state-key", vault.session.device_state_store._key)
         self.objects.append(vault)

@@ -57,13 +57,13 @@ def test_the_erasing_device_keeps_no_page_of_the_erased_text(new_vault):
     vault.session.reader.settle(force=True)
     cache = vault.session.cache
     assert cache is not None
-    assert TOKEN in decrypted(cache.path, cache._key), "the scan does not see the state's plaintext"
+    assert TOKEN in decrypted(cache.path, cache.page_key), "the scan does not see the state's plaintext"
 
     vault.erase([secret], reauth=None)
     vault.session.reader.settle(force=True)
     cache = vault.session.cache  # the erasing device's key changed: so did its state's
     assert cache is not None
-    plain = decrypted(cache.path, cache._key)
+    plain = decrypted(cache.path, cache.page_key)
     assert len(plain) > 10 * PAGE
     assert TOKEN not in plain and b"zyxwvut" not in plain, "the erased text is still in the local state"
     assert vault.search("quarrelsome") == [] and vault.search("garden")
@@ -96,6 +96,6 @@ def test_a_copy_of_an_erased_record_keeps_no_content_in_the_state(new_vault):
     purge(state)
     cache = session.cache
     assert cache is not None
-    plain = decrypted(cache.path, cache._key)
+    plain = decrypted(cache.path, cache.page_key)
     assert b"ordinary garden" in plain and TOKEN not in plain and b"zyxwvut" not in plain
     vault.lock()

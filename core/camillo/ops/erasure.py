@@ -383,6 +383,10 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         ds = store.load() or session.device_state
         ds.manifests = session.erasure_manifests()
         session.save_device_state(ds)
+    # the batches of the old segments live on in the new ones, without the erased records (whose rows
+    # in the local state were scrubbed when the erasure was read): moved, not read again (before the
+    # keys that open the new segments are read, which would decrypt them for nothing)
+    session.reader.resealed(old_segments, [(name, bids) for name, _, bids in new_segments], (cid, eid), seen)
     # 3. switch to the new master secret, delete old slots and envelopes, then the old segments.
     files_written = len(new_files)
     rekey.records, rekey.files = {}, []
@@ -391,9 +395,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     session.delete_files(old_segments)
     deleted = len(old_segments)
     changes = session.reader.changes()
-    # the old segments are gone and their batches live on, sealed again without the erased records:
-    # both are forgotten, so that the state's rows are deleted (overwritten) and read again from the new
-    session.after_erasure([*old_segments, *(name for name, _, _ in new_segments)])
+    session.after_erasure()
     chunks -= attachments.chunks_named(session)
     session.delete_files(sorted(chunks))
     session.reader.changes()  # everything was read again: what moved is the erased records and their facts

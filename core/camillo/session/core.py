@@ -152,17 +152,14 @@ class Session:
         self.keychain_problem = self.key_waiting = ""
         self.reread_keys(everything=True)
 
-    def after_erasure(self, segments: Sequence[str]) -> None:
-        """This device erased: ``segments`` are those it deleted and those it wrote in their place,
-        holding the same batches without the erased records.  Their batches leave the local state
-        (overwritten, not only unlinked: the database deletes securely), the keys are read again
-        under the rolled master secret and the new segments are read again (the full-text index and
-        the write-ahead log were purged when the erasure was read, spec §16.4).  What else was
-        read stays: the cost is the erased epochs', not the vault's."""
-        self.reader.forget_segments(segments)
+    def after_erasure(self) -> None:
+        """This device erased and deleted the old segments (their batches were moved to the new
+        ones first: :meth:`Reader.resealed`): the keys are read again under the rolled master
+        secret.  The erased records' rows were scrubbed and the full-text index and the write-ahead
+        log purged when the erasure was read (spec §16.4)."""
         self.refused_slots = set()
         self.known_slot_files = None
-        self.reread_keys(segments)  # (the state was purged when the erasure was read: Reader.recompute)
+        self.reread_keys()
 
     # ------------------------------------------------------------------------------ compartments
 

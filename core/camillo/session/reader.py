@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -421,6 +421,39 @@ class Reader:
         if gone:
             self.log_fresh = False
             self._drop_stored_log()
+
+    def resealed(self, old: Sequence[str], new: Sequence[tuple[str, list[bytes]]], ref: EpochRef,
+                 batches: Mapping[bytes, Batch]) -> None:
+        """This device erases: the batches of the ``old`` segments (about to be deleted) live on in
+        the ``new`` ones it sealed under the epoch ``ref``, the same batches without the erased records
+        (``batches``, by id).  They are moved, not read again: nothing the roster, the log or the
+        state computed from them depends on the segment that holds them, and the erased records'
+        rows were scrubbed when the erasure was read (``camillo.erased``).  A view that still holds
+        the batch's record bytes gets the copy without the erased ones."""
+        db = self.materialized.cache_db
+        for name in old:
+            self.segment_batches.pop(name, None)
+            self.segment_epochs.pop(name, None)
+            self.unreadable.pop(name, None)
+        db.executemany("DELETE FROM cache_segments WHERE name = ?", [(n,) for n in old])
+        for name, bids in new:
+            self.segment_batches[name] = list(bids)
+            self.segment_epochs[name] = ref
+            self.unreadable.pop(name, None)  # (seen before its epoch's key was here)
+            self.segment_problems.pop(name, None)
+            db.execute("INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
+                       (name, encoding.encode(list(bids)), *ref))
+            for bid in bids:
+                view = self.batches.get(bid)
+                if view is None:
+                    continue
+                view.segment, view.epoch_id = name, ref[1]
+                held = view.__dict__.get("batch")  # (a view read back from the state holds no record bytes)
+                if held is not None and held.records and bid in batches:
+                    view.batch = batches[bid]
+            db.executemany("UPDATE cache_batches SET segment = ?, epoch = ? WHERE id = ?",
+                           [(name, ref[1], bid) for bid in bids])
+        self.dirty = True
 
     def read_envelopes(self, names: list[str]) -> bool:
         """Open the envelopes addressed to this session (the owner KEM key, or the grant's key)."""
