@@ -25,7 +25,6 @@ Confined to the thread that owns the vault (SQLite connections are not shared).
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
@@ -35,9 +34,18 @@ from .cache import SCHEMA, Connection, batch_columns, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .erased import scrub
-from .facts import FactRow, decide
-from .facts import binds as binds_rule
-from .log import CausalLog, precedes
+from .log import CausalLog
+from .passes import (
+    REF_PRED,
+    REF_SOURCE,
+    REF_TARGET,
+    check_references,
+    compute_facts,
+    hide,
+    keys_of,
+    reach,
+    rows_in,
+)
 from .records import (
     CONTROL_KINDS,
     Authority,
@@ -57,11 +65,6 @@ SQLITE_INT_MAX = 2**63 - 1
 def shown_ts(ts: Any) -> int | None:
     """A record's or batch's ``ts`` as views show and order it: None when absent or out of range."""
     return ts if type(ts) is int and 0 <= ts <= TS_SHOWN_MAX else None
-
-
-REF_PRED = 1
-REF_SOURCE = 2
-REF_TARGET = 3
 
 
 def value_text(value: Any) -> str:
@@ -239,8 +242,6 @@ def _proposal_json(j: RecordJSON) -> ProposalJSON:
 # has_refs, erased, import_key, lamport (a plain tuple: a large vault stages millions).
 _StagedRecord = tuple[bytes, bytes, int, bytes, bytes, bytes | None, int | None, str | None, str | None, int | None,
                       int | None, int | None, str | None, str | None, str | None, bytes | None, int, int, str | None, int]
-# What the reference checks know of a record: batch, idx, kind, class, key, compartment, writer.
-_RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 
 
 def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
@@ -270,6 +271,10 @@ class State:
         self._views: dict[bytes, BatchView] = {}
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
+        # records forget_batches removed and what they referred to, and their keys: the next
+        # materialize reaches from them (a change to them leaves no row to find it by)
+        self._forgotten: set[bytes] = set()
+        self._forgotten_keys: set[tuple[bytes, str]] = set()
         # records up to this rowid are in the full-text index (rowids only grow: AUTOINCREMENT)
         row = self._db.execute("SELECT value FROM cache_meta WHERE key = 'indexed'").fetchone()
         self._indexed: int = encoding.decode(row[0]) if row is not None else 0
@@ -371,11 +376,18 @@ class State:
                        (encoding.encode(upto),))
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
-        """Remove batches (erasure re-encrypts them; the new copies are staged again)."""
+        """Remove batches (their segments went away).  The next :meth:`materialize` reaches from
+        their records and what those referred to, and judges their keys' facts again."""
         self.ensure_search()
         self.vector_cache = None
         db = self.db
         for bid in batch_ids:
+            for rid, comp, key in db.execute("SELECT id, compartment, key FROM records WHERE batch = ?", (bid,)):
+                self._forgotten.add(rid)
+                if key is not None:
+                    self._forgotten_keys.add((comp, key))
+            self._forgotten |= {ref for (ref,) in db.execute(
+                "SELECT ref FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))}
             db.execute("DELETE FROM search WHERE rowid IN (SELECT rowid FROM records WHERE batch = ? AND kind IN (?, ?))",
                        (bid, Kind.PUT, Kind.NOTE))
             db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
@@ -405,11 +417,12 @@ class State:
                     affected: set[bytes] | None = None, writers: set[bytes] | frozenset[bytes] = frozenset(),
                     erasing: bool = False) -> MaterializeResult:
         """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
-        the per-record checks to the records of those batches (new ones, and those whose acceptance
-        changed) and of ``writers`` (principals the roster added, replaced or revoked; CONFIRMs are
-        then checked again too, since they depend on who the owners are); None re-checks every
-        record (the genesis changed, or an erasure went away).  ``erasing``: erasures were added
-        and the batches holding what they name are in ``affected``: the general path (it scrubs)."""
+        the work to what a change to the records of those batches (new ones, and those whose
+        acceptance changed) and of ``writers`` (principals the roster added, replaced or revoked;
+        CONFIRMs are then checked again too, since they depend on who the owners are) can reach
+        (:func:`camillo.passes.reach`); None re-checks every record (the genesis changed, or an
+        erasure went away).  ``erasing``: erasures were added and the batches holding what they
+        name are in ``affected``: not the plain-notes path (it scrubs)."""
         self.flush()
         self._roster = roster
         self._views = views
@@ -423,9 +436,11 @@ class State:
         # A changed principal that wrote no memory record (a replaced passphrase, a revoked recovery
         # phrase, a new device) changes no record's validity, class, reference or fact.
         writers = self._memory_writers(writers, views)
-        if affected is not None and not affected and not writers and not erasing:
+        forgotten, forgotten_keys = self._forgotten, self._forgotten_keys
+        self._forgotten, self._forgotten_keys = set(), set()
+        if affected is not None and not affected and not writers and not erasing and not forgotten:
             return result  # the same roster, no batch read or accepted since: nothing can have moved
-        if affected is not None and not writers and not erasing and self._only_inert(affected, views):
+        if affected is not None and not writers and not erasing and not forgotten and self._only_inert(affected, views):
             # New plain notes (messages) and control records that no record refers to: nothing but
             # their own validity can change, so the reference, hiding and fact passes (which scale
             # with the vault) are skipped.
@@ -438,26 +453,27 @@ class State:
                 for rid, batch, writer, author, kind, klass, key, raw in rows])
             return result
 
+        # The records this change can move (None: every record), and the facts it can move.
+        scope: set[bytes] | None = None
+        keys: set[tuple[bytes, str]] | None = None
+        if affected is not None:  # (before an erased record's key and references are scrubbed)
+            seeds = erased_targets | forgotten | {rid for (rid,) in rows_in(
+                db, "SELECT id FROM records WHERE batch IN ({})", affected)}
+            if writers:
+                marks = ",".join("?" * len(writers))
+                seeds |= {rid for (rid,) in db.execute(f"SELECT id FROM records WHERE writer IN ({marks}) OR kind = ?",
+                                                       (*writers, Kind.CONFIRM))}
+            scope = reach(db, seeds)
+            keys = keys_of(db, scope) | forgotten_keys
         # 0. An erased record keeps no content here, whatever copy it came from (read before the
         #    erasure, or from a segment another device's erasure has not reached yet, §16.10).
         result.scrubbed = scrub(self, erased_targets)
-        # 1. Static validity of every record: batch accepted and authority rules that need only
-        #    the record and its writer.
+        # 1. Static validity of each record: batch accepted and authority rules that need only the
+        #    record and its writer (then the passes that follow references start from it).
         updates: list[tuple[int, str | None, int | None, bytes]] = []  # valid, reason, effective, id
-        checked: Iterable[Any]
-        if affected is None:
-            checked = db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records")
-        else:
-            picked = [row for bid in affected for row in db.execute(
-                "SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records WHERE batch = ?", (bid,))]
-            # records whose effective class a CONFIRM raised start again from their claimed class
-            picked += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
-                                 "WHERE has_refs = 1 OR effective IS NOT class").fetchall()
-            if writers:
-                marks = ",".join("?" * len(writers))
-                picked += db.execute("SELECT id, batch, writer, author, kind, class, key, raw, erased FROM records "
-                                     f"WHERE writer IN ({marks}) OR kind = ?", (*writers, Kind.CONFIRM)).fetchall()
-            checked = picked
+        cols = "id, batch, writer, author, kind, class, key, raw, erased"
+        checked: Iterable[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
+                                  else rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))
         for rid, batch, writer, author, kind, klass, key, raw, erased in checked:
             if batch not in accepted:
                 updates.append((0, "its batch is not accepted", klass, rid))
@@ -472,21 +488,12 @@ class State:
             reason = self._static_check(roster, views[batch], writer, author, kind, klass, key, raw)
             updates.append((0 if reason else 1, reason, klass, rid))
         db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", updates)
-
-        # 2. References: pred inside the causal past, CONFIRM targets, sources (iterated, because
-        #    a CONFIRM can raise a source and a rejection can lower one).
-        self._check_references(views)
-        # 3. Hidden keyless records (a DEL without key names them in pred).  A keyed record named
-        #    there is not hidden: such a DEL takes no part in facts, so the timeline follows the fact.
-        db.execute("UPDATE records SET hidden = 0 WHERE hidden = 1")  # writes only the rows that were hidden
-        db.execute(
-            "UPDATE records SET hidden = 1 WHERE (kind IS NULL OR kind NOT IN (?, ?) OR key IS NULL) AND id IN "
-            "(SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
-            "WHERE refs.how = ? AND d.kind = ? AND d.key IS NULL AND d.valid = 1)",
-            (Kind.PUT, Kind.DEL, REF_PRED, Kind.DEL),
-        )
+        # 2. References: pred inside the causal past, CONFIRM targets, sources.
+        check_references(db, roster, views, scope)
+        # 3. Hidden keyless records (a DEL without key names them in pred).
+        hide(db, scope)
         # 4. Facts.
-        result.keys = self._compute_facts(views)
+        result.keys = compute_facts(db, roster, views, keys)
         return result
 
     @staticmethod
@@ -552,153 +559,6 @@ class State:
                 if not key.startswith(prefix):
                     return f"an append grant may only write keys under {prefix}"
         return None
-
-    def _check_references(self, views: dict[bytes, BatchView]) -> None:
-        db = self.db
-        rows = db.execute(
-            "SELECT id, batch, idx, kind, class, key, compartment, writer FROM records WHERE has_refs = 1 AND valid = 1"
-        ).fetchall()
-        if not rows:
-            return
-        info: dict[bytes, _RefInfo] = {}
-        for rid, batch, idx, kind, klass, key, comp, writer in db.execute(
-            "SELECT id, batch, idx, kind, class, key, compartment, writer FROM records WHERE id IN "
-            "(SELECT ref FROM refs) OR has_refs = 1"
-        ):
-            info[rid] = (batch, idx, kind, klass, key, comp, writer)
-        refs: dict[bytes, list[tuple[bytes, int]]] = defaultdict(list)
-        for rec, ref, how in db.execute("SELECT record, ref, how FROM refs"):
-            refs[rec].append((ref, how))
-
-        def precedes_rec(a: bytes, b: bytes) -> bool:
-            ba, ia = info[a][0], info[a][1]
-            bb, ib = info[b][0], info[b][1]
-            if ba == bb:
-                return ia < ib
-            va, vb = views.get(ba), views.get(bb)
-            return va is not None and vb is not None and precedes(va, vb)
-
-        roster = self.roster
-        invalid: dict[bytes, str] = {}
-        # pred and CONFIRM rules do not depend on classes.
-        for rid, batch, idx, kind, klass, key, comp, writer in rows:
-            for ref, how in refs[rid]:
-                if how == REF_PRED:
-                    if ref not in info:
-                        invalid[rid] = (f"waiting: it supersedes record {ref.hex()[:12]}, which has not arrived "
-                                        "(still syncing, or withheld)")
-                        break
-                    rb, ri, rkind, rklass, rkey, rcomp, rwriter = info[ref]
-                    # An erased record (no bytes, so no kind) has no key any more: it is not compared.
-                    if rcomp != comp or (key is not None and rkind is not None and rkey != key):
-                        invalid[rid] = f"it supersedes record {ref.hex()[:12]} of another key or compartment"
-                        break
-                    if not precedes_rec(ref, rid):
-                        invalid[rid] = (f"it supersedes record {ref.hex()[:12]}, which its writer could not "
-                                        "have seen (not in its causal past)")
-                        break
-                    p = roster.principals.get(writer)
-                    if p is not None and p.grant is not None and p.grant.scopes.get(comp) == Level.APPEND and rwriter != writer:
-                        invalid[rid] = "an append grant may only supersede its own records"
-                        break
-                elif how == REF_TARGET and kind == Kind.CONFIRM:
-                    if ref not in info:
-                        invalid[rid] = (f"waiting: it confirms record {ref.hex()[:12]}, which has not arrived "
-                                        "(still syncing, or withheld)")
-                    elif info[ref][5] != comp:
-                        invalid[rid] = f"it confirms record {ref.hex()[:12]} of another compartment"
-        # effective classes and sources, to a fixpoint
-        valid_now = {rid for rid, *_ in rows if rid not in invalid}
-        while True:
-            effective: dict[bytes, int] = {}
-            for rec_id, ref, how in db.execute("SELECT record, ref, how FROM refs WHERE how = ?", (REF_TARGET,)):
-                if rec_id in valid_now and ref in info and info[rec_id][2] == Kind.CONFIRM:
-                    effective[ref] = Authority.USER
-            changed = False
-            for rid, batch, idx, kind, klass, key, comp, writer in rows:
-                if rid in invalid or klass is None:
-                    continue
-                sources = [ref for ref, how in refs[rid] if how == REF_SOURCE]
-                if not sources:
-                    continue
-                floor = min(self._effective_of(s, info, effective, valid_now) for s in sources)
-                if klass > floor:
-                    invalid[rid] = (f"it claims {Authority(klass).label} authority, above its sources "
-                                    f"({Authority(floor).label})")
-                    valid_now.discard(rid)
-                    changed = True
-            if not changed:
-                break
-        db.executemany("UPDATE records SET valid = 0, reason = ? WHERE id = ?", [(r, i) for i, r in invalid.items()])
-        db.executemany("UPDATE records SET effective = ? WHERE id = ?", [(e, i) for i, e in effective.items()])
-
-    def _effective_of(self, rid: bytes, info: dict[bytes, _RefInfo], effective: dict[bytes, int],
-                      valid_now: set[bytes]) -> int:
-        # A source that is missing, invalid or classless counts as external, confirmed or not (§16.3 rule 8).
-        row = self.db.execute("SELECT class, valid, has_refs FROM records WHERE id = ?", (rid,)).fetchone()
-        if row is None or row[0] is None or not row[1]:
-            return Authority.EXTERNAL
-        if row[2] and rid not in valid_now:
-            return Authority.EXTERNAL
-        claimed: int = row[0]
-        return effective.get(rid, claimed)
-
-    def _compute_facts(self, views: dict[bytes, BatchView]) -> set[tuple[bytes, str]]:
-        db, roster = self.db, self.roster
-        by_key: dict[tuple[bytes, str], list[FactRow]] = defaultdict(list)
-        rows = db.execute(
-            "SELECT compartment, key, id, batch, idx, kind, effective, writer, raw FROM records "
-            "WHERE key IS NOT NULL AND valid = 1 AND kind IN (?, ?)",
-            (Kind.PUT, Kind.DEL),
-        ).fetchall()
-        for comp, key, rid, batch, idx, kind, eff, writer, raw in rows:
-            rejection = False
-            if kind == Kind.DEL and raw is not None:
-                rejection = validated_record(raw, rid).meta.get("reject") is True
-            p = roster.principals.get(writer)
-            owner_device = p is not None and p.kind == CredentialKind.DEVICE
-            binding = binds_rule(kind, eff, by_owner_device=owner_device, rejection=rejection)
-            by_key[(comp, key)].append(FactRow(rid, batch, idx, kind, eff, binding))
-        preds: dict[bytes, set[bytes]] = defaultdict(set)
-        for rec, ref in db.execute("SELECT record, ref FROM refs WHERE how = ?", (REF_PRED,)):
-            preds[rec].add(ref)
-        before = {(r[0], r[1]): r[2:] for r in db.execute(
-            "SELECT compartment, key, status, current, candidates, discarded, history, proposed FROM facts")}
-        db.execute("DELETE FROM facts")
-        db.execute("DELETE FROM proposals")
-
-        def supersedes(s: FactRow, r: FactRow) -> bool:
-            if s.id == r.id:
-                return False
-            if r.id in preds.get(s.id, ()):
-                return True
-            if s.batch == r.batch:
-                return r.idx < s.idx
-            vs, vr = views.get(s.batch), views.get(r.batch)
-            return vr is not None and vs is not None and precedes(vr, vs)
-
-        out: list[tuple[bytes, str, str, bytes | None, bytes, bytes, bytes, bytes]] = []
-        forgotten: list[bytes] = []
-        proposals: list[tuple[bytes, bytes, str]] = []
-        for (comp, key), recs in by_key.items():
-            d = decide(recs, supersedes, lambda r: self._order_key(r, views))
-            forgotten += d.forgotten
-            proposals += [(p, comp, key) for p in d.proposed]
-            out.append((comp, key, d.status, d.current, encoding.encode(d.candidates), encoding.encode(d.discarded),
-                        encoding.encode(d.history), encoding.encode(d.proposed)))
-        db.executemany("INSERT INTO facts(compartment, key, status, current, candidates, discarded, history, proposed) "
-                       "VALUES(?,?,?,?,?,?,?,?)", out)
-        db.executemany("INSERT INTO proposals(id, compartment, key) VALUES(?,?,?)", proposals)
-        db.executemany("UPDATE records SET hidden = 1 WHERE id = ?", [(r,) for r in forgotten])
-        after = {(r[0], r[1]): r[2:] for r in out}
-        # the facts whose value, status, proposals or history moved (or that appeared or went away)
-        return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-
-    @staticmethod
-    def _order_key(r: FactRow, views: dict[bytes, BatchView]) -> tuple[int, int, int, bytes]:
-        v = views.get(r.batch)
-        ts = v.header.ts if v else 0
-        return (sum(v.header.frontier.values()) + v.header.seq if v else 0, ts, r.idx, r.id)
 
     # ------------------------------------------------------------------------------- queries
 

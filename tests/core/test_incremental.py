@@ -326,21 +326,21 @@ def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkey
 @pytest.fixture
 def reference_passes(monkeypatch):
     """Counts the vault-scale passes: the state's reference pass and rebuilding the causal log."""
+    from camillo import state
     from camillo.session import reader
-    from camillo.state import State
 
-    calls = {"n": 0, "log": 0}
-    real, real_log = State._check_references, reader.build_log
+    calls = {"n": 0, "log": 0, "scoped": 0}
+    real, real_log = state.check_references, reader.build_log
 
-    def counting(self, views):
-        calls["n"] += 1
-        return real(self, views)
+    def counting(db, roster, views, scope=None):
+        calls["n" if scope is None else "scoped"] += 1  # a pass over the whole state, or over a change's reach
+        return real(db, roster, views, scope)
 
     def counting_log(*args):
         calls["log"] += 1
         return real_log(*args)
 
-    monkeypatch.setattr(State, "_check_references", counting)
+    monkeypatch.setattr(state, "check_references", counting)
     monkeypatch.setattr(reader, "build_log", counting_log)
     return calls
 
@@ -367,9 +367,9 @@ def test_credential_changes_skip_the_vault_scale_passes_and_match(new_vault, tmp
     assert reference_passes["log"] == 0, "a credential change rebuilt the causal log"
     with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
         assert fingerprint(vault) == fingerprint(fresh)
-    # a revoked principal that wrote memory: its records are judged again (the general path)
+    # a revoked principal that wrote memory: its records, and what refers to them, are judged again
     vault.revoke("planner", reauth=Unlock.passphrase(new))
-    assert reference_passes["n"] >= 1
+    assert reference_passes["n"] + reference_passes["scoped"] >= 1
     with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
         assert fingerprint(vault) == fingerprint(fresh)
 

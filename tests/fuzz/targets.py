@@ -555,10 +555,10 @@ def install_state_image(cache: Cache, raw_db: bytes, generation: int) -> bool:
         os.unlink(plain)
 
 
-def plain_state_image(cache: Cache, secret: bytes) -> bytes:
-    """``cache``'s local state database (of the actor whose seed is ``secret``) decrypted into a
-    plaintext SQLite image (a fuzzing seed)."""
-    key = local_key(secret, "state-db", cache.vault_id)
+def plain_state_image(cache: Cache) -> bytes:
+    """``cache``'s local state database decrypted (with its page key) into a plaintext SQLite image
+    (a fuzzing seed)."""
+    key = cache.page_key
     plain = cache.path + ".plain"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(plain)
@@ -708,7 +708,7 @@ class World:
                 end = text.index("-----END VMEM GRANT-----")
                 self.grant_maps[level] = base64.b64decode("".join(text[start:end].split()))
             vault.lock()
-            self.cache_db = plain_state_image(self.cache, self.actor.signer.seed)
+            self.cache_db = plain_state_image(self.cache)
         self.owner_vault = None
 
     # -- helpers
