@@ -4,9 +4,9 @@
   erasure, or from a segment under a live epoch that another device's erasure has not reached
   yet, §16.10) lose it: text, bytes, key, type and the rest, their full-text entries and semantic
   vectors.  The row stays, as any erased record's does.
-* :func:`purge`: afterwards, the full-text index is rewritten without the erased words (FTS5 keeps
-  them in its segments until they are merged) and the write-ahead log, whose frames may hold
-  earlier versions of pages, is checkpointed and truncated.
+* :func:`purge`: afterwards, the write-ahead log, whose frames may hold earlier versions of pages, is
+  checkpointed and truncated.  (The full-text index drops a deleted record's entries from its pages
+  at once: FTS5 ``secure-delete``, set by :func:`camillo.cache.complete_schema`.)
 
 What is deleted is overwritten: the local state database runs with ``secure_delete``
 (:mod:`camillo.cache`).  ``tests/security/test_erasure_purge.py`` decrypts every page to check.
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .cache import Connection
+from .cache import SEARCH_BODY, Connection
+from .records import Kind
 
 
 class State(Protocol):
@@ -49,7 +50,8 @@ def scrub(state: State, targets: set[bytes]) -> int:
     state.ensure_search()
     state.vector_cache = None
     marks = [(r,) for r in rows]
-    db.executemany("DELETE FROM search WHERE rowid = ?", marks)
+    db.executemany(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
+                   f"WHERE rowid = ? AND kind IN ({int(Kind.PUT)}, {int(Kind.NOTE)})", marks)
     db.executemany("DELETE FROM vectors WHERE record = ?", marks)
     db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)
     db.executemany("UPDATE records SET author = NULL, kind = NULL, type = NULL, key = NULL, class = NULL, "
@@ -59,9 +61,8 @@ def scrub(state: State, targets: set[bytes]) -> int:
 
 
 def purge(state: State) -> None:
-    """After records left the state for good: rewrite the full-text index without them, commit,
-    and checkpoint and truncate the write-ahead log."""
-    state.ensure_search()
-    state.db.execute("INSERT INTO search(search) VALUES('optimize')")
+    """After records left the state for good: commit, and checkpoint and truncate the write-ahead
+    log.  (The full-text index removed their entries from its pages when they were deleted: FTS5
+    ``secure-delete``, :func:`camillo.cache.complete_schema`.)"""
     state.commit()
     state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

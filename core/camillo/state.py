@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
-from .cache import SCHEMA, Connection, batch_columns, memory_database
+from .cache import SEARCH_BODY, Connection, complete_schema, memory_database
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .erased import scrub
@@ -264,8 +264,7 @@ class MaterializeResult:
 class State:
     def __init__(self, db: Connection | None = None) -> None:
         self._db = db if db is not None else memory_database()
-        self._db.executescript(SCHEMA)
-        batch_columns(self._db)  # (a state an older version wrote)
+        complete_schema(self._db)  # (a new state, or one an older version wrote)
         self._db.commit()
         self._roster: Roster | None = None
         self._views: dict[bytes, BatchView] = {}
@@ -368,9 +367,8 @@ class State:
         top = db.execute("SELECT max(rowid) FROM records").fetchone()[0] or 0
         while self._indexed < top:
             upto = min(top, self._indexed + self._INDEX_CHUNK)
-            db.execute("INSERT INTO search(rowid, body) SELECT rowid, coalesce(text, '') || ' ' || coalesce(key, '') "
-                       "|| ' ' || coalesce(type, '') FROM records WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?)",
-                       (self._indexed, upto, Kind.PUT, Kind.NOTE))
+            db.execute(f"INSERT INTO search(rowid, body) SELECT rowid, {SEARCH_BODY} FROM records "
+                       "WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?)", (self._indexed, upto, Kind.PUT, Kind.NOTE))
             self._indexed = upto
             db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
                        (encoding.encode(upto),))
@@ -388,8 +386,8 @@ class State:
                     self._forgotten_keys.add((comp, key))
             self._forgotten |= {ref for (ref,) in db.execute(
                 "SELECT ref FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))}
-            db.execute("DELETE FROM search WHERE rowid IN (SELECT rowid FROM records WHERE batch = ? AND kind IN (?, ?))",
-                       (bid, Kind.PUT, Kind.NOTE))
+            db.execute(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
+                       "WHERE batch = ? AND kind IN (?, ?)", (bid, Kind.PUT, Kind.NOTE))
             db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
             # an erased record's semantic vector goes with it (it says what the text was about)
             db.execute("DELETE FROM vectors WHERE record IN (SELECT rowid FROM records WHERE batch = ?)", (bid,))

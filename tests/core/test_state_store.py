@@ -130,7 +130,7 @@ def test_the_search_index_a_session_built_is_kept_for_the_next_open(new_vault, m
         assert indexed == top, "the lock after a cold load left the search index to build"
     monkeypatch.setattr(cache, "COMMIT_AGE", 3600.0)
     with open_vault(path) as v:  # rows staged and the index built by a search, then a lock
-        v.session.reader.materialized.db.execute("DELETE FROM search")
+        v.session.reader.materialized.db.execute("INSERT INTO search(search) VALUES('delete-all')")
         v.session.reader.materialized._indexed = 0
         assert [r.text for r in v.search("note 7")] == ["garden note 7"]
     with open_vault(path) as v:
@@ -258,6 +258,27 @@ def test_a_state_without_the_writer_column_gets_it(new_vault):
         rows = v.session.reader.materialized.db.execute("SELECT count(*), count(writer) FROM cache_batches").fetchone()
         assert rows[0] == rows[1] > 0
         assert fingerprint(v) == from_scratch(path)
+
+
+def test_a_full_text_index_of_an_earlier_version_is_replaced_and_built_again(new_vault):
+    """Earlier versions kept the index with ``contentless_delete`` (deleted entries stayed in its pages
+    until an erasure rewrote the whole index).  Such a state is brought to this version in place: the
+    old index is dropped and built again when first needed; nothing else is read again."""
+    path, vault, _ = new_vault
+    _fill(vault)
+    state = vault.session.reader.materialized
+    db = state.db
+    state.ensure_search()
+    db.execute("DROP TABLE search")
+    db.execute("CREATE VIRTUAL TABLE search USING fts5(body, content = '', contentless_delete = 1, "
+               "tokenize = 'unicode61 remove_diacritics 2')")  # (empty, but marked as indexed to the top)
+    state.commit()
+    vault.lock()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        sql = v.session.materialized.db.execute("SELECT sql FROM sqlite_master WHERE name = 'search'").fetchone()[0]
+        assert "contentless_delete" not in sql
+        assert [r.text for r in v.search("note 7")] == ["garden note 7"]
 
 
 def _flip_pages(path: str, first: int) -> None:
