@@ -491,3 +491,50 @@ def test_forgetting_a_message_hides_it_in_every_order():
             assert lab.replay(union, random.Random(k), late_envelopes=k % 2 == 1) == reference
     finally:
         lab.close()
+
+
+def test_a_merge_writes_in_chunks_with_one_directory_fsync_each_and_loses_nothing(new_vault, tmp_path, monkeypatch):
+    """``merge_into`` writes the files it copies a chunk at a time, each file durable before its name
+    appears and each directory fsynced once per chunk (not twice per file: 20,000 fsyncs for a merge
+    of 10,000 batches); a file that cannot be written stops the merge with the error and leaves no
+    file of its chunk behind, and merging again completes it."""
+    from camillo import storage, transport
+    from camillo.errors import StorageError
+
+    path, vault, _ = new_vault
+    copy = str(tmp_path / "copy")
+    shutil.copytree(path, copy)
+    for i in range(30):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+    vault.lock()
+    synced: list[str] = []
+    real_sync = storage.fsync_dir
+    monkeypatch.setattr(storage, "fsync_dir", lambda d: (synced.append(d), real_sync(d))[1])
+    monkeypatch.setattr(transport, "MERGE_CHUNK_FILES", 8)
+    real_stage = storage.FolderShelf.stage
+    calls = {"n": 0}
+
+    def failing(self, name, data):
+        calls["n"] += 1
+        if calls["n"] == 12:
+            raise StorageError(f"cannot write {name}: No space left on device", file=name)
+        return real_stage(self, name, data)
+
+    monkeypatch.setattr(storage.FolderShelf, "stage", failing)
+    before = set(storage.FolderShelf(copy).list())
+    with pytest.raises(StorageError, match="No space left"):
+        merge_into(copy, path)
+    partial = set(storage.FolderShelf(copy).list()) - before
+    assert len(partial) == 8, "the chunk that failed left files behind, or an earlier chunk was undone"
+    monkeypatch.setattr(storage.FolderShelf, "stage", real_stage)
+    synced.clear()
+    copied = merge_into(copy, path)
+    assert copied and set(storage.FolderShelf(copy).list()) == set(storage.FolderShelf(path).list())
+    # each directory the files went into fsynced once per chunk that wrote there (three chunks here),
+    # not twice per file
+    leaves = {os.path.join(copy, *n.split("/")[:-1]) for n in copied}
+    leaf_syncs = sum(synced.count(d) for d in leaves)
+    assert leaf_syncs <= len(leaves) + 2 < 2 * len(copied), f"{leaf_syncs} fsyncs of {len(leaves)} directories"
+    with Vault.open(copy, Unlock.passphrase(PASSPHRASE), cache=False, register=False) as merged, \
+            Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False, register=False) as original:
+        assert [r.id for r in merged.timeline()] == [r.id for r in original.timeline()]
