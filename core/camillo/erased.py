@@ -30,7 +30,8 @@ class State(Protocol):
     @property
     def db(self) -> Connection: ...
 
-    def ensure_search(self) -> None: ...
+    @property
+    def indexed(self) -> int: ...
 
     def commit(self) -> None: ...
 
@@ -47,11 +48,11 @@ def scrub(state: State, targets: set[bytes]) -> int:
             "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", chunk)]
     if not rows:
         return 0
-    state.ensure_search()
     state.vector_cache = None
     marks = [(r,) for r in rows]
+    indexed = [(r,) for r in rows if r <= state.indexed]  # (the index is not built for this)
     db.executemany(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
-                   f"WHERE rowid = ? AND kind IN ({int(Kind.PUT)}, {int(Kind.NOTE)})", marks)
+                   f"WHERE rowid = ? AND kind IN ({int(Kind.PUT)}, {int(Kind.NOTE)})", indexed)
     db.executemany("DELETE FROM vectors WHERE record = ?", marks)
     db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)
     db.executemany("UPDATE records SET author = NULL, kind = NULL, type = NULL, key = NULL, class = NULL, "

@@ -359,6 +359,11 @@ class State:
     # The full-text index is built when first needed (a search, closing, a deletion), not by an open.
     _INDEX_CHUNK = 50_000  # It indexes a PUT's or a NOTE's text, key and type (runs of spaces are ignored).
 
+    @property
+    def indexed(self) -> int:
+        """The records up to this rowid are in the full-text index (those after it are not)."""
+        return self._indexed
+
     def ensure_search(self) -> None:
         """Index the records written since the last call, a chunk of rows at a time."""
         if self._rows:
@@ -375,8 +380,8 @@ class State:
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (their segments went away).  The next :meth:`materialize` reaches from
-        their records and what those referred to, and judges their keys' facts again."""
-        self.ensure_search()
+        their records and what those referred to, and judges their keys' facts again.  (Rows the
+        full-text index does not hold yet leave nothing to delete there: it is not built for this.)"""
         self.vector_cache = None
         db = self.db
         for bid in batch_ids:
@@ -387,7 +392,7 @@ class State:
             self._forgotten |= {ref for (ref,) in db.execute(
                 "SELECT ref FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))}
             db.execute(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
-                       "WHERE batch = ? AND kind IN (?, ?)", (bid, Kind.PUT, Kind.NOTE))
+                       "WHERE batch = ? AND kind IN (?, ?) AND rowid <= ?", (bid, Kind.PUT, Kind.NOTE, self.indexed))
             db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
             # an erased record's semantic vector goes with it (it says what the text was about)
             db.execute("DELETE FROM vectors WHERE record IN (SELECT rowid FROM records WHERE batch = ?)", (bid,))

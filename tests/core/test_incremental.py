@@ -314,12 +314,17 @@ def test_segments_deleted_by_a_prune_are_forgotten_in_one_pass(new_vault, monkey
     path, vault, _ = new_vault
     for i in range(30):
         vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i}")])
+    state = vault.session.materialized  # the full-text index not built yet (as after a cold load):
+    state.db.execute("INSERT INTO search(search) VALUES('delete-all')")  # forgetting does not build it
+    state.db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
+    state._indexed = 0
     calls: list[int] = []
     real = Reader.forget_segments
     monkeypatch.setattr(Reader, "forget_segments", lambda self, names: calls.append(len(names)) or real(self, names))
     report = vault.compact(prune_now=True)
     assert report.segments_deleted >= 30
     assert calls == [report.segments_deleted], calls
+    assert vault.session.materialized.indexed == 0, "forgetting batches built the full-text index"
     assert fingerprint(vault) == from_scratch(path)
 
 

@@ -99,3 +99,30 @@ def test_a_copy_of_an_erased_record_keeps_no_content_in_the_state(new_vault):
     plain = decrypted(cache.path, cache.page_key)
     assert b"ordinary garden" in plain and TOKEN not in plain and b"zyxwvut" not in plain
     vault.lock()
+
+
+def test_an_erasure_before_the_index_is_built_does_not_build_it_and_leaves_nothing(new_vault):
+    """The full-text index is built when first needed, not by an open.  An erasure (or batches whose
+    segments went away) before then deletes from the index only the rows it holds, instead of
+    building it for every record first (seconds at a million records); the erased text is in no page,
+    and the index built later holds the rest and not it."""
+    path, vault, _ = new_vault
+    for i in range(12):
+        vault.append([NewRecord(type="message", conversation="c0", role="user", text=f"garden basil note {i}")])
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text=SECRET)])
+    secret = next(r.id for r in vault.timeline() if r.text == SECRET)
+    state = vault.session.materialized
+    state.db.execute("INSERT INTO search(search) VALUES('delete-all')")  # as a cold load leaves it
+    state.db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
+    state._indexed = 0
+    vault.erase([secret], reauth=None)
+    state = vault.session.materialized
+    assert state.indexed == 0, "the erasure built the full-text index"
+    vault.session.reader.settle(force=True)  # (a lock completes the index)
+    assert state.indexed > 0
+    assert vault.search("quarrelsome") == [] and len(vault.search("basil")) == 12
+    cache = vault.session.cache
+    assert cache is not None
+    plain = decrypted(cache.path, cache.page_key)
+    assert TOKEN not in plain and b"zyxwvut" not in plain
+    vault.lock()

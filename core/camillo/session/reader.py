@@ -164,8 +164,7 @@ class Reader:
         self.flags_all = True
         self._write_flags()
         state = self.materialized
-        state.ensure_search()
-        state.commit()
+        state.commit()  # (the full-text index, and how far it goes, move with it)
         old, self.store, self.store_doomed = self.store, store, False
         if old is not None and old is not store:  # a new key of this installation: its database moves
             db = store.take_over(old, state.cache_db, self.keyring.generation)
@@ -231,13 +230,14 @@ class Reader:
         self.flags_new = set()
         return ""
 
-    def settle(self, *, force: bool = False) -> None:
+    def settle(self, *, force: bool = False, index: bool = True) -> None:
         """Commit the local state when it changed and the last commit is older than COMMIT_AGE
         (``force``: now).  Called where what was read is consistent: after an extension, a
         recomputation, a refresh; and on close.  ``force`` also completes the search index and
         commits it when nothing else changed: an index a search built (or one a cold load left
         to build, whose rows an earlier commit saved) is kept for the next open, not built again
-        by its first search (10 s at a million records)."""
+        by its first search (10 s at a million records); ``index=False``: not the index (an
+        erasure's commit before its purge: it does not build the index for that)."""
         if self.store is None or not (self.dirty or force):
             return
         if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
@@ -245,7 +245,8 @@ class Reader:
         if self.dirty:
             self._write_flags()
         if force:
-            self.materialized.ensure_search()  # the stored state holds a complete search index
+            if index:
+                self.materialized.ensure_search()  # the stored state holds a complete search index
             self._store_log()
         self.materialized.commit()  # (forced with nothing read: what the index and the vectors gained)
         if self.dirty:
@@ -735,7 +736,7 @@ class Reader:
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
-        self.settle(force=bool(result.scrubbed or new_erasure))
+        self.settle(force=bool(result.scrubbed or new_erasure), index=False)
         if result.scrubbed or new_erasure:  # what was erased leaves no trace on disk either
             purge(self.materialized)
 
