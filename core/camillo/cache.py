@@ -53,8 +53,9 @@ from .storage import make_dirs_durable
 FORMAT = 8
 # What an open of a FORMAT 8 state completes in place (no rebuild): 2 = the time and conversation
 # indexes, the batches' writer column and the stored causal log (issue 19); 3 = the full-text index
-# with immediate deletions (built again when first needed: see complete_schema)
-REVISION = 3
+# with immediate deletions (built again when first needed: see complete_schema); 4 = the batches'
+# seq and compartment columns
+REVISION = 4
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
@@ -130,12 +131,13 @@ CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT N
 -- the full-text index: contentless, of SEARCH_BODY; a deletion gives the indexed text again and, with
 -- FTS5's secure-delete (set by complete_schema), removes the entries at once (see complete_schema)
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', tokenize = 'unicode61 remove_diacritics 2');
--- each batch read, what a warm open needs of it without decoding it: its writer (NULL in a state an
--- older version wrote: filled by the next open, see complete_schema), signature and acceptance flags
+-- each batch read, what a warm open needs of it without decoding it: its writer, seq and compartment
+-- (NULL in a state an older version wrote: filled by the next open, see complete_schema), signature
+-- and acceptance flags
 CREATE TABLE IF NOT EXISTS cache_batches(
   id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
   sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0,
-  writer BLOB
+  writer BLOB, seq INTEGER, compartment BLOB
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
@@ -157,8 +159,8 @@ SEARCH_BODY = "coalesce(text, '') || ' ' || coalesce(key, '') || ' ' || coalesce
 
 def complete_schema(db: Connection) -> None:
     """Create what is missing of the schema, and bring a state an older version wrote to this one in
-    place: the columns of ``cache_batches`` it lacks (the writer: ``ALTER TABLE`` adds it empty, in
-    constant time; the reader fills it), and the full-text index, which earlier versions kept with
+    place: the columns of ``cache_batches`` it lacks (the writer, seq and compartment: ``ALTER TABLE``
+    adds them empty, in constant time; the reader fills them), and the full-text index, which earlier versions kept with
     ``contentless_delete`` (a deletion only marked its entries, which stayed in the index's pages until
     its segments were merged: an erasure then rewrote the whole index, 2 s at a million records); that
     one is dropped, and built again when first needed.  This version's index removes a deleted
@@ -170,8 +172,9 @@ def complete_schema(db: Connection) -> None:
         db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
     db.executescript(SCHEMA)
     have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
-    if "writer" not in have:
-        db.execute("ALTER TABLE cache_batches ADD COLUMN writer BLOB")
+    for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB")):
+        if column not in have:
+            db.execute(f"ALTER TABLE cache_batches ADD COLUMN {column} {kind}")
     if db.execute("SELECT 1 FROM search_config WHERE k = 'secure-delete'").fetchone() is None:
         db.execute("INSERT INTO search(search, rank) VALUES('secure-delete', 1)")
 

@@ -212,8 +212,8 @@ class BatchView:
 
     def __post_init__(self) -> None:
         self.id = self.batch.id
-        self.header = self.batch.header
-        self.writer_id = self.header.writer_id
+        h = self.header = self.batch.header  # (seq and compartment too: read for every batch of a revoked writer)
+        self.writer_id, self.seq, self.compartment_id = h.writer_id, h.seq, h.compartment_id
         self.has_control = any(rec is not None and rec.is_control for rec in self.records)
 
 
@@ -847,18 +847,17 @@ def grant_trust(vault_id: bytes, roots: dict[bytes, bytes], certificates: Iterab
 
 
 def _seen_by(rev: Revocation, view: BatchView) -> bool:
-    h = view.header
-    return rev.seen.get(h.compartment_id, {}).get(h.writer_id, 0) >= h.seq
+    # (a view's seq and compartment are attributes: a view read back from the state has them undecoded)
+    return rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0) >= view.seq
 
 
 def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
     """True when a batch by the revoked writer comes after what the revocation accepted."""
-    h = view.header
-    limit = rev.seen.get(h.compartment_id, {}).get(h.writer_id, 0)
-    if h.seq > limit:
+    limit = rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0)
+    if view.seq > limit:
         return True
-    pin = rev.pins.get(h.compartment_id)
-    return h.seq == limit and pin is not None and pin != view.id
+    pin = rev.pins.get(view.compartment_id)
+    return view.seq == limit and pin is not None and pin != view.id
 
 
 def build_roster(vault_id: bytes, views: dict[bytes, BatchView],

@@ -196,18 +196,21 @@ class Reader:
             state = State(db)  # its schema completed where an older version lacks a table or a column
             views: dict[bytes, BatchView] = {}
             accepted: set[bytes] = set()
-            writers: list[tuple[bytes, bytes]] = []  # (writer, batch) of a state an older version wrote
-            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc, writer in db.execute(
-                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted, writer FROM cache_batches"
+            # (writer, seq, compartment, batch) of a state an older version wrote, without those columns
+            missing: list[tuple[bytes, int, bytes, bytes]] = []
+            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc, writer, seq, comp in db.execute(
+                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted, writer, seq, compartment "
+                "FROM cache_batches"
             ):
-                if writer is None:
-                    writer = cached_batch(bid, *cbor2.loads(blob)).header.writer_id
-                    writers.append((writer, bid))
-                views[bid] = CachedView(bid, segment, epoch, writer, blob, controls,
+                if writer is None or seq is None or comp is None:
+                    h = cached_batch(bid, *cbor2.loads(blob)).header
+                    writer, seq, comp = h.writer_id, h.seq, h.compartment_id
+                    missing.append((writer, seq, comp, bid))
+                views[bid] = CachedView(bid, segment, epoch, writer, seq, comp, blob, controls,
                                         (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
                 if acc:
                     accepted.add(bid)
-            db.executemany("UPDATE cache_batches SET writer = ? WHERE id = ?", writers)
+            db.executemany("UPDATE cache_batches SET writer = ?, seq = ?, compartment = ? WHERE id = ?", missing)
             seg_map, seg_epochs = {}, {}
             for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
                 seg_map[name] = list(cbor2.loads(b))
@@ -607,10 +610,12 @@ class Reader:
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
-                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer) VALUES(?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, compartment) "
+                "VALUES(?,?,?,?,?,?,?,?)",
                 (batch.id, name, epoch_id,
                  encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
-                 encoding.encode([r.raw if r is not None else None for r in view.records]), batch.header.writer_id),
+                 encoding.encode([r.raw if r is not None else None for r in view.records]), batch.header.writer_id,
+                 batch.header.seq, batch.header.compartment_id),
             )
             added.append(batch.id)
             self.pending_batches.add(batch.id)

@@ -2,7 +2,7 @@
 
 A warm open builds one view per batch of the vault (100,000 at a million records).  What the roster
 and the flags need of every batch is kept beside it in the database and read at once: its id,
-segment, epoch, writer, signature and acceptance flags, and whether it holds a control record (its
+segment, epoch, writer, seq, compartment, signature and acceptance flags, and whether it holds a control record (its
 stored control records are an array of nulls when it holds none, recognised without decoding).  Its
 header, signatures and control records are decoded the first time something asks for them: a batch
 the session never looks at again is never decoded.  Control batches (a few hundred) are decoded at
@@ -51,9 +51,10 @@ class CachedView(BatchView):
     """A :class:`~camillo.control.BatchView` of a batch stored in the local state: the attributes
     every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read."""
 
-    def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, stored: bytes, controls: bytes,
-                 flags: int) -> None:  # (no dataclass __init__: nothing is decoded yet)
+    def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, seq: int, compartment_id: bytes,
+                 stored: bytes, controls: bytes, flags: int) -> None:  # (no dataclass __init__: nothing is decoded yet)
         self.id, self.segment, self.epoch_id, self.writer_id = bid, segment, epoch_id, writer_id
+        self.seq, self.compartment_id = seq, compartment_id
         self.sig_ok, self.vouched, self.signed = bool(flags & 1), bool(flags & 2), False
         self.stored_flags = flags
         self._stored, self._controls = stored, controls
