@@ -269,6 +269,34 @@ def test_a_state_without_the_writer_seq_and_compartment_columns_gets_them(new_va
             assert fingerprint(v) == from_scratch(path)
 
 
+def test_a_warm_open_reads_no_stored_header_and_a_pass_over_every_batch_reads_them_at_once(new_vault, monkeypatch):
+    """A warm open reads each batch's columns, not its stored header and signatures (73 MB at a million
+    records): a view fetches them when first decoded.  A pass over every batch (the activity view)
+    fetches a few one at a time, then the rest in one query."""
+    from camillo.session.reader import Reader
+
+    path, vault, _ = new_vault
+    for i in range(40):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+    vault.lock()
+    monkeypatch.setattr(Reader, "SINGLE_READS", 8)
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        plain = [x for x in v.session.batches.values() if not x.has_control]
+        assert len(plain) >= 40 and all(x.undecoded for x in plain), "the open read stored headers"
+        statements: list[str] = []
+        v.session.materialized.db.set_trace_callback(statements.append)
+        rows = v.activity(limit=1000)
+        v.session.materialized.db.set_trace_callback(None)
+        single = [q for q in statements if q.startswith("SELECT batch FROM cache_batches WHERE id")]
+        whole = [q for q in statements if q.startswith("SELECT id, batch FROM cache_batches")]
+        assert len(single) <= 8 + 1 and len(whole) == 1, (len(single), len(whole))
+        assert not any(x.undecoded for x in plain)
+    with open_vault(path, cache=False) as fresh:
+        assert [(r.batch, r.seq, r.writer, r.status) for r in fresh.activity(limit=1000)] == \
+               [(r.batch, r.seq, r.writer, r.status) for r in rows]
+
+
 def test_a_revocation_after_a_warm_open_decodes_no_batch_of_the_revoked_device(new_vault, tmp_path, monkeypatch):
     """Which of a revoked device's batches come after its revocation is decided on each batch's seq
     and compartment, which views read back from the state carry: its batches are not decoded (0.8 s of a

@@ -97,6 +97,7 @@ class Reader:
         """Forget everything read (the keys below the master secret are forgotten by the caller);
         the local state database, if any, starts again empty."""
         self.batches: dict[bytes, BatchView] = {}
+        self.single_reads = 0  # stored headers read one at a time (see _stored_batch)
         self.segment_batches: dict[str, list[bytes]] = {}
         self.segment_epochs: dict[str, EpochRef] = {}  # segment -> (compartment, epoch)
         self.segment_problems: dict[str, Problem] = {}
@@ -198,15 +199,16 @@ class Reader:
             accepted: set[bytes] = set()
             # (writer, seq, compartment, batch) of a state an older version wrote, without those columns
             missing: list[tuple[bytes, int, bytes, bytes]] = []
-            for bid, segment, epoch, blob, controls, sig_ok, vouched, acc, writer, seq, comp in db.execute(
-                "SELECT id, segment, epoch, batch, controls, sig_ok, vouched, accepted, writer, seq, compartment "
+            fetch = self._stored_batch
+            for bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp in db.execute(
+                "SELECT id, segment, epoch, controls, sig_ok, vouched, accepted, writer, seq, compartment "
                 "FROM cache_batches"
-            ):
+            ):  # (not the stored headers: 73 MB at 1M records, fetched when a view is first decoded)
                 if writer is None or seq is None or comp is None:
-                    h = cached_batch(bid, *cbor2.loads(blob)).header
+                    h = cached_batch(bid, *cbor2.loads(self._stored_batch(bid, db))).header
                     writer, seq, comp = h.writer_id, h.seq, h.compartment_id
                     missing.append((writer, seq, comp, bid))
-                views[bid] = CachedView(bid, segment, epoch, writer, seq, comp, blob, controls,
+                views[bid] = CachedView(bid, segment, epoch, writer, seq, comp, fetch, controls,
                                         (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
                 if acc:
                     accepted.add(bid)
@@ -221,7 +223,7 @@ class Reader:
             return f"the local state was damaged and is rebuilt ({exc})"
         self.materialized.close()
         self.materialized = state
-        self.batches = views
+        self.batches, self.single_reads = views, 0
         self.segment_batches = seg_map
         self.segment_epochs = seg_epochs
         self.roster_fingerprint = meta.get("roster", b"")
@@ -232,6 +234,27 @@ class Reader:
         self.dirty = self.flags_all = False
         self.flags_new = set()
         return ""
+
+    # After this many single reads of stored headers in a session, the rest are read at once: a pass
+    # over every batch (the log built again, the activity view) then costs one query, not 100,000.
+    SINGLE_READS = 256
+
+    def _stored_batch(self, bid: bytes, db: Connection | None = None) -> bytes:
+        """A batch's stored header and signatures, for a view read back from the local state
+        (:class:`CachedView`), when it is first decoded."""
+        if db is None:  # (given: a state of an older version being completed, every header read once)
+            db = self.materialized.cache_db
+            self.single_reads += 1
+        if self.single_reads == self.SINGLE_READS:
+            for b, blob in db.execute("SELECT id, batch FROM cache_batches"):
+                view = self.batches.get(b)
+                if isinstance(view, CachedView) and view.undecoded:
+                    view.hold(blob)
+        row = db.execute("SELECT batch FROM cache_batches WHERE id = ?", (bid,)).fetchone()
+        if row is None:
+            raise DatabaseError(f"batch {bid.hex()[:12]} is listed in the local state but not stored in it")
+        stored: bytes = row[0]
+        return stored
 
     def settle(self, *, force: bool = False, index: bool = True) -> None:
         """Commit the local state when it changed and the last commit is older than COMMIT_AGE

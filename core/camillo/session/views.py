@@ -2,10 +2,12 @@
 
 A warm open builds one view per batch of the vault (100,000 at a million records).  What the roster
 and the flags need of every batch is kept beside it in the database and read at once: its id,
-segment, epoch, writer, seq, compartment, signature and acceptance flags, and whether it holds a control record (its
-stored control records are an array of nulls when it holds none, recognised without decoding).  Its
-header, signatures and control records are decoded the first time something asks for them: a batch
-the session never looks at again is never decoded.  Control batches (a few hundred) are decoded at
+segment, epoch, writer, seq, compartment, signature and acceptance flags, and whether it holds a
+control record (its stored control records are an array of nulls when it holds none, recognised
+without decoding).  Its header and signatures (73 MB at a million records) are read from the
+database and decoded the first time something asks for them (``fetch``; the reader reads the rest at
+once after a number of such reads, for a pass over every batch), its control records likewise: a
+batch the session never looks at again is never read whole.  Control batches (a few hundred) are decoded at
 once, since the roster reads every one.
 
 The bytes come from this installation's own, authenticated database (a page that does not
@@ -17,6 +19,7 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -52,12 +55,13 @@ class CachedView(BatchView):
     every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read."""
 
     def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, seq: int, compartment_id: bytes,
-                 stored: bytes, controls: bytes, flags: int) -> None:  # (no dataclass __init__: nothing is decoded yet)
+                 fetch: Callable[[bytes], bytes], controls: bytes, flags: int) -> None:
+        # (no dataclass __init__: nothing is decoded yet; the stored header is fetched when first asked for)
         self.id, self.segment, self.epoch_id, self.writer_id = bid, segment, epoch_id, writer_id
         self.seq, self.compartment_id = seq, compartment_id
         self.sig_ok, self.vouched, self.signed = bool(flags & 1), bool(flags & 2), False
         self.stored_flags = flags
-        self._stored, self._controls = stored, controls
+        self._fetch, self._stored, self._controls = fetch, b"", controls
         plain = plain_count(controls)
         if plain is not None:
             self.has_control = False
@@ -68,11 +72,21 @@ class CachedView(BatchView):
     # (cached_property: decoded once, then a plain attribute of the view, read as fast as any other)
     @cached_property
     def batch(self) -> Batch:  # type: ignore[override]
+        stored, self._stored = self._stored or self._fetch(self.id), b""
         try:
-            header_bytes, sigs = cbor2.loads(self._stored)
+            header_bytes, sigs = cbor2.loads(stored)
             return cached_batch(self.id, header_bytes, sigs)
         except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
             raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
+
+    @property
+    def undecoded(self) -> bool:
+        """Its stored header is neither decoded nor held yet."""
+        return "batch" not in self.__dict__ and not self._stored
+
+    def hold(self, stored: bytes) -> None:
+        """Keep its stored header and signatures (read with many others at once) until decoded."""
+        self._stored = stored
 
     @cached_property
     def header(self) -> BatchHeader:  # type: ignore[override]
