@@ -13,8 +13,9 @@ rotates (an erasure), the page key is sealed to the new key and the database ren
 memory.  A stolen disk shows the files' sizes and modification times, nothing else (docs/security.md §5).
 
 The records, facts and index are read in place, page by page, as queries need them; what an open still
-reads whole is each batch's header and control records (the roster and the causal log are rebuilt from
-them, so a warm open is O(batches): docs/benchmarks.md).  Every refresh, append and merge updates the
+reads whole is a row per batch (its writer, seq, compartment, flags and control records: the roster is
+rebuilt from them and the stored causal log resumed, so a warm open is O(batches): docs/benchmarks.md);
+a batch's stored header is read when first decoded.  Every refresh, append and merge updates the
 database in place and commits at most every :data:`COMMIT_AGE` seconds and on close, so a crash
 (kill -9, power loss) leaves the last commit: an older but consistent state, from which the next open
 reads what is new in the folder.

@@ -7,9 +7,10 @@ refers to another, every keyed record: seconds at a million records).  After a c
 batches (an append, a refresh, an erasure, a roster change that touched a few principals) they run
 over its **reach** instead (:func:`reach`): the records of those batches, every record that refers to
 one of them (transitively: a derived record's class depends on its sources'), the records a CONFIRM
-among them confirms (their effective class), and the facts of every key those records carry.  Every
-other record keeps what the last pass gave it, which is what a pass over everything would give it again
-(``tests/core/test_incremental.py`` compares both after every step).
+among them confirms (their effective class), what a DEL among them names (its hiding), and the facts
+of every key those records carry.  Every other record keeps what the last pass gave it, which is what a
+pass over everything would give it again (``tests/core/test_scoped_passes.py`` compares both, column by
+column, after every step of random histories; ``tests/core/test_incremental.py`` the whole vault).
 
 Reference rows: ``refs(record, ref, how)`` with ``how`` one of :data:`REF_PRED`, :data:`REF_SOURCE`,
 :data:`REF_TARGET`.
