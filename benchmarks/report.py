@@ -250,6 +250,9 @@ def series(out: str) -> dict[str, list[tuple[int, float, float, float]]]:
             continue
         for f in r.get("figures", []):
             data.setdefault(f["id"], []).append((r["records"], f["median"], f["min"], f["max"]))
+            if f.get("peak_rss_mib"):  # the memory panel: "rss:<figure>"
+                rss = f["peak_rss_mib"]
+                data.setdefault("rss:" + f["id"], []).append((r["records"], rss, rss, rss))
         for f in r.get("figures", []):
             if f["id"] == "cold_open_loose" and f.get("floor"):
                 data.setdefault("cold_open_loose_floor", []).append((r["records"], f["floor"], f["floor"], f["floor"]))
@@ -258,8 +261,12 @@ def series(out: str) -> dict[str, list[tuple[int, float, float, float]]]:
     return data
 
 
-PANELS = [("Open time against vault size", [*OPEN_SERIES, ("cold_open_loose_floor", "floor of the cold open (loose)")]),
-          ("Search latency against vault size", SEARCH_SERIES)]
+MEMORY_SERIES = [("rss:cold_open_loose", "cold open, loose segments"), ("rss:warm_open", "warm open to first page"),
+                 ("rss:search_p50", "search"), ("rss:append_nofsync_p50", "append"), ("rss:erasure", "erase one record")]
+# (title, series, unit of the y axis)
+PANELS = [("Open time against vault size", [*OPEN_SERIES, ("cold_open_loose_floor", "floor of the cold open (loose)")], "s"),
+          ("Search latency against vault size", SEARCH_SERIES, "s"),
+          ("Peak memory (RSS) against vault size", MEMORY_SERIES, "MiB")]
 
 
 def plot(out: str, path: str) -> None:
@@ -272,8 +279,8 @@ def plot(out: str, path: str) -> None:
     except ImportError:
         _plot_pillow(data, path)
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
-    for ax, (title, names) in zip(axes, PANELS):
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(6 * len(PANELS), 4.8), dpi=110)
+    for ax, (title, names, unit) in zip(axes, PANELS):
         for i, (fid, label) in enumerate(names):
             pts = data.get(fid)
             if not pts:
@@ -287,7 +294,7 @@ def plot(out: str, path: str) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("records in the vault")
-        ax.set_ylabel("seconds")
+        ax.set_ylabel("seconds" if unit == "s" else unit)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=8)
@@ -297,18 +304,18 @@ def plot(out: str, path: str) -> None:
 
 
 def _plot_pillow(data: dict[str, list[tuple[int, float, float, float]]], path: str) -> None:
-    """The same two log-log panels with Pillow only (no matplotlib installed)."""
+    """The same log-log panels with Pillow only (no matplotlib installed)."""
     from PIL import Image, ImageDraw
 
-    img = Image.new("RGB", (1320, 540), "white")
+    img = Image.new("RGB", (660 * len(PANELS), 540), "white")
     d = ImageDraw.Draw(img)
-    for panel, (title, names) in enumerate(PANELS):
-        _pillow_panel(d, data, 80 + panel * 660, title, names)
+    for panel, (title, names, unit) in enumerate(PANELS):
+        _pillow_panel(d, data, 80 + panel * 660, title, names, unit)
     img.save(path)
 
 
 def _pillow_panel(d: Any, data: dict[str, list[tuple[int, float, float, float]]], x0: int, title: str,
-                  names: list[tuple[str, str]]) -> None:
+                  names: list[tuple[str, str]], unit: str = "s") -> None:
     y0, pw, ph = 50, 540, 380
     pts_all = [p for fid, _l in names for p in data.get(fid, [])]
     d.text((x0, 20), title, fill="black")
@@ -331,7 +338,7 @@ def _pillow_panel(d: Any, data: dict[str, list[tuple[int, float, float, float]]]
     for e in range(int(ly0), int(ly1) + 1):
         yy = Y(10.0 ** e)
         d.line([x0, yy, x0 + pw, yy], fill="#eeeeee")
-        d.text((x0 - 60, yy - 6), f"1e{e} s", fill="#444444")
+        d.text((x0 - 60, yy - 6), f"1e{e} {unit}", fill="#444444")
     for e in range(math.ceil(lx0), math.floor(lx1) + 1):
         xx = X(10.0 ** e)
         d.line([xx, y0, xx, y0 + ph], fill="#eeeeee")
