@@ -12,15 +12,18 @@ PASSPHRASE = "correct horse battery staple"
 
 
 @pytest.fixture(autouse=True)
-def camillo_env(tmp_path, monkeypatch):
+def camillo_env(tmp_path):
     """Every test gets its own installation (CAMILLO_HOME), tiny test-only Argon2 parameters and,
-    unless a test asks for the Secret Service, no OS keychain (the sealed local fallback)."""
-    monkeypatch.setenv("CAMILLO_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CAMILLO_INSECURE_TEST_KDF", "1")
-    monkeypatch.setenv("CAMILLO_KEYCHAIN", "none")
-    for name in ("CAMILLO_PASSPHRASE", "CAMILLO_RECOVERY_PHRASE", "CAMILLO_NEW_PASSPHRASE", "CAMILLO_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
-    yield
+    unless a test asks for the Secret Service, no OS keychain (the sealed local fallback).  Set with a
+    MonkeyPatch of its own: a test's ``monkeypatch.undo()`` (undoing its own patches) leaves these, so
+    that what it does next still runs in its own installation, not the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAMILLO_HOME", str(tmp_path / "home"))
+        mp.setenv("CAMILLO_INSECURE_TEST_KDF", "1")
+        mp.setenv("CAMILLO_KEYCHAIN", "none")
+        for name in ("CAMILLO_PASSPHRASE", "CAMILLO_RECOVERY_PHRASE", "CAMILLO_NEW_PASSPHRASE", "CAMILLO_DEBUG"):
+            mp.delenv(name, raising=False)
+        yield
 
 
 @pytest.fixture
