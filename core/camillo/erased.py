@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .cache import SEARCH_BODY, Connection
+from .passes import rows_in
 from .records import Kind
 
 
@@ -39,13 +40,9 @@ class State(Protocol):
 def scrub(state: State, targets: set[bytes]) -> int:
     """Remove what erased records' rows still hold; returns how many rows were scrubbed (the
     caller then commits and :func:`purge`\\ s)."""
-    db, ids = state.db, sorted(targets)
-    rows: list[int] = []
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        rows += [r for (r,) in db.execute(
-            f"SELECT rowid FROM records WHERE id IN ({','.join('?' * len(chunk))}) AND "
-            "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", chunk)]
+    db = state.db
+    rows: list[int] = [r for (r,) in rows_in(db, "SELECT rowid FROM records WHERE id IN ({}) AND "
+                                              "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", sorted(targets))]
     if not rows:
         return 0
     state.vector_cache = None

@@ -39,7 +39,7 @@ REF_TARGET = 3
 
 Key = tuple[bytes, str]  # (compartment, key)
 # What the reference checks know of a record: batch, idx, kind, class, key, compartment, writer.
-_RefInfo = tuple[bytes, int, "int | None", "int | None", "str | None", bytes, bytes]
+_RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 _CHUNK = 500  # ids per ``IN (…)`` list (SQLite's limit on bound parameters is far above)
 
 
@@ -203,12 +203,9 @@ def hide(db: Connection, scope: set[bytes] | None = None) -> None:
     not_fact = f"(kind IS NULL OR kind NOT IN ({int(Kind.PUT)}, {int(Kind.DEL)}) OR key IS NULL)"
     if scope is None:
         db.execute("UPDATE records SET hidden = 0 WHERE hidden = 1")  # writes only the rows that were hidden
-        db.execute(
-            "UPDATE records SET hidden = 1 WHERE (kind IS NULL OR kind NOT IN (?, ?) OR key IS NULL) AND id IN "
-            "(SELECT refs.ref FROM refs JOIN records d ON d.id = refs.record "
-            "WHERE refs.how = ? AND d.kind = ? AND d.key IS NULL AND d.valid = 1)",
-            (Kind.PUT, Kind.DEL, REF_PRED, Kind.DEL),
-        )
+        db.execute(f"UPDATE records SET hidden = 1 WHERE {not_fact} AND id IN (SELECT refs.ref FROM refs "
+                   f"JOIN records d ON d.id = refs.record WHERE refs.how = {REF_PRED} AND d.kind = {int(Kind.DEL)} "
+                   "AND d.key IS NULL AND d.valid = 1)")
         return
     named = {r for (r,) in rows_in(db, "SELECT ref FROM refs WHERE record IN ({}) AND how = ?", scope, REF_PRED)}
     for marks, part in chunks(scope | named):

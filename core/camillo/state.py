@@ -605,12 +605,8 @@ class State:
 
     def batches_holding(self, record_ids: Iterable[bytes]) -> set[bytes]:
         """The batches the state holds these records under."""
-        ids, out = sorted(record_ids), set()
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            out |= {b for (b,) in self.db.execute(
-                f"SELECT DISTINCT batch FROM records WHERE id IN ({','.join('?' * len(chunk))})", chunk)}
-        return out
+        return {b for (b,) in rows_in(self.db, "SELECT DISTINCT batch FROM records WHERE id IN ({})",
+                                      sorted(record_ids))}
 
     def record_by_rowid(self, rowid: int) -> RecordView | None:
         """The record the state stores under this row (semantic vectors name records so)."""
@@ -631,12 +627,8 @@ class State:
     def records(self, ids: Iterable[bytes]) -> list[RecordView]:
         """The views of these records, in the order given (unknown ids are left out)."""
         wanted = list(ids)
-        rows: dict[bytes, tuple[Any, ...]] = {}
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i:i + 500]
-            for row in self.db.execute(
-                    f"SELECT {self._COLUMNS} FROM records WHERE id IN ({','.join('?' * len(chunk))})", chunk):
-                rows[row[0]] = row
+        rows: dict[bytes, tuple[Any, ...]] = {
+            row[0]: row for row in rows_in(self.db, f"SELECT {self._COLUMNS} FROM records WHERE id IN ({{}})", wanted)}
         return [v for v in (self._view(rows[r]) for r in wanted if r in rows) if v is not None]
 
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
