@@ -129,8 +129,9 @@ CREATE TABLE IF NOT EXISTS facts(
   PRIMARY KEY(compartment, key)
 );
 CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
--- the full-text index: contentless, of SEARCH_BODY; a deletion gives the indexed text again and, with
--- FTS5's secure-delete (set by complete_schema), removes the entries at once (see complete_schema)
+-- the full-text index: contentless, of SEARCH_BODY, its rowid the record's SEARCH_KEY (newest last); a
+-- deletion gives the indexed text again and, with FTS5's secure-delete (set by complete_schema), removes
+-- the entries at once (see complete_schema)
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', tokenize = 'unicode61 remove_diacritics 2');
 -- each batch read, what a warm open needs of it without decoding it: its writer, seq and compartment
 -- (NULL in a state an older version wrote: filled by the next open, see complete_schema), signature
@@ -157,21 +158,39 @@ CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, record INTEGER NOT NULL,
 # it again, computed from the same row (whose columns never change until the row is scrubbed or deleted)
 SEARCH_BODY = "coalesce(text, '') || ' ' || coalesce(key, '') || ' ' || coalesce(type, '')"
 
+# The full-text index's rowid of a record row: its time in seconds (clamped to 0 .. 2^33 - 1, none: 0)
+# above the row's own rowid (below 2^30), so that the index lists its matches in time order (the newest
+# last: FTS5 reads them newest first with ORDER BY rowid DESC, and a time range is a rowid range) and the
+# row is found from the index's rowid alone (``rowid & SEARCH_ROW_MASK``).  Computed from columns that
+# do not change until the row is scrubbed, which deletes it from the index first.
+SEARCH_ROW_BITS = 30
+SEARCH_ROW_MASK = (1 << SEARCH_ROW_BITS) - 1
+SEARCH_TIME_MAX = (1 << 33) - 1
+SEARCH_KEY = f"((min(max(coalesce(ts, 0), 0), {SEARCH_TIME_MAX}) << {SEARCH_ROW_BITS}) | rowid)"
+
+
+def search_group(ts: int) -> int:
+    """The time part of SEARCH_KEY for a record time ``ts`` (seconds)."""
+    return min(max(ts, 0), SEARCH_TIME_MAX)
+
 
 def complete_schema(db: Connection) -> None:
     """Create what is missing of the schema, and bring a state an older version wrote to this one in
     place: the columns of ``cache_batches`` it lacks (the writer, seq and compartment: ``ALTER TABLE``
     adds them empty, in constant time; the reader fills them), and the full-text index, which earlier versions kept with
     ``contentless_delete`` (a deletion only marked its entries, which stayed in the index's pages until
-    its segments were merged: an erasure then rewrote the whole index, 2 s at a million records); that
+    its segments were merged: an erasure then rewrote the whole index, 2 s at a million records), or
+    with the record's own rowid as the index's (before SEARCH_KEY: matches not in time order); that
     one is dropped, and built again when first needed.  This version's index removes a deleted
     record's entries from its pages at once (FTS5 ``secure-delete``, with the database's own
     ``secure_delete``: nothing of an erased record stays in a page)."""
     old = db.execute("SELECT sql FROM sqlite_master WHERE name = 'search'").fetchone()
-    if old is not None and "contentless_delete" in old[0]:
+    if old is not None and ("contentless_delete" in old[0] or db.execute(
+            "SELECT 1 FROM cache_meta WHERE key = 'search_key'").fetchone() is None):
         db.execute("DROP TABLE search")
         db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
     db.executescript(SCHEMA)
+    db.execute("INSERT OR IGNORE INTO cache_meta(key, value) VALUES('search_key', 1)")
     have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
     for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB")):
         if column not in have:

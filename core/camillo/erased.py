@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .cache import SEARCH_BODY, Connection
+from .cache import SEARCH_BODY, SEARCH_KEY, Connection
 from .passes import rows_in
 from .records import Kind
 
@@ -48,7 +48,7 @@ def scrub(state: State, targets: set[bytes]) -> int:
     state.vector_cache = None
     marks = [(r,) for r in rows]
     indexed = [(r,) for r in rows if r <= state.indexed]  # (the index is not built for this)
-    db.executemany(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
+    db.executemany(f"INSERT INTO search(search, rowid, body) SELECT 'delete', {SEARCH_KEY}, {SEARCH_BODY} FROM records "
                    f"WHERE rowid = ? AND kind IN ({int(Kind.PUT)}, {int(Kind.NOTE)})", indexed)
     db.executemany("DELETE FROM vectors WHERE record = ?", marks)
     db.executemany("DELETE FROM refs WHERE record = (SELECT id FROM records WHERE rowid = ?)", marks)

@@ -2,7 +2,8 @@
 
 Search is derived, never stored in the vault (spec §19.5).  Full-text search uses the state's SQLite
 FTS5 index.  A query is words and quoted phrases (all must match; ``word*`` matches a prefix) plus
-modifiers, combined with AND:
+modifiers, combined with AND (results by relevance: bm25 within windows of the newest matches,
+:data:`RELEVANCE_WINDOW`; or newest first):
 
 =====================  ==========================================================
 ``type:message``        semantic type (message, fact, preference, a vendor type...)
@@ -42,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from .cache import SEARCH_KEY, SEARCH_ROW_BITS, SEARCH_ROW_MASK, SEARCH_TIME_MAX, Connection, search_group
 from .errors import UsageError
 from .records import Authority
 from .state import RecordView, State
@@ -177,59 +179,119 @@ def _newest_key(ts: int | None, lamport: int, idx: int, rid: bytes) -> tuple[int
     return (ts is None, -(ts or 0), -lamport, -idx, rid)
 
 
-def _by_relevance(state: State, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
-    """The first ``wanted`` matching records by relevance (bm25, then newest), exactly as one
-    ``ORDER BY bm25(search), NEWEST`` over every match would give them, without joining every match:
-    FTS5 ranks the matches alone (in C, no record read: one pass that scores every match, which is
-    most of the cost), then the ranked rows are read in chunks and only those are looked up and
-    filtered, until ``wanted`` passed the filter and every row tied with the last of them was seen.
-    A chunk after the first is sized from the share of rows the filter kept so far (at most four
-    times the last one)."""
-    db = state.db
-    conditions = " AND ".join(where)
-    lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
-              f"(SELECT value FROM json_each(?)) AND {conditions}")
-    ranked = db.execute("SELECT rowid, rank FROM search WHERE search MATCH ? ORDER BY rank", [match])
-    found: list[tuple[float, int, int, int, int, bytes]] = []  # (rank, newest key..., id), sorted
-    seen = 0
-    chunk = max(2 * wanted, 64)
+# Relevance ranks the matches in windows of this many, newest first (the index's order: by time, then
+# the order the records were stored in): the matches of the newest window that pass the modifiers
+# ordered by bm25, then newest; then the next window's likewise, and so on.  A query with fewer matches
+# is ranked by bm25 over all of them; one that matches a third of a million records scores the windows
+# up to its page, not every match (1.5 s at a million records).
+RELEVANCE_WINDOW = 2000
+
+
+def _joined(where: list[str]) -> str:
+    """The join of the index's matches (``s``) with their record rows (``r``)."""
+    return (f"FROM search s JOIN records r ON r.rowid = (s.rowid & {SEARCH_ROW_MASK}) "
+            f"WHERE search MATCH ? AND {' AND '.join(where)}")
+
+
+def _key_range(q: Query, column: str = "s.rowid") -> tuple[list[str], list[object]]:
+    """Conditions on the index's rowid (SEARCH_KEY) implied by ``before:`` and ``after:``: FTS5 then
+    skips the matches outside the time range instead of joining each with its record."""
+    conds: list[str] = []
+    args: list[object] = []
+    for value in q.filters.get("before", []):
+        conds.append(f"{column} < ?")  # ts < day: SEARCH_KEY below the day's (rows without ts: time 0)
+        args.append(search_group(_day(value, "before")) << SEARCH_ROW_BITS)
+    for value in q.filters.get("after", []):
+        day = _day(value, "after") + 86400
+        if 0 <= day <= SEARCH_TIME_MAX:  # ts >= day: SEARCH_KEY from the day's
+            conds.append(f"{column} >= ?")
+            args.append(day << SEARCH_ROW_BITS)
+    return conds, args
+
+
+def _newest(state: State, q: Query, match: str, where: list[str], args: list[object], count: int) -> list[bytes]:
+    """The first ``count`` matches in :data:`NEWEST` order: read newest first from the index, then
+    the rest of the last one's second (whose records the index does not order by NEWEST)."""
+    conds, extra = _key_range(q)
+    rows = state.db.execute(f"SELECT s.rowid >> {SEARCH_ROW_BITS}, r.ts, r.lamport, r.idx, r.id "
+                            f"{_joined(where + conds)} ORDER BY s.rowid DESC", [match, *args, *extra])
+    found: list[tuple[int, int, int, int, bytes]] = []
+    last = -1  # the time (second) of the count-th match read
     try:
-        while True:
-            rows = ranked.fetchmany(chunk)
-            seen += len(rows)
-            rank = dict(rows)
-            if rank:
-                kept = db.execute(lookup, [json.dumps(list(rank)), *args]).fetchall()
-                found += [(rank[k[0]], *_newest_key(k[2], k[3], k[4], k[1])) for k in kept]
-                found.sort()
-            if len(rows) < chunk:
-                break  # every match seen
-            if len(found) >= wanted and rows[-1][1] > found[wanted - 1][0]:
-                break  # the rest rank below the last wanted one (ties included: they came in this chunk)
-            if len(found) >= wanted:
-                chunk *= 4  # rows tied with the last wanted one go on: read on, faster each time
-            else:  # sized from the share of rows the filter kept so far, at most 4 times the last chunk
-                chunk = min(int((wanted - len(found)) * seen / max(len(found), 1) * 1.25) + 64, 4 * chunk)
+        for group, ts, lamport, idx, rid in rows:
+            if group < last:
+                break
+            found.append(_newest_key(ts, lamport, idx, rid))
+            if len(found) == count:
+                last = group
     finally:
-        ranked.close()
+        rows.close()
+    return [key[-1] for key in sorted(found)[:count]]
+
+
+def _by_relevance(state: State, q: Query, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
+    """The first ``wanted`` matching records by relevance: the index's matches in windows of
+    RELEVANCE_WINDOW, newest first, scored by FTS5 alone (no record read); in each, the matches that
+    pass the modifiers by bm25, then newest.  Only the windows up to ``wanted`` are read."""
+    db = state.db
+    conds, extra = _key_range(q, "rowid")
+    out: list[bytes] = []
+    below: list[object] = []
+    while len(out) < wanted:
+        window = db.execute(f"SELECT rowid, bm25(search) FROM search WHERE {' AND '.join(['search MATCH ?', *conds])} "
+                            f"{'AND rowid < ?' if below else ''} ORDER BY rowid DESC LIMIT ?",
+                            [match, *extra, *below, RELEVANCE_WINDOW]).fetchall()
+        if not window:
+            break
+        below = [window[-1][0]]
+        window.sort(key=lambda m: (m[1], -m[0]))  # by score (ties: read together below)
+        out += _best_of(db, window, where, args, wanted - len(out))
+        if len(window) < RELEVANCE_WINDOW:
+            break
+    return out
+
+
+def _best_of(db: Connection, window: list[tuple[int, float]], where: list[str], args: list[object],
+             wanted: int) -> list[bytes]:
+    """The first ``wanted`` of a window's matches (sorted by score) that pass the conditions, by
+    score, then newest: their records are looked up a chunk at a time, in score order, until
+    ``wanted`` passed and every match tied with the last of them was seen.  A chunk after the
+    first is sized from the share of rows the conditions kept so far (at most four times the last)."""
+    lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
+              f"(SELECT value FROM json_each(?)) AND {' AND '.join(where)}")
+    found: list[tuple[float, int, int, int, int, bytes]] = []  # (score, newest key..., id), sorted
+    at, chunk = 0, max(2 * wanted, 64)
+    while at < len(window):
+        rows = window[at:at + chunk]
+        at += len(rows)
+        score = {sk & SEARCH_ROW_MASK: rank for sk, rank in rows}
+        kept = db.execute(lookup, [json.dumps(list(score)), *args]).fetchall()
+        found += [(score[k[0]], *_newest_key(k[2], k[3], k[4], k[1])) for k in kept]
+        found.sort()
+        if len(found) >= wanted and (at == len(window) or window[at][1] > found[wanted - 1][0]):
+            break  # the rest score below the last wanted one (ties included: they came in this chunk)
+        if len(found) >= wanted:
+            chunk *= 4  # matches tied with the last wanted one go on: read on, faster each time
+        else:  # sized from the share of rows the conditions kept so far, at most 4 times the last chunk
+            chunk = min(int((wanted - len(found)) * at / max(len(found), 1) * 1.25) + 64, 4 * chunk)
     return [f[-1] for f in found[:wanted]]
 
 
-def _match_count(state: State, match: str, where: list[str], args: list[object]) -> int:
+def _match_count(state: State, q: Query, match: str, where: list[str], args: list[object]) -> int:
     """How many records match: without modifiers, the index's count less the matching records that
     are invalid or forgotten (few; a partial index finds them), so the matches are not all read."""
     db = state.db
     if where != DEFAULT_WHERE or args:
-        return int(db.execute(f"SELECT count(*) FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? "
-                              f"AND {' AND '.join(where)}", [match, *args]).fetchone()[0])
+        conds, extra = _key_range(q)
+        return int(db.execute(f"SELECT count(*) {_joined(where + conds)}", [match, *args, *extra]).fetchone()[0])
     listed = db.execute("SELECT count(*) FROM search WHERE search MATCH ?", [match]).fetchone()[0]
-    unlisted = db.execute("SELECT count(*) FROM search WHERE search MATCH ? AND rowid IN (SELECT rowid FROM "
+    unlisted = db.execute(f"SELECT count(*) FROM search WHERE search MATCH ? AND rowid IN (SELECT {SEARCH_KEY} FROM "
                           "records INDEXED BY records_unlisted WHERE valid = 0 OR hidden = 1)", [match]).fetchone()[0]
     return int(listed - unlisted)
 
 
 def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
-    """Full-text search with modifiers; results ranked by relevance (bm25), or by time without words."""
+    """Full-text search with modifiers; results by relevance (:func:`_by_relevance`), or by time without words."""
     q = parse(text)
     state.ensure_search()
     found = _conditions(state, q)
@@ -237,7 +299,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
         return []
     where, args = found
     if q.has_text:
-        return state.records(_by_relevance(state, _fts_query(q), where, args, limit)) if limit > 0 else []
+        return state.records(_by_relevance(state, q, _fts_query(q), where, args, limit))
     sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY {NEWEST} LIMIT ?"
     rows = state.db.execute(sql, [*args, limit]).fetchall()
     return state.records(r[0] for r in rows)
@@ -290,7 +352,7 @@ def _snippet(text: str, q: Query) -> Snippet:
 def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
                 order: str = "relevance") -> tuple[int, list[tuple[RecordView, Snippet]]]:
     """One page of a search: (how many records match in all, the page's records with a snippet of
-    each).  ``order``: "relevance" (bm25, then newest) or "time" (newest first); a query without
+    each).  ``order``: "relevance" (:func:`_by_relevance`) or "time" (newest first); a query without
     words is always in time order.  A snippet without words to match is the text's beginning."""
     if order not in ORDERS:
         raise UsageError(f"order: use one of {', '.join(ORDERS)}, not '{order}'")
@@ -305,20 +367,18 @@ def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
     db = state.db
     if q.has_text:
         match = _fts_query(q)
-        total = _match_count(state, match, where, args)
+        total = _match_count(state, q, match, where, args)
+        if limit == 0:
+            return total, []
         if order == "relevance":
-            ids = _by_relevance(state, match, where, args, offset + limit)[offset:] if limit > 0 else []
-            views = state.records(ids)
-            return total, [(v, _snippet(v.text, q)) for v in views]
-        base = f"FROM search s JOIN records r ON r.rowid = s.rowid WHERE search MATCH ? AND {' AND '.join(where)}"
-        rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?",
-                          [match, *args, limit, offset]).fetchall()
-    else:
-        base = f"FROM records r WHERE {' AND '.join(where)}"
-        total = db.execute(f"SELECT count(*) {base}", args).fetchone()[0]
-        rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
-    views = state.records(r[0] for r in rows)
-    return total, [(v, _snippet(v.text, q) if q.has_text else _opening(v.text)) for v in views]
+            ids = _by_relevance(state, q, match, where, args, offset + limit)[offset:]
+        else:
+            ids = _newest(state, q, match, where, args, offset + limit)[offset:]
+        return total, [(v, _snippet(v.text, q)) for v in state.records(ids)]
+    base = f"FROM records r WHERE {' AND '.join(where)}"
+    total = db.execute(f"SELECT count(*) {base}", args).fetchone()[0]
+    rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+    return total, [(v, _opening(v.text)) for v in state.records(r[0] for r in rows)]
 
 
 def conversations_matching(state: State, text: str) -> set[tuple[bytes, str]]:
@@ -329,9 +389,9 @@ def conversations_matching(state: State, text: str) -> set[tuple[bytes, str]]:
     if not q.has_text:
         return set()
     state.ensure_search()
-    rows = state.db.execute("SELECT DISTINCT r.compartment, r.conversation FROM search s JOIN records r "
-                            "ON r.rowid = s.rowid WHERE search MATCH ? AND r.valid = 1 AND r.hidden = 0 "
-                            "AND r.conversation IS NOT NULL", [_fts_query(q)])
+    rows = state.db.execute("SELECT DISTINCT r.compartment, r.conversation "
+                            f"{_joined(['r.valid = 1', 'r.hidden = 0', 'r.conversation IS NOT NULL'])}",
+                            [_fts_query(q)])
     return {(comp, conv) for comp, conv in rows}
 
 
@@ -404,7 +464,6 @@ class OllamaEmbedder:
         self.dimension = len(self.embed(["dimension probe"])[0])
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        import json
         import urllib.request
 
         req = urllib.request.Request(  # noqa: S310 - the user chooses the Ollama URL

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
-from .cache import SEARCH_BODY, Connection, complete_schema, memory_database
+from .cache import (
+    SEARCH_BODY,
+    SEARCH_KEY,
+    SEARCH_ROW_MASK,
+    Connection,
+    DatabaseError,
+    complete_schema,
+    memory_database,
+)
 from .control import BatchView, Level, Roster
 from .credentials import CredentialKind
 from .erased import scrub
@@ -370,9 +378,11 @@ class State:
             self.flush()
         db = self._db
         top = db.execute("SELECT max(rowid) FROM records").fetchone()[0] or 0
+        if top > SEARCH_ROW_MASK:  # (a billion records written into one state: SEARCH_KEY has no room)
+            raise DatabaseError("the local state has used up its record numbers for the search index")
         while self._indexed < top:
             upto = min(top, self._indexed + self._INDEX_CHUNK)
-            db.execute(f"INSERT INTO search(rowid, body) SELECT rowid, {SEARCH_BODY} FROM records "
+            db.execute(f"INSERT INTO search(rowid, body) SELECT {SEARCH_KEY}, {SEARCH_BODY} FROM records "
                        "WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?)", (self._indexed, upto, Kind.PUT, Kind.NOTE))
             self._indexed = upto
             db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
@@ -391,7 +401,7 @@ class State:
                     self._forgotten_keys.add((comp, key))
             self._forgotten |= {ref for (ref,) in db.execute(
                 "SELECT ref FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))}
-            db.execute(f"INSERT INTO search(search, rowid, body) SELECT 'delete', rowid, {SEARCH_BODY} FROM records "
+            db.execute(f"INSERT INTO search(search, rowid, body) SELECT 'delete', {SEARCH_KEY}, {SEARCH_BODY} FROM records "
                        "WHERE batch = ? AND kind IN (?, ?) AND rowid <= ?", (bid, Kind.PUT, Kind.NOTE, self.indexed))
             db.execute("DELETE FROM refs WHERE record IN (SELECT id FROM records WHERE batch = ?)", (bid,))
             # an erased record's semantic vector goes with it (it says what the text was about)

@@ -577,16 +577,17 @@ class Session:
         try:
             return method(*args, **kwargs)
         except DatabaseError as exc:
-            raise (self.state_damaged() if is_damage(exc) else exc) from None
+            raise (self.state_damaged(exc) if is_damage(exc) else exc) from None
 
-    def state_damaged(self) -> DamagedFile:
-        """A page of the local state did not authenticate during a query: it is deleted on lock (the
-        vault's files are intact) and the error to raise says so."""
+    def state_damaged(self, exc: DatabaseError) -> DamagedFile:
+        """A page of the local state did not authenticate during a query (SQLite: "file is not a
+        database"), or the state cannot go on (``exc`` says why): it is deleted on lock (the vault's
+        files are intact) and the error to raise says so."""
         path = self.reader.store.path if self.reader.store is not None else self.local.cache_dir
         self.discard_cache()
-        return DamagedFile(f"this installation's local state of the vault ({path}) is damaged (a page did not "
-                           "decrypt); it is deleted and rebuilt from the vault's files: lock the vault and open it "
-                           "again. Nothing in the vault was affected", file=path)
+        return DamagedFile(f"this installation's local state of the vault ({path}) cannot be used ({exc}: a page "
+                           "did not decrypt, or it is damaged); it is deleted and rebuilt from the vault's files: "
+                           "lock the vault and open it again. Nothing in the vault was affected", file=path)
 
     def save_cache(self) -> None:
         """Commit the local state now (an open commits every few seconds, and on lock)."""
