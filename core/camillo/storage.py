@@ -370,6 +370,10 @@ class FolderShelf:
     def exists(self, name: str) -> bool:
         return os.path.exists(self._path(name)) or name in self._packed
 
+    def is_staged(self, name: str, tmp: str) -> bool:
+        """The temp file :meth:`stage` returned for ``name`` is still there (not committed yet)."""
+        return os.path.exists(os.path.join(os.path.dirname(self._path(name)), tmp))
+
     def size(self, name: str) -> int | None:
         """The loose file's size in bytes, or None if it is not here as a loose file."""
         try:

@@ -413,14 +413,22 @@ class Session:
             raise AssertionError("unreachable")
         return self.shelf
 
+    def unfinished_write(self, ds: DeviceState) -> bool:
+        """The last write ``ds`` remembers has a segment not renamed into place yet.  They are renamed
+        in order, so the last one's temp file says it (one stat, not one per segment: a bulk write
+        stages hundreds, and every open asks)."""
+        staged = ds.extra.get("staged")
+        return (bool(staged) and isinstance(self.shelf, FolderShelf) and not self.read_only
+                and self.shelf.is_staged(*staged[-1]))
+
     def commit_staged(self) -> bool:
         """Finish the last write of this actor if a crash interrupted it after its counter was
         persisted: rename its staged segments into place.  True when one was finished."""
         done = False
-        if isinstance(self.shelf, FolderShelf) and not self.read_only:
-            for name, tmp in self.device_state.extra.get("staged") or []:
+        if self.unfinished_write(self.device_state):
+            for name, tmp in self.device_state.extra["staged"]:
                 if not self.shelf.exists(name):
-                    done = self.shelf.commit(name, tmp) or done
+                    done = self.folder().commit(name, tmp) or done
         return done
 
     # ------------------------------------------------------------------------------ records
@@ -447,7 +455,7 @@ class Session:
         loaded = store.load()
         if loaded is not None:
             self.device_state = loaded
-            if loaded.extra.get("staged") and not self.read_only:
+            if self.unfinished_write(loaded):
                 with store.locked():
                     self.device_state = store.load() or loaded
                     if self.commit_staged():
