@@ -417,7 +417,7 @@ class Session:
         """The last write ``ds`` remembers has a segment not renamed into place yet.  They are renamed
         in order, so the last one's temp file says it (one stat, not one per segment: a bulk write
         stages hundreds, and every open asks)."""
-        staged = ds.extra.get("staged")
+        staged = ds.extra.get("staged") or []
         return (bool(staged) and isinstance(self.shelf, FolderShelf) and not self.read_only
                 and self.shelf.is_staged(*staged[-1]))
 
