@@ -297,9 +297,20 @@ class FolderShelf:
 
     def files_in(self, directory: str) -> frozenset[str]:
         """The vault files directly in one top-level directory (``"slots"``), current: a stat of
-        that directory when it did not change, a scan of the folder when it did."""
+        that directory when it did not change, a scan of the folder when it did; before the first
+        scan, a listing of that directory alone (an open reads its slots before it derives the key,
+        and lists the folder meanwhile: see :meth:`list`)."""
         if self.unchanged(directory):
             return self._dirs[directory][1]
+        if not self._dirs:
+            try:
+                with os.scandir(os.path.join(self.root, directory)) as it:
+                    return frozenset(n for e in it if not e.name.startswith(".") and e.is_file()
+                                     and kind_of(n := f"{directory}/{e.name}"))
+            except FileNotFoundError:
+                return frozenset()
+            except OSError as exc:
+                raise StorageError(f"cannot list {self.root}/{directory}: {exc.strerror}") from None
         self._scan()
         entry = self._dirs.get(directory)
         return entry[1] if entry is not None else frozenset()
