@@ -115,8 +115,6 @@ CREATE INDEX IF NOT EXISTS records_by_time ON records(ts, lamport, idx, id, hidd
 CREATE INDEX IF NOT EXISTS records_by_conversation ON records(conversation, compartment, ts, hidden, writer, type) WHERE conversation IS NOT NULL AND valid = 1 AND kind IN (1, 3);
 CREATE INDEX IF NOT EXISTS records_unlisted ON records(kind) WHERE valid = 0 OR hidden = 1;
 CREATE INDEX IF NOT EXISTS records_attachments ON records(valid) WHERE type = 'attachment';
--- what search reads of each match the full-text index finds (by rowid): an index entry, not the record's page
-CREATE INDEX IF NOT EXISTS records_lookup ON records(rowid, valid, hidden, kind, compartment, type, effective, writer, ts, lamport, idx, id, conversation);
 CREATE TABLE IF NOT EXISTS refs(record BLOB NOT NULL, ref BLOB NOT NULL, how INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS refs_ref ON refs(ref);
 CREATE INDEX IF NOT EXISTS refs_record ON refs(record);

@@ -188,9 +188,8 @@ RELEVANCE_WINDOW = 2000
 
 
 def _joined(where: list[str]) -> str:
-    """The join of the index's matches (``s``) with their record rows (``r``), read from the covering
-    index ``records_lookup`` (a match costs an index entry, not its record's page)."""
-    return (f"FROM search s JOIN records r INDEXED BY records_lookup ON r.rowid = (s.rowid & {SEARCH_ROW_MASK}) "
+    """The join of the index's matches (``s``) with their record rows (``r``)."""
+    return (f"FROM search s JOIN records r ON r.rowid = (s.rowid & {SEARCH_ROW_MASK}) "
             f"WHERE search MATCH ? AND {' AND '.join(where)}")
 
 
@@ -258,7 +257,7 @@ def _best_of(db: Connection, window: list[tuple[int, float]], where: list[str], 
     score, then newest: their records are looked up a chunk at a time, in score order, until
     ``wanted`` passed and every match tied with the last of them was seen.  A chunk after the
     first is sized from the share of rows the conditions kept so far (at most four times the last)."""
-    lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r INDEXED BY records_lookup WHERE r.rowid IN "
+    lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
               f"(SELECT value FROM json_each(?)) AND {' AND '.join(where)}")
     found: list[tuple[float, int, int, int, int, bytes]] = []  # (score, newest key..., id), sorted
     at, chunk = 0, wanted + wanted // 4 + 16  # (without modifiers nearly every match passes)

@@ -137,24 +137,3 @@ def test_ties_at_the_cut_are_all_read(vault_with_ties):
     _total, by_relevance, _by_time = reference(state, '"garden basil tomato jazz"', len(window))
     assert S._best_of(state.db, window, where, args, 1) == by_relevance[:1]
     assert S._best_of(state.db, window, where, args, 3) == by_relevance[:3]
-
-
-def test_matches_are_read_from_the_covering_index(vault_with_ties):
-    """What search reads of each match (its modifiers' columns, its time, its id) comes from the
-    index ``records_lookup``, not the record's page, which holds its text and raw record (at a
-    million records, counting a common word's matches read a page per match: seconds)."""
-    vault = vault_with_ties
-    db = vault.session.materialized.db
-    for text in QUERIES:
-        statements: list[str] = []
-        db.set_trace_callback(statements.append)
-        try:
-            vault.search_page(text)
-            vault.search_page(text, order="time")
-        finally:
-            db.set_trace_callback(None)
-        per_match = [s for s in statements if "FROM search s JOIN records" in s or "json_each" in s]
-        assert per_match or text == "nothingmatches", text
-        for sql in per_match:
-            plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {sql}"))
-            assert "COVERING INDEX records_lookup" in plan, (text, plan)
