@@ -299,11 +299,11 @@ class FolderShelf:
         """The vault files directly in one top-level directory (``"slots"``), current: a stat of
         that directory when it did not change, a scan of the folder when it did; before the first
         scan of a plain folder, a listing of that directory alone (an open reads its slots before it
-        derives the key, and lists the folder meanwhile: ``session.unlock._list_while_deriving``; a
-        mirror's scan asks its store first, as before)."""
+        derives the key, and lists the folder meanwhile: ``session.unlock._list_while_deriving``; an
+        object store's mirror answers from its last listing of the store: ``ObjectShelf.files_in``)."""
         if self.unchanged(directory):
             return self._dirs[directory][1]
-        if not self._dirs and type(self)._scan is FolderShelf._scan:
+        if not self._dirs:
             try:
                 with os.scandir(os.path.join(self.root, directory)) as it:
                     return frozenset(n for e in it if not e.name.startswith(".") and e.is_file()
