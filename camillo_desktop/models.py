@@ -604,6 +604,7 @@ class SearchModel(ColumnModel):
         self._client = client
         self._hits: list[SearchHit] = []
         self.total = 0
+        self.total_exact = True  # False: more than ``total`` match (counted so far; SearchPage)
         self.query = ""
         self.order = "relevance"
         self._loading = False
@@ -614,6 +615,7 @@ class SearchModel(ColumnModel):
         self.beginResetModel()
         self._hits = list(page.hits)
         self.total, self.query, self.order = page.total, page.query, page.order
+        self.total_exact = page.total_exact
         self._loading = False
         self._generation += 1
         self.endResetModel()
@@ -661,6 +663,7 @@ class SearchModel(ColumnModel):
                 self._hits += hits
                 self.endInsertRows()
             self.total = page.total if hits else len(self._hits)  # nothing new: the vault changed meanwhile
+            self.total_exact = page.total_exact or not hits
             self.rows_arrived.emit()
 
         def failed(_exc: BaseException) -> None:

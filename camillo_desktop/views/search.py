@@ -28,6 +28,13 @@ HELP = ("Every word must match. Click \u201c?\u201d beside the search field for 
 ORDERS = (("Best match first", "relevance"), ("Newest first", "time"))
 
 
+def match_count(total: int, exact: bool) -> str:
+    """"3 records match", or "More than 10,200 records match" when counting stopped past the page."""
+    if not exact:
+        return f"More than {total:,} records match"
+    return f"{total:,} record{'s' if total != 1 else ''} match{'' if total != 1 else 'es'}"
+
+
 class SearchView(RecordListView):
     name = "search"
     title = "Search"
@@ -51,6 +58,7 @@ class SearchView(RecordListView):
         self.header.addWidget(self.order)
         self.subtitle.setText(HELP)
         self.table.setItemDelegateForColumn(SearchColumn.MATCH, HtmlDelegate(HTML_ROLE, self.table))
+        self.model.rows_arrived.connect(self._show_count)  # a later page may count further
 
     def make_model(self) -> SearchModel:  # type: ignore[override]
         return SearchModel(self.client, self)
@@ -77,11 +85,8 @@ class SearchView(RecordListView):
         def done(page: SearchPage) -> None:
             if query != self.query:
                 return  # a newer search is running
-            shown = safe_text(query, 120, single_line=True)
-            self.count.setText(f"{page.total:,} record{'s' if page.total != 1 else ''} match{'' if page.total != 1 else 'es'} "
-                               f"\u201c{shown}\u201d")
             current = self.detail.record.id if self.detail.record is not None else None
-            self.model.set_page(page)
+            self.model.set_page(page)  # (shows the count: rows_arrived)
             if current is not None and self.model.row_of(current) >= 0:
                 self.select_record(current)
             elif page.hits:
@@ -96,6 +101,12 @@ class SearchView(RecordListView):
 
         self.client.submit(lambda ctx: ctx.vault.search_page(query, order=order), done, failed, context=self,
                            label="searching")
+
+    def _show_count(self) -> None:
+        model = self.model
+        if model.query and model.query == self.query:
+            shown = safe_text(model.query, 120, single_line=True)
+            self.count.setText(match_count(model.total, model.total_exact) + f" \u201c{shown}\u201d")
 
     def _refresh_detail(self) -> None:
         idx = self.table.currentIndex()

@@ -277,17 +277,32 @@ def _best_of(db: Connection, window: list[tuple[int, float]], where: list[str], 
     return [f[-1] for f in found[:wanted]]
 
 
-def _match_count(state: State, q: Query, match: str, where: list[str], args: list[object]) -> int:
-    """How many records match: without modifiers, the index's count less the matching records that
-    are invalid or forgotten (few; a partial index finds them), so the matches are not all read."""
+# A count that reads each match's record (a query with modifiers, or without words) stops this many
+# matches past the page it comes with: the GUI's total then costs what the page does, not what every
+# match does (seconds for a common word at a million records); the next page's count goes further.
+COUNT_AHEAD = 10_000
+
+
+def _capped_count(db: Connection, sql: str, args: list[object], cap: int) -> tuple[int, bool]:
+    """(how many rows ``sql`` (a SELECT ... FROM ... WHERE ...) gives, up to ``cap``; whether that is all)."""
+    n = int(db.execute(f"SELECT count(*) FROM ({sql} LIMIT ?)", [*args, cap + 1]).fetchone()[0])
+    return min(n, cap), n <= cap
+
+
+def _match_count(state: State, q: Query, match: str, where: list[str], args: list[object],
+                 cap: int) -> tuple[int, bool]:
+    """(how many records match, whether that is all of them): without modifiers, the index's count
+    less the matching records that are invalid or forgotten (few; a partial index finds them), so the
+    matches are not all read, and exact; with modifiers, each match is joined with its record, so at
+    most ``cap`` are counted."""
     db = state.db
     if where != DEFAULT_WHERE or args:
         conds, extra = _key_range(q)
-        return int(db.execute(f"SELECT count(*) {_joined(where + conds)}", [match, *args, *extra]).fetchone()[0])
+        return _capped_count(db, f"SELECT 1 {_joined(where + conds)}", [match, *args, *extra], cap)
     listed = db.execute("SELECT count(*) FROM search WHERE search MATCH ?", [match]).fetchone()[0]
     unlisted = db.execute(f"SELECT count(*) FROM search WHERE search MATCH ? AND rowid IN (SELECT {SEARCH_KEY} FROM "
                           "records INDEXED BY records_unlisted WHERE valid = 0 OR hidden = 1)", [match]).fetchone()[0]
-    return int(listed - unlisted)
+    return int(listed - unlisted), True
 
 
 def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
@@ -350,9 +365,10 @@ def _snippet(text: str, q: Query) -> Snippet:
 
 
 def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
-                order: str = "relevance") -> tuple[int, list[tuple[RecordView, Snippet]]]:
-    """One page of a search: (how many records match in all, the page's records with a snippet of
-    each).  ``order``: "relevance" (:func:`_by_relevance`) or "time" (newest first); a query without
+                order: str = "relevance") -> tuple[int, bool, list[tuple[RecordView, Snippet]]]:
+    """One page of a search: (how many records match in all, whether that count is all of them (a
+    count reading each match's record stops COUNT_AHEAD past the page), the page's records with a
+    snippet of each).  ``order``: "relevance" (:func:`_by_relevance`) or "time" (newest first); a query without
     words is always in time order.  A snippet without words to match is the text's beginning."""
     if order not in ORDERS:
         raise UsageError(f"order: use one of {', '.join(ORDERS)}, not '{order}'")
@@ -362,23 +378,24 @@ def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
     state.ensure_search()
     found = _conditions(state, q)
     if found is None:
-        return 0, []
+        return 0, True, []
     where, args = found
+    cap = offset + limit + COUNT_AHEAD
     db = state.db
     if q.has_text:
         match = _fts_query(q)
-        total = _match_count(state, q, match, where, args)
+        total, exact = _match_count(state, q, match, where, args, cap)
         if limit == 0:
-            return total, []
+            return total, exact, []
         if order == "relevance":
             ids = _by_relevance(state, q, match, where, args, offset + limit)[offset:]
         else:
             ids = _newest(state, q, match, where, args, offset + limit)[offset:]
-        return total, [(v, _snippet(v.text, q)) for v in state.records(ids)]
+        return total, exact, [(v, _snippet(v.text, q)) for v in state.records(ids)]
     base = f"FROM records r WHERE {' AND '.join(where)}"
-    total = db.execute(f"SELECT count(*) {base}", args).fetchone()[0]
+    total, exact = _capped_count(db, f"SELECT 1 {base}", args, cap)
     rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
-    return total, [(v, _opening(v.text)) for v in state.records(r[0] for r in rows)]
+    return total, exact, [(v, _opening(v.text)) for v in state.records(r[0] for r in rows)]
 
 
 def conversations_matching(state: State, text: str) -> set[tuple[bytes, str]]:

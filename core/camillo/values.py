@@ -559,13 +559,16 @@ class SearchHit:
 @dataclass(frozen=True)
 class SearchPage:
     """One page of a search: ``total`` records match in all; ``hits`` are those from ``offset`` on,
-    in ``order`` (relevance: best first; time: newest first)."""
+    in ``order`` (relevance: best first; time: newest first).  ``total_exact`` False: more than
+    ``total`` match (a count that reads each match's record stops ``search.COUNT_AHEAD`` past the
+    page; the next page's count goes further)."""
 
     query: str
     order: str
     total: int
     offset: int
     hits: list[SearchHit]
+    total_exact: bool = True
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,23 @@ def test_search_pages_count_every_match_and_mark_the_matched_words(vault):
     assert [h.record.ts for h in by_time.hits] == [T0 + 10 * DAY + 259, T0 + 10 * DAY + 258, T0 + 10 * DAY + 257]
 
 
+def test_a_count_that_reads_each_match_stops_past_the_page_and_says_so(vault, monkeypatch):
+    from camillo import search
+    monkeypatch.setattr(search, "COUNT_AHEAD", 7)
+    vault.append([msg(f"pears-{i // 50}", "user", f"Pear {i}: ripe pears are soft.", T0 + 10 * DAY + i)
+                  for i in range(60)])
+    plain = vault.search_page("pears", limit=10)  # the index counts its matches alone: exact
+    assert (plain.total, plain.total_exact) == (60, True)
+    for text in ("pears type:message", "type:message compartment:personal"):  # each match's record is read
+        first = vault.search_page(text, limit=10)
+        assert (first.total, first.total_exact, len(first.hits)) == (17, False, 10), text
+        further = vault.search_page(text, offset=40, limit=10)
+        assert (further.total, further.total_exact) == (57, False), text
+        last = vault.search_page(text, offset=50, limit=10)
+        assert last.total_exact and last.total == (60 if text.startswith("pears") else 64), text
+    assert vault.search_page("agent:nobody pears").total_exact  # none: exact
+
+
 def test_search_pages_without_words_phrases_and_bad_input(vault):
     page = vault.search_page("type:message compartment:personal")
     assert page.total == 4

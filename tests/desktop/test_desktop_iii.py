@@ -610,16 +610,22 @@ def test_the_timeline_is_newest_first_with_a_toggle_and_ctrl_end_reaches_the_rea
     assert model.record(model.total() - 1).id == ids[0]
 
 
+def search_230_notes(qtbot, client, demo_window, demo_vault, word: str, query: str):
+    """The search view after 230 notes holding ``word`` were written and ``query`` was searched for."""
+    append_as(qtbot, client, demo_vault, "window", [
+        NewRecord(type="message", conversation="veg", role="user", text=f"note {i}: the {word} grew again")
+        for i in range(230)])
+    view = demo_window.pages["search"]
+    demo_window.search.setText(query)
+    with qtbot.waitSignal(demo_window.view_ready, timeout=15_000, check_params_cb=lambda n: n == "search"):
+        qtbot.keyClick(demo_window.search, Qt.Key.Key_Return)
+    return view
+
+
 def test_search_counts_every_match_loads_more_on_scroll_and_marks_the_words(qtbot, client, demo_window, demo_vault):
     from camillo_desktop.models import HTML_ROLE, SearchColumn
 
-    append_as(qtbot, client, demo_vault, "window", [
-        NewRecord(type="message", conversation="veg", role="user", text=f"note {i}: the zucchini grew again")
-        for i in range(230)])
-    view = demo_window.pages["search"]
-    demo_window.search.setText("zucchini")
-    with qtbot.waitSignal(demo_window.view_ready, timeout=15_000, check_params_cb=lambda n: n == "search"):
-        qtbot.keyClick(demo_window.search, Qt.Key.Key_Return)
+    view = search_230_notes(qtbot, client, demo_window, demo_vault, "zucchini", "zucchini")
     assert view.model.total == 230 and view.count.text().startswith("230 records match")
     assert view.model.rowCount() < 230 and view.model.canFetchMore()
     view.table.scrollToBottom()
@@ -634,6 +640,18 @@ def test_search_counts_every_match_loads_more_on_scroll_and_marks_the_words(qtbo
     assert {"type:message", "key:user/home*", "is:pending", "compartment:work", "class:user"} <= set(tokens)
     demo_window.search_help.buttons[tokens.index("is:pending")].click()
     assert demo_window.search.text() == "zucchini is:pending" and not demo_window.search_help.isVisible()
+
+
+def test_a_search_with_modifiers_says_more_than_until_scrolling_counted_every_match(qtbot, client, demo_window,
+                                                                                     demo_vault, monkeypatch):
+    from camillo import search
+    monkeypatch.setattr(search, "COUNT_AHEAD", 20)  # counting stops 20 matches past the page
+    view = search_230_notes(qtbot, client, demo_window, demo_vault, "kohlrabi", "kohlrabi type:message")
+    assert view.count.text().startswith("More than 220 records match") and not view.model.total_exact
+    view.table.scrollToBottom()
+    view.model.fetchMore()
+    qtbot.waitUntil(lambda: view.model.rowCount() == 230, timeout=15_000)
+    assert view.model.total_exact and view.count.text().startswith("230 records match")
 
 
 # ------------------------------------------------------------------------------------------ sizes

@@ -468,6 +468,6 @@ def conversation_ids(session: Session, conversation: str, compartment: str, *,
 def search_page(session: Session, text: str, *, offset: int = 0, limit: int = 200,
                 order: str = "relevance") -> SearchPage:
     """One page of a full-text search, with how many records match in all and a snippet of each."""
-    total, found = search.search_page(session.materialized, text, offset=offset, limit=limit, order=order)
+    total, exact, found = search.search_page(session.materialized, text, offset=offset, limit=limit, order=order)
     return SearchPage(query=text, order=order, total=total, offset=offset,
-                      hits=[SearchHit(record=v, snippet=snippet) for v, snippet in found])
+                      hits=[SearchHit(record=v, snippet=snippet) for v, snippet in found], total_exact=exact)
