@@ -221,19 +221,31 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
 
 def extend_log(log: CausalLog, views: dict[bytes, BatchView], new: list[bytes], roster: Roster) -> bool:
     """The common case in O(new): each new batch is the next link of its writer's chain, by a
-    writer the roster lets write there, seeing only batches that are here, in a compartment with
-    nothing missing.  Then :func:`build_log` would give exactly the log extended by them: extend
-    ``log`` in place and return True.  Otherwise change nothing and return False (the caller
-    rebuilds the whole log)."""
+    writer the roster lets write there, at a place no rejected batch holds, seeing only
+    batches that are here, and filling no gap (a compartment may have gaps: a host that withholds
+    one batch must not make every later append rebuild the log over the whole vault).  Then
+    :func:`build_log` would give exactly the log extended by them: the same gaps (a claim or a
+    dependency naming a new batch would have been a gap; none is, and the new batches claim
+    nothing absent), the same forks (no rejected batch holds a new batch's place in its chain),
+    heads and chains: extend ``log`` in place and return True.  Otherwise change nothing and
+    return False (the caller rebuilds the whole log)."""
     tops: dict[tuple[bytes, bytes], int] = {}
     last: dict[tuple[bytes, bytes], BatchView] = {}
     order = sorted((views[b] for b in new), key=lambda v: (v.header.writer_id, v.header.compartment_id, v.header.seq))
-    gap_compartments = {g.compartment_id for g in log.gaps} | {f.compartment_id for f in log.forks}
+    gap_slots = {(g.writer_id, g.compartment_id, g.seq) for g in log.gaps}
+    gap_ids = {g.batch_id for g in log.gaps if g.batch_id is not None}
+    # the chain places of rejected batches (a new batch there would make a fork; a forked chain's
+    # next place always holds one): few, or a writer that floods rejected batches costs a pass over
+    # them (their stored writer, compartment and seq: no header decoded), not over the vault
+    rejected_slots = {(rv.writer_id, rv.compartment_id, rv.seq) for r in log.rejected
+                      if (rv := views.get(r)) is not None}
     ids_new = set(new)
     for v in order:
         h = v.header
         key = (h.writer_id, h.compartment_id)
-        if h.compartment_id in gap_compartments or v.id in log.accepted or v.id in log.rejected:
+        if v.id in log.accepted or v.id in log.rejected or v.id in gap_ids:
+            return False
+        if (h.writer_id, h.compartment_id, h.seq) in gap_slots or (h.writer_id, h.compartment_id, h.seq) in rejected_slots:
             return False
         if h.writer_id in roster.revocations or not roster.can_write(h.writer_id, h.compartment_id)[0]:
             return False

@@ -40,7 +40,8 @@ def fingerprint(v: Vault) -> dict:
         # each chain's highest seq as the log keeps it: what an append's frontier claims (writer.causal_fields)
         "tops": {k: t for k, t in v.session.log.tops.items() if v.session.log.chains.get(k)},
         "tops_true": all(v.session.log.tops.get(k) == max(c) for k, c in v.session.log.chains.items() if c),
-        "gaps": sorted((g.writer_id, g.compartment_id, g.seq) for g in v.session.log.gaps),
+        "gaps": sorted((g.writer_id, g.compartment_id, g.seq, g.batch_id or b"", g.reason) for g in v.session.log.gaps),
+        "forks": sorted((f.writer_id, f.compartment_id, f.seq, f.batch_ids) for f in v.session.log.forks),
         "inbox": [r.id for r in v.inbox()],
         "search": [r.id for r in v.search("garden")],
     }
@@ -82,6 +83,28 @@ def test_appends_take_the_fast_path_and_match_a_full_recomputation(new_vault, co
                      compartment=rng.choice(["personal", "work"]))
     assert counted["fast"] >= 30 and counted["full"] == 0, counted
     assert fingerprint(vault) == from_scratch(path)
+
+
+def test_appends_after_a_withheld_batch_take_the_fast_path_and_match(new_vault, tmp_path, monkeypatch, counted):
+    """A host withholds one batch of another device: the gap is reported, and this device's appends
+    (in that compartment too) still extend the log in O(new), not rebuild it over the whole vault."""
+    path, vault, _ = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "phone")
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), device_name="phone") as phone:
+        for i in range(3):
+            phone.append([NewRecord(type="message", conversation="c", role="user", text=f"garden from the phone {i}")])
+        withheld = phone.session.reader.batches[phone.session.log.chains[
+            (phone.session.actor.writer_id, phone.session.roster.compartment_id("personal"))][2]].segment
+    os.unlink(os.path.join(path, *withheld.split("/")))
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), device_name="laptop") as laptop:
+        assert [g.seq for g in laptop.session.log.gaps] == [2]
+        counted["full"] = counted["fast"] = 0
+        for i in range(5):
+            laptop.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+        assert counted == {"full": 0, "fast": 5}
+        assert fingerprint(laptop) == from_scratch(path)
 
 
 def test_interleaved_devices_agents_facts_and_forgetting_match(new_vault, tmp_path, monkeypatch, counted):
