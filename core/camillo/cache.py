@@ -144,6 +144,10 @@ CREATE TABLE IF NOT EXISTS cache_batches(
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
+-- the vault folder's listing (camillo.storage.FolderShelf.prime): each directory with its mtime, its
+-- files' and its subdirectories' names (one per line), listed outside its mtime's clock tick
+CREATE TABLE IF NOT EXISTS cache_dirs(rel TEXT PRIMARY KEY, mtime INTEGER NOT NULL, files TEXT NOT NULL,
+                                      subdirs TEXT NOT NULL);
 -- semantic vectors (camillo.search): one byte per dimension, each vector scaled so that its largest
 -- component is +-127 and rounded (int8), with the scale beside it (a score's error is below 1/127 of
 -- the largest component's); with the record's time and whether it is a summary, so that scoring

@@ -266,3 +266,12 @@ class VaultLocal:
 
     def cache_path(self, writer_id: bytes) -> str:
         return os.path.join(self.cache_dir, "actors", writer_id.hex(), "state.db")
+
+    def holds_a_state(self) -> bool:
+        """Whether some actor of this installation keeps a local state database of the vault (an
+        open will likely resume from it; the actor is known only once a credential opened a slot)."""
+        try:
+            actors = os.listdir(os.path.join(self.cache_dir, "actors"))
+        except OSError:
+            return False
+        return any(os.path.exists(os.path.join(self.cache_dir, "actors", a, "state.db")) for a in actors)

@@ -75,6 +75,11 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _lines(text: str) -> frozenset[str]:
+    """The names of a listing kept in the local state (one per line; none: empty)."""
+    return frozenset(text.split("\n")) if text else frozenset()
+
+
 class Reader:
     def __init__(self, shelf: FolderShelf | PackShelf, vault_id: bytes, keyring: KeyRing) -> None:
         self.shelf = shelf
@@ -136,6 +141,7 @@ class Reader:
         self.resume: tuple[bytes, bytes] | None = None  # (what it was computed from, the log) read at the open
         self.flags_all = True  # every batch's flags (signed, vouched, accepted) are to be written
         self.flags_new: set[bytes] = set()  # else these batches' flags
+        self.listing_all = True  # the local state is to keep the folder's whole listing (else what moved)
         self.committed_at = time.monotonic()
 
     def forget_cached_roster(self) -> None:
@@ -175,6 +181,7 @@ class Reader:
             state.close()
         self.materialized = State(db)
         self.dirty, self.flags_new = False, set()
+        self.listing_all = True
         self.committed_at = time.monotonic()
 
     def detach(self) -> None:
@@ -233,6 +240,8 @@ class Reader:
             del same
             db.executemany("UPDATE cache_batches SET writer = ?, seq = ?, compartment = ? WHERE id = ?", missing)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+            listing = [(rel, mtime, _lines(files), _lines(subdirs))
+                       for rel, mtime, files, subdirs in db.execute("SELECT rel, mtime, files, subdirs FROM cache_dirs")]
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
@@ -248,6 +257,9 @@ class Reader:
         self.last_accepted = accepted
         self.dirty = self.flags_all = False
         self.flags_new = set()
+        if isinstance(self.shelf, FolderShelf):
+            self.shelf.prime(listing)  # the folder's first scan lists only what moved since
+        self.listing_all = False
         return ""
 
     # After this many single reads of stored headers in a session, the rest are read at once: a pass
@@ -289,10 +301,23 @@ class Reader:
             if index:
                 self.materialized.ensure_search()  # the stored state holds a complete search index
             self._store_log()
+        self._store_listing()
         self.materialized.commit()  # (forced with nothing read: what the index and the vectors gained)
         if self.dirty:
             self.dirty = False
             self.committed_at = time.monotonic()
+
+    def _store_listing(self) -> None:
+        """Keep what moved of the folder's listing in the local state, for the next open's first scan
+        (:meth:`~camillo.storage.FolderShelf.prime`)."""
+        if not isinstance(self.shelf, FolderShelf):
+            return
+        keep, drop = self.shelf.listing_changes(every=self.listing_all)
+        self.listing_all = False
+        db = self.materialized.db
+        db.executemany("DELETE FROM cache_dirs WHERE rel = ?", [(rel,) for rel in drop])
+        db.executemany("INSERT OR REPLACE INTO cache_dirs(rel, mtime, files, subdirs) VALUES(?, ?, ?, ?)",
+                       [(rel, mtime, "\n".join(files), "\n".join(subdirs)) for rel, mtime, files, subdirs in keep])
 
     @staticmethod
     def _log_basis(roster: Roster, signed: set[bytes]) -> bytes:

@@ -152,7 +152,8 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
     else:
         raise UsageError(f"unknown unlock method {unlock.method}")
     candidates = sorted((h for h in headers if h.type == stype), key=lambda h: (-h.generation, h.name))
-    if unlock.method == "passphrase" and candidates and type(session.shelf) is FolderShelf:
+    if (unlock.method == "passphrase" and candidates and type(session.shelf) is FolderShelf
+            and not (session.use_cache and session.local.holds_a_state())):
         _list_while_deriving(session.shelf, derive, candidates[0])
     if unlock.method != "device":
         candidates = _own_seal_first(session, candidates, derive)
@@ -235,7 +236,9 @@ def _list_while_deriving(shelf: FolderShelf, derive: Callable[[slots.SlotHeader]
                          header: slots.SlotHeader) -> None:
     """Derive the passphrase's key (Argon2id, in C without the interpreter lock: 64 MiB and a few
     hundred milliseconds) on a worker thread while this one lists the folder, which the open reads
-    next (100,000 files at a million records: about as long).  The shelf is this thread's alone; the
+    next (100,000 files at a million records: about as long).  Not when a local state will likely
+    be resumed: it keeps the listing, and the first scan then lists only what moved since
+    (:meth:`~camillo.storage.FolderShelf.prime`).  The shelf is this thread's alone; the
     worker only derives (``derive`` keeps what it derived; a failure is met again by the caller)."""
     def work() -> None:
         with contextlib.suppress(Exception):  # (raised again where the caller derives it)
