@@ -79,11 +79,16 @@ _COPIED = (".lock", "state.db", "state.db-wal", "state.db-shm")
 def clone_tree(src: str, dst: str) -> None:
     """Copy a folder with hard links: vault files and the sealed local files are never changed in
     place (writes create new files and rename them), so a linked clone behaves as a copy.  Lock
-    files and the local state database, which SQLite changes in place, are copied."""
+    files and the local state database, which SQLite changes in place, are copied.  Directories keep
+    their modification times (as ``cp -a`` does): a clone is the same folder opened again, whose
+    listing the local state keeps (``FolderShelf.prime``), not a folder whose every directory just
+    changed."""
+    made: list[tuple[str, os.stat_result]] = []
     for dirpath, _dirnames, filenames in os.walk(src):
         rel = os.path.relpath(dirpath, src)
         target = os.path.join(dst, rel) if rel != "." else dst
         os.makedirs(target, exist_ok=True)
+        made.append((target, os.stat(dirpath)))
         for f in filenames:
             s, d = os.path.join(dirpath, f), os.path.join(target, f)
             if f.endswith(_COPIED):
@@ -93,6 +98,8 @@ def clone_tree(src: str, dst: str) -> None:
                 os.link(s, d)
             except OSError:
                 shutil.copy2(s, d)
+    for target, st in made:  # (once every entry is made: a directory's own entries move its mtime)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def clone_fixture(fx: Fixture, dst: str) -> Fixture:

@@ -56,8 +56,9 @@ FORMAT = 8
 # indexes, the batches' writer column and the stored causal log (issue 19); 3 = the full-text index
 # with immediate deletions (built again when first needed: see complete_schema); 4 = the batches'
 # seq and compartment columns; 5 = the full-text index keyed by time (SEARCH_KEY: built again when
-# first needed) and the covering index a warm open reads the batches from
-REVISION = 5
+# first needed) and the covering index a warm open reads the batches from; 6 = the vault folder's
+# listing (cache_dirs)
+REVISION = 6
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"

@@ -278,7 +278,7 @@ class FolderShelf:
         """Directories as a listing an earlier process made found them, each (directory, mtime,
         files, subdirectories), kept by this installation's local state (``Reader``): the first scan
         takes each one whose mtime has not moved since instead of listing it (at a million records,
-        785 stats instead of listing 100,000 files).  Only entries listed outside their mtime's
+        263 stats instead of listing 100,000 files).  Only entries listed outside their mtime's
         clock tick are kept (see RACY_NS), so a change since moved the mtime.  Ignored once the
         folder was scanned."""
         if not self._dirs:
