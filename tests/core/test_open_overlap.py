@@ -12,8 +12,10 @@ the state keeps (``FolderShelf.prime``), and must see exactly what a full listin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 
 from camillo import NewRecord, Unlock, Vault
 from camillo.session import unlock as unlock_mod
@@ -62,8 +64,9 @@ def test_a_directory_listed_before_the_first_scan_holds_what_the_scan_finds(new_
     assert FolderShelf(path).files_in("no-such-directory") == frozenset()
 
 
-def _listed(monkeypatch) -> list[str]:
-    """The directories os.scandir lists from now on (the folder's listing, the slots' own)."""
+@contextlib.contextmanager
+def _listing(monkeypatch) -> Iterator[list[str]]:
+    """The directories os.scandir lists meanwhile (the folder's listing, the slots' own)."""
     import camillo.storage as storage_mod
 
     listed: list[str] = []
@@ -73,8 +76,9 @@ def _listed(monkeypatch) -> list[str]:
         listed.append(os.fspath(path))
         return real(path)
 
-    monkeypatch.setattr(storage_mod.os, "scandir", scandir)
-    return listed
+    with monkeypatch.context() as m:
+        m.setattr(storage_mod.os, "scandir", scandir)
+        yield listed
 
 
 def test_an_open_that_resumes_its_state_lists_only_the_directories_that_moved(new_vault, monkeypatch, tmp_path):
@@ -82,6 +86,7 @@ def test_an_open_that_resumes_its_state_lists_only_the_directories_that_moved(ne
     from tests.core.test_incremental import fingerprint, from_scratch
 
     path, vault, _ = new_vault
+    slots = os.path.join(path, "slots")
     for i in range(6):
         vault.append([NewRecord(type="message", text=f"garden {i}")])
     vault.lock()
@@ -91,31 +96,32 @@ def test_an_open_that_resumes_its_state_lists_only_the_directories_that_moved(ne
             os.utime(os.path.join(root, d), ns=(10**18, 10**18))
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)):
         pass  # the state keeps this listing
-    listed = _listed(monkeypatch)
-    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+    with _listing(monkeypatch) as listed:
+        v = Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    with v:
         assert v.session.reader.decryptions == 0
-        assert listed == [os.path.join(path, "slots")], "an unchanged folder was listed again"
+        assert listed == [slots], "an unchanged folder was listed again"
         assert fingerprint(v) == from_scratch(path)
-    monkeypatch.undo()
     switch_home(monkeypatch, tmp_path / "laptop")
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as other:  # another device writes meanwhile
         other.append([NewRecord(type="message", text="from the laptop")])
     switch_home(monkeypatch, tmp_path / "home")
-    slots = os.path.join(path, "slots")
     moved = {root for root, _d, _f in os.walk(path) if os.stat(root).st_mtime_ns != 10**18} - {slots}
     assert any("segments/" in m for m in moved)
     for m in moved:  # (written a while ago: a listing now is outside their mtime's tick, and kept)
         os.utime(m, ns=(15 * 10**17, 15 * 10**17))
-    listed = _listed(monkeypatch)
-    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+    with _listing(monkeypatch) as listed:
+        v = Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    with v:
         assert "from the laptop" in [r.text for r in v.timeline()]
         assert set(listed) - {slots} == moved, "not exactly the directories that moved"
         assert fingerprint(v) == from_scratch(path)
     # the listing kept was brought up to date: what this device wrote since (it acknowledged the
     # laptop) is all the next open lists
     written = {root for root, _d, _f in os.walk(path) if os.stat(root).st_mtime_ns not in (10**18, 15 * 10**17)}
-    listed.clear()
-    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+    with _listing(monkeypatch) as listed:
+        v = Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    with v:
         assert set(listed) == written | {slots}
         assert fingerprint(v) == from_scratch(path)
 
