@@ -196,6 +196,9 @@ class FolderShelf:
             if primed is not None and primed[0] == mtime:  # as an earlier process listed it
                 files, subdirs, racy = primed[1], primed[2], False
             else:
+                # names listed here before passed kind_of then: only new ones are checked (another
+                # device's 1,000 new batches move nearly every directory of 100,000 files)
+                known = cached[1] if cached is not None else primed[1] if primed is not None else frozenset()
                 fs, ds = set(), set()
                 try:
                     with os.scandir(full) as it:
@@ -206,7 +209,7 @@ class FolderShelf:
                             if e.is_dir(follow_symlinks=False):
                                 if rel or e.name in DIRECTORIES:
                                     ds.add(child)
-                            elif kind_of(child):
+                            elif child in known or kind_of(child):
                                 fs.add(child)
                 except FileNotFoundError:
                     continue

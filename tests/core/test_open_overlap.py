@@ -151,3 +151,35 @@ def test_the_listing_kept_leaves_out_directories_listed_within_their_mtimes_tick
     fresh = FolderShelf(str(tmp_path / "v"))
     fresh.prime([("env", 10**18, frozenset({name, "env/" + "cd" * 32 + ".env"}), frozenset())])
     assert fresh.list() == ["VMEM", name], "an entry whose mtime moved was used"
+
+
+def test_a_directory_listed_again_checks_only_the_names_it_did_not_hold(tmp_path, monkeypatch):
+    """Another device's new files move nearly every directory's mtime; listing one again checks the
+    names it held before (they passed ``kind_of`` then) only by a set look-up, and each new name as
+    before: the names a reader must ignore stay out."""
+    import camillo.storage as storage_mod
+    from camillo.storage import FolderShelf
+
+    root = tmp_path / "v"
+    os.makedirs(root / "env")
+    open(root / "VMEM", "wb").close()
+    held = {f"env/{c * 64}.env" for c in "abc"}
+    for name in held:
+        open(root / name, "wb").close()
+    os.utime(root / "env", ns=(10**18, 10**18))
+    shelf = FolderShelf(str(root))
+    shelf.list()
+    checked: list[str] = []
+    real = storage_mod.kind_of
+    monkeypatch.setattr(storage_mod, "kind_of", lambda name: checked.append(name) or real(name))
+    new = "env/" + "d" * 64 + ".env"
+    open(root / new, "wb").close()
+    open(root / "env" / "notes.txt", "wb").close()
+    os.utime(root / "env", ns=(2 * 10**17 + 10**18, 2 * 10**17 + 10**18))
+    assert shelf.list() == sorted({"VMEM", new} | held)
+    assert sorted(checked) == sorted([new, "env/notes.txt"])
+    checked.clear()
+    primed = FolderShelf(str(root))  # a kept listing whose mtime moved: its names are known too
+    primed.prime([("env", 10**18, frozenset(held), frozenset())])
+    assert primed.list() == sorted({"VMEM", new} | held)
+    assert new in checked and not held & set(checked)
