@@ -305,9 +305,10 @@ def test_a_warm_open_reads_no_stored_header_and_a_pass_over_every_batch_reads_th
 def test_a_warm_open_holds_one_object_for_each_value_many_batches_share(new_vault, monkeypatch, tmp_path):
     """A warm open builds a view per batch (100,000 at a million records) from rows that each bring
     their own copy of the writer, epoch and compartment: the views share one object per distinct
-    (writer, epoch, compartment), the segments one (compartment, epoch) pair per distinct pair, and a batch without control
-    records holds no stored control bytes and shares its list of absent records (64 MiB of the
-    open's 294 MiB at a million records, docs/benchmarks.md).  What they read is unchanged."""
+    (writer, epoch, compartment), the segments one (compartment, epoch) pair per distinct pair, and
+    a batch without control records holds no stored control bytes and shares its list of absent
+    records (62 of the open's 294 MiB at a million records, docs/benchmarks.md).  What they read is
+    unchanged."""
     path, vault, _ = new_vault
     _fill(vault, 12)
     vault.lock()
