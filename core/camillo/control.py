@@ -200,7 +200,7 @@ class BatchView:
     batch: Batch
     segment: str
     epoch_id: bytes
-    records: list[Record | None]
+    records: Sequence[Record | None]  # (a view read back from the state shares one tuple per length)
     signed: bool = False
     vouched: bool = False  # accepted on a COMPACTION record's signature (spec §16)
     sig_ok: bool = False  # the batch signature verified once (a writer id is bound to one key)
