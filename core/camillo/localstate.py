@@ -11,13 +11,15 @@ platformdirs.  Per vault, under ``vaults/<vault_id hex>/``:
 * ``pending.cbor`` (with ``operation.lock``): while an operation writes vault files ahead of the
   record that announces them (an erasure, a re-certification, a key rotation), their names and that
   record's id, so that files a crash left unannounced are deleted on the next open.
-* ``actors/<writer_id hex>/state.bin``: the durable device state (own ``seq`` counters, the
-  frontier and epochs it remembers, rollback evidence), sealed under the actor's own seed.
+* ``actors/<writer_id hex>/state.bin`` and ``state-1.bin``: the durable device state (own ``seq``
+  counters, the frontier and epochs it remembers, rollback evidence), sealed under the actor's own
+  seed, in two copies written by turns (:mod:`camillo.devicestate`).
 * ``actors/<writer_id hex>/state.db`` (cache directory, with its ``-wal`` and ``-shm`` files and
   ``state.lock``): the disposable materialised state, a page-encrypted SQLite database opened in
   place (:mod:`camillo.cache`).
 
-Every file is written to a temp file, fsynced and renamed.  Every sealed file is
+Every file is written to a temp file, fsynced and renamed (the device state's copies are
+overwritten in place by turns instead).  Every sealed file is
 ``"VMEMLOCL" ‖ version ‖ salt(24) ‖ commitment(32) ‖ XChaCha20-Poly1305`` with the file's purpose and
 the vault id bound into the key derivation, so a file copied from another vault or purpose fails.
 
@@ -87,13 +89,18 @@ def atomic_write(path: str, data: bytes | Iterable[bytes], mode: int = 0o600) ->
         finally:
             os.close(dfd)
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise StorageError(f"the disk holding this installation's local state is full; {path} was not written: "
-                               "free some space and try again") from None
-        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise StorageError(f"cannot write this installation's local state {path} ({exc.strerror}): make it "
-                               "writable (or set CAMILLO_HOME elsewhere) and try again") from None
-        raise StorageError(f"cannot write local state {path}: {exc.strerror}") from None
+        raise write_error(path, exc) from None
+
+
+def write_error(path: str, exc: OSError) -> StorageError:
+    """What to tell the user when writing the local state file ``path`` failed with ``exc``."""
+    if exc.errno == errno.ENOSPC:
+        return StorageError(f"the disk holding this installation's local state is full; {path} was not written: "
+                            "free some space and try again")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageError(f"cannot write this installation's local state {path} ({exc.strerror}): make it "
+                            "writable (or set CAMILLO_HOME elsewhere) and try again")
+    return StorageError(f"cannot write local state {path}: {exc.strerror}")
 
 
 def seal_local(key: bytes, purpose: str, vault_id: bytes, payload: bytes) -> bytes:

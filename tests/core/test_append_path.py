@@ -51,10 +51,11 @@ def test_the_device_state_is_opened_again_only_when_another_process_changed_it(n
     assert opened == [], "the file held exactly what this process wrote: not decrypted again"
     # another process of this installation writes (a second store over the same file and key)
     other = copy.copy(vault.session.device_state_store)
-    other._known = None
+    other._known = {}
     state = other.load()
+    assert len(opened) == 2, "the other store opened both copies of the state"
     state.extra["written elsewhere"] = 1
     other.save(state)
     vault.append([NewRecord(type="message", text="after")])
-    assert len(opened) == 2, "the changed file was opened (by the other store, then by the append)"
+    assert len(opened) == 3, "the copy the other store changed was opened (and only that one) by the append"
     assert vault.session.device_state.extra.get("written elsewhere") == 1, "the append adopted it"

@@ -6,7 +6,8 @@ synced or not.  To test what ``fsync`` ordering is for, :class:`FaultFS` also ke
 account of what is durable, and on a power cut undoes what is not:
 
 * a file's bytes are durable only once the file was fsynced; at the cut an unsynced file keeps its
-  last fsynced bytes (``cut="all"``) or a random prefix of what was written (``cut="random"``);
+  last fsynced bytes (``cut="all"``) or a random prefix of what was written (``cut="random"``; a file
+  overwritten in place with ``os.pwrite``: the new bytes up to a random point, the old ones after it);
 * a directory entry change (create, link, rename, replace, unlink, mkdir) is durable only once its
   directory was fsynced; at the cut the changes not yet covered are undone, all of them
   (``cut="all"``) or a random suffix per directory (``cut="random"``, i.e. each directory kept its
@@ -17,7 +18,8 @@ Only paths under the given roots (the vault folder and the installations' homes)
 everything there before :meth:`FaultFS.install` counts as durable.  Calls through Python's ``open()``
 (not ``os.open``) are not tracked and count as durable.
 
-Counted events (the kill points): ``os.open`` that creates a file, ``os.write``, ``os.fsync``,
+Counted events (the kill points): ``os.open`` that creates a file, ``os.write``, ``os.pwrite``,
+``os.ftruncate``, ``os.fsync``,
 ``os.link``, ``os.rename``, ``os.replace``, ``os.unlink``/``os.remove`` and ``os.mkdir`` under the roots.
 
 Used only by the worker process, on its main thread, around real product code.
@@ -56,6 +58,7 @@ class FaultFS:
         self.fds: dict[int, _Fd] = {}
         self.durable: dict[tuple[int, int], bytes] = {}  # inode -> bytes at its last fsync
         self.dirty: set[tuple[int, int]] = set()
+        self.overwritten: set[tuple[int, int]] = set()  # files written in place (os.pwrite)
         self.pending: list[tuple] = []  # (directory, op, *args), oldest first
         self._stashed = 0
         self.o: dict[str, object] = {}
@@ -64,7 +67,8 @@ class FaultFS:
 
     def install(self) -> None:
         os.makedirs(self.stash, exist_ok=True)
-        for name in ("open", "write", "fsync", "close", "link", "rename", "replace", "unlink", "remove", "mkdir"):
+        for name in ("open", "write", "pwrite", "ftruncate", "fsync", "close", "link", "rename", "replace", "unlink",
+                     "remove", "mkdir"):
             self.o[name] = getattr(os, name)
             setattr(os, name, getattr(self, f"_{name}"))
         self.active = True
@@ -119,6 +123,26 @@ class FaultFS:
         n = self.o["write"](fd, data)
         self.dirty.add(f.inode)
         return n
+
+    def _pwrite(self, fd, data, offset):
+        """A write in place (a file overwritten, like the device state's copies): dirty until fsynced."""
+        f = self.fds.get(fd)
+        if f is None or not self.active:
+            return self.o["pwrite"](fd, data, offset)
+        self._event("pwrite " + f.path)
+        n = self.o["pwrite"](fd, data, offset)
+        self.dirty.add(f.inode)
+        self.overwritten.add(f.inode)
+        return n
+
+    def _ftruncate(self, fd, length):
+        f = self.fds.get(fd)
+        if f is None or not self.active:
+            return self.o["ftruncate"](fd, length)
+        self._event("ftruncate " + f.path)
+        self.o["ftruncate"](fd, length)
+        self.dirty.add(f.inode)
+        return None
 
     def _fsync(self, fd):
         if hasattr(fd, "fileno"):
@@ -248,6 +272,10 @@ class FaultFS:
                 now = fh.read()
             if self.cut == "all" or self.rng.random() < 0.5:
                 content = self.durable.get(inode, b"")
+            elif inode in self.overwritten:  # torn: the new bytes up to a point, the old ones after it
+                at = self.rng.randint(0, len(now))
+                old = self.durable.get(inode, b"")
+                content = now[:at] + old[at:]
             else:
                 content = now[: self.rng.randint(0, len(now))]
             with open(path, "wb") as fh:
