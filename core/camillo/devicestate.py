@@ -12,7 +12,8 @@ It holds what must survive restarts and must never come from the host:
   for ten minutes before it becomes "missing";
 * ``kept``: the secrets of the epochs this writer sealed its own batches to, until every other
   device has read them (another device's erasure may destroy such an epoch first; the writer then
-  seals its batches again under the current epoch, spec §16.10).
+  seals its batches again under the current epoch, spec §16.10); ``kept_segments``: the keys of the
+  segments it sealed to an epoch whose secret it did not hold, for the same purpose.
 
 It is sealed under a key derived from the actor's own signing seed, and every save holds an
 exclusive lock on ``write.lock`` beside it (writers hold it while they allocate a ``seq``), so two
@@ -59,6 +60,10 @@ class DeviceState:
     # device has read those batches, so that if another device's erasure destroys such an epoch
     # meanwhile, this writer can still open its own batches and seal them again (spec §16.10)
     kept: dict[bytes, dict[bytes, bytes]] = field(default_factory=dict, repr=False)
+    # segment name -> its segment key: the segments this writer sealed to an epoch whose secret it did
+    # not hold (another device's key change not all here yet), kept until it holds that secret or has
+    # sealed their batches again after an erasure destroyed the epoch (spec §16.10 rule 2)
+    kept_segments: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def to_map(self) -> dict[str, Any]:
         return {
@@ -68,6 +73,7 @@ class DeviceState:
             "first_missing": dict(self.first_missing),
             "generation": self.generation,
             "kept": {c: dict(m) for c, m in self.kept.items()},
+            "kept_segments": dict(self.kept_segments),
             "manifests": list(self.manifests),
             "remembered": {c: {w: [s, b] for w, (s, b) in m.items()} for c, m in self.remembered.items()},
         }
@@ -83,6 +89,7 @@ class DeviceState:
             manifests=list(m.get("manifests", [])),
             extra=dict(m.get("extra", {})),
             kept={c: dict(mm) for c, mm in m.get("kept", {}).items()},
+            kept_segments=dict(m.get("kept_segments", {})),
         )
 
 
@@ -115,9 +122,10 @@ class DeviceStateStore:
             writes = m.get(WRITES, 0)
             if type(writes) is not int or writes < 0:
                 raise ValueError(writes)
+            secrets = _secrets(state)
         except Exception:
             raise DamagedFile(f"the device state {path} is damaged", file=path) from None
-        self._known[path] = (data, raw, writes, _secrets(state))
+        self._known[path] = (data, raw, writes, secrets)
         return raw, writes
 
     def load(self) -> DeviceState | None:
@@ -208,7 +216,8 @@ class DeviceStateStore:
 
 
 def _secrets(state: DeviceState) -> frozenset[bytes]:
-    return frozenset(secret for per in state.kept.values() for secret in per.values())
+    return frozenset([*(secret for per in state.kept.values() for secret in per.values()),
+                      *state.kept_segments.values()])
 
 
 def _overwrite(path: str, data: bytes) -> None:

@@ -70,6 +70,14 @@ def encode_payload(batches: list[Batch]) -> bytes:
 def seal_segment(
     vault_id: bytes, compartment_id: bytes, epoch_id: bytes, epoch_public: bytes, payload: bytes
 ) -> bytes:
+    return seal_segment_keyed(vault_id, compartment_id, epoch_id, epoch_public, payload)[0]
+
+
+def seal_segment_keyed(
+    vault_id: bytes, compartment_id: bytes, epoch_id: bytes, epoch_public: bytes, payload: bytes
+) -> tuple[bytes, bytes]:
+    """A sealed segment and its segment key (which opens it without the epoch's secret: a writer that
+    seals to an epoch whose secret it does not hold keeps it, spec §16.10 rule 2)."""
     if len(payload) > PAYLOAD_MAX:
         raise LimitExceeded(f"a segment payload of {len(payload)} bytes exceeds {PAYLOAD_MAX}")
     segment_key = random_bytes(32)
@@ -82,7 +90,7 @@ def seal_segment(
         + hpke_wrap(epoch_public, segment_key, _wrap_info(vault_id, compartment_id, epoch_id))
     )
     context = vault_id + compartment_id + epoch_id
-    return seal(segment_key, LABEL, context, header, payload, segment_size(len(payload)))
+    return seal(segment_key, LABEL, context, header, payload, segment_size(len(payload))), segment_key
 
 
 def read_header(data: bytes, name: str) -> SegmentHeader:
@@ -106,6 +114,15 @@ def open_segment(data: bytes, name: str, vault_id: bytes, epoch_key: RecipientKe
     wrap = data[44 : 44 + WRAP_LEN]
     try:
         segment_key = hpke_unwrap(epoch_key, wrap, _wrap_info(vault_id, header.compartment_id, header.epoch_id))
+    except CryptoFailure as exc:
+        raise DamagedFile(f"segment {name} is damaged or tampered ({exc})", file=name) from None
+    return open_segment_with(data, name, vault_id, segment_key)
+
+
+def open_segment_with(data: bytes, name: str, vault_id: bytes, segment_key: bytes) -> bytes:
+    """Decrypt a segment with its own segment key (one its writer kept) and return its payload bytes."""
+    header = read_header(data, name)
+    try:
         context = vault_id + header.compartment_id + header.epoch_id
         payload = open_sealed(segment_key, LABEL, context, data, HEADER_LEN)
     except CryptoFailure as exc:

@@ -97,23 +97,29 @@ def without_erased(batch: Batch, erased: set[bytes] | frozenset[bytes]) -> Batch
     return Batch(batch.id, batch.header_bytes, batch.header, batch.sigs, records)
 
 
-def reseal(session: Session, cid: bytes, eid: bytes, epk: bytes,
-           batches: list[Batch]) -> list[tuple[str, bytes, list[bytes]]]:
-    """Pack batches into as few segments as fit, sealed to one epoch key; (name, bytes, batch ids)."""
+def reseal(session: Session, cid: bytes, eid: bytes, epk: bytes, batches: list[Batch], *,
+           keep: dict[str, bytes] | None = None) -> list[tuple[str, bytes, list[bytes]]]:
+    """Pack batches into as few segments as fit, sealed to one epoch key; (name, bytes, batch ids).
+    ``keep`` receives each segment's own key by name (spec §16.10 rule 2)."""
     out = []
     group: list[Batch] = []
     size = 0
+
+    def seal() -> None:
+        seg, key = segments.seal_segment_keyed(session.vault_id, cid, eid, epk, segments.encode_payload(group))
+        out.append((segment_name(seg), seg, [x.id for x in group]))
+        if keep is not None:
+            keep[out[-1][0]] = key
+
     for b in batches:
         n = len(encoding.encode(b.to_cbor()))
         if group and size + n > COMPACT_PAYLOAD:
-            seg = segments.seal_segment(session.vault_id, cid, eid, epk, segments.encode_payload(group))
-            out.append((segment_name(seg), seg, [x.id for x in group]))
+            seal()
             group, size = [], 0
         group.append(b)
         size += n
     if group:
-        seg = segments.seal_segment(session.vault_id, cid, eid, epk, segments.encode_payload(group))
-        out.append((segment_name(seg), seg, [x.id for x in group]))
+        seal()
     return out
 
 

@@ -6,7 +6,8 @@ Run by the facade after every writable unlock, in this order:
    them are deleted (spec §12.4, §16.4);
 2. batches that sit only in segments sealed under an epoch another device's erasure destroyed
    (they were written concurrently with it) are sealed again under the current epoch, with the
-   epoch secrets this writer kept for that purpose (spec §16.10);
+   epoch secrets this writer kept for that purpose, or the keys of the segments it sealed without
+   their epoch's secret (spec §16.10);
 3. a device certified before an erasure it has not seen replaces its key (its old key could open
    the pre-erasure copies through its old slot, §16.4);
 4. dead slots are deleted: those of revoked credentials and older generations' passphrase and
@@ -105,18 +106,23 @@ def destroyed_epochs(session: Session) -> set[EpochRef]:
 def rescue_batches(session: Session) -> Changes:
     """Seal again, under the compartment's current epoch, every batch found only in segments sealed
     under an epoch an erasure destroyed, when this writer kept that epoch's secret (it sealed its own
-    batches to it): the batches of writers that did not know of the erasure yet.  A copy that an erasure
+    batches to it) or the segment's own key (it sealed the segment without holding the epoch's secret):
+    the batches of writers that did not know of the erasure yet.  A copy that an erasure
     replaced (its manifest lists the segment as removed, and the batch) is never sealed again: it may hold
     what that erasure erased, and the erasure's new segment holds the batch.  Only that manifest vouches
     for it: an erasure's own new segment, sealed under the epoch it started, holds the only copy of what
     it re-encrypted, and an erasure made elsewhere without that segment can destroy its epoch.  A record
     an applied ERASE names is never sealed again (its bytes become null, as the erasure's do).
     Then the old segments, which nobody can read any more, are deleted, and the kept secret with them."""
-    kept = session.device_state.kept
-    if session.read_only or not kept or session.actor is None:
+    kept, kept_segments = session.device_state.kept, session.device_state.kept_segments
+    if session.read_only or not (kept or kept_segments) or session.actor is None:
         return Changes()
     reader, roster = session.reader, session.roster
     destroyed = destroyed_epochs(session)
+    segment_refs = {**reader.segment_epochs, **reader.unreadable}
+    if kept_segments:
+        _settle_kept_segments(session, segment_refs, destroyed)
+        kept, kept_segments = session.device_state.kept, session.device_state.kept_segments
     if not destroyed:
         return Changes()
     replaced: dict[bytes, frozenset[bytes]] = {}  # segment id -> the batches the erasure removing it re-encrypted
@@ -125,11 +131,10 @@ def rescue_batches(session: Session) -> Changes:
             for seg in m.removed:
                 replaced[seg] = replaced.get(seg, frozenset()) | m.batches
     erased = frozenset().union(*(e.targets for e in roster.erasures.values()))
-    segment_refs = {**reader.segment_epochs, **reader.unreadable}
     candidates = sorted((name, ref) for name, ref in segment_refs.items()
-                        if ref in destroyed and ref[1] in kept.get(ref[0], {}))
+                        if ref in destroyed and (ref[1] in kept.get(ref[0], {}) or name in kept_segments))
     if not candidates:
-        _drop_kept(session, destroyed, set())
+        _drop_kept(session, destroyed, set(), set())
         return Changes()
     alive_holders: dict[bytes, set[str]] = {}  # batch id -> readable segments under live epochs
     for name, bids in reader.segment_batches.items():
@@ -142,8 +147,11 @@ def rescue_batches(session: Session) -> Changes:
     for name, (cid, eid) in candidates:
         try:
             data = session.shelf.read(name)
-            payload = segments.open_segment(data, name, session.vault_id,
-                                            keys.epoch_key(kept[cid][eid], session.vault_id, cid, eid))
+            if eid in kept.get(cid, {}):
+                payload = segments.open_segment(data, name, session.vault_id,
+                                                keys.epoch_key(kept[cid][eid], session.vault_id, cid, eid))
+            else:  # a segment this writer sealed without the epoch's secret: its own key opens it
+                payload = segments.open_segment_with(data, name, session.vault_id, kept_segments[name])
             batches = segments.decode_payload(payload, name)
         except (FileNotFoundError, VaultError):
             continue
@@ -156,7 +164,12 @@ def rescue_batches(session: Session) -> Changes:
     for cid, found in sorted(rescue.items()):
         eid, epk = sealing_key(session, cid)
         ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-        files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered)]
+        # sealed to an epoch whose secret is not here either: each new segment's key is kept (and
+        # durable) before the segment is written, as a write keeps it
+        keep: dict[str, bytes] | None = {} if session.keyring.secret((cid, eid)) is None else None
+        files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered, keep=keep)]
+        if keep:
+            _update_kept_segments(session, add=keep)
         written += len(session.write_files(files))
     if written:
         session.refresh()
@@ -169,7 +182,7 @@ def rescue_batches(session: Session) -> Changes:
             continue
     if removed:
         session.refresh()
-    _drop_kept(session, destroyed, {ref for name, ref in candidates if name not in settled})
+    _drop_kept(session, destroyed, {ref for name, ref in candidates if name not in settled}, set(settled))
     count = sum(len(found) for found in rescue.values())
     if count:
         session.notices.append(Notice("sealed-again", f"{count} write(s) made while another device erased records "
@@ -180,18 +193,51 @@ def rescue_batches(session: Session) -> Changes:
                                             if written else "")
 
 
-def _drop_kept(session: Session, destroyed: set[EpochRef], still_needed: set[EpochRef]) -> None:
-    """Forget the kept secrets of destroyed epochs once nothing here is left to seal again."""
+def _drop_kept(session: Session, destroyed: set[EpochRef], still_needed: set[EpochRef], settled: set[str]) -> None:
+    """Forget the kept secrets of destroyed epochs, and the kept keys of segments sealed again, once
+    nothing here is left to seal again."""
     ds = session.device_state
     drop = [(c, e) for c, per in ds.kept.items() for e in per if (c, e) in destroyed and (c, e) not in still_needed]
-    if not drop or session.device_state_store is None:
+    if not drop and not settled & ds.kept_segments.keys():
         return
-    with session.device_state_store.locked():
-        on_disk = session.device_state_store.load() or ds
-        for c, e in drop:
+    _update_kept_segments(session, drop=settled, drop_epochs=drop)
+
+
+def _update_kept_segments(session: Session, *, add: dict[str, bytes] | None = None, drop: set[str] | None = None,
+                          drop_epochs: list[EpochRef] | None = None,
+                          add_epochs: dict[EpochRef, bytes] | None = None) -> None:
+    """Change what the device state keeps to seal again (spec §16.10 rule 2), durably, under its lock."""
+    store = session.device_state_store
+    if store is None:
+        return
+    with store.locked():
+        on_disk = store.load() or session.device_state
+        on_disk.kept_segments.update(add or {})
+        for name in drop or ():
+            on_disk.kept_segments.pop(name, None)
+        for (c, e), secret in (add_epochs or {}).items():
+            on_disk.kept.setdefault(c, {}).setdefault(e, secret)
+        for c, e in drop_epochs or ():
             on_disk.kept.get(c, {}).pop(e, None)
         on_disk.kept = {c: per for c, per in on_disk.kept.items() if per}
         session.save_device_state(on_disk)
+
+
+def _settle_kept_segments(session: Session, segment_refs: dict[str, EpochRef], destroyed: set[EpochRef]) -> None:
+    """The kept key of a segment sealed without its epoch's secret is needed no longer once that secret
+    is here (it is kept instead, as for a segment sealed with it) or the segment is gone."""
+    keyring, kept_segments = session.keyring, session.device_state.kept_segments
+    done: set[str] = set()
+    secrets: dict[EpochRef, bytes] = {}
+    for name in kept_segments:
+        ref = segment_refs.get(name)
+        if ref is None:
+            done.add(name)
+        elif ref not in destroyed and (secret := keyring.secret(ref)) is not None:
+            secrets[ref] = secret
+            done.add(name)
+    if done:
+        _update_kept_segments(session, drop=done, add_epochs=secrets)
 
 
 # ---------------------------------------------------------------------------------- live epochs a roll missed

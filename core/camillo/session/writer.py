@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from functools import partial
 
 from .. import ids, segments
 from ..devicestate import DeviceState
@@ -52,7 +53,8 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
     §15.2).  A writer that reads (an owner device, a write grant) prefers, among concurrent heads, one
     whose secret it holds, so that it can read back what it writes (spec §16.10); when it holds none
     (another device's new epoch whose key is still on its way) it seals to the current one, which
-    everyone else can read and this writer too once the key arrives."""
+    everyone else can read and this writer too once the key arrives (it keeps each such segment's own
+    key meanwhile, in case an erasure destroys that epoch first: :func:`_number_and_seal`)."""
     roster, keyring = session.roster, session.keyring
     epoch = roster.current_epoch(cid)
     if epoch is not None:
@@ -232,6 +234,12 @@ def _number_and_seal(session: Session, per_compartment: dict[bytes, list[bytes]]
         secret = session.keyring.secret((cid, epoch_id))
         if secret is not None:  # kept until others read these batches (an erasure may destroy the epoch)
             session.device_state.kept.setdefault(cid, {}).setdefault(epoch_id, secret)
+        # Sealed to an epoch whose secret this writer does not hold (another device's key change is not
+        # all here yet): it keeps each segment's own key instead, to seal those batches again if an
+        # erasure it has not seen yet destroyed that epoch (spec §16.10 rule 2).  (An append grant reads
+        # nothing and seals nothing again: it keeps none.)
+        keep = secret is None and bool(session.keyring.unlocked or session.keyring.epoch_secrets)
+        seal = partial(_seal_one, session, files, sealed, cid, epoch_id, public, keep)
         seq, prev = session.device_state.counters.get(cid, (0, None))
         on_vault = log.max_seq(actor.writer_id, cid)
         if on_vault > seq:
@@ -262,18 +270,13 @@ def _number_and_seal(session: Session, per_compartment: dict[bytes, list[bytes]]
             batch = make_batch(header, chunk, actor.signer)
             size = sum(len(r) for r in chunk) + 512
             if group and group_size + size > SEGMENT_PAYLOAD:
-                seg = segments.seal_segment(session.vault_id, cid, epoch_id, public,
-                                            segments.encode_payload(group))
-                files.append((segment_name(seg), seg))
-                sealed.append((files[-1][0], cid, epoch_id, group))
+                seal(group)
                 group, group_size = [], 0
             group.append(batch)
             group_size += size
             batches.append(batch)
             prev, deps = batch.id, (batch.id,)
-        seg = segments.seal_segment(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
-        files.append((segment_name(seg), seg))
-        sealed.append((files[-1][0], cid, epoch_id, group))
+        seal(group)
         if prev is None:
             raise AssertionError("no batch written")
         session.device_state.counters[cid] = (seq, prev)
@@ -282,6 +285,16 @@ def _number_and_seal(session: Session, per_compartment: dict[bytes, list[bytes]]
         session.device_state.remembered.setdefault(cid, {})[actor.writer_id] = (seq, prev)
         written[cid] = batches
     return files, sealed, written
+
+
+def _seal_one(session: Session, files: list[tuple[str, bytes]], sealed: list[tuple[str, bytes, bytes, list[Batch]]],
+              cid: bytes, epoch_id: bytes, public: bytes, keep: bool, group: list[Batch]) -> None:
+    """Seal one segment of ``group`` for :func:`_number_and_seal` (``keep``: keep its segment key)."""
+    seg, key = segments.seal_segment_keyed(session.vault_id, cid, epoch_id, public, segments.encode_payload(group))
+    files.append((segment_name(seg), seg))
+    sealed.append((files[-1][0], cid, epoch_id, group))
+    if keep:
+        session.device_state.kept_segments[files[-1][0]] = key
 
 
 def write_control(session: Session, raws: list[bytes], compartments: list[bytes], *,
