@@ -72,14 +72,16 @@ class Fixture:
         return {h: os.path.join(self.root, "homes", h) for h in HOMES}
 
 
-# The local state database (and its write-ahead log) is changed in place: a clone copies it.
-_COPIED = (".lock", "state.db", "state.db-wal", "state.db-shm")
+# The local state database (and its write-ahead log) and the device state's two copies are changed in
+# place: a clone copies them (a linked copy would carry a clone's writes back into the fixture).
+_COPIED = (".lock", "state.db", "state.db-wal", "state.db-shm", "state.bin", "state-1.bin")
 
 
 def clone_tree(src: str, dst: str) -> None:
-    """Copy a folder with hard links: vault files and the sealed local files are never changed in
+    """Copy a folder with hard links: vault files and most sealed local files are never changed in
     place (writes create new files and rename them), so a linked clone behaves as a copy.  Lock
-    files and the local state database, which SQLite changes in place, are copied.  Directories keep
+    files, the local state database, which SQLite changes in place, and the device state, whose two
+    copies are overwritten in place by turns, are copied.  Directories keep
     their modification times (as ``cp -a`` does): a clone is the same folder opened again, whose
     listing the local state keeps (``FolderShelf.prime``), not a folder whose every directory just
     changed."""
