@@ -119,6 +119,8 @@ def rescue_batches(session: Session) -> Changes:
         return Changes()
     reader, roster = session.reader, session.roster
     destroyed = destroyed_epochs(session)
+    if not destroyed and not kept_segments:
+        return Changes()
     segment_refs = {**reader.segment_epochs, **reader.unreadable}
     if kept_segments:
         _settle_kept_segments(session, segment_refs, destroyed)
