@@ -25,10 +25,9 @@ opens with the highest write count (``"writes"`` in the sealed map) is the state
 middle of a save leaves that copy failing its authentication, and the other one, the previous save,
 stands, as a temp file never renamed would have left it.  Writing in place spares each save a new
 file, a rename over the old one and a directory fsync (0.9-2.7 ms per append at 10k and 100k, with
-fsync or without, on
-these machines, docs/benchmarks.md).
-A state written by a version that kept one file is read as write count 0.  A save that forgets a
-kept secret (an epoch an erasure destroyed) the other copy still holds writes both copies.
+fsync or without, on these machines, docs/benchmarks.md).  A state written by a version that kept
+one file is read as write count 0.  A save that forgets a kept secret (an epoch an erasure
+destroyed) the other copy still holds writes both copies.
 
 Confined to the thread that owns the vault.
 """
