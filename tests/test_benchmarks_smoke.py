@@ -79,3 +79,36 @@ def test_benchmarks_run_at_a_tiny_size(tmp_path):
 
     with Image.open(out / "bench.png") as img:
         assert img.width > 400 and img.height > 200
+
+
+def test_a_clones_writes_never_reach_the_fixture(tmp_path):
+    """``clone_tree`` links what is never changed in place and copies the rest: appends in a clone
+    leave every file of the original as it was (the device state's copies are overwritten in place,
+    and a linked one once carried the clones' counters into the cached fixtures)."""
+    from camillo import NewRecord, Unlock, Vault
+
+    from benchmarks.corpus import clone_tree
+    from tests.conftest import PASSPHRASE
+
+    original = tmp_path / "fixture"
+    v, _ = Vault.create(str(original / "vault"), PASSPHRASE, device_name="desktop", home=str(original / "home"))
+    with v:
+        for i in range(3):  # both copies of the device state exist
+            v.append([NewRecord(type="message", text=f"before {i}")])
+
+    def contents(root):
+        out = {}
+        for dirpath, _dirs, files in os.walk(root):
+            for f in files:
+                with open(os.path.join(dirpath, f), "rb") as fh:
+                    out[os.path.relpath(os.path.join(dirpath, f), root)] = fh.read()
+        return out
+
+    before = contents(original)
+    assert any(k.endswith("state-1.bin") for k in before)
+    clone = tmp_path / "clone"
+    clone_tree(str(original), str(clone))
+    with Vault.open(str(clone / "vault"), Unlock.passphrase(PASSPHRASE), home=str(clone / "home")) as c:
+        for i in range(3):
+            c.append([NewRecord(type="message", text=f"in the clone {i}")])
+    assert contents(original) == before, "a clone's writes changed the fixture"
