@@ -222,10 +222,10 @@ def _secrets(state: DeviceState) -> frozenset[bytes]:
 
 
 def _overwrite(path: str, data: bytes) -> None:
-    """Write ``data`` over the file at ``path`` in place and fsync it (a new file: its directory too)."""
+    """Write ``data`` over the file at ``path`` in place and fsync it (a new file: its directory too).
+    Called under :meth:`DeviceStateStore.locked`, which made the directory durable."""
     directory = os.path.dirname(path)
     try:
-        make_dirs_durable(directory, 0o700)
         try:
             fd = os.open(path, os.O_WRONLY)
             new = False

@@ -116,12 +116,15 @@ def open_segment(data: bytes, name: str, vault_id: bytes, epoch_key: RecipientKe
         segment_key = hpke_unwrap(epoch_key, wrap, _wrap_info(vault_id, header.compartment_id, header.epoch_id))
     except CryptoFailure as exc:
         raise DamagedFile(f"segment {name} is damaged or tampered ({exc})", file=name) from None
-    return open_segment_with(data, name, vault_id, segment_key)
+    return _open_payload(data, name, vault_id, header, segment_key)
 
 
 def open_segment_with(data: bytes, name: str, vault_id: bytes, segment_key: bytes) -> bytes:
     """Decrypt a segment with its own segment key (one its writer kept) and return its payload bytes."""
-    header = read_header(data, name)
+    return _open_payload(data, name, vault_id, read_header(data, name), segment_key)
+
+
+def _open_payload(data: bytes, name: str, vault_id: bytes, header: SegmentHeader, segment_key: bytes) -> bytes:
     try:
         context = vault_id + header.compartment_id + header.epoch_id
         payload = open_sealed(segment_key, LABEL, context, data, HEADER_LEN)
