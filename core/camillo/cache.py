@@ -57,8 +57,9 @@ FORMAT = 8
 # with immediate deletions (built again when first needed: see complete_schema); 4 = the batches'
 # seq and compartment columns; 5 = the full-text index keyed by time (SEARCH_KEY: built again when
 # first needed) and the covering index a warm open reads the batches from; 6 = the vault folder's
-# listing (cache_dirs)
-REVISION = 6
+# listing (cache_dirs); 7 = the batches' control column and the index of the batches a warm open of
+# an unchanged folder reads (cache_batches_special)
+REVISION = 7
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
@@ -137,11 +138,12 @@ CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT N
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(body, content = '', tokenize = 'unicode61 remove_diacritics 2');
 -- each batch read, what a warm open needs of it without decoding it: its writer, seq and compartment
 -- (NULL in a state an older version wrote: filled by the next open, see complete_schema), signature
--- and acceptance flags
+-- and acceptance flags, and whether it holds a control record (control: 1 or 0; NULL in a state an
+-- older version wrote, whose writer, seq and compartment may be NULL too: filled by the next open)
 CREATE TABLE IF NOT EXISTS cache_batches(
   id BLOB PRIMARY KEY, segment TEXT NOT NULL, epoch BLOB NOT NULL, batch BLOB NOT NULL, controls BLOB NOT NULL,
   sig_ok INTEGER NOT NULL DEFAULT 0, vouched INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0,
-  writer BLOB, seq INTEGER, compartment BLOB
+  writer BLOB, seq INTEGER, compartment BLOB, control INTEGER
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
@@ -175,6 +177,10 @@ SEARCH_TIME_MAX = (1 << 33) - 1
 SEARCH_KEY = f"((min(max(coalesce(ts, 0), 0), {SEARCH_TIME_MAX}) << {SEARCH_ROW_BITS}) | rowid)"
 
 
+# The batches of cache_batches_special (see complete_schema).
+SPECIAL_BATCHES = "control IS NOT 0 OR accepted = 0"
+
+
 def search_group(ts: int) -> int:
     """The time part of SEARCH_KEY for a record time ``ts`` (seconds)."""
     return min(max(ts, 0), SEARCH_TIME_MAX)
@@ -198,13 +204,17 @@ def complete_schema(db: Connection) -> None:
     db.executescript(SCHEMA)
     db.execute("INSERT OR IGNORE INTO cache_meta(key, value) VALUES('search_key', 1)")
     have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
-    for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB")):
+    for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB"), ("control", "INTEGER")):
         if column not in have:
             db.execute(f"ALTER TABLE cache_batches ADD COLUMN {column} {kind}")
     # What a warm open reads of every batch, without the stored headers beside it in the table's pages
     # (73 MB at a million records): the open's scan reads this index alone, a third of the time.
     db.execute("CREATE INDEX IF NOT EXISTS cache_batches_open ON cache_batches(id, segment, epoch, controls, sig_ok, "
                "vouched, accepted, writer, seq, compartment)")
+    # The batches a warm open of an unchanged folder makes a view of (camillo.session.views.BatchViews):
+    # those holding a control record (the roster's), those not accepted (their problems are reported
+    # again), and those an older version stored (control NULL: completed by that open).
+    db.execute(f"CREATE INDEX IF NOT EXISTS cache_batches_special ON cache_batches(id) WHERE {SPECIAL_BATCHES}")
     if db.execute("SELECT 1 FROM search_config WHERE k = 'secure-delete'").fetchone() is None:
         db.execute("INSERT INTO search(search, rank) VALUES('secure-delete', 1)")
 

@@ -440,7 +440,7 @@ def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
 
 
 class _Builder:
-    def __init__(self, vault_id: bytes, views: dict[bytes, BatchView], excluded: set[bytes],
+    def __init__(self, vault_id: bytes, views: Mapping[bytes, BatchView], excluded: set[bytes],
                  prior: dict[bytes, Revocation]) -> None:
         self.r = Roster(vault_id)
         self.views = views
@@ -860,7 +860,7 @@ def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
     return view.seq == limit and pin is not None and pin != view.id
 
 
-def build_roster(vault_id: bytes, views: dict[bytes, BatchView],
+def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
                  excluded: Iterable[bytes] = ()) -> tuple[Roster, set[bytes]]:
     """Compute the roster; return it and the ids of batches that are signed and not excluded."""
     excluded_set = set(excluded)

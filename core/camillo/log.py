@@ -19,6 +19,7 @@ Pure computation; confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import cbor2
@@ -89,7 +90,7 @@ def _add_gaps(gaps: list[Gap], writer: bytes, compartment: bytes, first: int, la
         gaps.append(Gap(writer, compartment, last, last_id, reason))
 
 
-def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster) -> CausalLog:
+def build_log(views: Mapping[bytes, BatchView], signed: set[bytes], roster: Roster) -> CausalLog:
     """The causal log of the signed batches (spec §17): each writer's chain per compartment (up to a
     proven fork, frontiers never going backwards), what is rejected and why, the gaps (a chain's
     missing links, claims of other writers' frontiers and of control batches' ``heads``, dependencies
@@ -219,7 +220,7 @@ def build_log(views: dict[bytes, BatchView], signed: set[bytes], roster: Roster)
     return log
 
 
-def extend_log(log: CausalLog, views: dict[bytes, BatchView], new: list[bytes], roster: Roster) -> bool:
+def extend_log(log: CausalLog, views: Mapping[bytes, BatchView], new: list[bytes], roster: Roster) -> bool:
     """The common case in O(new): each new batch is the next link of its writer's chain, by a
     writer the roster lets write there, at a place no rejected batch holds, seeing only
     batches that are here, and filling no gap (a compartment may have gaps: a host that withholds
@@ -378,7 +379,7 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
     return alerts, memory, still_missing
 
 
-def extend_log_after_roster_change(log: CausalLog, views: dict[bytes, BatchView], signed: set[bytes],
+def extend_log_after_roster_change(log: CausalLog, views: Mapping[bytes, BatchView], signed: set[bytes],
                                    old: Roster, roster: Roster, new: set[bytes]) -> bool:
     """The common case of a key change in O(new): new batches (control records among them: a
     revocation, new epochs, a credential change) at the tip of a log with nothing missing, rejected

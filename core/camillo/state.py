@@ -25,7 +25,7 @@ Confined to the thread that owns the vault (SQLite connections are not shared).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
@@ -275,7 +275,7 @@ class State:
         complete_schema(self._db)  # (a new state, or one an older version wrote)
         self._db.commit()
         self._roster: Roster | None = None
-        self._views: dict[bytes, BatchView] = {}
+        self._views: Mapping[bytes, BatchView] = {}
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         # records forget_batches removed and what they referred to, and their keys: the next
@@ -294,6 +294,11 @@ class State:
         roster = self._roster
         assert roster is not None, "the state is read before it was materialized"
         return roster
+
+    def resume(self, roster: Roster, views: Mapping[bytes, BatchView]) -> None:
+        """The state as stored was materialised with this roster over these batches (a warm open of
+        an unchanged folder: nothing to compute)."""
+        self._roster, self._views = roster, views
 
     # ------------------------------------------------------------------------------- ingest
 
@@ -426,7 +431,7 @@ class State:
 
         return decode_record(raw)
 
-    def materialize(self, roster: Roster, log: CausalLog, views: dict[bytes, BatchView],
+    def materialize(self, roster: Roster, log: CausalLog, views: Mapping[bytes, BatchView],
                     affected: set[bytes] | None = None, writers: set[bytes] | frozenset[bytes] = frozenset(),
                     erasing: bool = False) -> MaterializeResult:
         """Recompute validity, effective classes, hidden records and facts.  ``affected`` limits
@@ -510,14 +515,14 @@ class State:
         return result
 
     @staticmethod
-    def _memory_writers(writers: set[bytes] | frozenset[bytes], views: dict[bytes, BatchView]) -> set[bytes]:
+    def _memory_writers(writers: set[bytes] | frozenset[bytes], views: Mapping[bytes, BatchView]) -> set[bytes]:
         """Those of ``writers`` that wrote a memory record (a batch view holds None for each): only
         their records' static checks, references and facts depend on who they are."""
         if not writers:
             return set()
         return {v.writer_id for v in views.values() if v.writer_id in writers and any(r is None for r in v.records)}
 
-    def _only_inert(self, batches: set[bytes], views: dict[bytes, BatchView]) -> bool:
+    def _only_inert(self, batches: set[bytes], views: Mapping[bytes, BatchView]) -> bool:
         """Do these batches hold only keyless NOTEs and control records, without references, named
         by no other record (and none erased)?"""
         db = self.db

@@ -196,6 +196,63 @@ def test_a_warm_open_of_an_unchanged_folder_resumes_the_stored_log_and_decodes_n
         assert fingerprint(v) == from_scratch(path)
 
 
+def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_the_roster(
+        new_vault, monkeypatch, tmp_path):
+    """Issue 19: a warm open of a folder that did not change since the state was stored computes the
+    roster from the batches holding control records and those not accepted (here a lost laptop's batch
+    written after its revocation), and makes no view of any other batch (100,000 at a million records):
+    the timeline, facts, log, search and the problems reported equal a full recomputation, and the
+    session goes on (an append, a fact) as after a full one."""
+    import time
+
+    from camillo import ids, segments
+    from camillo.records import BatchHeader, Kind, encode_record, make_batch
+    from camillo.storage import segment_name
+
+    path, vault, _ = new_vault
+    _fill(vault, 20)
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        for i in range(5):
+            lap.append([NewRecord(type="message", text=f"garden from the laptop {i}")])
+        laptop, cid, vid = lap.session.actor, lap.compartment_id("personal"), lap.vault_id
+        counter, old_epoch = lap.session.device_state.counters[cid], lap.session.roster.current_epoch(cid)
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="lost", reauth=Unlock.passphrase(PASSPHRASE))
+    raw = encode_record(Kind.NOTE, laptop.writer_id, value={"text": "garden thief"}, authority=3, type="message")
+    header = BatchHeader(vid, cid, laptop.writer_id, counter[0] + 1, counter[1], (), {laptop.writer_id: counter[0]},
+                         (ids.record_id(raw),), int(time.time()))
+    seg = segments.seal_segment(vid, cid, old_epoch.epoch_id, old_epoch.public,
+                                segments.encode_payload([make_batch(header, [raw], laptop.signer)]))
+    os.makedirs(os.path.dirname(os.path.join(path, segment_name(seg))), exist_ok=True)
+    with open(os.path.join(path, segment_name(seg)), "wb") as f:
+        f.write(seg)
+    with open_vault(path) as v:  # reads the thief's batch (not accepted), stores the log on lock
+        assert v.session.reader.decryptions == 1
+    with open_vault(path, cache=False, register=False) as fresh:
+        problems = sorted((p.kind, p.file, p.message) for p in fresh.problems())
+        assert any(p[0] == "rejected" for p in problems)
+    for _ in range(2):
+        with open_vault(path) as v:
+            reader = v.session.reader
+            views = reader.batches
+            held = dict(views.held)
+            assert reader.decryptions == 0
+            controls = {b for (b,) in reader.materialized.db.execute("SELECT id FROM cache_batches WHERE control")}
+            unaccepted = {b for (b,) in reader.materialized.db.execute("SELECT id FROM cache_batches WHERE NOT accepted")}
+            assert len(unaccepted) == 1 and controls
+            assert set(held) == controls | unaccepted, "a view was made of an accepted message's batch"
+            assert len(views) >= 26 + len(controls)
+            assert sorted((p.kind, p.file, p.message) for p in v.problems()) == problems
+            assert v.session.log == _log_as_built(v)
+            assert fingerprint(v) == from_scratch(path)
+            v.append([NewRecord(type="message", text="garden after the warm open")])
+            v.append([NewRecord(type="fact", key="user/city", value="Porto")])
+            assert fingerprint(v) == from_scratch(path)
+
+
 def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault, monkeypatch, tmp_path):
     """Another device's batches arrived, or the stored log is damaged: the log is built again (or
     extended), never resumed; the result equals a full recomputation."""
@@ -209,10 +266,12 @@ def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault
     with open_vault(path) as other:
         other.append([NewRecord(type="message", text="from the laptop")])
     switch_home(monkeypatch, tmp_path / "home")
-    resumed = []
-    real = reader_mod.Reader._resumed_log
+    resumed = []  # what each open resumed: the stored log, extended (a log) or as it was ("unchanged"), or None
+    real, unchanged = reader_mod.Reader._resumed_log, reader_mod.Reader._resume_unchanged
     monkeypatch.setattr(reader_mod.Reader, "_resumed_log",
                         lambda self, *a: resumed.append(r := real(self, *a)) or r)
+    monkeypatch.setattr(reader_mod.Reader, "_resume_unchanged",
+                        lambda self: (r := unchanged(self)) and (resumed.append("unchanged") or r))
     with open_vault(path) as v:  # the laptop joined (control batches) and wrote: the stored log is not used
         assert v.session.reader.decryptions > 0
         assert resumed == [None]
@@ -235,7 +294,7 @@ def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
         assert "old laptop" in {d.name for d in v.devices()}
     with open_vault(path) as v:  # stored at the last lock: resumed
-        assert resumed[-1] is not None
+        assert resumed[-1] == "unchanged"
         db = v.session.reader.materialized.db
         db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log'", (b"not a log",))
         db.commit()  # (the lock leaves it: this session's log is the one stored, it thinks)
@@ -245,27 +304,32 @@ def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault
     assert os.path.exists(store)
 
 
-def test_a_state_without_the_writer_seq_and_compartment_columns_gets_them(new_vault):
-    """A state an older version wrote has no writer, seq or compartment columns: the open adds them and
-    fills them, and the views read back carry them without decoding a header (what a revocation
-    compares for every batch of the revoked writer)."""
+def test_a_state_without_the_writer_seq_compartment_and_control_columns_gets_them(new_vault):
+    """A state an older version wrote has no writer, seq, compartment or control columns: the open adds
+    them and fills them, and the views read back carry them without decoding a header (what a
+    revocation compares for every batch of the revoked writer); the next warm open makes views only of
+    the control batches."""
     path, vault, _ = new_vault
     _fill(vault)
     expected = {v.id: (v.writer_id, v.seq, v.compartment_id) for v in vault.session.batches.values()}
     vault.lock()
     with open_vault(path) as v:
         db = v.session.reader.materialized.db
-        db.execute("DROP INDEX cache_batches_open")  # (an older version's state has no such index)
-        for column in ("writer", "seq", "compartment"):
+        db.execute("DROP INDEX cache_batches_open")  # (an older version's state has no such indexes)
+        db.execute("DROP INDEX cache_batches_special")
+        for column in ("writer", "seq", "compartment", "control"):
             db.execute(f"ALTER TABLE cache_batches DROP COLUMN {column}")
         db.commit()
-    for _ in range(2):  # (filled by the first open, read by the second)
+    for second in (False, True):  # (filled by the first open, read by the second)
         with open_vault(path) as v:
-            assert v.session.reader.decryptions == 0
+            assert v.session.reader.decryptions == 0, v.session.cache_problem
             rows = v.session.reader.materialized.db.execute(
-                "SELECT count(*), count(writer), count(seq), count(compartment) FROM cache_batches").fetchone()
-            assert rows[0] == rows[1] == rows[2] == rows[3] > 0
+                "SELECT count(*), count(writer), count(seq), count(compartment), count(control) "
+                "FROM cache_batches").fetchone()
+            assert rows[0] == rows[1] == rows[2] == rows[3] == rows[4] > 0
             views = v.session.batches
+            if second:
+                assert all(x.has_control for x in views.held.values())
             assert {b: (x.writer_id, x.seq, x.compartment_id) for b, x in views.items()} == expected
             assert not any("header" in x.__dict__ for x in views.values() if not x.has_control)
             assert fingerprint(v) == from_scratch(path)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from .. import ids, slots
@@ -106,7 +106,7 @@ class Session:
         return self.reader.log
 
     @property
-    def batches(self) -> dict[bytes, BatchView]:
+    def batches(self) -> MutableMapping[bytes, BatchView]:
         return self.reader.batches
 
     @property

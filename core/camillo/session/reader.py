@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -46,7 +46,6 @@ from ..records import (
     Batch,
     Kind,
     Record,
-    cached_batch,
     decode_record,
     verify_batch_signature,
 )
@@ -54,7 +53,7 @@ from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
-from .views import CachedView
+from .views import ROW, BatchViews, CachedView
 
 Progress = Callable[[int, int], None]
 
@@ -101,7 +100,8 @@ class Reader:
     def reset(self) -> None:
         """Forget everything read (the keys below the master secret are forgotten by the caller);
         the local state database, if any, starts again empty."""
-        self.batches: dict[bytes, BatchView] = {}
+        # a dict, or after a warm open views made from the local state when asked for
+        self.batches: MutableMapping[bytes, BatchView] = {}
         self.single_reads = 0  # stored headers read one at a time (see _stored_batch)
         self.segment_batches: dict[str, list[bytes]] = {}
         self.segment_epochs: dict[str, EpochRef] = {}  # segment -> (compartment, epoch)
@@ -121,7 +121,7 @@ class Reader:
         # (global fingerprint, principals) of the last recompute in this session: a roster change
         # that only adds, replaces or revokes principals re-checks only their records
         self.roster_snapshot: tuple[bytes, dict[bytes, Any]] | None = None
-        self.last_accepted: set[bytes] = set()
+        self._last_accepted: set[bytes] | None = set()
         # the ERASE records the state was purged for: one of them missing from the folder (a rollback,
         # an older copy of the vault) means the state holds less than the folder does: it is rebuilt
         self.erasures_seen: frozenset[bytes] = frozenset()
@@ -199,22 +199,15 @@ class Reader:
         with collector_paused():
             return self._load_cached(db)
 
-    # What a warm open reads of every batch: the covering index cache_batches_open answers it alone
-    # (the stored headers beside them in the table's pages are 73 MB at a million records).
-    BATCHES_QUERY = ("SELECT id, segment, epoch, controls, sig_ok, vouched, accepted, writer, seq, compartment "
-                     "FROM cache_batches")
+    # What a pass over every batch reads of each (views.ROW: the covering index cache_batches_open
+    # answers it alone).
+    BATCHES_QUERY = f"SELECT {ROW} FROM cache_batches"
 
     def _load_cached(self, db: Connection) -> str:
         try:
             state = State(db)  # its schema completed where an older version lacks a table or a column
-            views: dict[bytes, BatchView] = {}
-            accepted: set[bytes] = set()
-            # (writer, seq, compartment, batch) of a state an older version wrote, without those columns
-            missing: list[tuple[bytes, int, bytes, bytes]] = []
-            fetch = self._stored_batch
-            # One object for each of the few distinct (writer, epoch, compartment) and (compartment,
-            # epoch) pairs: every row brings its own copy of each (at a million records, with
-            # CachedView's shared records, the open's peak memory went from 294 to 230 MiB).
+            # One object for each of the few distinct (compartment, epoch) pairs: every row brings its
+            # own copy (see BatchViews for the batches').
             refs: dict[tuple[bytes, bytes], EpochRef] = {}
             seg_map: dict[str, list[bytes]] = {}
             seg_epochs: dict[str, EpochRef] = {}
@@ -227,21 +220,9 @@ class Reader:
                 if ref is None:
                     ref = refs[comp, epoch] = (comp, epoch)
                 seg_epochs[name] = ref
-            combos: dict[tuple[bytes, bytes, bytes], tuple[bytes, bytes, bytes]] = {}
-            for bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp in db.execute(
-                    self.BATCHES_QUERY):  # (not the stored headers: fetched when a view is first decoded)
-                if writer is None or seq is None or comp is None:
-                    h = cached_batch(bid, *cbor2.loads(self._stored_batch(bid, db))).header
-                    writer, seq, comp = h.writer_id, h.seq, h.compartment_id
-                    missing.append((writer, seq, comp, bid))
-                combo = combos.get((writer, epoch, comp))
-                if combo is None:
-                    combo = combos[writer, epoch, comp] = (writer, epoch, comp)
-                views[bid] = CachedView(bid, segment, combo[1], combo[0], seq, combo[2], fetch, controls,
-                                        (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
-                if acc:
-                    accepted.add(bid)
-            db.executemany("UPDATE cache_batches SET writer = ?, seq = ?, compartment = ? WHERE id = ?", missing)
+            # No view of a batch yet: those that can move the roster are made by the first refresh
+            # (BatchViews.special), the others when something asks for them.
+            views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
             listing = [(rel, mtime, _lines(files), _lines(subdirs))
                        for rel, mtime, files, subdirs in db.execute("SELECT rel, mtime, files, subdirs FROM cache_dirs")]
@@ -257,13 +238,26 @@ class Reader:
         self.erasures_seen = frozenset(encoding.decode(meta["erasures"])) if "erasures" in meta else frozenset()
         if "log" in meta and "log_basis" in meta:
             self.resume, self.log_stored = (meta["log_basis"], meta["log"]), True
-        self.last_accepted = accepted
+        self._last_accepted = None  # the stored flags say (read when first needed)
         self.dirty = self.flags_all = False
         self.flags_new = set()
         if isinstance(self.shelf, FolderShelf):
             self.shelf.prime(listing)  # the folder's first scan lists only what moved since
         self.listing_all = False
         return ""
+
+    @property
+    def last_accepted(self) -> set[bytes]:
+        """The batches the last recomputation or extension accepted (the stored flags, after a warm
+        open: read when first asked for)."""
+        if self._last_accepted is None:
+            self._last_accepted = {b for (b,) in self.materialized.cache_db.execute(
+                "SELECT id FROM cache_batches WHERE accepted")}
+        return self._last_accepted
+
+    @last_accepted.setter
+    def last_accepted(self, accepted: set[bytes]) -> None:
+        self._last_accepted = accepted
 
     # After this many single reads of stored headers in a session, the rest are read at once: a pass
     # over every batch (the log built again, the activity view) then costs one query, not 100,000.
@@ -276,8 +270,9 @@ class Reader:
             db = self.materialized.cache_db
             self.single_reads += 1
         if self.single_reads == self.SINGLE_READS:
+            held = self.batches.held if isinstance(self.batches, BatchViews) else self.batches
             for b, blob in db.execute("SELECT id, batch FROM cache_batches"):
-                view = self.batches.get(b)
+                view = held.get(b)
                 if isinstance(view, CachedView) and view.undecoded:
                     view.hold(blob)
         row = db.execute("SELECT batch FROM cache_batches WHERE id = ?", (bid,)).fetchone()
@@ -441,6 +436,8 @@ class Reader:
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
+        if not new_batches and not vanished and self._resume_unchanged():
+            return bool(new_keys)
         if not new_batches and not vanished and self.roster.genesis is not None:
             # nothing to read: new keys that open no new batch (the same epoch secrets wrapped to a
             # rolled owner key, or keys for epochs nothing is sealed to yet) change nothing read
@@ -680,12 +677,12 @@ class Reader:
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
-                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, compartment) "
-                "VALUES(?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, compartment, "
+                "control) VALUES(?,?,?,?,?,?,?,?,?)",
                 (batch.id, name, epoch_id,
                  encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
                  encoding.encode([r.raw if r is not None else None for r in view.records]), batch.header.writer_id,
-                 batch.header.seq, batch.header.compartment_id),
+                 batch.header.seq, batch.header.compartment_id, 1 if view.has_control else 0),
             )
             added.append(batch.id)
             self.pending_batches.add(batch.id)
@@ -746,6 +743,43 @@ class Reader:
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.settle()
+        return True
+
+    def _resume_unchanged(self) -> bool:
+        """The first refresh of a warm open found the folder as the local state stored it (no batch
+        or segment came or went; the keys are those the envelopes give, checked below): the state, the flags and the log stored are still true if the
+        roster is the one they were computed with.  The roster is computed from the batches that can
+        move it or be reported by it (BatchViews.special: those holding a control record, and those
+        not accepted, whose problems are reported again; a revoked writer's batches beyond its
+        revocation are among those), with the signatures verified before taken as stored; if its
+        fingerprint, its erasures and every flag of those batches are as stored, the stored log is
+        taken and nothing else is computed: no view is made of the other batches (100,000 at a
+        million records).  False, having changed nothing the recomputation depends on, when
+        anything differs."""
+        batches, resume = self.batches, self.resume
+        if (not isinstance(batches, BatchViews) or resume is None or batches.held or self.pending_batches
+                or self.roster.genesis is not None or not self.roster_fingerprint):
+            return False
+        with collector_paused():
+            special = batches.special()
+            roster, _ = build_roster(self.vault_id, special)
+        fingerprint = roster.fingerprint()
+        if (roster.genesis is None or fingerprint != self.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
+                or frozenset(roster.erasures) != self.erasures_seen or self.check_epoch_keys(roster)):
+            return False
+        try:
+            log = decode_log(resume[1])
+        except ValueError:
+            return False
+        accepted = log.accepted
+        if any(v.sig_ok | v.vouched << 1 | (v.id in accepted) << 2 != v.stored_flags for v in special.values()):
+            return False
+        self.resume, self.roster, self.log = None, roster, log
+        self.materialized.resume(roster, batches)
+        self.forget_erased_epochs()
+        self.log_fresh = True
+        self.roster_snapshot = (roster.global_fingerprint(), dict(roster.principals))
+        self.materialize_problems = []
         return True
 
     def recompute(self) -> None:
