@@ -245,12 +245,34 @@ def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_th
             assert len(unaccepted) == 1 and controls
             assert set(held) == controls | unaccepted, "a view was made of an accepted message's batch"
             assert len(views) >= 26 + len(controls)
+            segs = reader.segment_batches  # every segment's name, no list decoded and no epoch read
+            assert not any(isinstance(x, list) for x in segs._held.values()) and reader.segment_epochs._all is None
             assert sorted((p.kind, p.file, p.message) for p in v.problems()) == problems
             assert v.session.log == _log_as_built(v)
             assert fingerprint(v) == from_scratch(path)
             v.append([NewRecord(type="message", text="garden after the warm open")])
             v.append([NewRecord(type="fact", key="user/city", value="Porto")])
             assert fingerprint(v) == from_scratch(path)
+
+
+def test_a_damaged_list_of_a_segments_batches_met_after_the_open_rebuilds_the_state(new_vault):
+    """A warm open decodes which batches a segment holds only when asked (a prune, an erasure): a stored
+    list that does not decode then is a damaged local state, which is rebuilt from the vault."""
+    path, vault, _ = new_vault
+    _fill(vault, 6)
+    vault.append([NewRecord(type="message", text="garden to be pruned")])
+    name = vault.session.reader.materialized.db.execute(
+        "SELECT segment FROM cache_batches ORDER BY rowid DESC LIMIT 1").fetchone()[0]
+    vault.lock()
+    with open_vault(path) as v:
+        db = v.session.reader.materialized.db
+        db.execute("UPDATE cache_segments SET batches = ? WHERE name = ?", (b"\xff", name))
+        db.commit()
+    os.unlink(os.path.join(path, name))  # gone from the folder: the next open forgets its batches
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0, "the damaged state was used"
+        assert "garden to be pruned" not in {r.text for r in v.timeline()}
+        assert fingerprint(v) == from_scratch(path)
 
 
 def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault, monkeypatch, tmp_path):

@@ -53,6 +53,7 @@ from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
+from .segmap import SegmentBatches, SegmentEpochs
 from .views import ROW, BatchViews, CachedView
 
 Progress = Callable[[int, int], None]
@@ -103,8 +104,8 @@ class Reader:
         # a dict, or after a warm open views made from the local state when asked for
         self.batches: MutableMapping[bytes, BatchView] = {}
         self.single_reads = 0  # stored headers read one at a time (see _stored_batch)
-        self.segment_batches: dict[str, list[bytes]] = {}
-        self.segment_epochs: dict[str, EpochRef] = {}  # segment -> (compartment, epoch)
+        self.segment_batches: MutableMapping[str, list[bytes]] = {}
+        self.segment_epochs: MutableMapping[str, EpochRef] = {}  # segment -> (compartment, epoch)
         self.segment_problems: dict[str, Problem] = {}
         self.unreadable: dict[str, EpochRef] = {}
         self.incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
@@ -206,20 +207,10 @@ class Reader:
     def _load_cached(self, db: Connection) -> str:
         try:
             state = State(db)  # its schema completed where an older version lacks a table or a column
-            # One object for each of the few distinct (compartment, epoch) pairs: every row brings its
-            # own copy (see BatchViews for the batches').
-            refs: dict[tuple[bytes, bytes], EpochRef] = {}
-            seg_map: dict[str, list[bytes]] = {}
-            seg_epochs: dict[str, EpochRef] = {}
-            for name, b, comp, epoch in db.execute("SELECT name, batches, compartment, epoch FROM cache_segments"):
-                held = cbor2.loads(b)
-                if not isinstance(held, list):
-                    raise ValueError(f"segment {name} is stored with a damaged list of batches")
-                seg_map[name] = held
-                ref = refs.get((comp, epoch))
-                if ref is None:
-                    ref = refs[comp, epoch] = (comp, epoch)
-                seg_epochs[name] = ref
+            # Every segment's name with its stored list of batches (decoded when first asked for); its
+            # epoch read when asked for (see SegmentBatches, SegmentEpochs).
+            seg_map = SegmentBatches(dict(db.execute("SELECT name, batches FROM cache_segments")))
+            seg_epochs = SegmentEpochs(lambda: self.materialized.cache_db)
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
             views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
