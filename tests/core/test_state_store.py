@@ -275,9 +275,11 @@ def test_a_damaged_list_of_a_segments_batches_met_after_the_open_rebuilds_the_st
         assert fingerprint(v) == from_scratch(path)
 
 
-def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault, monkeypatch, tmp_path):
-    """Another device's batches arrived, or the stored log is damaged: the log is built again (or
-    extended), never resumed; the result equals a full recomputation."""
+def test_a_warm_open_extends_the_stored_log_by_what_arrived_and_never_uses_a_damaged_one(
+        new_vault, monkeypatch, tmp_path):
+    """Another device's batches arrived: the stored state and log are taken, then extended by them as if
+    the session had stayed open (plain batches in O(new), a roster change through the recomputation);
+    a damaged stored log is never used (built again).  Each result equals a full recomputation."""
     from camillo.session import reader as reader_mod
 
     path, vault, _ = new_vault
@@ -288,40 +290,50 @@ def test_a_stored_log_that_no_longer_describes_the_batches_is_not_used(new_vault
     with open_vault(path) as other:
         other.append([NewRecord(type="message", text="from the laptop")])
     switch_home(monkeypatch, tmp_path / "home")
-    resumed = []  # what each open resumed: the stored log, extended (a log) or as it was ("unchanged"), or None
-    real, unchanged = reader_mod.Reader._resumed_log, reader_mod.Reader._resume_unchanged
-    monkeypatch.setattr(reader_mod.Reader, "_resumed_log",
-                        lambda self, *a: resumed.append(r := real(self, *a)) or r)
-    monkeypatch.setattr(reader_mod.Reader, "_resume_unchanged",
-                        lambda self: (r := unchanged(self)) and (resumed.append("unchanged") or r))
-    with open_vault(path) as v:  # the laptop joined (control batches) and wrote: the stored log is not used
+    events: list[str] = []  # what an open did: "stored" (took the stored state and log), "extended" (by
+    # new plain batches, in O(new)), "resumed" (the stored log, extended at a recomputation), "built" (over
+    # every batch)
+    R = reader_mod.Reader
+    real_stored, real_extend, real_resumed, real_build = R._resume_stored, R.extend, R._resumed_log, reader_mod.build_log
+    monkeypatch.setattr(R, "_resume_stored", lambda self: (r := real_stored(self)) and (events.append("stored") or r))
+    monkeypatch.setattr(R, "extend", lambda self, new: (r := real_extend(self, new)) and (events.append("extended") or r))
+    monkeypatch.setattr(R, "_resumed_log", lambda self, *a: ((r := real_resumed(self, *a)) is not None
+                        and events.append("resumed")) or r)
+    monkeypatch.setattr(reader_mod, "build_log", lambda *a: events.append("built") or real_build(*a))
+    with open_vault(path) as v:  # the laptop joined (control batches) and wrote: the roster changed
         assert v.session.reader.decryptions > 0
-        assert resumed == [None]
+        assert events[0] == "stored" and "extended" not in events
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as other:  # messages only: the stored log is extended by them
         other.append([NewRecord(type="message", text="more from the laptop")])
         other.append([NewRecord(type="message", text="and more")])
     switch_home(monkeypatch, tmp_path / "home")
+    events.clear()
     with open_vault(path) as v:
-        assert v.session.reader.decryptions > 0 and resumed[-1] is not None
+        assert v.session.reader.decryptions > 0 and events == ["stored", "extended"]
+        batches = v.session.batches  # views of the control batches, the new ones and the chains they extend
+        assert len(batches.held) < len(batches) / 2, "the warm open made a view of every batch"
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as other:  # a control batch that changes no principal, and messages
         other.rename_device("test laptop", "old laptop")
         other.append([NewRecord(type="message", text="after the rename")])
     switch_home(monkeypatch, tmp_path / "home")
+    events.clear()
     with open_vault(path) as v:
-        assert resumed[-1] is not None, "the stored log was not extended by a rename and a message"
+        assert events[0] == "stored" and "built" not in events, "the stored log was not extended by a rename"
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
         assert "old laptop" in {d.name for d in v.devices()}
+    events.clear()
     with open_vault(path) as v:  # stored at the last lock: resumed
-        assert resumed[-1] == "unchanged"
+        assert events == ["stored"]
         db = v.session.reader.materialized.db
         db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log'", (b"not a log",))
         db.commit()  # (the lock leaves it: this session's log is the one stored, it thinks)
+    events.clear()
     with open_vault(path) as v:
-        assert resumed[-1] is None, "a damaged stored log was used"
+        assert events == ["built"], "a damaged stored log was used"
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
     assert os.path.exists(store)
 

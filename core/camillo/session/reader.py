@@ -427,7 +427,11 @@ class Reader:
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
-        if not new_batches and not vanished and self._resume_unchanged():
+        if not vanished and self._resume_stored():
+            # the state as stored, then what arrived since, as if the session had stayed open: the log and
+            # the state extended by new plain batches in O(new), anything else recomputed
+            if new_batches and not self.extend(new_batches):
+                self.recompute()
             return bool(new_keys)
         if not new_batches and not vanished and self.roster.genesis is not None:
             # nothing to read: new keys that open no new batch (the same epoch secrets wrapped to a
@@ -736,23 +740,24 @@ class Reader:
         self.settle()
         return True
 
-    def _resume_unchanged(self) -> bool:
-        """The first refresh of a warm open found the folder as the local state stored it (no batch
-        or segment came or went; the keys are those the envelopes give, checked below): the state, the flags and the log stored are still true if the
-        roster is the one they were computed with.  The roster is computed from the batches that can
-        move it or be reported by it (BatchViews.special: those holding a control record, and those
-        not accepted, whose problems are reported again; a revoked writer's batches beyond its
-        revocation are among those), with the signatures verified before taken as stored; if its
-        fingerprint, its erasures and every flag of those batches are as stored, the stored log is
-        taken and nothing else is computed: no view is made of the other batches (100,000 at a
-        million records).  False, having changed nothing the recomputation depends on, when
-        anything differs."""
-        batches, resume = self.batches, self.resume
-        if (not isinstance(batches, BatchViews) or resume is None or batches.held or self.pending_batches
+    def _resume_stored(self) -> bool:
+        """The first refresh of a warm open, no segment having gone away since the local state was
+        stored (the batches read since are set aside: :meth:`extend` or :meth:`recompute` takes them
+        next): the state, the flags and the log stored are still true if the roster is the one they
+        were computed with.  The roster is computed from the stored batches that can move it or be
+        reported by it (BatchViews.special: those holding a control record, and those not accepted,
+        whose problems are reported again; a revoked writer's batches beyond its revocation are among
+        those), with the signatures verified before taken as stored; if its fingerprint, its erasures
+        and every flag of those batches are as stored and every epoch secret checks, the stored log
+        is taken and nothing else is computed: no view is made of the other batches (100,000 at a
+        million records).  False, having changed nothing the recomputation depends on, when anything
+        differs."""
+        batches, resume, new = self.batches, self.resume, self.pending_batches
+        if (not isinstance(batches, BatchViews) or resume is None or not batches.held.keys() <= new
                 or self.roster.genesis is not None or not self.roster_fingerprint):
             return False
         with collector_paused():
-            special = batches.special()
+            special = {b: v for b, v in batches.special().items() if b not in new}
             roster, _ = build_roster(self.vault_id, special)
         fingerprint = roster.fingerprint()
         if (roster.genesis is None or fingerprint != self.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
@@ -768,7 +773,7 @@ class Reader:
         self.resume, self.roster, self.log = None, roster, log
         self.materialized.resume(roster, batches)
         self.forget_erased_epochs()
-        self.log_fresh = True
+        self.log_fresh = not new  # (extended by the new batches next)
         self.roster_snapshot = (roster.global_fingerprint(), dict(roster.principals))
         self.materialize_problems = []
         return True
