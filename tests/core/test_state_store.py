@@ -246,13 +246,57 @@ def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_th
             assert set(held) == controls | unaccepted, "a view was made of an accepted message's batch"
             assert len(views) >= 26 + len(controls)
             segs = reader.segment_batches  # every segment's name, no list decoded and no epoch read
-            assert not any(isinstance(x, list) for x in segs._held.values()) and reader.segment_epochs._all is None
+            assert all(x is None for x in segs._held.values()) and reader.segment_epochs._all is None
             assert sorted((p.kind, p.file, p.message) for p in v.problems()) == problems
             assert v.session.log == _log_as_built(v)
             assert fingerprint(v) == from_scratch(path)
             v.append([NewRecord(type="message", text="garden after the warm open")])
             v.append([NewRecord(type="fact", key="user/city", value="Porto")])
             assert fingerprint(v) == from_scratch(path)
+
+
+def test_the_segments_holding_batches_or_under_epochs_are_found_without_reading_every_segment(new_vault):
+    """After a warm open, which segments hold given batches (the check that erasures are complete, at
+    every open) and which are sealed under given epochs (the writes an erasure elsewhere caught) come
+    from the database, not from every segment's list: the answers equal those of a pass over every
+    segment, before and after segments are added and forgotten in the session."""
+    path, vault, _ = new_vault
+    _fill(vault, 12)
+    vault.lock()
+    rng = random.Random(7)
+    with open_vault(path) as v:
+        reader = v.session.reader
+
+        def asked() -> tuple[list[tuple[set[bytes], list[str]]], list[tuple[set, dict]]]:
+            ids = sorted(v.session.batches.keys())
+            holding = [(q, sorted(reader.segments_holding(q)))
+                       for q in [set(rng.sample(ids, k)) for k in (1, 3, 17)] + [{b"x" * 32}, set(ids)]]
+            epochs = {r for r in (reader.segment_ref(n) for n in reader.segment_batches) if r}
+            under = [(refs, reader.segments_under(refs)) for refs in [epochs, {min(epochs)}, {max(epochs)}]]
+            return holding, under
+
+        def check(holding: list, under: list) -> None:
+            lists = dict(reader.segment_batches.items())  # (every list read: the pass it is compared with)
+            refs = {n: reader.segment_ref(n) for n in lists}
+            for q, found in holding:
+                assert found == sorted(n for n, b in lists.items() if not q.isdisjoint(b))
+            for epochs, found in under:
+                assert found == {n: r for n, r in refs.items() if r in epochs}
+
+        held = reader.segment_batches._held
+        assert all(x is None for x in held.values()), "the open read a segment's list"
+        one = set(rng.sample(sorted(v.session.batches.keys()), 1))
+        assert len(reader.segments_holding(one)) == sum(x is not None for x in held.values()) == 1, \
+            "a list other than the one holding the batch was read"
+        holding, under = asked()
+        check(holding, under)
+        for i in range(2):
+            v.append([NewRecord(type="message", text=f"garden in the session {i}")])
+        gone = sorted(reader.segment_batches)[:2]
+        reader.forget_segments(gone)  # (as a prune's refresh does)
+        holding, under = asked()
+        check(holding, under)
+        assert not set(gone) & set(under[0][1])
 
 
 def test_a_damaged_list_of_a_segments_batches_met_after_the_open_rebuilds_the_state(new_vault):

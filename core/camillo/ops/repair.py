@@ -121,9 +121,8 @@ def rescue_batches(session: Session) -> Changes:
     destroyed = destroyed_epochs(session)
     if not destroyed and not kept_segments:
         return Changes()
-    segment_refs = {**reader.segment_epochs, **reader.unreadable}
     if kept_segments:
-        _settle_kept_segments(session, segment_refs, destroyed)
+        _settle_kept_segments(session, destroyed)
         kept, kept_segments = session.device_state.kept, session.device_state.kept_segments
     if not destroyed:
         return Changes()
@@ -133,8 +132,8 @@ def rescue_batches(session: Session) -> Changes:
             for seg in m.removed:
                 replaced[seg] = replaced.get(seg, frozenset()) | m.batches
     erased = frozenset().union(*(e.targets for e in roster.erasures.values()))
-    candidates = sorted((name, ref) for name, ref in segment_refs.items()
-                        if ref in destroyed and (ref[1] in kept.get(ref[0], {}) or name in kept_segments))
+    candidates = sorted((name, ref) for name, ref in reader.segments_under(destroyed).items()
+                        if ref[1] in kept.get(ref[0], {}) or name in kept_segments)
     if not candidates:
         _drop_kept(session, destroyed, set(), set())
         return Changes()
@@ -225,14 +224,14 @@ def _update_kept_segments(session: Session, *, add: dict[str, bytes] | None = No
         session.save_device_state(on_disk)
 
 
-def _settle_kept_segments(session: Session, segment_refs: dict[str, EpochRef], destroyed: set[EpochRef]) -> None:
+def _settle_kept_segments(session: Session, destroyed: set[EpochRef]) -> None:
     """The kept key of a segment sealed without its epoch's secret is needed no longer once that secret
     is here (it is kept instead, as for a segment sealed with it) or the segment is gone."""
     keyring, kept_segments = session.keyring, session.device_state.kept_segments
     done: set[str] = set()
     secrets: dict[EpochRef, bytes] = {}
     for name in kept_segments:
-        ref = segment_refs.get(name)
+        ref = session.reader.segment_ref(name)
         if ref is None:
             done.add(name)
         elif ref not in destroyed and (secret := keyring.secret(ref)) is not None:
@@ -334,9 +333,8 @@ def incomplete_erasures(session: Session) -> dict[bytes, set[bytes]]:
                for target in e.targets if (where := state.record_location(target)) is not None]
     wanted = {batch_id for _, _, batch_id in located}
     holders: dict[bytes, list[str]] = {}
-    for name, bids in reader.segment_batches.items():  # only the segments holding a target's batch
-        if wanted.isdisjoint(bids):
-            continue
+    for name in reader.segments_holding(wanted):  # (not every segment's list decoded: SegmentBatches.holding)
+        bids = reader.segment_batches[name]
         ref = reader.segment_epochs.get(name)
         if ref is None or ref in destroyed or name in reader.unreadable or ref not in session.keyring.epoch_keys:
             continue

@@ -207,9 +207,9 @@ class Reader:
     def _load_cached(self, db: Connection) -> str:
         try:
             state = State(db)  # its schema completed where an older version lacks a table or a column
-            # Every segment's name with its stored list of batches (decoded when first asked for); its
-            # epoch read when asked for (see SegmentBatches, SegmentEpochs).
-            seg_map = SegmentBatches(dict(db.execute("SELECT name, batches FROM cache_segments")))
+            # Every segment's name; which batches it holds and under which epoch read when asked for
+            # (see SegmentBatches, SegmentEpochs).
+            seg_map = SegmentBatches(lambda: self.materialized.cache_db, dict(db.execute(SegmentBatches.NAMES)))
             seg_epochs = SegmentEpochs(lambda: self.materialized.cache_db)
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
@@ -699,6 +699,31 @@ class Reader:
         if h.compartment_id != compartment_id:
             return f"batch {batch.id.hex()[:12]} claims another compartment than its segment"
         return None
+
+    def segments_holding(self, batch_ids: set[bytes] | frozenset[bytes]) -> list[str]:
+        """The segments read that hold one of these batches (without decoding every segment's list
+        after a warm open: SegmentBatches.holding)."""
+        held = self.segment_batches
+        if isinstance(held, SegmentBatches):
+            return held.holding(batch_ids)
+        return [name for name, bids in held.items() if not batch_ids.isdisjoint(bids)]
+
+    def segments_under(self, refs: set[EpochRef]) -> dict[str, EpochRef]:
+        """The segments sealed under one of these epochs, read or not readable here, with their epoch
+        (without reading every segment's epoch after a warm open: SegmentEpochs.under)."""
+        epochs = self.segment_epochs
+        found = epochs.under(refs) if isinstance(epochs, SegmentEpochs) else {
+            name: ref for name, ref in epochs.items() if ref in refs}
+        for name, ref in self.unreadable.items():
+            if ref in refs:
+                found[name] = ref
+            else:
+                found.pop(name, None)
+        return found
+
+    def segment_ref(self, name: str) -> EpochRef | None:
+        """The epoch a segment is sealed under, read or not readable here."""
+        return self.unreadable.get(name) or self.segment_epochs.get(name)
 
     def batches_of_segment(self, name: str) -> list[Batch]:
         """Decrypt a segment read before (its epoch key is here) and return its batches."""

@@ -2,11 +2,13 @@
 
 A warm open of a vault of a million records knows 100,000 segments.  What it needs of them at once is
 their names (the folder's names are compared with them); which batches each holds is needed for the few
-segments an operation looks at (a prune, an erasure, a compaction), and under which epoch each is
-sealed likewise.  :class:`SegmentBatches` holds every name with its stored list, decoded when first
-asked for; :class:`SegmentEpochs` asks the database for one segment's epoch, and reads them all only for
-a pass over every segment.  Both are the reader's own maps: the reader writes the database's rows
-beside every change it makes to them.
+segments an operation looks at (a prune, an erasure, the check that an erasure is complete at every
+open), and under which epoch each is sealed likewise.  :class:`SegmentBatches` holds every name and
+reads a segment's list from the database when first asked for (all of them at once for a pass over
+every segment; the database finds the segments holding given batches itself);
+:class:`SegmentEpochs` asks the database for one segment's epoch, or for the segments of given epochs,
+and reads them all only for a pass over every segment.  Both are the reader's own maps: the reader
+writes the database's rows beside every change it makes to them.
 
 The bytes come from this installation's own, authenticated database; a list that does not decode is
 reported as a damaged local state (:class:`~camillo.cache.DatabaseError`, which the session turns into
@@ -18,6 +20,7 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, KeysView, MutableMapping, ValuesView
+from typing import cast
 
 import cbor2
 
@@ -26,30 +29,58 @@ from ..cache import Connection, DatabaseError
 EpochRef = tuple[bytes, bytes]  # (compartment id, epoch id)
 
 
-class SegmentBatches(MutableMapping[str, list[bytes]]):
-    """Segment name -> the ids of the batches it holds: every name at once, each list decoded when
-    first asked for."""
+def _decoded(name: str, stored: bytes) -> list[bytes]:
+    try:
+        decoded = cbor2.loads(stored)
+    except (cbor2.CBORError, ValueError, TypeError) as exc:
+        raise DatabaseError(f"segment {name} is stored with a damaged list of batches ({exc})") from None
+    if not isinstance(decoded, list) or not all(isinstance(b, bytes) for b in decoded):
+        raise DatabaseError(f"segment {name} is stored with a damaged list of batches")
+    return decoded
 
-    def __init__(self, stored: dict[str, bytes | list[bytes]]) -> None:
-        self._held = stored  # a stored (undecoded) list, or the list
+
+class SegmentBatches(MutableMapping[str, list[bytes]]):
+    """Segment name -> the ids of the batches it holds: every name at once, each list read from the
+    database when first asked for (all of them at once for a pass over every segment)."""
+
+    # Every segment's name, its list not read yet (one C call for 100,000 rows): the ``names`` to start with.
+    NAMES = "SELECT name, NULL FROM cache_segments"
+
+    def __init__(self, db: Callable[[], Connection], names: dict[str, None]) -> None:
+        self._db = db
+        self._held: dict[str, list[bytes] | None] = dict(names)  # its list once read (None: not yet)
+        self._changed: set[str] = set()  # set or removed here: the stored row may say otherwise
 
     def __getitem__(self, name: str) -> list[bytes]:
         held = self._held[name]
-        if isinstance(held, bytes):
-            try:
-                decoded = cbor2.loads(held)
-            except (cbor2.CBORError, ValueError, TypeError) as exc:
-                raise DatabaseError(f"segment {name} is stored with a damaged list of batches ({exc})") from None
-            if not isinstance(decoded, list) or not all(isinstance(b, bytes) for b in decoded):
-                raise DatabaseError(f"segment {name} is stored with a damaged list of batches")
-            held = self._held[name] = decoded
+        if held is None:
+            row = self._db().execute("SELECT batches FROM cache_segments WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise DatabaseError(f"segment {name} is listed in the local state but not stored in it")
+            held = self._held[name] = _decoded(name, row[0])
         return held
+
+    def _read_all(self) -> dict[str, list[bytes] | None]:
+        held = self._held
+        if None in held.values():
+            for name, stored in self._db().execute("SELECT name, batches FROM cache_segments"):
+                if held.get(name, ()) is None:
+                    held[name] = _decoded(name, stored)
+        return held
+
+    def items(self) -> ItemsView[str, list[bytes]]:
+        return cast("dict[str, list[bytes]]", self._read_all()).items()  # (every list read)
+
+    def values(self) -> ValuesView[list[bytes]]:
+        return cast("dict[str, list[bytes]]", self._read_all()).values()
 
     def __setitem__(self, name: str, batches: list[bytes]) -> None:
         self._held[name] = batches
+        self._changed.add(name)
 
     def __delitem__(self, name: str) -> None:
         del self._held[name]
+        self._changed.add(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._held
@@ -62,6 +93,22 @@ class SegmentBatches(MutableMapping[str, list[bytes]]):
 
     def keys(self) -> KeysView[str]:  # (the dict's own: set operations with the folder's names run in C)
         return self._held.keys()
+
+    def holding(self, batch_ids: set[bytes] | frozenset[bytes]) -> list[str]:
+        """The segments that hold one of these batches: the database looks for each id's bytes in the
+        stored lists (a stored list holds each id's bytes in one piece), and only the lists it finds
+        them in are read, so a few ids are looked for among 100,000 segments in milliseconds."""
+        if not batch_ids:
+            return []
+        if len(batch_ids) > 16:
+            return [name for name, bids in self.items() if not batch_ids.isdisjoint(bids)]
+        db, changed = self._db(), self._changed
+        ids = sorted(batch_ids)  # (one pass over the stored lists for all of them)
+        maybe = {name for (name,) in db.execute(
+            f"SELECT name FROM cache_segments WHERE {' OR '.join(['instr(batches, ?) > 0'] * len(ids))}", ids)
+            if name not in changed}
+        maybe |= {name for name in changed if name in self._held}
+        return [name for name in self._held if name in maybe and not batch_ids.isdisjoint(self[name])]
 
 
 class SegmentEpochs(MutableMapping[str, EpochRef]):
@@ -92,6 +139,22 @@ class SegmentEpochs(MutableMapping[str, EpochRef]):
                     every[name] = ref
             self._all, self._changed = every, {}
         return self._all
+
+    def under(self, refs: set[EpochRef]) -> dict[str, EpochRef]:
+        """The segments sealed under one of these epochs (one pass of the database, not a map of every
+        segment), with their epoch."""
+        if self._all is not None or not refs:
+            return {name: ref for name, ref in self._every().items() if ref in refs} if refs else {}
+        epochs = sorted({e for _c, e in refs})
+        found = {name: self._ref(c, e) for name, c, e in self._db().execute(
+            f"SELECT name, compartment, epoch FROM cache_segments WHERE epoch IN ({','.join('?' * len(epochs))})",
+            epochs) if (c, e) in refs}
+        for name, ref in self._changed.items():
+            if ref is not None and ref in refs:
+                found[name] = ref
+            else:
+                found.pop(name, None)
+        return found
 
     def __getitem__(self, name: str) -> EpochRef:
         if self._all is not None:
