@@ -1,9 +1,11 @@
 """Search over the materialised state: full text with field modifiers, and optional semantic search.
 
 Search is derived, never stored in the vault (spec §19.5).  Full-text search uses the state's SQLite
-FTS5 index.  A query is words and quoted phrases (all must match; ``word*`` matches a prefix) plus
-modifiers, combined with AND (results by relevance: bm25 within windows of the newest matches,
-:data:`RELEVANCE_WINDOW`; or newest first):
+FTS5 index.  A query is words and quoted phrases (all must match; ``word*`` matches a prefix, searched
+as the terms that start so when they are few, :data:`PREFIX_TERMS`) plus modifiers, combined with AND.
+Results come by relevance (bm25 within windows of the newest matches, :data:`RELEVANCE_WINDOW`, computed
+by FTS5; for a query with a phrase of several words, computed from the records' text with every part
+weighted alike, since FTS5 would first count every record holding the phrase) or newest first:
 
 =====================  ==========================================================
 ``type:message``        semantic type (message, fact, preference, a vendor type...)
@@ -229,21 +231,116 @@ def _newest(state: State, q: Query, match: str, where: list[str], args: list[obj
     return [key[-1] for key in sorted(found)[:count]]
 
 
+# A ``word*`` whose prefix this many terms of the index or fewer start with is searched as those terms
+# (FTS5 otherwise merges every such term's whole list of matches before the first result, and bm25 then
+# counts them all again: 125 ms for ``approach*`` at a million records, against 35 ms).
+PREFIX_TERMS = 64
+
+
+def _prefix_terms(state: State, prefix: str) -> list[str] | None:
+    """The index's terms that start with ``prefix`` (folded as the index folds), when there are at most
+    PREFIX_TERMS of them; None otherwise."""
+    db = state.db
+    if not state.search_terms:  # (a view of the index's terms: of this connection, in memory)
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.search_terms USING fts5vocab(main, search, 'row')")
+        state.search_terms = True
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    terms = [t for (t,) in db.execute("SELECT term FROM temp.search_terms WHERE term >= ? AND term < ? LIMIT ?",
+                                      (prefix, upper, PREFIX_TERMS + 1))]
+    return terms if len(terms) <= PREFIX_TERMS else None
+
+
+def _expanded(state: State, q: Query) -> str:
+    """The FTS5 query of ``q`` (:func:`_fts_query`), each ``word*`` written as the terms it stands for
+    when they are few (PREFIX_TERMS): the same matches, found newest first without a pass over all of
+    them."""
+    if not any(w.endswith("*") for w in q.words):
+        return _fts_query(q)
+    parts = []
+    for w in q.words:
+        tokens = [t for t in re.split(r"[^\w]+", w.rstrip("*")) if t]
+        for i, t in enumerate(tokens):
+            last = w.endswith("*") and i == len(tokens) - 1  # (folded as the index folds: ASCII alike)
+            terms = _prefix_terms(state, t.lower()) if last and t.isascii() else None
+            if terms is None:
+                parts.append(_fts_string(t) + ("*" if last else ""))
+            elif not terms:
+                return _fts_string(t) + "*"  # (no term starts so: nothing matches, as FTS5 says itself)
+            else:
+                parts.append("(" + " OR ".join(_fts_string(x) for x in terms) + ")")
+    parts += [_fts_string(p) for p in q.phrases]
+    return " AND ".join(parts)
+
+
+# FTS5's bm25 parameters (its defaults), for the windows ranked outside it (_phrase_scores)
+BM25_K1, BM25_B = 1.2, 0.75
+_INDEX_WORD = re.compile(r"[^\W_]+")  # (the index's unicode61 tokenizer: letters and digits; "_" separates)
+_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
+
+
+def _folded_words(text: str) -> list[str]:
+    """The words of ``text`` as the index holds them (case and accents aside), fast for a window of them."""
+    if not text.isascii():
+        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
+    return _INDEX_WORD.findall(text.casefold())
+
+
+def _long_phrases(q: Query) -> bool:
+    """Does the query hold a phrase of several words (whose bm25 FTS5 computes over every record
+    holding it: 160-200 ms at a million records for common words, whatever the window)?"""
+    return any(len(_INDEX_WORD.findall(p)) > 1 for p in q.phrases)
+
+
+def _phrase_scores(state: State, q: Query, rowids: list[int]) -> dict[int, float]:
+    """bm25 of each index rowid's record, as FTS5 computes it for the query's phrases and words,
+    but with every phrase and word weighted alike (no inverse document frequency: counting the records
+    holding each phrase is what costs) and the window's mean length for the mean: occurrences counted
+    in the record's text, folded as the index folds it.  Negative, like FTS5's (lower is better)."""
+    parts: list[tuple[str, bool]] = []  # (" word word ", is a prefix)
+    for w in q.words:
+        for i, t in enumerate(tokens := _folded_words(w.rstrip("*"))):
+            parts.append((t, w.endswith("*") and i == len(tokens) - 1))
+    parts += [(" ".join(_folded_words(p)), False) for p in q.phrases]
+    from .cache import SEARCH_BODY
+
+    rows = state.db.execute(f"SELECT rowid, {SEARCH_BODY} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
+                            [json.dumps([r & SEARCH_ROW_MASK for r in rowids])]).fetchall()
+    words = {rowid: _folded_words(body) for rowid, body in rows}
+    mean = max(sum(len(w) for w in words.values()) / max(len(words), 1), 1.0)
+    scores: dict[int, float] = {}
+    # each occurrence, overlapping ones too ("a a" twice in "a a a"): the words joined by one space
+    occurrences = [(re.compile(f"(?= {re.escape(text)} )"), text, prefix) for text, prefix in parts]
+    for rowid, ws in words.items():
+        joined, norm = f" {' '.join(ws)} ", BM25_K1 * (1 - BM25_B + BM25_B * len(ws) / mean)
+        score = 0.0
+        for pattern, text, prefix in occurrences:
+            tf = sum(1 for x in ws if x.startswith(text)) if prefix else len(pattern.findall(joined))
+            score += tf * (BM25_K1 + 1) / (tf + norm)
+        scores[rowid] = -score
+    return {r: scores.get(r & SEARCH_ROW_MASK, 0.0) for r in rowids}
+
+
 def _by_relevance(state: State, q: Query, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
     """The first ``wanted`` matching records by relevance: the index's matches in windows of
-    RELEVANCE_WINDOW, newest first, scored by FTS5 alone (no record read); in each, the matches that
-    pass the modifiers by bm25, then newest.  Only the windows up to ``wanted`` are read."""
+    RELEVANCE_WINDOW, newest first, scored by FTS5 alone (no record read; a query with a phrase of
+    several words by :func:`_phrase_scores`); in each, the matches that pass the modifiers by bm25,
+    then newest.  Only the windows up to ``wanted`` are read."""
     db = state.db
     conds, extra = _key_range(q, "rowid")
     out: list[bytes] = []
     below: list[object] = []
+    outside = _long_phrases(q)
     while len(out) < wanted:
-        window = db.execute(f"SELECT rowid, bm25(search) FROM search WHERE {' AND '.join(['search MATCH ?', *conds])} "
+        window = db.execute(f"SELECT rowid{'' if outside else ', bm25(search)'} FROM search "
+                            f"WHERE {' AND '.join(['search MATCH ?', *conds])} "
                             f"{'AND rowid < ?' if below else ''} ORDER BY rowid DESC LIMIT ?",
                             [match, *extra, *below, RELEVANCE_WINDOW]).fetchall()
         if not window:
             break
         below = [window[-1][0]]
+        if outside:
+            scores = _phrase_scores(state, q, [r for (r,) in window])
+            window = [(r, scores[r]) for (r,) in window]
         window.sort(key=lambda m: (m[1], -m[0]))  # by score (ties: read together below)
         out += _best_of(db, window, where, args, wanted - len(out))
         if len(window) < RELEVANCE_WINDOW:
@@ -293,10 +390,11 @@ def _match_count(state: State, q: Query, match: str, where: list[str], args: lis
                  cap: int) -> tuple[int, bool]:
     """(how many records match, whether that is all of them): without modifiers, the index's count
     less the matching records that are invalid or forgotten (few; a partial index finds them), so the
-    matches are not all read, and exact; with modifiers, each match is joined with its record, so at
-    most ``cap`` are counted."""
+    matches are not all read, and exact; with modifiers or a phrase of several words (whose every match
+    FTS5 checks word by word: 160-200 ms for a common phrase at a million records), each match is joined
+    with its record, so at most ``cap`` are counted."""
     db = state.db
-    if where != DEFAULT_WHERE or args:
+    if where != DEFAULT_WHERE or args or _long_phrases(q):  # (a phrase's matches are each checked: counted to a cap)
         conds, extra = _key_range(q)
         return _capped_count(db, f"SELECT 1 {_joined(where + conds)}", [match, *args, *extra], cap)
     listed = db.execute("SELECT count(*) FROM search WHERE search MATCH ?", [match]).fetchone()[0]
@@ -314,7 +412,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
         return []
     where, args = found
     if q.has_text:
-        return state.records(_by_relevance(state, q, _fts_query(q), where, args, limit))
+        return state.records(_by_relevance(state, q, _expanded(state, q), where, args, limit))
     sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY {NEWEST} LIMIT ?"
     rows = state.db.execute(sql, [*args, limit]).fetchall()
     return state.records(r[0] for r in rows)
@@ -383,7 +481,7 @@ def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
     cap = offset + limit + COUNT_AHEAD
     db = state.db
     if q.has_text:
-        match = _fts_query(q)
+        match = _expanded(state, q)
         total, exact = _match_count(state, q, match, where, args, cap)
         if limit == 0:
             return total, exact, []

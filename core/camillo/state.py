@@ -287,6 +287,7 @@ class State:
         self._indexed: int = encoding.decode(row[0]) if row is not None else 0
         # the semantic vectors of one model in memory (camillo.search._Vectors), once searched
         self.vector_cache: object | None = None
+        self.search_terms = False  # camillo.search made its view of the index's terms on this connection
 
     @property
     def roster(self) -> Roster:
