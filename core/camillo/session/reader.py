@@ -2,8 +2,9 @@
 state (spec §20 steps 3-7), incrementally.
 
 A :class:`Reader` owns everything a session has read: the batches by id (:attr:`Reader.batches`,
-one :class:`~camillo.control.BatchView` each), which segment holds which batches under which
-epoch, the problems found on the way, the roster, the causal log and the materialised state
+one :class:`~camillo.control.BatchView` each, made from the local state when first asked for after a
+warm open: :class:`~camillo.session.views.BatchViews`), which segment holds which batches under which
+epoch (likewise read when asked for: :mod:`camillo.session.segmap`), the problems found on the way, the roster, the causal log and the materialised state
 (:attr:`Reader.materialized`, an SQLite database).  :meth:`Reader.refresh` reads what appeared in
 the folder since the last call and recomputes only what depends on it; what it returns names
 exactly what moved.

@@ -1,14 +1,16 @@
-"""Batch views read back from the local state database, decoded when first used.
+"""Batch views read back from the local state database, made when first asked for, decoded when first used.
 
-A warm open builds one view per batch of the vault (100,000 at a million records).  What the roster
-and the flags need of every batch is kept beside it in the database and read at once: its id,
-segment, epoch, writer, seq, compartment, signature and acceptance flags, and whether it holds a
-control record (its stored control records are an array of nulls when it holds none, recognised
-without decoding).  Its header and signatures (73 MB at a million records) are read from the
+After a warm open the reader's batches are a :class:`BatchViews` mapping over the database: a view of a
+batch is made from its row when something asks for it (an append's extension of the log asks for a
+handful; a pass over every batch reads every row once).  A warm open of a folder that did not change
+makes views only of the batches that can move the roster (those holding a control record, and those
+not accepted: :meth:`BatchViews.special`, an index of the database), not of the 100,000 others at a
+million records.  What the roster and the flags need of a batch is kept beside it in the database and
+read with its row: its id, segment, epoch, writer, seq, compartment, signature and acceptance flags, and
+whether it holds a control record (its stored control records are an array of nulls when it holds none,
+recognised without decoding).  Its header and signatures (73 MB at a million records) are read from the
 database and decoded the first time something asks for them (``fetch``; the reader reads the rest at
-once after a number of such reads, for a pass over every batch), its control records likewise: a
-batch the session never looks at again is never read whole.  Control batches (a few hundred) are decoded at
-once, since the roster reads every one.
+once after a number of such reads, for a pass over every batch), its control records likewise.
 
 The bytes come from this installation's own, authenticated database (a page that does not
 authenticate is refused whole); one that does not decode is reported as a damaged local state
