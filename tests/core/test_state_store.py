@@ -382,6 +382,52 @@ def test_a_warm_open_extends_the_stored_log_by_what_arrived_and_never_uses_a_dam
     assert os.path.exists(store)
 
 
+def test_another_devices_epoch_roll_is_taken_without_a_view_of_every_batch(new_vault, monkeypatch, tmp_path):
+    """Another device's writes that roll a compartment's keys (a scheduled epoch: control records that
+    change no principal) reach a warm open, and a session already open: the roster is computed from the
+    batches that can move it and the new ones (its fingerprint unchanged, every other batch is signed as
+    it was), no view is made of the others, and the state, the log and the flags equal a full
+    recomputation's."""
+    path, vault, _ = new_vault
+    _fill(vault, 20)
+    vault.lock()
+    monkeypatch.setattr("camillo.ops.rekey.SCHEDULED_EPOCH_BATCHES", 5)
+
+    def laptop_writes(n: int, tag: str) -> None:
+        switch_home(monkeypatch, tmp_path / "laptop")
+        with open_vault(path) as lap:
+            for i in range(n):
+                lap.append([NewRecord(type="message", text=f"garden {tag} {i}")])
+        switch_home(monkeypatch, tmp_path / "home")
+
+    laptop_writes(2, "joined")  # (the laptop's registration: a new principal, read by a full computation)
+    with open_vault(path):
+        pass
+    cid = vault.compartment_id("personal")
+    with open_vault(path) as v:
+        epochs_before = len(v.session.roster.epochs)
+    laptop_writes(8, "rolled")  # a scheduled epoch on the laptop, among its messages
+    with open_vault(path) as v:
+        reader = v.session.reader
+        assert len(v.session.roster.epochs) > epochs_before, "the laptop's writes rolled no epoch"
+        assert not reader.batches.every, "a view was made of every batch"
+        stored = {b for (b,) in reader.materialized.db.execute("SELECT id FROM cache_batches WHERE control = 0")}
+        assert len(reader.batches.held.keys() & stored) <= 10, "views of the older messages were made"
+        assert fingerprint(v) == from_scratch(path)
+        laptop_writes(8, "rolled again")  # while this session is open
+        v.refresh()
+        assert not reader.batches.every
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+        assert v.session.roster.current_epoch(cid) is not None
+    with open_vault(path) as v:  # the flags stored by that session are those a full computation gives
+        flags = dict(v.session.reader.materialized.db.execute(
+            "SELECT id, sig_ok | vouched << 1 | accepted << 2 FROM cache_batches").fetchall())
+    with open_vault(path, cache=False, register=False) as fresh:
+        full = {b: x.sig_ok | x.vouched << 1 | (b in fresh.session.log.accepted) << 2
+                for b, x in fresh.session.batches.items()}
+    assert {b: f & 4 for b, f in flags.items()} == {b: f & 4 for b, f in full.items()}
+
+
 def test_a_state_without_the_writer_seq_compartment_and_control_columns_gets_them(new_vault):
     """A state an older version wrote has no writer, seq, compartment or control columns: the open adds
     them and fills them, and the views read back carry them without decoding a header (what a

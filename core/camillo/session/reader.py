@@ -808,8 +808,28 @@ class Reader:
         with collector_paused():
             self._recompute()
 
+    def _roster(self) -> tuple[Roster, set[bytes], set[bytes] | None]:
+        """The roster, the signed batches, and the batches whose flags it may have changed (None: any).
+        Over the local state's batches (a warm open, before a pass over every batch), the roster is
+        computed from those that can move it or be reported by it (BatchViews.special, the new ones
+        among them: a new batch is stored not accepted); when its fingerprint is the one the stored
+        flags were computed with (the same principals, revocations, erasures and compartments: another
+        device's epoch roll, a rename), every other batch is signed as it was (the accepted ones) and
+        its flags do not change: no view is made of it (100,000 at a million records).  Otherwise the
+        roster is computed over every batch."""
+        batches = self.batches
+        if isinstance(batches, BatchViews) and not batches.every and self.roster_fingerprint:
+            if self.flags_new and not self.flags_all:
+                self._write_flags()  # (the stored acceptance flags say which batches are special)
+            special = batches.special()
+            roster, signed = build_roster(self.vault_id, special)
+            if roster.genesis is not None and roster.fingerprint() == self.roster_fingerprint:
+                return roster, signed | (self.last_accepted - special.keys()), set(special)
+        roster, signed = build_roster(self.vault_id, batches)
+        return roster, signed, None
+
     def _recompute(self) -> None:
-        roster, signed = build_roster(self.vault_id, self.batches)
+        roster, signed, touched = self._roster()
         bad_epochs = self.check_epoch_keys(roster)
         if bad_epochs:
             self.keyring.forget(bad_epochs)
@@ -823,6 +843,7 @@ class Reader:
                 self.segment_problems[name] = Problem(
                     "damaged", name, f"segment {name} is sealed under an epoch key no owner vouched for")
             roster, signed = build_roster(self.vault_id, self.batches)
+            touched = None
         erasures = frozenset(roster.erasures)
         if self.erasures_seen - erasures:  # the state was purged for an erasure this folder does not hold
             self.reset()
@@ -844,7 +865,8 @@ class Reader:
         global_fp = roster.global_fingerprint()
         writers: set[bytes] = set()
         erasing = False
-        affected: set[bytes] | None = self.pending_batches | (self.log.accepted ^ self.last_accepted)
+        moved = self.log.accepted ^ self.last_accepted  # accepted or rejected since the last computation
+        affected: set[bytes] | None = self.pending_batches | moved
         if fingerprint != self.roster_fingerprint:
             old = self.roster_snapshot
             only_new_erasures = (before.genesis is not None and roster.genesis is not None
@@ -866,7 +888,11 @@ class Reader:
         self.pending_batches = set()
         self.materialize_problems = result.problems
         self.moved_keys |= result.keys
-        self.dirty = self.flags_all = True  # the roster may have signed, vouched or excluded any batch
+        self.dirty = True
+        if touched is None:
+            self.flags_all = True  # the roster may have signed, vouched or excluded any batch
+        else:  # only those it was computed from, and those the log accepted or rejected since
+            self.flags_new |= touched | moved
         self.settle(force=bool(result.scrubbed or new_erasure), index=False)
         if result.scrubbed or new_erasure:  # what was erased leaves no trace on disk either
             purge(self.materialized)

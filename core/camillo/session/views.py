@@ -143,6 +143,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         # own copy of each (at a million records the open's memory went from 294 to 230 MiB)
         self._combos: dict[tuple[bytes, bytes, bytes], tuple[bytes, bytes, bytes]] = {}
         self.filled: list[tuple[bytes, int, bytes, int, bytes]] = []  # rows of an older version completed
+        self.every = False  # a view of every batch is held (a pass over all of them read every row)
 
     def _make(self, row: Row) -> BatchView:
         bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp = row
@@ -160,6 +161,8 @@ class BatchViews(MutableMapping[bytes, BatchView]):
 
     def _views(self, where: str = "", args: tuple[object, ...] = ()) -> list[BatchView]:
         held, gone, out = self.held, self._gone, []
+        if self.every and not where:  # (the roster's fixpoint passes over every batch several times)
+            return [v for b, v in held.items() if b not in gone]
         for row in self._db().execute(f"SELECT {ROW} FROM cache_batches {where}", args).fetchall():
             bid = row[0]
             if bid in gone:
@@ -190,6 +193,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
     def values(self) -> list[BatchView]:  # type: ignore[override]
         views = self._views()
         self.complete()
+        self.every = True
         return views
 
     def items(self) -> list[tuple[bytes, BatchView]]:  # type: ignore[override]
