@@ -581,13 +581,22 @@ class State:
 
     # ------------------------------------------------------------------------------- queries
 
-    _COLUMNS = "id, batch, compartment, writer, raw, valid, reason, hidden, erased, effective, kind"
+    # (with the stored flag of its batch: accepted on a COMPACTION signature)
+    _COLUMNS = ("id, batch, compartment, writer, raw, valid, reason, hidden, erased, effective, kind, "
+                "(SELECT vouched FROM cache_batches WHERE cache_batches.id = records.batch)")
+
+    def _vouched(self, batch: bytes, stored: int | None) -> bool:
+        """Whether a batch was accepted on a COMPACTION record's signature: its view's flag when one is
+        held, else the flag stored (a mapping of views made when asked for, session.views.BatchViews,
+        is asked only for the views it holds: a page of results makes none)."""
+        peek = getattr(self._views, "peek", None)
+        view = peek(batch) if peek is not None else self._views.get(batch)
+        return bool(view.vouched) if view is not None else bool(stored)
 
     def _view(self, row: tuple[Any, ...]) -> RecordView | None:
-        rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind = row
+        rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind, stored_vouched = row
         roster = self.roster
         rec = validated_record(raw, rid) if raw is not None else None
-        bview = self._views.get(batch)
         p = roster.principals.get(writer)
         writer_kind = "agent" if p is not None and p.grant else (p.kind.label if p else "unknown")
         if rec is None:
@@ -611,7 +620,7 @@ class State:
             writer_kind=writer_kind, ts=shown_ts(rec.ts), key=rec.key, value=value, text=text,
             conversation=conversation, role=role, claimed_class=rec.authority, effective_class=effective,
             sources=tuple(rec.sources), pred=tuple(rec.pred), target=rec.target, meta=dict(rec.meta),
-            batch_id=batch, verified="compaction" if bview is not None and bview.vouched else "signature",
+            batch_id=batch, verified="compaction" if self._vouched(batch, stored_vouched) else "signature",
             valid=bool(valid), reason=reason, hidden=bool(hidden), erased=bool(erased), unknown_fields=unknown,
         )
 

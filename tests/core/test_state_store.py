@@ -428,6 +428,29 @@ def test_another_devices_epoch_roll_is_taken_without_a_view_of_every_batch(new_v
     assert {b: f & 4 for b, f in flags.items()} == {b: f & 4 for b, f in full.items()}
 
 
+def test_records_accepted_on_a_compactions_signature_say_so_after_a_warm_open(new_vault):
+    """A record whose batch was accepted on a COMPACTION record's signature (read from the compacted
+    segments only) shows verified "compaction": after a warm open too, from the flag stored beside its
+    batch, without a view of the batch being made for the page that shows it."""
+    path, vault, _ = new_vault
+    _fill(vault, 8)
+    vault.compact(prune_now=True)
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    for suffix in ("", "-wal", "-shm"):  # (the state is read again from the compacted segments alone)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(store + suffix)
+    with open_vault(path) as v:
+        first = {r.id: r.verified for r in v.timeline()}
+    assert "compaction" in first.values()
+    with open_vault(path, cache=False, register=False) as fresh:
+        assert {r.id: r.verified for r in fresh.timeline()} == first
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        assert {r.id: r.verified for r in v.timeline()} == first
+        assert len(v.session.batches.held) < len(v.session.batches), "the page made a view of every batch"
+
+
 def test_a_state_without_the_writer_seq_compartment_and_control_columns_gets_them(new_vault):
     """A state an older version wrote has no writer, seq, compartment or control columns: the open adds
     them and fills them, and the views read back carry them without decoding a header (what a

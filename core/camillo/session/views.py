@@ -205,6 +205,10 @@ class BatchViews(MutableMapping[bytes, BatchView]):
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
 
+    def peek(self, bid: bytes) -> BatchView | None:
+        """The view of this batch if one is held (none is made)."""
+        return self.held.get(bid)
+
     def __getitem__(self, bid: bytes) -> BatchView:
         view = self.held.get(bid)
         if view is not None:
