@@ -291,31 +291,45 @@ def _long_phrases(q: Query) -> bool:
     return any(len(_INDEX_WORD.findall(p)) > 1 for p in q.phrases)
 
 
+def _folded(text: str) -> str:
+    """``text`` as the index compares it: case and accents aside."""
+    if not text.isascii():
+        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
+    return text.casefold()
+
+
+def _occurrences(words: list[str], prefix: bool) -> re.Pattern[str]:
+    """Finds every occurrence, overlapping ones too, of these folded words one after the other in a
+    folded text, with only what the index's tokenizer splits on between them, each a whole word (the
+    last one only its start, for a prefix): one zero-width match per occurrence."""
+    body = r"[\W_]+".join(re.escape(w) for w in words)
+    end = "" if prefix else r"(?![^\W_])"
+    return re.compile(r"(?<![^\W_])(?=" + body + end + ")")
+
+
 def _phrase_scores(state: State, q: Query, rowids: list[int]) -> dict[int, float]:
     """bm25 of each index rowid's record, as FTS5 computes it for the query's phrases and words,
     but with every phrase and word weighted alike (no inverse document frequency: counting the records
-    holding each phrase is what costs) and the window's mean length for the mean: occurrences counted
-    in the record's text, folded as the index folds it.  Negative, like FTS5's (lower is better)."""
-    parts: list[tuple[str, bool]] = []  # (" word word ", is a prefix)
+    holding each phrase is what costs), and the record's length in characters against the window's
+    mean: occurrences counted in the record's text, folded as the index folds it, one regular
+    expression each (2,000 records in a few milliseconds).  Negative, like FTS5's (lower is better)."""
+    parts: list[re.Pattern[str]] = []
     for w in q.words:
-        for i, t in enumerate(tokens := _folded_words(w.rstrip("*"))):
-            parts.append((t, w.endswith("*") and i == len(tokens) - 1))
-    parts += [(" ".join(_folded_words(p)), False) for p in q.phrases]
+        tokens = _folded_words(w.rstrip("*"))
+        parts += [_occurrences([t], w.endswith("*") and i == len(tokens) - 1) for i, t in enumerate(tokens)]
+    parts += [_occurrences(_folded_words(p), False) for p in q.phrases]
     from .cache import SEARCH_BODY
 
     rows = state.db.execute(f"SELECT rowid, {SEARCH_BODY} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
                             [json.dumps([r & SEARCH_ROW_MASK for r in rowids])]).fetchall()
-    words = {rowid: _folded_words(body) for rowid, body in rows}
-    mean = max(sum(len(w) for w in words.values()) / max(len(words), 1), 1.0)
+    mean = max(sum(len(body) for _r, body in rows) / max(len(rows), 1), 1.0)
     scores: dict[int, float] = {}
-    # each occurrence, overlapping ones too ("a a" twice in "a a a"): the words joined by one space
-    occurrences = [(re.compile(f"(?= {re.escape(text)} )"), text, prefix) for text, prefix in parts]
-    for rowid, ws in words.items():
-        joined, norm = f" {' '.join(ws)} ", BM25_K1 * (1 - BM25_B + BM25_B * len(ws) / mean)
-        score = 0.0
-        for pattern, text, prefix in occurrences:
-            tf = sum(1 for x in ws if x.startswith(text)) if prefix else len(pattern.findall(joined))
-            score += tf * (BM25_K1 + 1) / (tf + norm)
+    k1, b = BM25_K1, BM25_B
+    for rowid, body in rows:
+        text, norm, score = _folded(body), k1 * (1 - b + b * len(body) / mean), 0.0
+        for pattern in parts:
+            tf = len(pattern.findall(text))
+            score += tf * (k1 + 1) / (tf + norm)
         scores[rowid] = -score
     return {r: scores.get(r & SEARCH_ROW_MASK, 0.0) for r in rowids}
 

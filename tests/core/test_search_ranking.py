@@ -53,14 +53,14 @@ def reference(state, text: str, window: int) -> tuple[int, list[bytes], list[byt
 
 def phrase_ranks(state, q, window: list[int]) -> dict[int, float]:
     """bm25 of a window's matches as a query with a phrase of several words is ranked (every phrase and
-    word weighted alike, the window's mean length for the mean), computed plainly: ASCII words, each
-    phrase compared word by word at every position."""
+    word weighted alike, the text's length in characters against the window's mean), computed plainly:
+    ASCII words, each phrase compared word by word at every position."""
     import re
 
     texts = {sk: state.db.execute(f"SELECT {cache.SEARCH_BODY} FROM records WHERE rowid = ?",
                                   (sk & cache.SEARCH_ROW_MASK,)).fetchone()[0] for sk in window}
     words = {sk: re.findall(r"[a-z0-9]+", t.lower()) for sk, t in texts.items()}
-    mean = sum(len(w) for w in words.values()) / len(words)
+    mean = sum(len(t) for t in texts.values()) / len(texts)
     parts = [(re.findall(r"[a-z0-9]+", w.rstrip("*").lower()), w.endswith("*")) for w in q.words]
     parts = [([t], pre and i == len(ts) - 1) for ts, pre in parts for i, t in enumerate(ts)]
     parts += [(re.findall(r"[a-z0-9]+", p.lower()), False) for p in q.phrases]
@@ -72,7 +72,7 @@ def phrase_ranks(state, q, window: list[int]) -> dict[int, float]:
                 tf = sum(w.startswith(tokens[0]) for w in ws)
             else:
                 tf = sum(ws[i:i + len(tokens)] == tokens for i in range(len(ws) - len(tokens) + 1))
-            score += tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(ws) / mean))
+            score += tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(texts[sk]) / mean))
         out[sk] = -score
     return out
 

@@ -15,11 +15,10 @@ secret of its own.  Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import cbor2
@@ -35,7 +34,6 @@ from ..errors import StorageError, VaultError
 from ..log import (
     CausalLog,
     build_log,
-    decode_log,
     encode_log,
     extend_log,
     extend_log_after_roster_change,
@@ -53,27 +51,13 @@ from ..records import (
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
+from . import resume
 from .keyring import EpochRef, KeyRing
+from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
 from .views import ROW, BatchViews, CachedView
 
 Progress = Callable[[int, int], None]
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a bulk step builds objects that live as long
-    as the session (a view per batch, the roster, the causal log): it would walk the growing heap
-    again and again for nothing (about a tenth of a warm open at 100k records, docs/benchmarks.md).
-    Reference counting still frees everything else; the collector (process-wide) runs again
-    afterwards if it ran before."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _lines(text: str) -> frozenset[str]:
@@ -171,7 +155,7 @@ class Reader:
         before this actor was known, or in the store of the key this installation replaced, which
         is deleted)."""
         self.flags_all = True
-        self._write_flags()
+        self.write_flags()
         state = self.materialized
         state.commit()  # (the full-text index, and how far it goes, move with it)
         old, self.store, self.store_doomed = self.store, store, False
@@ -286,7 +270,7 @@ class Reader:
         if not force and time.monotonic() - self.committed_at < cache_mod.COMMIT_AGE:
             return
         if self.dirty:
-            self._write_flags()
+            self.write_flags()
         if force:
             if index:
                 self.materialized.ensure_search()  # the stored state holds a complete search index
@@ -310,7 +294,7 @@ class Reader:
                        [(rel, mtime, "\n".join(files), "\n".join(subdirs)) for rel, mtime, files, subdirs in keep])
 
     @staticmethod
-    def _log_basis(roster: Roster, signed: set[bytes]) -> bytes:
+    def log_basis(roster: Roster, signed: set[bytes]) -> bytes:
         """What a log is a function of, besides the batches stored: the roster and the signed batches."""
         return roster.fingerprint() + sha256(b"".join(sorted(signed)))
 
@@ -319,7 +303,7 @@ class Reader:
         if self.log_stored or not self.log_fresh or self.pending_batches or self.roster.genesis is None:
             return
         self.materialized.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
-            ("log", encode_log(self.log)), ("log_basis", self._log_basis(self.roster, signed_of(self.log)))])
+            ("log", encode_log(self.log)), ("log_basis", self.log_basis(self.roster, signed_of(self.log)))])
         self.log_stored = True
 
     def _drop_stored_log(self, *, added: bool = False) -> None:
@@ -332,31 +316,9 @@ class Reader:
             self.log_stored = False
 
     def _resumed_log(self, roster: Roster, signed: set[bytes]) -> CausalLog | None:
-        """The log stored in the local state, when it was computed from exactly this roster and the
-        signed batches but those read since the open (the batches and flags stored then have not
-        changed: it was dropped otherwise), extended by the new ones when each is the next link of
-        its chain (:func:`~camillo.log.extend_log`, and for new control batches the check of what
-        they claim others had written, :func:`~camillo.log.extend_log_after_roster_change`, with the
-        same roster on both sides: its fingerprint is the stored one): the log a full build would
-        give, or nothing.  Asked once, by the first recomputation of an open."""
-        resume, self.resume = self.resume, None
-        new = self.pending_batches
-        if resume is None or resume[0] != self._log_basis(roster, signed - new):
-            return None
-        try:
-            log = decode_log(resume[1])
-        except ValueError:
-            return None
-        added = sorted(b for b in new if b in signed)
-        if not added:
-            return log
-        if any(self.batches[b].has_control for b in added):
-            extended = extend_log_after_roster_change(log, self.batches, signed, roster, roster, set(added))
-        else:
-            extended = extend_log(log, self.batches, added, roster)
-        return log if extended else None
+        return resume.resumed_log(self, roster, signed)
 
-    def _write_flags(self) -> None:
+    def write_flags(self) -> None:
         """Write what the roster and the log decided of each batch (all of them after a
         recomputation, else those read since), with the roster's fingerprint."""
         db = self.materialized.db
@@ -767,66 +729,14 @@ class Reader:
         return True
 
     def _resume_stored(self) -> bool:
-        """The first refresh of a warm open, no segment having gone away since the local state was
-        stored (the batches read since are set aside: :meth:`extend` or :meth:`recompute` takes them
-        next): the state, the flags and the log stored are still true if the roster is the one they
-        were computed with.  The roster is computed from the stored batches that can move it or be
-        reported by it (BatchViews.special: those holding a control record, and those not accepted,
-        whose problems are reported again; a revoked writer's batches beyond its revocation are among
-        those), with the signatures verified before taken as stored; if its fingerprint, its erasures
-        and every flag of those batches are as stored and every epoch secret checks, the stored log
-        is taken and nothing else is computed: no view is made of the other batches (100,000 at a
-        million records).  False, having changed nothing the recomputation depends on, when anything
-        differs."""
-        batches, resume, new = self.batches, self.resume, self.pending_batches
-        if (not isinstance(batches, BatchViews) or resume is None or not batches.held.keys() <= new
-                or self.roster.genesis is not None or not self.roster_fingerprint):
-            return False
-        with collector_paused():
-            special = {b: v for b, v in batches.special().items() if b not in new}
-            roster, _ = build_roster(self.vault_id, special)
-        fingerprint = roster.fingerprint()
-        if (roster.genesis is None or fingerprint != self.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
-                or frozenset(roster.erasures) != self.erasures_seen or self.check_epoch_keys(roster)):
-            return False
-        try:
-            log = decode_log(resume[1])
-        except ValueError:
-            return False
-        accepted = log.accepted
-        if any(v.sig_ok | v.vouched << 1 | (v.id in accepted) << 2 != v.stored_flags for v in special.values()):
-            return False
-        self.resume, self.roster, self.log = None, roster, log
-        self.materialized.resume(roster, batches)
-        self.forget_erased_epochs()
-        self.log_fresh = not new  # (extended by the new batches next)
-        self.roster_snapshot = (roster.global_fingerprint(), dict(roster.principals))
-        self.materialize_problems = []
-        return True
+        return resume.take_stored(self)
 
     def recompute(self) -> None:
         with collector_paused():
             self._recompute()
 
     def _roster(self) -> tuple[Roster, set[bytes], set[bytes] | None]:
-        """The roster, the signed batches, and the batches whose flags it may have changed (None: any).
-        Over the local state's batches (a warm open, before a pass over every batch), the roster is
-        computed from those that can move it or be reported by it (BatchViews.special, the new ones
-        among them: a new batch is stored not accepted); when its fingerprint is the one the stored
-        flags were computed with (the same principals, revocations, erasures and compartments: another
-        device's epoch roll, a rename), every other batch is signed as it was (the accepted ones) and
-        its flags do not change: no view is made of it (100,000 at a million records).  Otherwise the
-        roster is computed over every batch."""
-        batches = self.batches
-        if isinstance(batches, BatchViews) and not batches.every and self.roster_fingerprint:
-            if self.flags_new and not self.flags_all:
-                self._write_flags()  # (the stored acceptance flags say which batches are special)
-            special = batches.special()
-            roster, signed = build_roster(self.vault_id, special)
-            if roster.genesis is not None and roster.fingerprint() == self.roster_fingerprint:
-                return roster, signed | (self.last_accepted - special.keys()), set(special)
-        roster, signed = build_roster(self.vault_id, batches)
-        return roster, signed, None
+        return resume.roster_of(self)
 
     def _recompute(self) -> None:
         roster, signed, touched = self._roster()

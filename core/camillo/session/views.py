@@ -205,6 +205,11 @@ class BatchViews(MutableMapping[bytes, BatchView]):
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.keys())
 
+    @property
+    def gone(self) -> set[bytes]:
+        """The batches removed here (their segments went away)."""
+        return self._gone
+
     def peek(self, bid: bytes) -> BatchView | None:
         """The view of this batch if one is held (none is made)."""
         return self.held.get(bid)

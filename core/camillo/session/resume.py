@@ -1,0 +1,158 @@
+"""What a warm open takes from the local state instead of computing it again, and the roster over the
+batches that can move it.
+
+A warm open of a vault of a million records finds its state, its flags and its causal log stored, and
+100,000 batches it need not look at: :func:`take_stored` takes what is stored when the roster computed
+from the batches that can move it (those holding a control record, and those not accepted) is the one it
+was computed with; :func:`resumed_log` resumes the stored log at a recomputation; :func:`roster_of`
+computes a changed roster from those batches and the new ones when no principal changed (another
+device's epoch roll).  Functions of the session's reader (:class:`Reader` says what they use of it), which calls them.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from ..control import BatchView, Roster, build_roster
+from ..log import CausalLog, decode_log, extend_log, extend_log_after_roster_change
+from ..state import State
+from .keyring import EpochRef
+from .views import BatchViews
+
+
+class Reader(Protocol):
+    """What these functions use of the session's reader (:class:`camillo.session.reader.Reader`)."""
+
+    vault_id: bytes
+    batches: MutableMapping[bytes, BatchView]
+    resume: tuple[bytes, bytes] | None  # (what the stored log was computed from, the log) read at the open
+    pending_batches: set[bytes]
+    roster: Roster
+    roster_fingerprint: bytes
+    roster_snapshot: tuple[bytes, dict[bytes, Any]] | None
+    erasures_seen: frozenset[bytes]
+    log: CausalLog
+    log_fresh: bool
+    materialized: State
+    materialize_problems: list[tuple[str, str, str]]
+    flags_new: set[bytes]
+    flags_all: bool
+
+    @property
+    def last_accepted(self) -> set[bytes]: ...
+
+    def check_epoch_keys(self, roster: Roster) -> set[EpochRef]: ...
+
+    def forget_erased_epochs(self) -> None: ...
+
+    def write_flags(self) -> None: ...
+
+    @staticmethod
+    def log_basis(roster: Roster, signed: set[bytes]) -> bytes: ...
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a bulk step builds objects that live as long
+    as the session (a view per batch, the roster, the causal log): it would walk the growing heap
+    again and again for nothing (about a tenth of a warm open at 100k records, docs/benchmarks.md).
+    Reference counting still frees everything else; the collector (process-wide) runs again
+    afterwards if it ran before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def take_stored(reader: Reader) -> bool:
+    """The first refresh of a warm open, no segment having gone away since the local state was
+    stored (the batches read since are set aside: :meth:`Reader.extend` or :meth:`Reader.recompute` takes them
+    next): the state, the flags and the log stored are still true if the roster is the one they
+    were computed with.  The roster is computed from the stored batches that can move it or be
+    reported by it (BatchViews.special: those holding a control record, and those not accepted,
+    whose problems are reported again; a revoked writer's batches beyond its revocation are among
+    those), with the signatures verified before taken as stored; if its fingerprint, its erasures
+    and every flag of those batches are as stored and every epoch secret checks, the stored log
+    is taken and nothing else is computed: no view is made of the other batches (100,000 at a
+    million records).  False, having changed nothing the recomputation depends on, when anything
+    differs."""
+    batches, resume, new = reader.batches, reader.resume, reader.pending_batches
+    if (not isinstance(batches, BatchViews) or resume is None or not batches.held.keys() <= new
+            or reader.roster.genesis is not None or not reader.roster_fingerprint):
+        return False
+    with collector_paused():
+        special = {b: v for b, v in batches.special().items() if b not in new}
+        roster, _ = build_roster(reader.vault_id, special)
+    fingerprint = roster.fingerprint()
+    if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
+            or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
+        return False
+    try:
+        log = decode_log(resume[1])
+    except ValueError:
+        return False
+    accepted = log.accepted
+    if any(v.sig_ok | v.vouched << 1 | (v.id in accepted) << 2 != v.stored_flags for v in special.values()):
+        return False
+    reader.resume, reader.roster, reader.log = None, roster, log
+    reader.materialized.resume(roster, batches)
+    reader.forget_erased_epochs()
+    reader.log_fresh = not new  # (extended by the new batches next)
+    reader.roster_snapshot = (roster.global_fingerprint(), dict(roster.principals))
+    reader.materialize_problems = []
+    return True
+
+
+def resumed_log(reader: Reader, roster: Roster, signed: set[bytes]) -> CausalLog | None:
+    """The log stored in the local state, when it was computed from exactly this roster and the
+    signed batches but those read since the open (the batches and flags stored then have not
+    changed: it was dropped otherwise), extended by the new ones when each is the next link of
+    its chain (:func:`~camillo.log.extend_log`, and for new control batches the check of what
+    they claim others had written, :func:`~camillo.log.extend_log_after_roster_change`, with the
+    same roster on both sides: its fingerprint is the stored one): the log a full build would
+    give, or nothing.  Asked once, by the first recomputation of an open."""
+    resume, reader.resume = reader.resume, None
+    new = reader.pending_batches
+    if resume is None or resume[0] != reader.log_basis(roster, signed - new):
+        return None
+    try:
+        log = decode_log(resume[1])
+    except ValueError:
+        return None
+    added = sorted(b for b in new if b in signed)
+    if not added:
+        return log
+    if any(reader.batches[b].has_control for b in added):
+        extended = extend_log_after_roster_change(log, reader.batches, signed, roster, roster, set(added))
+    else:
+        extended = extend_log(log, reader.batches, added, roster)
+    return log if extended else None
+
+
+def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
+    """The roster, the signed batches, and the batches whose flags it may have changed (None: any).
+    Over the local state's batches (a warm open, before a pass over every batch), the roster is
+    computed from those that can move it or be reported by it (BatchViews.special, the new ones
+    among them: a new batch is stored not accepted); when its fingerprint is the one the stored
+    flags were computed with (the same principals, revocations, erasures and compartments: another
+    device's epoch roll, a rename), every other batch is signed as it was (the accepted ones) and
+    its flags do not change: no view is made of it (100,000 at a million records).  Otherwise the
+    roster is computed over every batch."""
+    batches = reader.batches
+    if isinstance(batches, BatchViews) and not batches.every and reader.roster_fingerprint:
+        if reader.flags_new and not reader.flags_all:
+            reader.write_flags()  # (the stored acceptance flags say which batches are special)
+        special = batches.special()
+        roster, signed = build_roster(reader.vault_id, special)
+        if roster.genesis is not None and roster.fingerprint() == reader.roster_fingerprint:
+            return roster, signed | (reader.last_accepted - special.keys() - batches.gone), set(special)
+    roster, signed = build_roster(reader.vault_id, batches)
+    return roster, signed, None
