@@ -187,6 +187,9 @@ def _newest_key(ts: int | None, lamport: int, idx: int, rid: bytes) -> tuple[int
 # is ranked by bm25 over all of them; one that matches a third of a million records scores the windows
 # up to its page, not every match (1.5 s at a million records).
 RELEVANCE_WINDOW = 2000
+# A query ranked from its matches' text (_phrase_scores) reads each match's record: its windows hold at
+# most this many (2,000 records' pages read and decrypted cost 30-40 ms at a million records).
+TEXT_WINDOW = 500
 
 
 def _joined(where: list[str]) -> str:
@@ -337,18 +340,19 @@ def _phrase_scores(state: State, q: Query, rowids: list[int]) -> dict[int, float
 def _by_relevance(state: State, q: Query, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
     """The first ``wanted`` matching records by relevance: the index's matches in windows of
     RELEVANCE_WINDOW, newest first, scored by FTS5 alone (no record read; a query with a phrase of
-    several words by :func:`_phrase_scores`); in each, the matches that pass the modifiers by bm25,
+    several words by :func:`_phrase_scores`, in windows of TEXT_WINDOW); in each, the matches that pass the modifiers by bm25,
     then newest.  Only the windows up to ``wanted`` are read."""
     db = state.db
     conds, extra = _key_range(q, "rowid")
     out: list[bytes] = []
     below: list[object] = []
     outside = _long_phrases(q)
+    size = min(RELEVANCE_WINDOW, TEXT_WINDOW) if outside else RELEVANCE_WINDOW
     while len(out) < wanted:
         window = db.execute(f"SELECT rowid{'' if outside else ', bm25(search)'} FROM search "
                             f"WHERE {' AND '.join(['search MATCH ?', *conds])} "
                             f"{'AND rowid < ?' if below else ''} ORDER BY rowid DESC LIMIT ?",
-                            [match, *extra, *below, RELEVANCE_WINDOW]).fetchall()
+                            [match, *extra, *below, size]).fetchall()
         if not window:
             break
         below = [window[-1][0]]
@@ -357,7 +361,7 @@ def _by_relevance(state: State, q: Query, match: str, where: list[str], args: li
             window = [(r, scores[r]) for (r,) in window]
         window.sort(key=lambda m: (m[1], -m[0]))  # by score (ties: read together below)
         out += _best_of(db, window, where, args, wanted - len(out))
-        if len(window) < RELEVANCE_WINDOW:
+        if len(window) < size:
             break
     return out
 

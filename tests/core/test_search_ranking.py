@@ -42,6 +42,8 @@ def reference(state, text: str, window: int) -> tuple[int, list[bytes], list[byt
     matches = [sk for (sk,) in state.db.execute("SELECT rowid FROM search WHERE search MATCH ?", [match])]
     matches.sort(reverse=True)
     relevance = []
+    if any(" " in p.strip() for p in q.phrases):  # (ranked from the text: windows of at most TEXT_WINDOW)
+        window = min(window, S.TEXT_WINDOW)
     for at in range(0, len(matches), window):
         if any(" " in p.strip() for p in q.phrases):  # ranked outside FTS5: see phrase_ranks
             ranks = phrase_ranks(state, q, matches[at:at + window])
