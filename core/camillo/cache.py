@@ -58,8 +58,8 @@ FORMAT = 8
 # seq and compartment columns; 5 = the full-text index keyed by time (SEARCH_KEY: built again when
 # first needed) and the covering index a warm open reads the batches from; 6 = the vault folder's
 # listing (cache_dirs); 7 = the batches' control column and the index of the batches a warm open of
-# an unchanged folder reads (cache_batches_special)
-REVISION = 7
+# an unchanged folder reads (cache_batches_special); 8 = the segments' index by epoch (cache_segments_epoch)
+REVISION = 8
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
@@ -146,6 +146,8 @@ CREATE TABLE IF NOT EXISTS cache_batches(
   writer BLOB, seq INTEGER, compartment BLOB, control INTEGER
 ); CREATE INDEX IF NOT EXISTS cache_batches_epoch ON cache_batches(epoch);
 CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NOT NULL, compartment BLOB, epoch BLOB);
+-- the segments sealed under given epochs (every open of a vault with an erasure asks for the destroyed ones)
+CREATE INDEX IF NOT EXISTS cache_segments_epoch ON cache_segments(epoch);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
 -- the vault folder's listing (camillo.storage.FolderShelf.prime): each directory with its mtime, its
 -- files' and its subdirectories' names (one per line), listed outside its mtime's clock tick

@@ -290,6 +290,9 @@ def test_the_segments_holding_batches_or_under_epochs_are_found_without_reading_
             "a list other than the one holding the batch was read"
         holding, under = asked()
         check(holding, under)
+        plan = " ".join(str(r) for r in reader.materialized.db.execute(
+            "EXPLAIN QUERY PLAN SELECT name, compartment, epoch FROM cache_segments WHERE epoch IN (?, ?)", (b"a", b"b")))
+        assert "cache_segments_epoch" in plan, plan  # (not a scan of every segment)
         for i in range(2):
             v.append([NewRecord(type="message", text=f"garden in the session {i}")])
         gone = sorted(reader.segment_batches)[:2]
