@@ -41,11 +41,19 @@ import re
 import struct
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .cache import SEARCH_KEY, SEARCH_ROW_BITS, SEARCH_ROW_MASK, SEARCH_TIME_MAX, Connection, search_group
+from .cache import (
+    SEARCH_BODY,
+    SEARCH_KEY,
+    SEARCH_ROW_BITS,
+    SEARCH_ROW_MASK,
+    SEARCH_TIME_MAX,
+    Connection,
+    search_group,
+)
 from .errors import UsageError
 from .records import Authority
 from .state import RecordView, State
@@ -92,15 +100,22 @@ def _fts_string(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-def _fts_query(q: Query) -> str:
+def _fts_query(q: Query, prefix_terms: Callable[[str], list[str] | None] = lambda _t: None) -> str:
+    """The FTS5 query of ``q``; a ``word*`` as the terms ``prefix_terms`` gives for its last token
+    (None: FTS5's own prefix query; no term: nothing matches)."""
     parts = []
     for w in q.words:
-        prefix = w.endswith("*")
-        core = w.rstrip("*")
         # FTS5 tokenises the indexed text; quote each user word so operators in it are literal.
-        tokens = [t for t in re.split(r"[^\w]+", core) if t]
+        tokens = [t for t in re.split(r"[^\w]+", w.rstrip("*")) if t]
         for i, t in enumerate(tokens):
-            parts.append(_fts_string(t) + ("*" if prefix and i == len(tokens) - 1 else ""))
+            last = w.endswith("*") and i == len(tokens) - 1
+            terms = prefix_terms(t) if last else None
+            if terms is None:
+                parts.append(_fts_string(t) + ("*" if last else ""))
+            elif not terms:
+                return _fts_string(t) + "*"  # (no term starts so: nothing matches, as FTS5 says itself)
+            else:
+                parts.append("(" + " OR ".join(_fts_string(x) for x in terms) + ")")
     for p in q.phrases:
         parts.append(_fts_string(p))
     return " AND ".join(parts)
@@ -256,36 +271,18 @@ def _prefix_terms(state: State, prefix: str) -> list[str] | None:
 def _expanded(state: State, q: Query) -> str:
     """The FTS5 query of ``q`` (:func:`_fts_query`), each ``word*`` written as the terms it stands for
     when they are few (PREFIX_TERMS): the same matches, found newest first without a pass over all of
-    them."""
-    if not any(w.endswith("*") for w in q.words):
-        return _fts_query(q)
-    parts = []
-    for w in q.words:
-        tokens = [t for t in re.split(r"[^\w]+", w.rstrip("*")) if t]
-        for i, t in enumerate(tokens):
-            last = w.endswith("*") and i == len(tokens) - 1  # (folded as the index folds: ASCII alike)
-            terms = _prefix_terms(state, t.lower()) if last and t.isascii() else None
-            if terms is None:
-                parts.append(_fts_string(t) + ("*" if last else ""))
-            elif not terms:
-                return _fts_string(t) + "*"  # (no term starts so: nothing matches, as FTS5 says itself)
-            else:
-                parts.append("(" + " OR ".join(_fts_string(x) for x in terms) + ")")
-    parts += [_fts_string(p) for p in q.phrases]
-    return " AND ".join(parts)
+    them.  (An ASCII prefix only: folded by the index as by ``lower``.)"""
+    return _fts_query(q, lambda t: _prefix_terms(state, t.lower()) if t.isascii() else None)
 
 
 # FTS5's bm25 parameters (its defaults), for the windows ranked outside it (_phrase_scores)
 BM25_K1, BM25_B = 1.2, 0.75
 _INDEX_WORD = re.compile(r"[^\W_]+")  # (the index's unicode61 tokenizer: letters and digits; "_" separates)
-_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 
 
 def _folded_words(text: str) -> list[str]:
-    """The words of ``text`` as the index holds them (case and accents aside), fast for a window of them."""
-    if not text.isascii():
-        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
-    return _INDEX_WORD.findall(text.casefold())
+    """The words of ``text`` as the index holds them (case and accents aside)."""
+    return _INDEX_WORD.findall(_folded(text))
 
 
 def _long_phrases(q: Query) -> bool:
@@ -295,10 +292,9 @@ def _long_phrases(q: Query) -> bool:
 
 
 def _folded(text: str) -> str:
-    """``text`` as the index compares it: case and accents aside."""
-    if not text.isascii():
-        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
-    return text.casefold()
+    """``text`` as the index compares it: case and accents aside (:func:`_fold`; ASCII text only
+    case-folded, fast for a window of records)."""
+    return text.casefold() if text.isascii() else _fold(text)
 
 
 def _occurrences(words: list[str], prefix: bool) -> re.Pattern[str]:
@@ -321,8 +317,6 @@ def _phrase_scores(state: State, q: Query, rowids: list[int]) -> dict[int, float
         tokens = _folded_words(w.rstrip("*"))
         parts += [_occurrences([t], w.endswith("*") and i == len(tokens) - 1) for i, t in enumerate(tokens)]
     parts += [_occurrences(_folded_words(p), False) for p in q.phrases]
-    from .cache import SEARCH_BODY
-
     rows = state.db.execute(f"SELECT rowid, {SEARCH_BODY} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
                             [json.dumps([r & SEARCH_ROW_MASK for r in rowids])]).fetchall()
     mean = max(sum(len(body) for _r, body in rows) / max(len(rows), 1), 1.0)

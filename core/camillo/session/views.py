@@ -28,7 +28,7 @@ from typing import Any
 import cbor2
 
 from .. import ids
-from ..cache import Connection, DatabaseError
+from ..cache import SPECIAL_BATCHES, Connection, DatabaseError
 from ..control import BatchView
 from ..errors import VaultError
 from ..records import Batch, BatchHeader, Record, cached_batch, validated_record
@@ -174,8 +174,6 @@ class BatchViews(MutableMapping[bytes, BatchView]):
     def special(self) -> dict[bytes, BatchView]:
         """The batches holding a control record or not accepted (cache.SPECIAL_BATCHES), by id; a batch
         an older version stored, without its control flag, is among them and gets it."""
-        from ..cache import SPECIAL_BATCHES
-
         views = self._views(f"WHERE {SPECIAL_BATCHES}")
         db = self._db()
         db.executemany("UPDATE cache_batches SET control = ? WHERE id = ? AND control IS NULL",
