@@ -288,6 +288,7 @@ class ObjectShelf(FolderShelf):
 
     kind = "object store"
     packs_hashed_on_open = False  # checked against its name when downloaded; each segment when read
+    lazy_listing = False  # every pull compares the mirror's names with the store's listing
 
     def __init__(self, location: str, *, create: bool = False, home: str | None = None) -> None:
         self.store = StoreLocation.parse(location)

@@ -90,6 +90,8 @@ class FolderShelf:
     # a pack's whole-file checksum is checked when it is first read (a mirror checked it against
     # its name when it downloaded it, and checks each segment against its own name when read)
     packs_hashed_on_open = True
+    # the first scan of a warm open may take directories of segments on trust (prime_lazily)
+    lazy_listing = True
 
     def __init__(self, path: str, *, create: bool = False) -> None:
         # ``root`` is the folder on disk; ``location`` is what messages name (the same, except for a
@@ -121,6 +123,12 @@ class FolderShelf:
         # listed again or gone since the last listing_changes()
         self._primed: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {}
         self._relisted: set[str] = set()
+        # directories of segments taken on trust from that listing (see prime): rel -> (mtime,
+        # subdirectories), their files read from it (``_load``) only when something needs them
+        self._lazy: dict[str, tuple[int, frozenset[str]]] = {}
+        self._load: Callable[[str], frozenset[str]] | None = None
+        self._fresh: set[str] = set()  # listed by the first scan with nothing to compare with
+        self._touched: set[str] = set()  # written or deleted in since last listed
         self._loose: set[str] = set()
         self._pack_files: set[str] = set()
         self._in_packs: dict[str, frozenset[str]] = {}  # pack name -> the segment names it holds
@@ -189,6 +197,11 @@ class FolderShelf:
             if not self._fine_clock and mtime % 1_000_000_000:
                 self._fine_clock = True
             cached = dirs.get(rel)
+            if cached is None and rel in self._lazy:
+                if self._lazy[rel][0] == mtime:  # as the stored listing has it: its names are not needed
+                    stack.extend(self._lazy[rel][1])
+                    continue
+                cached = self._materialize(rel)  # moved: compared with the stored listing below
             if cached is not None and cached[0] == mtime and not cached[3]:
                 stack.extend(cached[2])
                 continue
@@ -218,6 +231,9 @@ class FolderShelf:
                 files, subdirs = frozenset(fs), frozenset(ds)
                 racy = now - mtime < (self.FINE_RACY_NS if self._fine_clock else self.RACY_NS)
                 self._relisted.add(rel)
+                self._touched.discard(rel)
+                if cached is None and primed is None and self._load is not None:
+                    self._fresh.add(rel)
             old = cached[1] if cached is not None else frozenset()
             found_loose.extend(files - old)
             lost_loose.extend(old - files)
@@ -225,6 +241,8 @@ class FolderShelf:
             stack.extend(subdirs)
         self._primed = {}  # (every directory there is was met above)
 
+        for rel in [d for d in self._lazy if d not in seen_dirs]:
+            self._materialize(rel)
         for rel in [d for d in self._dirs if d not in seen_dirs]:  # a directory that went away
             lost_loose.extend(self._dirs.pop(rel)[1])
             self._relisted.add(rel)
@@ -254,6 +272,7 @@ class FolderShelf:
         """A pack is no longer here: its segments stop counting unless a loose file or another pack
         holds them."""
         self._pack_files.discard(name)
+        self.load_names(self._in_packs.get(name, frozenset()))
         for inner in self._in_packs.pop(name, frozenset()):
             if self._packed.get(inner) == name:
                 del self._packed[inner]
@@ -287,17 +306,78 @@ class FolderShelf:
         if not self._dirs:
             self._primed = {rel: (mtime, files, subdirs) for rel, mtime, files, subdirs in entries}
 
+    def prime_lazily(self, entries: Iterable[tuple[str, int, frozenset[str], frozenset[str]]],
+                     lazy: Iterable[tuple[str, int, frozenset[str]]], load: Callable[[str], frozenset[str]]) -> None:
+        """:meth:`prime`, where the directories of segments (``lazy``: each (directory, mtime,
+        subdirectories)) are taken as the earlier process left them, their files read with ``load``
+        only when something needs them: when the directory's mtime moved (the scan then reports
+        what changed since that listing, not every file), when a file is written or deleted in it,
+        and for a pass over every name (:meth:`list`, :meth:`load_names`).  Until then
+        :meth:`changes` neither reports those files nor counts them among "every name now": at a
+        million records, a warm open with nothing new handles none of 100,000 names.  The caller
+        knows what those listings held (it kept them with what it read of the files) and keeps
+        ``load`` answering until :meth:`load_names` (``everything``) was called."""
+        if not self._dirs:
+            self.prime(entries)
+            self._lazy = {rel: (mtime, subdirs) for rel, mtime, subdirs in lazy}
+            self._load = load
+
+    def _materialize(self, rel: str) -> tuple[int, frozenset[str], frozenset[str], bool]:
+        """A directory taken on trust (prime_lazily) becomes one listed here: its files, as the stored
+        listing has them, join the names known without being reported as new."""
+        mtime, subdirs = self._lazy.pop(rel)
+        assert self._load is not None
+        files = self._load(rel)
+        self._loose |= files
+        self._names |= files
+        entry = self._dirs[rel] = (mtime, files, subdirs, False)
+        return entry
+
+    def load_names(self, names: Iterable[str] = (), *, everything: bool = False) -> None:
+        """Read the files of the directories taken on trust that hold one of ``names`` (or all of
+        them): afterwards those names are among :meth:`changes`' "every name now" if they are in the
+        folder."""
+        if not self._lazy:
+            return
+        rels = list(self._lazy) if everything else {n.rsplit("/", 1)[0] for n in names} & self._lazy.keys()
+        for rel in rels:
+            self._materialize(rel)
+
+    def listed(self, rel: str) -> frozenset[str]:
+        """The files of a directory as the last scan listed it (none if it is not listed)."""
+        entry = self._dirs.get(rel)
+        return entry[1] if entry is not None else frozenset()
+
+    def directories(self) -> set[str]:
+        """Every directory the last scan met, listed or taken on trust."""
+        return self._dirs.keys() | self._lazy.keys()
+
+    def take_fresh(self) -> set[str]:
+        """The directories a scan after :meth:`prime_lazily` listed with no earlier listing to compare
+        with (none kept, or one kept while files were being written in it): every file they hold is
+        reported, and none that went away, so the caller compares them with what it read before."""
+        fresh, self._fresh = self._fresh, set()
+        return fresh
+
     def listing_changes(self, every: bool = False) -> tuple[builtins.list[tuple[str, int, frozenset[str], frozenset[str]]],
                                                             builtins.list[str]]:
         """What to keep of the listing for :meth:`prime`: the directories listed again or gone since
         the last call (``every``: all of them), as (entries to keep, directories whose kept entry
         goes: gone, or listed within their mtime's clock tick)."""
+        if every:
+            self.load_names(everything=True)
         rels = (set(self._dirs) | self._relisted) if every else self._relisted
-        self._relisted = set()
+        # A directory of segments holding a name found by a listing the caller has not taken yet
+        # (changes), or written or deleted in since it was listed, is not kept as it is: the caller's
+        # state and the listing would disagree on it, and the next open takes it on trust
+        # (prime_lazily).  It is kept again once both agree (listed after the change).
+        stale = {rel for rel in (*self._touched, *(n.rsplit("/", 1)[0] for n in (*self._added, *self._removed)))
+                 if rel.startswith("segments/")}
+        self._relisted = {rel for rel in rels if rel in stale and rel in self._dirs}
         keep, drop = [], []
-        for rel in rels:
+        for rel in rels | (stale - self._lazy.keys()):
             entry = self._dirs.get(rel)
-            if entry is None or entry[3] or entry[0] < 0:
+            if entry is None or entry[3] or entry[0] < 0 or rel in stale:
                 drop.append(rel)
             else:
                 keep.append((rel, entry[0], entry[1], entry[2]))
@@ -336,6 +416,7 @@ class FolderShelf:
             self._added.discard(name)
 
     def list(self) -> list[str]:
+        self.load_names(everything=True)
         self._scan()
         return sorted(self._names)
 
@@ -395,7 +476,8 @@ class FolderShelf:
 
     def changes(self) -> tuple[set[str], set[str], set[str]]:
         """(every name now, names added since the last call, names gone since the last call).  The
-        first set is the shelf's own: do not change it."""
+        first set is the shelf's own: do not change it.  After :meth:`prime_lazily`, "every name"
+        leaves out the directories still taken on trust (see there)."""
         self._scan()
         added, removed = self._added, self._removed
         self._added, self._removed = set(), set()
@@ -589,6 +671,7 @@ class FolderShelf:
         path = self._path(name)
         directory = os.path.dirname(path)
         staged = os.path.join(directory, tmp)
+        self._touch(name)
         try:
             try:
                 os.link(staged, path)
@@ -633,6 +716,15 @@ class FolderShelf:
         except OSError:
             pass
 
+    def _touch(self, name: str) -> None:
+        """A file is written or deleted here: its directory's listing is not kept until listed again
+        (listing_changes), and is read first if it was taken on trust (prime_lazily)."""
+        rel = name.rsplit("/", 1)[0]
+        if rel in self._lazy:
+            self._materialize(rel)
+        if rel.startswith("segments/"):
+            self._touched.add(rel)
+
     def _write_error(self, name: str, exc: OSError) -> VaultError:
         if exc.errno == errno.ENOSPC:
             return StorageError(f"the disk is full; {name} was not written and the vault is unchanged", file=name)
@@ -644,6 +736,7 @@ class FolderShelf:
         if not self.writable:
             raise ReadOnlyVault(f"the vault folder {self.location} is read-only")
         path = self._path(name)
+        self._touch(name)
         try:
             os.unlink(path)
             self._sync_dir(os.path.dirname(path))

@@ -255,6 +255,174 @@ def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_th
             assert fingerprint(v) == from_scratch(path)
 
 
+def _dirs_listed(monkeypatch) -> list[str]:
+    """The directories of segments listed from the disk (os.scandir) or from the stored listing."""
+    from camillo import storage
+    from camillo.session import listing
+
+    seen: list[str] = []
+    scandir, prime = os.scandir, listing.prime
+
+    def counted_scandir(path):
+        if "/segments/" in str(path):
+            seen.append("disk:" + str(path).rsplit("/segments/", 1)[1])
+        return scandir(path)
+
+    def counted_prime(shelf, db, unread):
+        trusted = prime(shelf, db, unread)
+        load = shelf._load
+        if load is not None:
+            def loaded(rel):
+                seen.append("kept:" + rel.split("/", 1)[1])
+                return load(rel)
+            shelf._load = loaded
+        return trusted
+
+    monkeypatch.setattr(storage.os, "scandir", counted_scandir)
+    monkeypatch.setattr(listing, "prime", counted_prime)
+    return seen
+
+
+_MTIMES = iter(range(10**18, 2 * 10**18, 10**9))
+
+
+def _aged(path: str) -> None:
+    """Every directory of the vault as if last written long ago (a listing made now is kept: it is not
+    within its mtime's clock tick), each time at a moment of its own (an mtime never goes back)."""
+    when = next(_MTIMES)
+    for dirpath, _d, _f in os.walk(path):
+        os.utime(dirpath, ns=(when, when))
+
+
+def _moved(directory: str) -> None:
+    when = next(_MTIMES)
+    os.utime(directory, ns=(when, when))
+
+
+def test_a_warm_open_handles_no_segment_name_of_a_directory_that_did_not_move(new_vault, monkeypatch, tmp_path):
+    """Issue 19: the directories of segments whose mtime did not move since the local state kept their
+    listing are taken on trust: a warm open lists none of them and reads none of their names (100,000 at
+    a million records), nor every segment's name from the state.  A directory that moved is compared
+    with its kept listing (another device's segment is read); one whose listing was not kept (this
+    installation wrote in it) is listed and compared with the segments the state holds there, as is a
+    directory missing from the folder.  Each result equals a full read."""
+    path, vault, _ = new_vault
+    _fill(vault, 40)
+    vault.lock()
+    copy = str(tmp_path / "other")
+    shutil.copytree(path, copy)
+    _aged(path)
+    with open_vault(path) as v:  # (keeps the listing of every directory)
+        pass
+    seen = _dirs_listed(monkeypatch)
+    with open_vault(path) as v:
+        reader = v.session.reader
+        assert seen == [], f"a warm open of an unchanged folder listed or read {seen}"
+        assert not reader.segment_batches._complete, "every segment's name was read"
+        assert fingerprint(v) == from_scratch(path)
+        # this installation writes: the directory's listing is kept only once listed after the write
+        v.append([NewRecord(type="message", text="garden written here")])
+        written = reader.materialized.db.execute(
+            "SELECT segment FROM cache_batches ORDER BY rowid DESC LIMIT 1").fetchone()[0]
+    seen.clear()
+    os.unlink(os.path.join(path, written))  # (gone before this installation saw it go: a restore)
+    _moved(os.path.dirname(os.path.join(path, written)))
+    where = os.path.dirname(written).split("/", 1)[1]
+    with open_vault(path) as v:
+        assert "garden written here" not in {r.text for r in v.timeline()}
+        assert "disk:" + where in seen and set(seen) <= {"disk:" + where, "kept:" + where}, seen
+        assert fingerprint(v) == from_scratch(path)
+    # another device's segment, in a directory whose listing was kept
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(copy) as lap:
+        lap.append([NewRecord(type="message", text="garden from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    arrived = sorted(set(_segment_files(copy)) - set(_segment_files(path)))
+    for name in arrived:
+        os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
+        shutil.copy2(os.path.join(copy, name), os.path.join(path, name))
+    with open_vault(path) as v:  # (keeps the listing again)
+        pass
+    _aged(path)
+    with open_vault(path) as v:
+        pass
+    seen.clear()
+    extra = os.path.join(path, arrived[0])
+    data = open(extra, "rb").read()
+    os.unlink(extra)
+    _moved(os.path.dirname(extra))
+    with open_vault(path) as v:
+        where = arrived[0].split("/")[1]
+        assert seen == ["kept:" + where, "disk:" + where], seen
+        assert fingerprint(v) == from_scratch(path)
+    with open(extra, "wb") as f:
+        f.write(data)
+    _moved(os.path.dirname(extra))
+    seen.clear()
+    with open_vault(path) as v:
+        assert seen == ["kept:" + where, "disk:" + where], seen
+        assert "garden from the laptop" in {r.text for r in v.timeline()}
+        assert fingerprint(v) == from_scratch(path)
+    # a directory of segments missing from the folder (a copy of the vault made before it was written)
+    gone = path + "-copy"
+    shutil.copytree(path, gone)
+    shutil.rmtree(os.path.dirname(os.path.join(gone, written if os.path.exists(os.path.dirname(
+        os.path.join(gone, written))) else arrived[0])))
+    _aged(gone)
+    with open_vault(gone) as v:
+        assert fingerprint(v) == from_scratch(gone)
+
+
+def test_segments_listed_but_not_read_are_read_again_by_a_warm_open(new_vault, monkeypatch, tmp_path):
+    """A segment still syncing when the state was stored (its bytes did not match its name) sits in a
+    directory whose listing is kept: the state keeps it among those not read, and the next warm open
+    reads it again even though its directory did not move (the sync finished writing it in place)."""
+    path, vault, _ = new_vault
+    _fill(vault, 5)
+    vault.lock()
+    copy = str(tmp_path / "other")
+    shutil.copytree(path, copy)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(copy) as lap:  # another device writes one message
+        lap.append([NewRecord(type="message", text="garden from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    new = sorted(set(_vault_files(copy)) - set(_vault_files(path)))
+    message = max((n for n in new if n.endswith(".seg")), key=lambda n: os.stat(os.path.join(copy, n)).st_mtime_ns)
+    for name in new:  # (the laptop's enrollment, synced)
+        os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
+        shutil.copy2(os.path.join(copy, name), os.path.join(path, name))
+    with open(os.path.join(copy, message), "rb") as f:
+        data = f.read()
+    target = os.path.join(path, message)
+    with open(target, "wb") as f:
+        f.write(data[: len(data) // 2])  # half synced
+    new = [message]
+    with open_vault(path) as v:
+        assert "garden from the laptop" not in {r.text for r in v.timeline()}
+        assert any(p.file == new[0] for p in v.problems())
+    with open_vault(path) as v:  # (the directory's listing is kept, read after the file appeared)
+        pass
+    before = os.stat(os.path.dirname(target)).st_mtime_ns
+    with open(target, "r+b") as f:  # the sync completes the file in place: the directory does not move
+        f.write(data)
+    assert os.stat(os.path.dirname(target)).st_mtime_ns == before
+    seen = _dirs_listed(monkeypatch)
+    with open_vault(path) as v:
+        # its directory did not move: its kept listing is read (for the unread name), not the disk
+        assert seen == ["kept:" + new[0].split("/")[1]], seen
+        assert "garden from the laptop" in {r.text for r in v.timeline()}
+        assert not any(p.file == new[0] for p in v.problems())
+        assert fingerprint(v) == from_scratch(path)
+
+
+def _vault_files(path: str) -> list[str]:
+    return [os.path.relpath(os.path.join(d, f), path) for d, _s, files in os.walk(path) for f in files]
+
+
+def _segment_files(path: str) -> list[str]:
+    return [n for n in _vault_files(path) if n.endswith(".seg")]
+
+
 def test_the_segments_holding_batches_or_under_epochs_are_found_without_reading_every_segment(new_vault):
     """After a warm open, which segments hold given batches (the check that erasures are complete, at
     every open) and which are sealed under given epochs (the writes an erasure elsewhere caught) come

@@ -51,18 +51,13 @@ from ..records import (
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
-from . import resume
+from . import listing, resume
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
 from .views import ROW, BatchViews, CachedView
 
 Progress = Callable[[int, int], None]
-
-
-def _lines(text: str) -> frozenset[str]:
-    """The names of a listing kept in the local state (one per line; none: empty)."""
-    return frozenset(text.split("\n")) if text else frozenset()
 
 
 class Reader:
@@ -86,6 +81,7 @@ class Reader:
     def reset(self) -> None:
         """Forget everything read (the keys below the master secret are forgotten by the caller);
         the local state database, if any, starts again empty."""
+        self._take_listing()
         # a dict, or after a warm open views made from the local state when asked for
         self.batches: MutableMapping[bytes, BatchView] = {}
         self.single_reads = 0  # stored headers read one at a time (see _stored_batch)
@@ -95,6 +91,7 @@ class Reader:
         self.unreadable: dict[str, EpochRef] = {}
         self.incomplete: set[str] = set()  # content-addressed files not matching their names (yet)
         self.rescan_all = True  # the next refresh considers every file (not only what changed)
+        self.listing_trusted = False  # the next scan took the listing kept in the local state on trust
         self.envelopes_again = False  # the next refresh reads every envelope (read_again)
         self.segments_again: set[str] = set()  # and these segments
         self.scanned_at = -math.inf  # time.monotonic() of the last folder scan (see writer.WRITE_SCAN_AGE)
@@ -154,6 +151,7 @@ class Reader:
         """Keep the state in ``store`` from now on, with everything read so far (read in memory
         before this actor was known, or in the store of the key this installation replaced, which
         is deleted)."""
+        self._take_listing()
         self.flags_all = True
         self.write_flags()
         state = self.materialized
@@ -172,12 +170,19 @@ class Reader:
 
     def detach(self) -> None:
         """Forget everything read and work in memory (the local state database is closed, kept)."""
+        self._take_listing()
         store, self.store = self.store, None
         if store is not None:
             self.materialized.close()
             self.materialized = State()
             store.release()
         self.reset()
+
+    def _take_listing(self) -> None:
+        """The folder's listing taken on trust from the local state is read whole before that
+        database is closed or replaced (listing.prime)."""
+        if isinstance(self.shelf, FolderShelf):
+            self.shelf.load_names(everything=True)
 
     def load_cached(self, db: Connection) -> str:
         """Resume from a local state database this session's actor wrote.  Returns "" or why it
@@ -194,14 +199,15 @@ class Reader:
             state = State(db)  # its schema completed where an older version lacks a table or a column
             # Every segment's name; which batches it holds and under which epoch read when asked for
             # (see SegmentBatches, SegmentEpochs).
-            seg_map = SegmentBatches(lambda: self.materialized.cache_db, dict(db.execute(SegmentBatches.NAMES)))
+            seg_map = SegmentBatches(lambda: self.materialized.cache_db)
             seg_epochs = SegmentEpochs(lambda: self.materialized.cache_db)
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
             views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
             meta = dict(db.execute("SELECT key, value FROM cache_meta"))
-            listing = [(rel, mtime, _lines(files), _lines(subdirs))
-                       for rel, mtime, files, subdirs in db.execute("SELECT rel, mtime, files, subdirs FROM cache_dirs")]
+            unread = listing.unread_of(meta)
+            # the folder's first scan lists only what moved since (trusted: reports only what moved)
+            trusted = isinstance(self.shelf, FolderShelf) and listing.prime(self.shelf, db, unread)
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
             db.close()
             return f"the local state was damaged and is rebuilt ({exc})"
@@ -217,8 +223,11 @@ class Reader:
         self._last_accepted = None  # the stored flags say (read when first needed)
         self.dirty = self.flags_all = False
         self.flags_new = set()
-        if isinstance(self.shelf, FolderShelf):
-            self.shelf.prime(listing)  # the folder's first scan lists only what moved since
+        if trusted and unread is not None:
+            # what the stored listing holds was read (or is among ``unread``): the first refresh reads
+            # what moved since, every envelope (the keys are not kept) and the unread segments again
+            self.rescan_all, self.envelopes_again, self.segments_again = False, True, set(unread)
+            self.listing_trusted = True
         self.listing_all = False
         return ""
 
@@ -286,12 +295,9 @@ class Reader:
         (:meth:`~camillo.storage.FolderShelf.prime`)."""
         if not isinstance(self.shelf, FolderShelf):
             return
-        keep, drop = self.shelf.listing_changes(every=self.listing_all)
+        listing.store(self.shelf, self.materialized.db, self.listing_all,
+                      [*self.unreadable, *self.incomplete, *self.segment_problems])
         self.listing_all = False
-        db = self.materialized.db
-        db.executemany("DELETE FROM cache_dirs WHERE rel = ?", [(rel,) for rel in drop])
-        db.executemany("INSERT OR REPLACE INTO cache_dirs(rel, mtime, files, subdirs) VALUES(?, ?, ?, ?)",
-                       [(rel, mtime, "\n".join(files), "\n".join(subdirs)) for rel, mtime, files, subdirs in keep])
 
     @staticmethod
     def log_basis(roster: Roster, signed: set[bytes]) -> bytes:
@@ -348,7 +354,12 @@ class Reader:
         collected for the next :meth:`changes`; True when keys came or segments went (everything
         read may have changed)."""
         self.scanned_at = time.monotonic()
+        if isinstance(self.shelf, FolderShelf):  # (names the shelf took on trust, needed now)
+            self.shelf.load_names(self.segments_again, everything=self.rescan_all)
         names, added, removed = self.shelf.changes()
+        if self.listing_trusted and isinstance(self.shelf, FolderShelf):
+            self.listing_trusted = False
+            removed |= listing.vanished(self.shelf, self.materialized.cache_db)
         envelope_names: set[str] | frozenset[str] | None = None  # (None: those among ``added``)
         if self.rescan_all:  # first read, or keys were forgotten: consider every file again
             self.rescan_all = self.envelopes_again = False
@@ -371,7 +382,8 @@ class Reader:
         new_keys = self.read_envelopes(sorted(n for n in envelope_names | retry if kind_of(n) == "envelope"))
         new_batches: list[bytes] = []
         known, unreadable = self.segment_batches, self.unreadable
-        candidates = (added - known.keys()) | (added & unreadable.keys()) | retry
+        unknown = known.unknown(added) if isinstance(known, SegmentBatches) else added - known.keys()
+        candidates = unknown | (added & unreadable.keys()) | retry
         todo = sorted(n for n in candidates if (n not in known or n in unreadable) and kind_of(n) == "segment")
         last_report = 0.0
         state = self.materialized

@@ -1,14 +1,15 @@
 """Which batches each segment holds and under which epoch it is sealed, read back from the local state.
 
-A warm open of a vault of a million records knows 100,000 segments.  What it needs of them at once is
-their names (the folder's names are compared with them); which batches each holds is needed for the few
-segments an operation looks at (a prune, an erasure, the check that an erasure is complete at every
-open), and under which epoch each is sealed likewise.  :class:`SegmentBatches` holds every name and
-reads a segment's list from the database when first asked for (all of them at once for a pass over
-every segment; the database finds the segments holding given batches itself);
-:class:`SegmentEpochs` asks the database for one segment's epoch, or for the segments of given epochs,
-and reads them all only for a pass over every segment.  Both are the reader's own maps: the reader
-writes the database's rows beside every change it makes to them.
+A warm open of a vault of a million records knows 100,000 segments.  It needs none of them at once:
+the folder's directories that did not move are taken on trust (:mod:`camillo.session.listing`), and
+the few new names are looked up one by one.  Which batches a segment holds is needed for the few
+segments an operation looks at (a prune, an erasure, the check that an erasure is complete), and under
+which epoch each is sealed likewise.  :class:`SegmentBatches` answers whether a segment is known from
+its row, reads every name only for a pass over the names, and a segment's list when first asked for
+(all of them at once for a pass over every list; the database finds the segments holding given batches
+itself); :class:`SegmentEpochs` asks the database for one segment's epoch, or for the segments of given
+epochs, and reads them all only for a pass over every segment.  Both are the reader's own maps: the
+reader writes the database's rows beside every change it makes to them.
 
 The bytes come from this installation's own, authenticated database; a list that does not decode is
 reported as a damaged local state (:class:`~camillo.cache.DatabaseError`, which the session turns into
@@ -27,6 +28,7 @@ import cbor2
 from ..cache import Connection, DatabaseError
 
 EpochRef = tuple[bytes, bytes]  # (compartment id, epoch id)
+_ABSENT: list[bytes] = []  # (a marker: not among the names read so far)
 
 
 def _decoded(name: str, stored: bytes) -> list[bytes]:
@@ -40,28 +42,45 @@ def _decoded(name: str, stored: bytes) -> list[bytes]:
 
 
 class SegmentBatches(MutableMapping[str, list[bytes]]):
-    """Segment name -> the ids of the batches it holds: every name at once, each list read from the
-    database when first asked for (all of them at once for a pass over every segment)."""
+    """Segment name -> the ids of the batches it holds, read from the database when first asked for:
+    whether a segment is known by its row, every name at once for a pass over every segment (or over
+    the names), each list when first asked for (all of them at once for a pass over every list)."""
 
-    # Every segment's name, its list not read yet (one C call for 100,000 rows): the ``names`` to start with.
-    NAMES = "SELECT name, NULL FROM cache_segments"
-
-    def __init__(self, db: Callable[[], Connection], names: dict[str, None]) -> None:
+    def __init__(self, db: Callable[[], Connection]) -> None:
         self._db = db
-        self._held: dict[str, list[bytes] | None] = dict(names)  # its list once read (None: not yet)
+        self._held: dict[str, list[bytes] | None] = {}  # its list once read (None: not yet)
+        self._complete = False  # _held holds every name
         self._changed: set[str] = set()  # set or removed here: the stored row may say otherwise
 
+    def _stored(self, name: str) -> bytes | None:
+        row = self._db().execute("SELECT batches FROM cache_segments WHERE name = ?", (name,)).fetchone()
+        return None if row is None else cast(bytes, row[0])
+
     def __getitem__(self, name: str) -> list[bytes]:
-        held = self._held[name]
-        if held is None:
-            row = self._db().execute("SELECT batches FROM cache_segments WHERE name = ?", (name,)).fetchone()
-            if row is None:
+        held = self._held.get(name, _ABSENT)
+        if held is _ABSENT and (self._complete or name in self._changed):
+            raise KeyError(name)
+        if held is None or held is _ABSENT:
+            stored = self._stored(name)
+            if stored is None:
+                if held is _ABSENT:
+                    raise KeyError(name)
                 raise DatabaseError(f"segment {name} is listed in the local state but not stored in it")
-            held = self._held[name] = _decoded(name, row[0])
+            held = self._held[name] = _decoded(name, stored)
+        return held
+
+    def _names(self) -> dict[str, list[bytes] | None]:
+        held = self._held
+        if not self._complete:
+            changed = self._changed
+            for (name,) in self._db().execute("SELECT name FROM cache_segments"):
+                if name not in changed:
+                    held.setdefault(name, None)
+            self._complete = True
         return held
 
     def _read_all(self) -> dict[str, list[bytes] | None]:
-        held = self._held
+        held = self._names()
         if None in held.values():
             for name, stored in self._db().execute("SELECT name, batches FROM cache_segments"):
                 if held.get(name, ()) is None:
@@ -79,20 +98,33 @@ class SegmentBatches(MutableMapping[str, list[bytes]]):
         self._changed.add(name)
 
     def __delitem__(self, name: str) -> None:
-        del self._held[name]
+        if name not in self:
+            raise KeyError(name)
+        self._held.pop(name, None)
         self._changed.add(name)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._held
+        if name in self._held:
+            return True
+        if self._complete or not isinstance(name, str) or name in self._changed:
+            return False
+        return self._db().execute("SELECT 1 FROM cache_segments WHERE name = ?", (name,)).fetchone() is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._held)
+        return iter(self._names())
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._names())
 
     def keys(self) -> KeysView[str]:  # (the dict's own: set operations with the folder's names run in C)
-        return self._held.keys()
+        return self._names().keys()
+
+    def unknown(self, names: set[str]) -> set[str]:
+        """Those of ``names`` that are not known: one lookup each while not every name was read
+        (a warm open's first refresh, which brings a few names), set operations afterwards."""
+        if self._complete or len(names) > 4096:
+            return names - self._names().keys()
+        return {name for name in names if name not in self}
 
     def holding(self, batch_ids: set[bytes] | frozenset[bytes]) -> list[str]:
         """The segments that hold one of these batches: the database looks for each id's bytes in the
@@ -108,7 +140,7 @@ class SegmentBatches(MutableMapping[str, list[bytes]]):
             f"SELECT name FROM cache_segments WHERE {' OR '.join(['instr(batches, ?) > 0'] * len(ids))}", ids)
             if name not in changed}
         maybe |= {name for name in changed if name in self._held}
-        return [name for name in self._held if name in maybe and not batch_ids.isdisjoint(self[name])]
+        return [name for name in sorted(maybe) if name in self and not batch_ids.isdisjoint(self[name])]
 
 
 class SegmentEpochs(MutableMapping[str, EpochRef]):
