@@ -931,3 +931,37 @@ def test_the_memo_of_verified_signatures_never_takes_a_changed_key_message_or_si
     assert len(calls) == 6, "each changed one was verified for real"
     assert state.cache_db.execute("SELECT count(*) FROM cache_signatures").fetchone()[0] == 1, "only what verified"
 
+
+def test_the_memo_of_a_complete_erasure_check_holds_only_for_its_fingerprint_and_notes_every_segment_stored():
+    """ErasureMemo: a finding is kept for the fingerprint it was made with (the erasures, the destroyed
+    epochs, the epochs whose keys are here, the unreadable segments: any change, and the next check looks
+    at every segment); while it is kept, every segment stored (a new one, one stored again) is noted, by
+    whatever code stores it; a state that starts again holds none."""
+    from camillo.memos import ErasureMemo
+    from camillo.state import State
+
+    db = State().cache_db
+    memo = ErasureMemo(db)
+    comp, erase_id = b"c" * 16, b"e" * 32
+    fp = memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16)], [])
+    store = "INSERT OR REPLACE INTO cache_segments(name, batches) VALUES(?, x'80')"
+    db.execute(store, ("seg/a",))
+    assert memo.since(fp) is None
+    memo.found_complete(fp)
+    assert memo.since(fp) == set()
+    for other in (memo.fingerprint([erase_id, b"f" * 32], [(comp, b"d" * 16)], [(comp, b"k" * 16)], []),
+                  memo.fingerprint([erase_id], [], [(comp, b"k" * 16)], []),
+                  memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16), (comp, b"n" * 16)], []),
+                  memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16)], ["seg/u"])):
+        assert other != fp and memo.since(other) is None
+    db.execute(store, ("seg/b",))
+    db.execute(store, ("seg/a",))  # stored again (sealed again under another epoch: a new row)
+    assert memo.since(fp) == {"seg/a", "seg/b"}
+    memo.found_complete(fp)
+    assert memo.since(fp) == set()
+    memo.drop()
+    db.execute(store, ("seg/c",))
+    assert memo.since(fp) is None
+    memo.found_complete(fp)
+    assert memo.since(fp) == set(), "nothing noted while no finding was kept: the next check looked at every segment"
+    assert ErasureMemo(State().cache_db).since(fp) is None
