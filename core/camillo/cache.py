@@ -149,6 +149,17 @@ CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NO
 -- the segments sealed under given epochs (every open of a vault with an erasure asks for the destroyed ones)
 CREATE INDEX IF NOT EXISTS cache_segments_epoch ON cache_segments(epoch);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
+-- what an open need not do again (camillo.memos): the signatures verified good (a digest of the algorithm,
+-- key, signature and message of each), and, while cache_meta keeps that a check found every erasure
+-- complete ('erasures_complete'), the segments stored since (noted by the trigger, whoever stores them)
+CREATE TABLE IF NOT EXISTS cache_signatures(digest BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cache_segments_since(name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS cache_segments_noted AFTER INSERT ON cache_segments
+  WHEN EXISTS (SELECT 1 FROM cache_meta WHERE key = 'erasures_complete')
+  BEGIN INSERT OR IGNORE INTO cache_segments_since(name) VALUES (new.name); END;
+CREATE TRIGGER IF NOT EXISTS cache_segments_noted_again AFTER UPDATE ON cache_segments
+  WHEN EXISTS (SELECT 1 FROM cache_meta WHERE key = 'erasures_complete')
+  BEGIN INSERT OR IGNORE INTO cache_segments_since(name) VALUES (new.name); END;
 -- the vault folder's listing (camillo.storage.FolderShelf.prime): each directory with its mtime, its
 -- files' and its subdirectories' names (one per line), listed outside its mtime's clock tick
 CREATE TABLE IF NOT EXISTS cache_dirs(rel TEXT PRIMARY KEY, mtime INTEGER NOT NULL, files TEXT NOT NULL,

@@ -38,6 +38,7 @@ from .primitives import (
     CryptoFailure,
     check_recipient_public,
     labelled,
+    sha256,
     verify_signature,
 )
 from .records import (
@@ -216,6 +217,10 @@ class BatchView:
         self.writer_id, self.seq, self.compartment_id = h.writer_id, h.seq, h.compartment_id
         self.has_control = any(rec is not None and rec.is_control for rec in self.records)
 
+    def verifier(self) -> Callable[[int, bytes, bytes, bytes], bool]:
+        """How its records' inner signatures are checked (read back from the local state: camillo.memos)."""
+        return verify_signature
+
 
 @dataclass
 class Roster:
@@ -235,11 +240,10 @@ class Roster:
     acks: dict[bytes, set[bytes]] = field(default_factory=dict)  # device -> owners that acknowledged it
     compartments_added: dict[bytes, int] = field(default_factory=dict)  # by a COMPARTMENT record, when
     unknown_control: int = 0
+    verify: Callable[[int, bytes, bytes, bytes], bool] = field(default=verify_signature, repr=False, compare=False)
 
     def fingerprint(self) -> bytes:
         """Changes whenever anything that record validity depends on changes."""
-        from .primitives import sha256
-
         parts = [self.genesis.id if self.genesis else b""]
         parts += sorted(p.record_id + bytes([p.kind]) for p in self.principals.values())
         parts += sorted(r.record_id for r in self.revocations.values())
@@ -250,8 +254,6 @@ class Roster:
     def global_fingerprint(self) -> bytes:
         """The part of :meth:`fingerprint` that every record's validity depends on (the genesis and
         the erasures); the principals are compared one by one (see ``Vault._recompute``)."""
-        from .primitives import sha256
-
         return sha256(b"".join([self.genesis.id if self.genesis else b"", *sorted(self.erasures)]))
 
     # -- lookups
@@ -276,7 +278,7 @@ class Roster:
         """Signed by an owner-role principal, revoked since or not (what it signed before its
         revocation stays valid: an envelope, a slot of a roll made before an erasure retired it)."""
         return any((p := self.principals.get(w)) is not None and p.is_owner
-                   and verify_signature(a, p.sig_public, message, s) for w, a, s in signatures)
+                   and self.verify(a, p.sig_public, message, s) for w, a, s in signatures)
 
     def destroyed_epochs(self) -> set[tuple[bytes, bytes]]:
         """Every (compartment, epoch) an applied ERASE destroyed."""
@@ -455,10 +457,10 @@ class _Builder:
         for view in (v for v in self.views.values() if v.has_control):  # (a plain batch holds no genesis)
             for rec in view.records:
                 if rec is not None and rec.kind == Kind.GENESIS and ids.vault_id(rec.raw) == self.r.vault_id:
-                    return self._apply_genesis(rec)
+                    return self._apply_genesis(rec, view)
         return False
 
-    def _apply_genesis(self, rec: Record) -> bool:
+    def _apply_genesis(self, rec: Record, view: BatchView) -> bool:
         body = rec.body
         try:
             control = _bytes(body.get(1), 16, "control compartment id")
@@ -478,13 +480,13 @@ class _Builder:
             return False
         table = {p.writer_id: p.sig_public for p in owners}
         try:
-            good, unknown = verify_inner_signatures(rec, table.get)
+            good, unknown = verify_inner_signatures(rec, table.get, view.verifier())
         except Exception:
             good, unknown = [], [b"bad"]
         if set(good) != set(table) or unknown:
             self.r.problems.append(("damaged", "genesis", "the genesis record is not signed by every owner it lists"))
             return False
-        self.r.genesis = rec
+        self.r.genesis, self.r.verify = rec, view.verifier()  # (envelopes' signatures: as its records')
         self.r.control_id = control
         self.r.compartments = compartments
         for p in owners:
@@ -562,14 +564,14 @@ class _Builder:
             return self.r.signer_public(wid) if self._valid_owner(wid, view) else None
 
         try:
-            good, _ = verify_inner_signatures(rec, lookup)
+            good, _ = verify_inner_signatures(rec, lookup, view.verifier())
         except Exception:
             return []
         return good
 
     def _cert_signers(self, rec: Record, p: Principal, view: BatchView) -> list[bytes] | None:
         return certificate_signers(self.r.vault_id, rec, p, lambda wid: (
-            self.r.signer_public(wid) if self._valid_owner(wid, view) else None))
+            self.r.signer_public(wid) if self._valid_owner(wid, view) else None), view.verifier())
 
     def _anchored_by_user_credential(self, rec: Record, p: Principal, view: BatchView) -> bool:
         """A CRED_ANCHOR must also be signed by a current passphrase, recovery phrase or recovery
@@ -581,7 +583,7 @@ class _Builder:
             return q.sig_public if self._valid_owner(wid, view) else None
 
         try:
-            good, _ = verify_inner_signatures(rec, lookup)
+            good, _ = verify_inner_signatures(rec, lookup, view.verifier())
         except Exception:
             return False
         return bool(good)
@@ -788,18 +790,18 @@ def _apply_names(r: Roster) -> None:
         r.principals[n.subject].name = n.name  # in that order: the latest applies last
 
 
-def certificate_signers(vault_id: bytes, rec: Record, p: Principal,
-                        owner_key: Callable[[bytes], bytes | None]) -> list[bytes] | None:
+def certificate_signers(vault_id: bytes, rec: Record, p: Principal, owner_key: Callable[[bytes], bytes | None],
+                        verify: Callable[[int, bytes, bytes, bytes], bool] = verify_signature) -> list[bytes] | None:
     """A certificate needs an owner's signature and the subject's proof of possession: either the
     subject's own inner signature, or a signature in body field 3 (spec §14.3; a recovery
-    recipient's may be the one its key made for any vault, §3.9).  ``owner_key`` gives the signing
-    key of a signer that counts as an owner.  The owners that signed it, or None when it does not apply."""
+    recipient's may be the one its key made for any vault, §3.9).  ``owner_key`` gives the signing key of a
+    signer that counts as an owner, ``verify`` checks a signature.  The owners that signed it, or None."""
 
     def lookup(wid: bytes) -> bytes | None:
         return p.sig_public if wid == p.writer_id else owner_key(wid)
 
     try:
-        good, _ = verify_inner_signatures(rec, lookup)
+        good, _ = verify_inner_signatures(rec, lookup, verify)
     except Exception:
         return None
     owners = [w for w in good if w != p.writer_id]
@@ -810,7 +812,7 @@ def certificate_signers(vault_id: bytes, rec: Record, p: Principal,
     if p.kind == CredentialKind.RECIPIENT:
         messages.append(recipient_pop_message(p.sig_public, p.recipient_public))
     if p.writer_id in good or (isinstance(pop, bytes)
-                               and any(verify_signature(p.sig_alg, p.sig_public, m, pop) for m in messages)):
+                               and any(verify(p.sig_alg, p.sig_public, m, pop) for m in messages)):
         return owners
     return None
 

@@ -462,15 +462,19 @@ def encode_record(
 
 
 def verify_inner_signatures(
-    record: Record, lookup: Callable[[bytes], bytes | None]
+    record: Record, lookup: Callable[[bytes], bytes | None],
+    verify: Callable[[int, bytes, bytes, bytes], bool] | None = None,
 ) -> tuple[list[bytes], list[bytes]]:
     """Check a control record's (or CONFIRM's) inner signatures.
 
     ``lookup(writer_id)`` returns the Ed25519 public key of a known signer or None.  Returns the
     writer ids whose signatures verified and those that were unknown; a signature that is present
-    but wrong raises DamagedFile (it can only come from tampering or a bug).
+    but wrong raises DamagedFile (it can only come from tampering or a bug).  ``verify`` checks one
+    signature (by default :func:`~camillo.primitives.verify_signature`; the roster's, over batches read back from
+    the local state, remembers what verified before: :class:`camillo.memos.SignatureMemo`).
     """
     message = signing_message(CONTROL_SIG_LABEL, record.fields, F.SIGS)
+    check = verify or verify_signature
     good: list[bytes] = []
     unknown: list[bytes] = []
     for wid, alg, sig in record.sigs:
@@ -478,7 +482,7 @@ def verify_inner_signatures(
         if pk is None:
             unknown.append(wid)
             continue
-        if ids.writer_id(alg, pk) != wid or not verify_signature(alg, pk, message, sig):
+        if ids.writer_id(alg, pk) != wid or not check(alg, pk, message, sig):
             raise DamagedFile(f"record {record.id.hex()[:12]} carries a signature that does not verify")
         good.append(wid)
     return good, unknown

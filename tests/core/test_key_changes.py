@@ -218,6 +218,89 @@ def test_two_concurrent_erasures_both_hold_and_the_vault_stays_writable(two_devi
             assert serious(v) == [], who
 
 
+def _holder_scans(monkeypatch) -> list[int]:
+    """Count the looks for given batches among every segment's list (Reader.segments_holding)."""
+    from camillo.session.reader import Reader
+
+    scans: list[int] = []
+    real = Reader.segments_holding
+    monkeypatch.setattr(Reader, "segments_holding", lambda self, ids: scans.append(len(ids)) or real(self, ids))
+    return scans
+
+
+def test_the_check_that_an_erasure_is_complete_looks_through_every_segment_once_not_at_every_open(
+        two_devices, monkeypatch):
+    """Issue 19: the check that every applied erasure is complete (spec §16.10) looked for the erased
+    batches among every segment's list at every open (50 ms at a million records).  Once it found nothing
+    incomplete, the local state keeps that (camillo.memos.ErasureMemo), and the next opens look only at
+    the segments stored since (here the laptop's own new write, and the desktop's)."""
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        target = lap.append([NewRecord(type="message", text="erase me")]).written[0]
+        lap.append([NewRecord(type="message", text="kept")])
+        lap.erase([target])
+    with open_("laptop"):
+        pass  # (whatever the erasing session left to check)
+    scans = _holder_scans(monkeypatch)
+    with open_("laptop") as lap:
+        lap.append([NewRecord(type="message", text="written after")])
+    sync.sync()
+    with open_("desktop") as desk:
+        desk.refresh()
+        desk.append([NewRecord(type="message", text="from the desktop")])
+    sync.sync()
+    scans.clear()
+    with open_("laptop") as lap:
+        assert {"kept", "written after", "from the desktop"} <= texts(lap) and "erase me" not in texts(lap)
+    with open_("laptop") as lap:
+        from camillo.ops.repair import incomplete_erasures
+
+        assert incomplete_erasures(lap.session) == {}
+    assert scans == [], "every segment was looked through again"
+
+
+def test_an_erasure_a_copy_arriving_later_makes_incomplete_is_completed_all_the_same(two_devices, monkeypatch):
+    """The memo of a complete check never hides a copy of an erased record that arrives after it: a
+    segment under a live epoch holding the erased batch as it was (a device that compacted without
+    having seen the erasure) is looked at when it is read, and the erasure is completed again."""
+    from camillo import segments
+    from camillo.ops import repair
+    from camillo.storage import segment_name
+
+    sync, open_ = two_devices
+    with open_("laptop") as lap:
+        target = lap.append([NewRecord(type="message", text="erase me later")]).written[0]
+        lap.append([NewRecord(type="message", text="kept")])
+        s = lap.session
+        batch_id, cid = s.materialized.record_location(target)
+        (name,) = [n for n, bids in s.reader.segment_batches.items() if batch_id in bids]
+        (original,) = [b for b in s.reader.batches_of_segment(name) if b.id == batch_id]
+        lap.erase([target])
+    for _ in range(2):
+        with open_("laptop") as lap:
+            current = lap.session.roster.current_epoch(cid)
+            vault_id = lap.vault_id
+    assert current is not None
+    sealed = segments.seal_segment(vault_id, cid, current.epoch_id, current.public,
+                                   segments.encode_payload([original]))
+    copy = segment_name(sealed)
+    os.makedirs(os.path.dirname(os.path.join(sync.a, copy)), exist_ok=True)
+    with open(os.path.join(sync.a, copy), "wb") as f:
+        f.write(sealed)
+    scans = _holder_scans(monkeypatch)
+    found: list[tuple[int, list[bytes]]] = []
+    real_erase = repair.erase
+    monkeypatch.setattr(repair, "erase", lambda session, ids, **kw: found.append((len(scans), list(ids)))
+                        or real_erase(session, ids, **kw))
+    with open_("laptop") as lap:
+        s = lap.session
+        assert found and found[0] == (0, [target]), "the new copy was found without looking through every segment"
+        assert not os.path.exists(os.path.join(sync.a, copy)) or s.reader.segment_ref(copy) in s.roster.destroyed_epochs()
+        assert repair.incomplete_erasures(s) == {}
+        assert "erase me later" not in texts(lap) and "kept" in texts(lap)
+        assert serious(lap) == []
+
+
 def test_an_erasure_elsewhere_of_the_key_another_erasure_sealed_its_copies_to_loses_none_of_them(two_devices):
     """The laptop erases one of its records: the batch of another record it wrote beside it now exists only
     in the laptop's new segment, sealed under the key the laptop's erasure started.  The sync brings the

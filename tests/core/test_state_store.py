@@ -1004,3 +1004,132 @@ def test_the_state_survives_kill_9_at_random_points_of_appends_and_refreshes(new
         with open_vault(path) as v:
             got = fingerprint(v)
         assert got == from_scratch(path), f"round {round_} (commit age {age})"
+
+
+def _counting_signature_checks(monkeypatch, labels=(b"vmem/v1/control-sig\x00", b"vmem/v1/pop")):
+    """Count the Ed25519 verifications of control records' inner signatures (and of proofs of
+    possession), wherever they are made from."""
+    from camillo import control, primitives, records
+
+    seen: list[bytes] = []
+    real = primitives.verify_signature
+
+    def counted(alg, public, message, signature):
+        if message.startswith(labels):
+            seen.append(message)
+        return real(alg, public, message, signature)
+
+    for module in (primitives, records, control):
+        monkeypatch.setattr(module, "verify_signature", counted)  # (the memo's: primitives.verify_signature)
+    return seen
+
+
+def test_a_warm_open_verifies_no_inner_signature_of_a_control_record_it_verified_before(
+        new_vault, monkeypatch, tmp_path):
+    """Issue 19: the roster is rebuilt from the control records at every open; their inner signatures
+    that verified once are remembered in the local state (camillo.memos.SignatureMemo), so a warm open
+    of a vault with a second device and a grant verifies none of them again, and computes the same
+    state as a full recomputation."""
+    path, vault, _ = new_vault
+    _fill(vault, 3)
+    vault.create_grant("helper", {"personal": "read"}, str(tmp_path / "helper.grant"))
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:  # a second device: its certificate and its proof of possession
+        lap.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path):
+        pass  # reads the laptop's batches
+    seen = _counting_signature_checks(monkeypatch)
+    with open_vault(path) as v:  # verifies what it had not verified from the local state before
+        assert v.session.reader.decryptions == 0
+    assert seen
+    seen.clear()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0
+        assert len(v.devices()) == 2 and [g.agent for g in v.grants()] == ["helper"]
+        assert seen == [], f"{len(seen)} inner signatures verified again"
+        assert fingerprint(v) == from_scratch(path)
+        stored = v.session.materialized.cache_db.execute("SELECT count(*) FROM cache_signatures").fetchone()[0]
+        assert stored >= 4  # the genesis's, the certificate's and its proof of possession, the grant's, ...
+
+
+def test_the_memo_of_verified_signatures_never_takes_a_changed_key_message_or_signature(monkeypatch):
+    """A signature is remembered only once it verified, as a digest of exactly its key, message and
+    signature: the same ones are not verified again (by a later open too), and a changed signature,
+    message or key is verified for real (and refused)."""
+    from camillo import encoding, ids, primitives, records
+    from camillo.memos import SignatureMemo
+    from camillo.primitives import SIG_ED25519, SigningKey
+    from camillo.records import F, Kind
+    from camillo.state import State
+
+    state = State()
+    signer, other = SigningKey.from_seed(b"\x01" * 32), SigningKey.from_seed(b"\x02" * 32)
+    wid = ids.writer_id(signer.alg, signer.public)
+    rec = records.decode_record(records.encode_record(Kind.POLICY, wid, body={0: "enabled"}, signers=[signer]))
+    message = records.signing_message(records.CONTROL_SIG_LABEL, rec.fields, F.SIGS)
+    sig = rec.sigs[0][2]
+    calls = []
+    real = primitives.verify_signature
+    monkeypatch.setattr(primitives, "verify_signature", lambda *a: calls.append(a) or real(*a))
+
+    memo = SignatureMemo(lambda: state.cache_db)
+    assert records.verify_inner_signatures(rec, {wid: signer.public}.get, memo.verify) == ([wid], [])
+    assert records.verify_inner_signatures(rec, {wid: signer.public}.get, memo.verify) == ([wid], [])
+    assert len(calls) == 1
+    later = SignatureMemo(lambda: state.cache_db)  # what the next open reads from the local state
+    assert later.verify(SIG_ED25519, signer.public, message, sig) and len(calls) == 1
+
+    bad = bytearray(sig)
+    bad[0] ^= 1
+    fields = dict(rec.fields)
+    fields[F.SIGS] = [[wid, SIG_ED25519, bytes(bad)]]
+    with pytest.raises(DamagedFile):
+        records.verify_inner_signatures(records.decode_record(encoding.encode(fields)), {wid: signer.public}.get,
+                                        later.verify)
+    fields = dict(rec.fields)
+    fields[F.BODY] = {0: "disabled"}
+    with pytest.raises(DamagedFile):
+        records.verify_inner_signatures(records.decode_record(encoding.encode(fields)), {wid: signer.public}.get,
+                                        later.verify)
+    assert not later.verify(SIG_ED25519, other.public, message, sig)
+    assert not later.verify(SIG_ED25519, signer.public, message + b"x", sig)
+    assert not later.verify(SIG_ED25519, signer.public, message, bytes(bad))
+    assert len(calls) == 6, "each changed one was verified for real"
+    assert state.cache_db.execute("SELECT count(*) FROM cache_signatures").fetchone()[0] == 1, "only what verified"
+
+
+def test_the_memo_of_a_complete_erasure_check_holds_only_for_its_fingerprint_and_notes_every_segment_stored():
+    """ErasureMemo: a finding is kept for the fingerprint it was made with (the erasures, the destroyed
+    epochs, the epochs whose keys are here, the unreadable segments: any change, and the next check looks
+    at every segment); while it is kept, every segment stored (a new one, one stored again) is noted, by
+    whatever code stores it; a state that starts again holds none."""
+    from camillo.memos import ErasureMemo
+    from camillo.state import State
+
+    db = State().cache_db
+    memo = ErasureMemo(db)
+    comp, erase_id = b"c" * 16, b"e" * 32
+    fp = memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16)], [])
+    store = "INSERT OR REPLACE INTO cache_segments(name, batches) VALUES(?, x'80')"
+    db.execute(store, ("seg/a",))
+    assert memo.since(fp) is None
+    memo.found_complete(fp)
+    assert memo.since(fp) == set()
+    for other in (memo.fingerprint([erase_id, b"f" * 32], [(comp, b"d" * 16)], [(comp, b"k" * 16)], []),
+                  memo.fingerprint([erase_id], [], [(comp, b"k" * 16)], []),
+                  memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16), (comp, b"n" * 16)], []),
+                  memo.fingerprint([erase_id], [(comp, b"d" * 16)], [(comp, b"k" * 16)], ["seg/u"])):
+        assert other != fp and memo.since(other) is None
+    db.execute(store, ("seg/b",))
+    db.execute(store, ("seg/a",))  # stored again (sealed again under another epoch: a new row)
+    assert memo.since(fp) == {"seg/a", "seg/b"}
+    memo.found_complete(fp)
+    assert memo.since(fp) == set()
+    memo.drop()
+    db.execute(store, ("seg/c",))
+    assert memo.since(fp) is None
+    memo.found_complete(fp)
+    assert memo.since(fp) == set(), "nothing noted while no finding was kept: the next check looked at every segment"
+    assert ErasureMemo(State().cache_db).since(fp) is None

@@ -29,6 +29,7 @@ from .. import keys, segments
 from ..changes import Changes
 from ..envelopes import EnvelopeKind
 from ..errors import Incomplete, VaultError
+from ..memos import ErasureMemo
 from ..primitives import constant_time_equal
 from ..records import Batch, Kind
 from ..session import Session
@@ -324,16 +325,29 @@ def roll_again(session: Session) -> Changes:
 
 def incomplete_erasures(session: Session) -> dict[bytes, set[bytes]]:
     """Per compartment, the records an applied ERASE names that still have a copy here (a readable
-    segment under a live epoch holds their bytes): left by a concurrent erasure elsewhere."""
+    segment under a live epoch holds their bytes): left by a concurrent erasure elsewhere.  Once a
+    check found none, the local state keeps that (camillo.memos.ErasureMemo) and, while the erasures,
+    the destroyed epochs, the epochs whose keys are here and the unreadable segments stay the same,
+    the next checks look only at the segments stored since (a newly read one can hold an erased
+    batch: a device that compacted without having seen the erasure), not at every segment's list."""
     reader, state = session.reader, session.materialized
     if not session.roster.erasures:
         return {}
     destroyed = destroyed_epochs(session)
+    memo = ErasureMemo(state.db)
+    fingerprint = memo.fingerprint(session.roster.erasures, destroyed, session.keyring.epoch_keys, reader.unreadable)
+    since = memo.since(fingerprint)
+    if since is not None and not since:
+        return {}  # (nothing stored since the last check found none)
     located = [(e.compartment_id, target, where[0]) for e in session.roster.erasures.values()
                for target in e.targets if (where := state.record_location(target)) is not None]
     wanted = {batch_id for _, _, batch_id in located}
     holders: dict[bytes, list[str]] = {}
-    for name in reader.segments_holding(wanted):  # (not every segment's list decoded: SegmentBatches.holding)
+    # (not every segment's list decoded: SegmentBatches.holding; or only those stored since the last check)
+    holding = reader.segments_holding(wanted) if since is None else [
+        name for name in sorted(since) if name in reader.segment_batches and not wanted.isdisjoint(reader.segment_batches[name])]
+    unsure = False  # a segment that could not be looked at: no finding is kept
+    for name in holding:
         bids = reader.segment_batches[name]
         ref = reader.segment_epochs.get(name)
         if ref is None or ref in destroyed or name in reader.unreadable or ref not in session.keyring.epoch_keys:
@@ -345,18 +359,26 @@ def incomplete_erasures(session: Session) -> dict[bytes, set[bytes]]:
         for name in holders.get(batch_id, []):
             if (name, target) in reader.erasure_checked:
                 continue
-            if _holds_bytes(session, name, batch_id, target):
+            holds = _holds_bytes(session, name, batch_id, target)
+            if holds:
                 out.setdefault(compartment_id, set()).add(target)
+            elif holds is None:
+                unsure = True  # (looked at again by the next check)
             else:
                 reader.erasure_checked.add((name, target))
+    if out or unsure:
+        memo.drop()
+    else:
+        memo.found_complete(fingerprint)
     return out
 
 
-def _holds_bytes(session: Session, name: str, batch_id: bytes, target: bytes) -> bool:
+def _holds_bytes(session: Session, name: str, batch_id: bytes, target: bytes) -> bool | None:
+    """Whether this segment holds the record's bytes (None: it could not be read)."""
     try:
         batches = session.reader.batches_of_segment(name)
     except (FileNotFoundError, VaultError, KeyError):
-        return False
+        return None
     for b in batches:
         if b.id == batch_id:
             return any(rid == target and raw is not None for rid, raw in zip(b.header.records, b.records))

@@ -31,6 +31,7 @@ from .. import ids
 from ..cache import SPECIAL_BATCHES, Connection, DatabaseError
 from ..control import BatchView
 from ..errors import VaultError
+from ..memos import SignatureMemo, Verify
 from ..records import Batch, BatchHeader, Record, cached_batch, validated_record
 
 _NULL = 0xF6  # CBOR null
@@ -67,10 +68,14 @@ def _nones(n: int) -> tuple[None, ...]:
 
 class CachedView(BatchView):
     """A :class:`~camillo.control.BatchView` of a batch stored in the local state: the attributes
-    every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read."""
+    every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read.  Its
+    control records' inner signatures are checked with the state's memo of those verified before."""
+
+    _memo: SignatureMemo | None = None  # (set only on a view holding a control record)
 
     def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, seq: int, compartment_id: bytes,
-                 fetch: Callable[[bytes], bytes], controls: bytes, flags: int) -> None:
+                 fetch: Callable[[bytes], bytes], controls: bytes, flags: int,
+                 memo: SignatureMemo | None = None) -> None:
         # (no dataclass __init__: nothing is decoded yet; the stored header is fetched when first asked for)
         self.id, self.segment, self.epoch_id, self.writer_id = bid, segment, epoch_id, writer_id
         self.seq, self.compartment_id = seq, compartment_id
@@ -84,6 +89,10 @@ class CachedView(BatchView):
         else:
             self._controls = controls
             self.has_control = any(r is not None for r in self.records)
+            self._memo = memo
+
+    def verifier(self) -> Verify:
+        return super().verifier() if self._memo is None else self._memo.verify
 
     # (cached_property: decoded once, then a plain attribute of the view, read as fast as any other)
     @cached_property
@@ -136,6 +145,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
 
     def __init__(self, db: Callable[[], Connection], fetch: Callable[[bytes], bytes]) -> None:
         self._db, self._fetch = db, fetch
+        self.signatures = SignatureMemo(db)  # the signatures verified good, kept in the local state
         self.held: dict[bytes, BatchView] = {}
         self._gone: set[bytes] = set()  # removed here, their rows deleted by the caller
         self._count: int | None = None
@@ -155,7 +165,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         if combo is None:
             combo = self._combos[writer, epoch, comp] = (writer, epoch, comp)
         view = CachedView(bid, segment, combo[1], combo[0], seq, combo[2], self._fetch, controls,
-                          (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0))
+                          (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0), self.signatures)
         self.held[bid] = view
         return view
 

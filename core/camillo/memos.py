@@ -1,0 +1,111 @@
+"""What the local state remembers so that an open does not repeat work an earlier one did (issue 19).
+
+* :class:`SignatureMemo`: the signatures this installation verified good.  The roster is rebuilt
+  from the control records at every open, and each control record's inner signatures (spec §14), and
+  the owner signatures of the envelopes that delivered the epoch keys (§15.3), were verified again
+  every time (360 Ed25519 verifications at a million records).  The memo keeps, for
+  each signature that verified, a SHA-256 digest of exactly what was verified: the algorithm, the
+  public key, the signature and the message (``cache_signatures``).  A digest found there means this
+  key verified this signature over this message before; a changed key, message or signature gives
+  another digest, which is verified for real.  Only good verifications are remembered.
+* :class:`ErasureMemo`: the check that every applied erasure is complete (no readable segment under a
+  live epoch still holds an erased record's bytes, spec §16.10) looked for the erased batches among
+  every segment's list of batches (100,000 at a million records) at every open.  The memo keeps, in
+  ``cache_meta``, a fingerprint of what a complete check that found nothing depended on besides the
+  segments (the applied erasures, the destroyed epochs, the epochs whose keys are here, the segments
+  that could not be read); while it is kept, a trigger of the database notes every segment stored
+  (``cache_segments_since``: a newly read one, one read once its epoch key arrived, one sealed again),
+  and the next check with the same fingerprint looks only at those.
+
+Both live in the local state, which is this installation's own database, encrypted and authenticated
+page by page under its key (:mod:`camillo.cache`): trusting them is the trust a warm open already puts
+in the stored flags that say a batch's signature verified.  A state that is rebuilt starts without
+them.  Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from . import encoding, primitives
+from .cache import Connection
+from .primitives import SIG_ED25519, sha256
+
+# How a signature is checked: (algorithm, public key, message, signature) -> it verifies.
+Verify = Callable[[int, bytes, bytes, bytes], bool]
+
+_LABEL = b"camillo/local/verified-signature\x00"
+
+
+def _sized(part: bytes) -> bytes:
+    return len(part).to_bytes(4, "big") + part
+
+
+def signature_digest(alg: int, public: bytes, message: bytes, signature: bytes) -> bytes:
+    """What the memo keeps of a signature that verified: one hash over the algorithm, the key, the
+    signature (each with its length: no two different tuples hash the same input) and the message."""
+    return sha256(_LABEL + alg.to_bytes(4, "big") + _sized(public) + _sized(signature) + message)
+
+
+class SignatureMemo:
+    """The signatures verified good, kept in the local state database ``db()`` (read once, when first
+    asked; each new one written beside the state's other changes, committed with them)."""
+
+    def __init__(self, db: Callable[[], Connection]) -> None:
+        self._db = db
+        self._known: set[bytes] | None = None
+
+    def verify(self, alg: int, public: bytes, message: bytes, signature: bytes) -> bool:
+        """:func:`camillo.primitives.verify_signature`, without verifying again what verified before."""
+        if alg != SIG_ED25519 or not (type(public) is type(message) is type(signature) is bytes):
+            return primitives.verify_signature(alg, public, message, signature)  # (nothing to remember)
+        digest = signature_digest(alg, public, message, signature)
+        known = self._known
+        if known is None:
+            known = self._known = {d for (d,) in self._db().execute("SELECT digest FROM cache_signatures")}
+        if digest in known:
+            return True
+        if not primitives.verify_signature(alg, public, message, signature):
+            return False
+        known.add(digest)
+        self._db().execute("INSERT OR IGNORE INTO cache_signatures(digest) VALUES(?)", (digest,))
+        return True
+
+
+class ErasureMemo:
+    """That a complete check found every applied erasure complete, for a fingerprint of what it
+    depended on (:meth:`fingerprint`), and the segments stored since (noted by the database's trigger
+    ``cache_segments_noted`` while the finding is kept: cache.SCHEMA)."""
+
+    KEY = "erasures_complete"
+
+    def __init__(self, db: Connection) -> None:
+        self.db = db
+
+    @staticmethod
+    def fingerprint(erasures: Iterable[bytes], destroyed: Iterable[tuple[bytes, bytes]],
+                    keys: Iterable[tuple[bytes, bytes]], unreadable: Iterable[str]) -> bytes:
+        """The applied ERASE records, the epochs they destroyed, the epochs whose keys are here and the
+        segments that could not be read: what else can make an erasure incomplete again."""
+        return sha256(encoding.encode([sorted(erasures), sorted(list(r) for r in destroyed),
+                                       sorted(list(r) for r in keys), sorted(unreadable)]))
+
+    def since(self, fingerprint: bytes) -> set[str] | None:
+        """The segments stored since a complete check found nothing incomplete with this fingerprint
+        (None: no such finding is kept, every segment is to be looked at)."""
+        row = self.db.execute("SELECT value FROM cache_meta WHERE key = ?", (self.KEY,)).fetchone()
+        if row is None or row[0] != fingerprint or self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'cache_segments_noted'").fetchone() is None:
+            return None
+        return {name for (name,) in self.db.execute("SELECT name FROM cache_segments_since")}
+
+    def found_complete(self, fingerprint: bytes) -> None:
+        """A check (complete, or of the segments stored since) found nothing incomplete: keep it, and
+        note the segments stored from now on."""
+        self.db.execute("DELETE FROM cache_segments_since")
+        self.db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", (self.KEY, fingerprint))
+
+    def drop(self) -> None:
+        """Something incomplete was found (or could not be looked at): the next check looks at every segment."""
+        self.db.execute("DELETE FROM cache_meta WHERE key = ?", (self.KEY,))
+        self.db.execute("DELETE FROM cache_segments_since")
