@@ -19,6 +19,9 @@ Pure computation; confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import sys
+from array import array
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -53,6 +56,19 @@ class CausalLog:
     chains: dict[tuple[bytes, bytes], dict[int, bytes]] = field(default_factory=dict)
     heads: dict[bytes, set[bytes]] = field(default_factory=dict)
     tops: dict[tuple[bytes, bytes], int] = field(default_factory=dict)  # max seq of each chain (kept by the builders)
+
+    def batch_at(self, key: tuple[bytes, bytes], seq: int) -> bytes | None:
+        """The batch at ``seq`` of a chain (writer, compartment); as :meth:`StoredLog.batch_at`."""
+        return self.chains.get(key, {}).get(seq)
+
+    def tops_here(self) -> list[tuple[tuple[bytes, bytes], int, bytes]]:
+        """Each non-empty chain's (writer, compartment), highest seq and the batch there."""
+        out = []
+        for key, chain in self.chains.items():
+            if chain:
+                top = self.tops.get(key) or max(chain)
+                out.append((key, top, chain[top]))
+        return out
 
     def max_seq(self, writer_id: bytes, compartment_id: bytes) -> int:
         top = self.tops.get((writer_id, compartment_id))
@@ -302,7 +318,7 @@ class Alert:
 
 
 def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_missing: dict[bytes, int],
-                 remembered_generation: int, log: CausalLog, covered: set[bytes], generation: int,
+                 remembered_generation: int, log: CausalLog | StoredLog, covered: set[bytes], generation: int,
                  now: int, remembered_epochs: dict[bytes, bytes] | None = None,
                  known_epochs: set[tuple[bytes, bytes]] | None = None, mine: bytes | None = None,
                  ) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:
@@ -328,15 +344,15 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
 
     for cid, per_writer in remembered.items():
         for wid, (seq, bid) in per_writer.items():
-            chain = log.chains.get((wid, cid), {})
-            if chain.get(seq) == bid:
+            here = log.batch_at((wid, cid), seq)
+            if here == bid:
                 continue
             if bid in log.rejected:
                 if wid == mine:
                     alerts.append(Alert("syncing", cid, wid, seq, bid, now, f"batch {bid.hex()[:12]} (seq {seq}) that "
                                         f"this device wrote was refused: {log.rejected[bid]}"))
                 continue
-            if seq in chain:
+            if here is not None:
                 alerts.append(Alert("rollback", cid, wid, seq, bid, now,
                                     f"batch {bid.hex()[:12]} (seq {seq}) that this device saw was replaced by another"))
                 continue
@@ -369,13 +385,10 @@ def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_
         alerts.append(Alert(kind, g.compartment_id, g.writer_id, g.seq, g.batch_id, t,
                             f"{what}{at} has not arrived: {g.reason}"))
     memory = {c: dict(m) for c, m in remembered.items()}
-    for (wid, cid), chain in log.chains.items():
-        if not chain:
-            continue
-        top = log.tops.get((wid, cid)) or max(chain)
+    for (wid, cid), top, top_id in log.tops_here():
         old = memory.setdefault(cid, {}).get(wid)
         if old is None or top >= old[0]:
-            memory[cid][wid] = (top, chain[top])
+            memory[cid][wid] = (top, top_id)
     return alerts, memory, still_missing
 
 
@@ -415,7 +428,8 @@ def extend_log_after_roster_change(log: CausalLog, views: Mapping[bytes, BatchVi
 # ---------------------------------------------------------------------------------------------
 # The log kept in the local state between sessions (a warm open of an unchanged folder resumes it)
 
-_LOG_FORMAT = 1
+# 2: each chain's top and its batches apart, so that a warm open reads the chains it needs (1: one list)
+_LOG_FORMAT = 2
 
 
 def signed_of(log: CausalLog) -> set[bytes]:
@@ -424,31 +438,100 @@ def signed_of(log: CausalLog) -> set[bytes]:
     return log.accepted | log.rejected.keys()
 
 
+def _packed(seqs: list[int]) -> bytes:
+    arr = array("Q", seqs)
+    if sys.byteorder == "big":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _unpacked(data: bytes) -> array[int]:
+    arr = array("Q")
+    arr.frombytes(data)
+    if sys.byteorder == "big":
+        arr.byteswap()
+    return arr
+
+
 def encode_log(log: CausalLog) -> bytes:
-    """The log as bytes for the local state (its accepted set and tops are its chains')."""
-    chains = [[w, c, [x for seq, bid in chain.items() for x in (seq, bid)]] for (w, c), chain in log.chains.items()]
+    """The log as bytes for the local state (its accepted set and tops are its chains'): each chain as
+    (writer, compartment, top seq, top batch, its seqs ascending as little-endian u64, their batch ids
+    in the same order), so that one batch of a chain is found without decoding the chain."""
+    chains = []
+    for (w, c), chain in log.chains.items():
+        seqs = sorted(chain)
+        top = seqs[-1] if seqs else 0
+        chains.append([w, c, top, chain.get(top), _packed(seqs), b"".join(chain[q] for q in seqs)])
     return cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
                         [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
                         [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
                         [[c, sorted(h)] for c, h in log.heads.items()]])
 
 
-def decode_log(data: bytes) -> CausalLog:
-    """What :func:`encode_log` wrote (ValueError when it is not that)."""
-    try:
-        fmt, chains, rejected, gaps, forks, heads = cbor2.loads(data)
-        if fmt != _LOG_FORMAT:
-            raise ValueError(f"log format {fmt}")
-        log = CausalLog(rejected={b: r for b, r in rejected},
-                        gaps=[Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
-                        forks=[Fork(w, c, s, tuple(b)) for w, c, s, b in forks],
-                        heads={c: set(h) for c, h in heads})
-        for w, c, flat in chains:
-            chain = dict(zip(flat[::2], flat[1::2], strict=True))
-            log.chains[(w, c)] = chain
+_ID = 32  # bytes of a batch id
+
+
+class StoredLog:
+    """A log as the local state keeps it, read where asked: what a warm open of an unchanged folder
+    asks of the log (whether the batches that can move the roster are accepted, each chain's top for
+    the rollback memory, the gaps) without making an object of every batch of every chain (100,000
+    at a million records): a batch of a chain is found by bisecting its packed seqs.  :meth:`full`
+    gives the :class:`CausalLog`.  Built by :meth:`decode` (ValueError when the bytes are not what
+    :func:`encode_log` wrote)."""
+
+    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, array[int], bytes]],
+                 rejected: dict[bytes, str], gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]]) -> None:
+        self._chains = chains
+        self.rejected, self.gaps, self.forks, self.heads = rejected, gaps, forks, heads
+
+    @classmethod
+    def decode(cls, data: bytes) -> StoredLog:
+        try:
+            fmt, chains, rejected, gaps, forks, heads = cbor2.loads(data)
+            if fmt != _LOG_FORMAT:
+                raise ValueError(f"log format {fmt}")
+            kept = {}
+            for w, c, top, bid, seqs, ids in chains:
+                arr = _unpacked(seqs)
+                if len(ids) != _ID * len(arr) or (arr and (arr[-1] != top or ids[-_ID:] != bid)) or (
+                        not arr and bid is not None):
+                    raise ValueError("a chain does not hold what its top says")
+                kept[(w, c)] = (top, bid, arr, ids)
+            return cls(kept, {b: r for b, r in rejected}, [Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
+                       [Fork(w, c, s, tuple(b)) for w, c, s, b in forks], {c: set(h) for c, h in heads})
+        except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"the stored log does not decode ({exc})") from None
+
+    def batch_at(self, key: tuple[bytes, bytes], seq: int) -> bytes | None:
+        """The batch at ``seq`` of a chain (writer, compartment), or None."""
+        stored = self._chains.get(key)
+        if stored is None:
+            return None
+        top, bid, seqs, ids = stored
+        if seq == top:
+            return bid
+        k = bisect_left(seqs, seq)
+        return ids[k * _ID:(k + 1) * _ID] if k < len(seqs) and seqs[k] == seq else None
+
+    def holds(self, writer_id: bytes, compartment_id: bytes, seq: int, batch_id: bytes) -> bool:
+        """Whether the batch is accepted (on its writer's chain at its seq)."""
+        return self.batch_at((writer_id, compartment_id), seq) == batch_id
+
+    def tops_here(self) -> list[tuple[tuple[bytes, bytes], int, bytes]]:
+        """Each non-empty chain's (writer, compartment), highest seq and the batch there."""
+        return [(key, top, bid) for key, (top, bid, _s, _i) in self._chains.items() if bid is not None]
+
+    def full(self) -> CausalLog:
+        log = CausalLog(rejected=self.rejected, gaps=self.gaps, forks=self.forks, heads=self.heads)
+        for key, (top, _bid, seqs, ids) in self._chains.items():
+            chain = dict(zip(seqs, (ids[k:k + _ID] for k in range(0, len(ids), _ID)), strict=True))
+            log.chains[key] = chain
             log.accepted.update(chain.values())
             if chain:
-                log.tops[(w, c)] = max(chain)
+                log.tops[key] = top
         return log
-    except (cbor2.CBORError, TypeError, KeyError) as exc:
-        raise ValueError(f"the stored log does not decode ({exc})") from None
+
+
+def decode_log(data: bytes) -> CausalLog:
+    """What :func:`encode_log` wrote (ValueError when it is not that)."""
+    return StoredLog.decode(data).full()

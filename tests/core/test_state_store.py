@@ -196,6 +196,77 @@ def test_a_warm_open_of_an_unchanged_folder_resumes_the_stored_log_and_decodes_n
         assert fingerprint(v) == from_scratch(path)
 
 
+def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whole(new_vault, monkeypatch, tmp_path):
+    """Issue 19: the stored log keeps each chain's seqs packed with its top.  A warm open of an unchanged
+    folder asks whether the batches that can move the roster are accepted (some sit in long chains: a
+    compartment's first batch holds its epoch) and what each chain's top is (the rollback memory)
+    without making an object of every batch of every chain (100,000 at a million records).  The log,
+    when something asks for it whole, equals a full build, and the rollback memory's findings from a
+    stored log equal those from the whole log."""
+    import random as rnd
+
+    from camillo.log import StoredLog, check_memory, encode_log
+
+    path, vault, _ = new_vault
+    _fill(vault, 30)
+    switch_home(monkeypatch, tmp_path / "laptop")
+    vault.lock()
+    with open_vault(path) as other:
+        other.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path):
+        pass  # reads the laptop's batches, stores the log on lock
+    with open_vault(path) as v:
+        reader = v.session.reader
+        assert v.timeline(limit=10) and v.session.alerts == []
+        assert reader.stored_log is not None and reader._log is None, "the stored log was decoded whole"
+        stored = reader.stored_log
+        assert v.session.log == _log_as_built(v)
+        assert reader.stored_log is None
+        log = v.session.log
+        assert fingerprint(v) == from_scratch(path)
+    assert StoredLog.decode(encode_log(log)).full() == log and stored.full() == log
+    rng = rnd.Random(5)
+    entries = [(c, w, seq, bid) for (w, c), ch in log.chains.items() for seq, bid in ch.items()]
+    for _ in range(30):
+        remembered: dict = {}
+        for c, w, seq, bid in rng.sample(entries, 3):
+            remembered.setdefault(c, {})[w] = (seq + rng.choice([0, 0, 1]), bid if rng.random() < 0.8 else b"x" * 32)
+        whole = check_memory(remembered, {}, 1, log, set(), 1, 1_000_000)
+        assert check_memory(remembered, {}, 1, StoredLog.decode(encode_log(log)), set(), 1, 1_000_000) == whole
+        for (w, c), ch in log.chains.items():
+            assert all(StoredLog.decode(encode_log(log)).batch_at((w, c), q) == ch.get(q) for q in range(0, max(ch) + 2))
+
+
+def test_a_warm_open_derives_no_epoch_key_pair_until_a_segment_is_opened_or_sealed(new_vault, monkeypatch):
+    """Issue 19: a warm open learns every epoch's secret from the envelopes but reads no segment: the
+    X-Wing key pair of an epoch (an ML-KEM key expansion) is derived when a segment of that epoch is
+    opened or sealed, once."""
+    from camillo import keys as keys_mod
+    from camillo.session import keyring as keyring_mod
+
+    path, vault, _ = new_vault
+    _fill(vault, 5)
+    vault.lock()
+    derived: list[tuple[bytes, bytes]] = []
+    real = keys_mod.epoch_key
+
+    def counted(secret, vault_id, compartment_id, epoch_id):
+        derived.append((compartment_id, epoch_id))
+        return real(secret, vault_id, compartment_id, epoch_id)
+
+    monkeypatch.setattr(keyring_mod.keys, "epoch_key", counted)
+    with open_vault(path) as v:
+        assert len(v.session.keyring.epoch_secrets) >= 2 and derived == [], derived
+        v.append([NewRecord(type="message", text="garden sealed now")])
+        v.append([NewRecord(type="message", text="garden sealed again")])
+        assert len(derived) == 1, derived
+        cid = v.compartment_id("personal")
+        ref = (cid, v.session.roster.current_epoch(cid).epoch_id)
+        assert derived == [ref] and v.session.keyring.epoch_keys[ref].public == v.session.roster.current_epoch(cid).public
+        assert fingerprint(v) == from_scratch(path)
+
+
 def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_the_roster(
         new_vault, monkeypatch, tmp_path):
     """Issue 19: a warm open of a folder that did not change since the state was stored computes the

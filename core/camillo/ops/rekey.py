@@ -280,7 +280,7 @@ def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None 
     refs = session.keyring.epoch_secrets if delivered is None else delivered
     if not any((info := r.epochs.get(ref)) is not None and info.generation == generation for ref in refs):
         return False
-    return not any(g.compartment_id == r.control_id for g in session.reader.log.gaps)
+    return not any(g.compartment_id == r.control_id for g in session.reader.log_facts().gaps)
 
 
 def keys_not_here(session: Session) -> str:

@@ -489,7 +489,7 @@ class Session:
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         on_file = self.local.load_generation()
         seen_generation = max(ds.generation, on_file)
-        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.log, covered,
+        alerts, memory, first = check_memory(ds.remembered, ds.first_missing, seen_generation, self.reader.log_facts(), covered,
                                              self.keyring.generation, int(time.time()), ds.epochs, known, me)
         # An append grant remembers its own writes but can never read them back: no alert there.
         g = self.grant

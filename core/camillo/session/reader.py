@@ -28,11 +28,11 @@ from .. import encoding, envelopes, ids, keys, segments
 from ..cache import Cache, Connection, DatabaseError
 from ..changes import Changes
 from ..control import BatchView, Roster, build_roster, grant_trust
-from ..credentials import CredentialKind
 from ..erased import purge
 from ..errors import StorageError, VaultError
 from ..log import (
     CausalLog,
+    StoredLog,
     build_log,
     encode_log,
     extend_log,
@@ -43,7 +43,6 @@ from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
 from ..records import (
     Batch,
-    Kind,
     Record,
     decode_record,
     verify_batch_signature,
@@ -52,6 +51,7 @@ from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from . import listing, resume
+from .changed import control_changes
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
@@ -76,6 +76,8 @@ class Reader:
         self.store: Cache | None = None  # this actor's local state database, when the state lives there
         self.store_doomed = False  # the local state is deleted on close (its actor no longer counts)
         self.materialized = State()
+        self._log: CausalLog | None = None
+        self.stored_log: StoredLog | None = None  # the log kept in the local state, each chain read when needed
         self.reset()
 
     def reset(self) -> None:
@@ -96,7 +98,7 @@ class Reader:
         self.segments_again: set[str] = set()  # and these segments
         self.scanned_at = -math.inf  # time.monotonic() of the last folder scan (see writer.WRITE_SCAN_AGE)
         self.roster = Roster(self.vault_id)
-        self.log = CausalLog()
+        self.log = CausalLog()  # (the property below: a stored log is decoded whole when first asked for)
         self.materialized.close()
         self.materialized = State(self.store.create(self.keyring.generation) if self.store is not None else None)
         self.materialize_problems: list[tuple[str, str, str]] = []
@@ -177,6 +179,26 @@ class Reader:
             self.materialized = State()
             store.release()
         self.reset()
+
+    @property
+    def log(self) -> CausalLog:
+        """The causal log; after a warm open, the stored one (:attr:`stored_log`) decoded whole when
+        first asked for (an append, a report, a recomputation)."""
+        if self._log is None:
+            assert self.stored_log is not None
+            self._log, self.stored_log = self.stored_log.full(), None
+        return self._log
+
+    @log.setter
+    def log(self, log: CausalLog) -> None:
+        self._log, self.stored_log = log, None
+
+    def set_stored_log(self, log: StoredLog) -> None:
+        self._log, self.stored_log = None, log
+
+    def log_facts(self) -> CausalLog | StoredLog:
+        """The log, or the stored one not decoded whole yet: what the rollback memory reads of it."""
+        return self.stored_log if self._log is None and self.stored_log is not None else self.log
 
     def _take_listing(self) -> None:
         """The folder's listing taken on trust from the local state is read whole before that
@@ -863,32 +885,3 @@ class Reader:
             if self.store_doomed:
                 store.discard()
             store.release()
-
-
-def control_changes(records: Sequence[Record], roster: Roster) -> dict[str, bool]:
-    """Which parts of the roster these control records touch (for :class:`Changes`): a revocation
-    touches what its subject is (a device, a grant, a passphrase or recovery phrase)."""
-    out = {"devices": False, "grants": False, "credentials": False, "policy": False, "compartment_list": False}
-    for r in records:
-        if r.kind in (Kind.GENESIS, Kind.DEVICE_CERT, Kind.DEVICE_NAME, Kind.DEVICE_ACK):
-            out["devices"] = True
-        if r.kind == Kind.COMPARTMENT:
-            out["compartment_list"] = True
-        if r.kind in (Kind.GENESIS, Kind.CRED_ANCHOR):
-            out["credentials"] = True
-        if r.kind == Kind.GRANT:
-            out["grants"] = True
-        if r.kind == Kind.POLICY:
-            out["policy"] = True
-        if r.kind == Kind.REVOKE:
-            who = r.body.get(0)
-            subject = roster.principals.get(who) if isinstance(who, bytes) else None
-            if subject is None:
-                out["devices"] = out["credentials"] = True  # not known here yet: say what it can be
-            elif subject.grant is not None:
-                out["grants"] = True
-            elif subject.kind == CredentialKind.DEVICE:
-                out["devices"] = True
-            else:
-                out["credentials"] = True
-    return out

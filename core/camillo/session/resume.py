@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from ..control import BatchView, Roster, build_roster
-from ..log import CausalLog, decode_log, extend_log, extend_log_after_roster_change
+from ..log import CausalLog, StoredLog, decode_log, extend_log, extend_log_after_roster_change
 from ..state import State
 from .keyring import EpochRef
 from .views import BatchViews
@@ -51,6 +51,8 @@ class Reader(Protocol):
     def forget_erased_epochs(self) -> None: ...
 
     def write_flags(self) -> None: ...
+
+    def set_stored_log(self, log: StoredLog) -> None: ...
 
     @staticmethod
     def log_basis(roster: Roster, signed: set[bytes]) -> bytes: ...
@@ -95,14 +97,15 @@ def take_stored(reader: Reader) -> bool:
     if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
         return False
-    try:
-        log = decode_log(resume[1])
+    try:  # (each chain decoded when asked for: those of the batches below, here)
+        log = StoredLog.decode(resume[1])
+        if any(v.sig_ok | v.vouched << 1 | log.holds(v.writer_id, v.compartment_id, v.seq, v.id) << 2 != v.stored_flags
+               for v in special.values()):
+            return False
     except ValueError:
         return False
-    accepted = log.accepted
-    if any(v.sig_ok | v.vouched << 1 | (v.id in accepted) << 2 != v.stored_flags for v in special.values()):
-        return False
-    reader.resume, reader.roster, reader.log = None, roster, log
+    reader.resume, reader.roster = None, roster
+    reader.set_stored_log(log)
     reader.materialized.resume(roster, batches)
     reader.forget_erased_epochs()
     reader.log_fresh = not new  # (extended by the new batches next)
