@@ -621,6 +621,10 @@ def test_a_warm_open_extends_the_stored_log_by_what_arrived_and_never_uses_a_dam
     with open_vault(path) as v:
         assert events == ["built"], "a damaged stored log was used"
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+    events.clear()
+    with open_vault(path) as v:  # the log built then replaced it on lock (as one of an earlier format is)
+        assert events == ["stored"], "the damaged stored log stayed: every open builds the log again"
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
     assert os.path.exists(store)
 
 

@@ -38,6 +38,7 @@ class Reader(Protocol):
     erasures_seen: frozenset[bytes]
     log: CausalLog
     log_fresh: bool
+    log_stored: bool
     materialized: State
     materialize_problems: list[tuple[str, str, str]]
     flags_new: set[bytes]
@@ -97,12 +98,13 @@ def take_stored(reader: Reader) -> bool:
     if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
         return False
-    try:  # (each chain decoded when asked for: those of the batches below, here)
+    try:  # (read where asked: whether each batch below is on its chain, without decoding the chains)
         log = StoredLog.decode(resume[1])
         if any(v.sig_ok | v.vouched << 1 | log.holds(v.writer_id, v.compartment_id, v.seq, v.id) << 2 != v.stored_flags
                for v in special.values()):
             return False
-    except ValueError:
+    except ValueError:  # (damaged, or of an earlier format: the log computed now is stored on lock)
+        reader.log_stored = False
         return False
     reader.resume, reader.roster = None, roster
     reader.set_stored_log(log)
@@ -129,6 +131,7 @@ def resumed_log(reader: Reader, roster: Roster, signed: set[bytes]) -> CausalLog
     try:
         log = decode_log(resume[1])
     except ValueError:
+        reader.log_stored = False  # (the log built instead is stored on lock)
         return None
     added = sorted(b for b in new if b in signed)
     if not added:
