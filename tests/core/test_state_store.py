@@ -471,6 +471,7 @@ def test_segments_listed_but_not_read_are_read_again_by_a_warm_open(new_vault, m
     with open_vault(path) as v:
         assert "garden from the laptop" not in {r.text for r in v.timeline()}
         assert any(p.file == new[0] for p in v.problems())
+    _aged(path)
     with open_vault(path) as v:  # (the directory's listing is kept, read after the file appeared)
         pass
     before = os.stat(os.path.dirname(target)).st_mtime_ns
