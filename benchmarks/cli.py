@@ -25,7 +25,7 @@ from typing import Any
 
 from . import floor as fl
 from . import keychanges as kc
-from .child import run_child
+from .child import compile_code, run_child
 from .corpus import Corpus, erasure_epoch_records, merge_divergence
 from .stats import machine, percentile, summary
 
@@ -208,6 +208,8 @@ class Bench:
                   for v in ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()),
                             *(("erasure",) if "keychanges" in self.groups else ()))}
         kdf = tuple(counts["loose"]["kdf"]) if counts["loose"].get("kdf") else None
+        self.say("compiling the code the children run (an installed app runs from its bytecode)")
+        compile_code()
         self.say("timing the primitives")
         floor_dir = os.path.join(self.scratch, "floor")
         prim_samples = [fl.measure_primitives(kdf, floor_dir, quick=a.quick)]

@@ -6,8 +6,8 @@ opens a clone of the lived-in vault with the demo passphrase (warm: the desktop'
 the way ``camillo-desktop --demo`` does, and measures:
 
 * launch → first timeline rows: from the moment the parent started this process (interpreter
-  start, imports and Qt set-up included; the copy of the fixture this process makes first left
-  out) to the timeline view's ``loaded`` signal, which fires
+  start, imports from the bytecode compiled before the runs as an installed app's is, and Qt
+  set-up included; the copy of the fixture this process makes first left out) to the timeline view's ``loaded`` signal, which fires
   once the first page of rows has been decoded on the worker and is in the model;
 * open → first rows: from the open job's submission to the same signal;
 * search latency per query: from pressing Return in the search field to the search view's

@@ -112,3 +112,19 @@ def test_a_clones_writes_never_reach_the_fixture(tmp_path):
         for i in range(3):
             c.append([NewRecord(type="message", text=f"in the clone {i}")])
     assert contents(original) == before, "a clone's writes changed the fixture"
+
+
+def test_the_children_run_from_bytecode_compiled_before_anything_is_timed():
+    """An installed app runs from its bytecode; a child that compiled every module it imports would
+    time the compiler (the desktop's launch to its first rows).  The bytecode stays out of the tree."""
+    from benchmarks.child import child_env, compile_code, pycache
+
+    env = child_env()
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == pycache()
+    assert not pycache().startswith(ROOT + os.sep + "core")
+    compile_code()
+    for module in ("camillo.vault", "camillo_desktop.mainwindow", "benchmarks.gui"):
+        where = subprocess.run(
+            [sys.executable, "-c", f"import importlib.util as u; print(u.cache_from_source(u.find_spec('{module}').origin))"],
+            env=env, capture_output=True, text=True, check=True).stdout.strip()
+        assert where.startswith(pycache()) and os.path.isfile(where), module
