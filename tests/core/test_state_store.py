@@ -1209,3 +1209,36 @@ def test_the_memo_of_a_complete_erasure_check_holds_only_for_its_fingerprint_and
     memo.found_complete(fp)
     assert memo.since(fp) == set(), "nothing noted while no finding was kept: the next check looked at every segment"
     assert ErasureMemo(State().cache_db).since(fp) is None
+
+
+def test_the_certificates_an_append_grant_is_sent_come_from_the_control_batches_alone(new_vault, monkeypatch, tmp_path):
+    """Issue 19: a key change (a passphrase change at a million records) sends each append grant the
+    chain of owner certificates; it is found among the batches holding control records, with no view
+    made of the plain ones (100,000 at a million records: 0.4 s of the passphrase change), and is the
+    chain a pass over every batch finds."""
+    from camillo.ops.grant_trust import certificate_chain
+    from camillo.records import Kind, decode_record
+
+    path, vault, _ = new_vault
+    _fill(vault, 20)
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:  # a second owner device: its certificate is in the chain
+        lap.append([NewRecord(type="message", text="from the laptop")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path):  # (takes the laptop's batches in)
+        pass
+    with open_vault(path) as v:  # a warm open of an unchanged folder
+        batches = v.session.reader.batches
+        special = len(batches.held)
+        assert not batches.every
+        chain = certificate_chain(v.session)
+        assert chain and {decode_record(raw).kind for raw in chain} <= {Kind.DEVICE_CERT, Kind.CRED_ANCHOR}
+        assert not batches.every and len(batches.held) == special, "views were made of plain batches"
+        assert len(batches) > 3 * special
+        everything = {v.id: v for v in batches.values()}  # the same chain over every batch
+        v.session.reader.batches = everything
+        try:
+            assert certificate_chain(v.session) == chain
+        finally:
+            v.session.reader.batches = batches

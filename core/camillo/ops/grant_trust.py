@@ -31,6 +31,7 @@ from ..credentials import Credential
 from ..errors import VaultError
 from ..records import Kind, Record, decode_record
 from ..session import Session
+from ..session.views import BatchViews
 
 FileList = list[tuple[str, bytes]]
 CERT_KINDS = (Kind.DEVICE_CERT, Kind.CRED_ANCHOR)
@@ -56,9 +57,10 @@ def _decoded(raws: Iterable[bytes]) -> list[Record]:
 def certificate_chain(session: Session, pending: Sequence[Record] = ()) -> list[bytes]:
     """The certificates an append grant needs to trust every active owner credential: theirs, and
     those of the credentials that certified them, back to the genesis (whose owners have none)."""
-    r = session.roster
-    by_id = {rec.id: rec.raw for v in session.batches.values() if v.has_control for rec in v.records
-             if rec is not None and rec.kind in CERT_KINDS}
+    r, batches = session.roster, session.batches
+    holding = batches.with_control() if isinstance(batches, BatchViews) else [
+        v for v in batches.values() if v.has_control]
+    by_id = {rec.id: rec.raw for v in holding for rec in v.records if rec is not None and rec.kind in CERT_KINDS}
     by_id.update({rec.id: rec.raw for rec in pending if rec.kind in CERT_KINDS})
     todo = [p.writer_id for p in r.principals.values() if p.is_owner and p.writer_id not in r.revocations]
     seen: set[bytes] = set()

@@ -191,6 +191,11 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         self.complete()
         return {v.id: v for v in views}
 
+    def with_control(self) -> list[BatchView]:
+        """The batches holding a control record: a view of each and of the batches not accepted (the
+        rest, 100,000 at a million records, are not made)."""
+        return [v for v in self.special().values() if v.has_control]
+
     def complete(self) -> None:
         """Write the columns completed for rows an older version stored."""
         if self.filled:
