@@ -192,8 +192,8 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         return {v.id: v for v in views}
 
     def with_control(self) -> list[BatchView]:
-        """The batches holding a control record: a view of each and of the batches not accepted (the
-        rest, 100,000 at a million records, are not made)."""
+        """The batches holding a control record, found among :meth:`special`'s (no view is made of a
+        plain accepted batch: 100,000 at a million records)."""
         return [v for v in self.special().values() if v.has_control]
 
     def complete(self) -> None:
