@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ..control import BatchView, Roster, build_roster
 from ..log import CausalLog, StoredLog, decode_log, extend_log, extend_log_after_roster_change
+from ..records import Kind
 from ..state import State
 from .keyring import EpochRef
 from .views import BatchViews
@@ -150,15 +151,52 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
     among them: a new batch is stored not accepted); when its fingerprint is the one the stored
     flags were computed with (the same principals, revocations, erasures and compartments: another
     device's epoch roll, a rename), every other batch is signed as it was (the accepted ones) and
-    its flags do not change: no view is made of it (100,000 at a million records).  Otherwise the
-    roster is computed over every batch."""
+    its flags do not change: no view is made of it (100,000 at a million records).
+
+    When principals or revocations changed (a passphrase change replaces and revokes a credential;
+    a device is revoked or enrolled) and nothing else a plain batch's verdict depends on did
+    (:func:`moved_writers`), the roster is computed again over those batches and every batch of
+    the writers that moved; the other accepted batches keep their verdicts.  Otherwise the roster
+    is computed over every batch."""
     batches = reader.batches
     if isinstance(batches, BatchViews) and not batches.every and reader.roster_fingerprint:
         if reader.flags_new and not reader.flags_all:
             reader.write_flags()  # (the stored acceptance flags say which batches are special)
         special = batches.special()
         roster, signed = build_roster(reader.vault_id, special)
-        if roster.genesis is not None and roster.fingerprint() == reader.roster_fingerprint:
+        fingerprint = roster.fingerprint()
+        if roster.genesis is not None and fingerprint == reader.roster_fingerprint:
             return roster, signed | (reader.last_accepted - special.keys() - batches.gone), set(special)
+        moved = moved_writers(reader.roster, roster)
+        if moved is not None:
+            views = {**special, **{v.id: v for v in batches.of_writers(moved)}}
+            if len(views) > len(special):  # (their batches can be excluded by a revocation: computed again)
+                roster, signed = build_roster(reader.vault_id, views)
+            if roster.fingerprint() == fingerprint:
+                return roster, signed | (reader.last_accepted - views.keys() - batches.gone), set(views)
     roster, signed = build_roster(reader.vault_id, batches)
     return roster, signed, None
+
+
+def moved_writers(before: Roster, after: Roster) -> set[bytes] | None:
+    """The writers whose batches' verdicts a change from roster ``before`` (the one the stored flags
+    were computed with) to ``after`` can move: those whose principal changed, appeared or went, and
+    those whose revocation did.  None when the change can move other batches too: another genesis,
+    other erasures, or other compaction records vouching for batches (a plain batch is signed under
+    its writer's key, or vouched for by a compaction whose signer is not revoked, and excluded
+    only by its writer's revocation)."""
+    if before.genesis is None or after.genesis is None or before.genesis.id != after.genesis.id:
+        return None
+    if before.erasures.keys() != after.erasures.keys() or vouchers(before) != vouchers(after):
+        return None
+    p, q = before.principals, after.principals
+    r, s = before.revocations, after.revocations
+    return {w for w in p.keys() | q.keys() if p.get(w) != q.get(w)} | {w for w in r.keys() | s.keys()
+                                                                      if r.get(w) != s.get(w)}
+
+
+def vouchers(roster: Roster) -> frozenset[bytes]:
+    """The compaction records whose signer's word accepts the batches they list (as the roster's
+    builder takes them: a signer not revoked)."""
+    return frozenset(k for k, m in roster.manifests.items()
+                     if m.kind == Kind.COMPACTION and m.signer not in roster.revocations)

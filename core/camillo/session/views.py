@@ -196,6 +196,12 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         plain accepted batch: 100,000 at a million records)."""
         return [v for v in self.special().values() if v.has_control]
 
+    def of_writers(self, writers: set[bytes]) -> list[BatchView]:
+        """The batches these writers wrote (a few, for a credential that signs only control batches),
+        and those whose writer a state of an older version did not store."""
+        return self._views(f"WHERE writer IS NULL OR writer IN ({', '.join('?' * len(writers))})",
+                           tuple(sorted(writers)))
+
     def complete(self) -> None:
         """Write the columns completed for rows an older version stored."""
         if self.filled:
