@@ -331,14 +331,14 @@ def _phrase_scores(state: State, q: Query, rowids: list[int]) -> dict[int, float
     return {r: scores.get(r & SEARCH_ROW_MASK, 0.0) for r in rowids}
 
 
-def _by_relevance(state: State, q: Query, match: str, where: list[str], args: list[object], wanted: int) -> list[bytes]:
-    """The first ``wanted`` matching records by relevance: the index's matches in windows of
+def _by_relevance(state: State, q: Query, match: str, where: list[str], args: list[object], wanted: int) -> list[int]:
+    """The rowids of the first ``wanted`` matching records by relevance: the index's matches in windows of
     RELEVANCE_WINDOW, newest first, scored by FTS5 alone (no record read; a query with a phrase of
     several words by :func:`_phrase_scores`, in windows of TEXT_WINDOW); in each, the matches that pass the modifiers by bm25,
     then newest.  Only the windows up to ``wanted`` are read."""
     db = state.db
     conds, extra = _key_range(q, "rowid")
-    out: list[bytes] = []
+    out: list[int] = []
     below: list[object] = []
     outside = _long_phrases(q)
     size = min(RELEVANCE_WINDOW, TEXT_WINDOW) if outside else RELEVANCE_WINDOW
@@ -361,21 +361,21 @@ def _by_relevance(state: State, q: Query, match: str, where: list[str], args: li
 
 
 def _best_of(db: Connection, window: list[tuple[int, float]], where: list[str], args: list[object],
-             wanted: int) -> list[bytes]:
-    """The first ``wanted`` of a window's matches (sorted by score) that pass the conditions, by
-    score, then newest: their records are looked up a chunk at a time, in score order, until
+             wanted: int) -> list[int]:
+    """The rowids of the first ``wanted`` of a window's matches (sorted by score) that pass the
+    conditions, by score, then newest: their records are looked up a chunk at a time, in score order, until
     ``wanted`` passed and every match tied with the last of them was seen.  A chunk after the
     first is sized from the share of rows the conditions kept so far (at most four times the last)."""
     lookup = (f"SELECT r.rowid, r.id, r.ts, r.lamport, r.idx FROM records r WHERE r.rowid IN "
               f"(SELECT value FROM json_each(?)) AND {' AND '.join(where)}")
-    found: list[tuple[float, int, int, int, int, bytes]] = []  # (score, newest key..., id), sorted
+    found: list[tuple[float, int, int, int, int, bytes, int]] = []  # (score, newest key..., id, rowid), sorted
     at, chunk = 0, wanted + wanted // 4 + 16  # (without modifiers nearly every match passes)
     while at < len(window):
         rows = window[at:at + chunk]
         at += len(rows)
         score = {sk & SEARCH_ROW_MASK: rank for sk, rank in rows}
         kept = db.execute(lookup, [json.dumps(list(score)), *args]).fetchall()
-        found += [(score[k[0]], *_newest_key(k[2], k[3], k[4], k[1])) for k in kept]
+        found += [(score[k[0]], *_newest_key(k[2], k[3], k[4], k[1]), k[0]) for k in kept]
         found.sort()
         if len(found) >= wanted and (at == len(window) or window[at][1] > found[wanted - 1][0]):
             break  # the rest score below the last wanted one (ties included: they came in this chunk)
@@ -424,7 +424,7 @@ def search(state: State, text: str, *, limit: int = 200) -> list[RecordView]:
         return []
     where, args = found
     if q.has_text:
-        return state.records(_by_relevance(state, q, _expanded(state, q), where, args, limit))
+        return state.records_at(_by_relevance(state, q, _expanded(state, q), where, args, limit))
     sql = f"SELECT r.id FROM records r WHERE {' AND '.join(where)} ORDER BY {NEWEST} LIMIT ?"
     rows = state.db.execute(sql, [*args, limit]).fetchall()
     return state.records(r[0] for r in rows)
@@ -498,10 +498,10 @@ def search_page(state: State, text: str, *, offset: int = 0, limit: int = 200,
         if limit == 0:
             return total, exact, []
         if order == "relevance":
-            ids = _by_relevance(state, q, match, where, args, offset + limit)[offset:]
+            views = state.records_at(_by_relevance(state, q, match, where, args, offset + limit)[offset:])
         else:
-            ids = _newest(state, q, match, where, args, offset + limit)[offset:]
-        return total, exact, [(v, _snippet(v.text, q)) for v in state.records(ids)]
+            views = state.records(_newest(state, q, match, where, args, offset + limit)[offset:])
+        return total, exact, [(v, _snippet(v.text, q)) for v in views]
     base = f"FROM records r WHERE {' AND '.join(where)}"
     total, exact = _capped_count(db, f"SELECT 1 {base}", args, cap)
     rows = db.execute(f"SELECT r.id {base} ORDER BY {NEWEST} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()

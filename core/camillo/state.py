@@ -587,7 +587,8 @@ class State:
 
     # (with the stored flag of its batch: accepted on a COMPACTION signature)
     _COLUMNS = ("id, batch, compartment, writer, raw, valid, reason, hidden, erased, effective, kind, "
-                "(SELECT vouched FROM cache_batches WHERE cache_batches.id = records.batch)")
+                "EXISTS (SELECT 1 FROM cache_batches INDEXED BY cache_batches_vouched "
+                "WHERE cache_batches.id = records.batch AND vouched = 1)")
 
     def _vouched(self, batch: bytes, stored: int | None) -> bool:
         """Whether a batch was accepted on a COMPACTION record's signature: its view's flag when one is
@@ -659,6 +660,15 @@ class State:
         rows: dict[bytes, tuple[Any, ...]] = {
             row[0]: row for row in rows_in(self.db, f"SELECT {self._COLUMNS} FROM records WHERE id IN ({{}})", wanted)}
         return [v for v in (self._view(rows[r]) for r in wanted if r in rows) if v is not None]
+
+    def records_at(self, rowids: Sequence[int]) -> list[RecordView]:
+        """The views of the records at these rowids (the full-text index's keys carry them), in the
+        order given: a page of search results read where the search found it, not through the
+        index of record ids (a page's 200 lookups in it were half of a search at a million records)."""
+        rows = {row[0]: row[1:] for row in self.db.execute(
+            f"SELECT rowid, {self._COLUMNS} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
+            [json.dumps(list(rowids))])}
+        return [v for v in (self._view(rows[r]) for r in rowids if r in rows) if v is not None]
 
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                      conversation: str | None = None, limit: int | None = None, offset: int = 0) -> list[bytes]:

@@ -169,8 +169,11 @@ def test_ties_at_the_cut_are_all_read(vault_with_ties):
     assert len(tied) > 64  # (more than the first chunk read)
     window = sorted(tied, key=lambda m: m[0])  # the same score, oldest first
     _total, by_relevance, _by_time = reference(state, '"garden basil tomato jazz"', len(window))
-    assert S._best_of(state.db, window, where, args, 1) == by_relevance[:1]
-    assert S._best_of(state.db, window, where, args, 3) == by_relevance[:3]
+    def ids(rowids):  # (the search's rowids are the records')
+        return [state.db.execute("SELECT id FROM records WHERE rowid = ?", (r,)).fetchone()[0] for r in rowids]
+
+    assert ids(S._best_of(state.db, window, where, args, 1)) == by_relevance[:1]
+    assert ids(S._best_of(state.db, window, where, args, 3)) == by_relevance[:3]
 
 
 def test_a_phrase_of_several_words_is_ranked_without_counting_every_record_that_holds_it(new_vault, monkeypatch):
