@@ -675,18 +675,24 @@ def test_another_devices_epoch_roll_is_taken_without_a_view_of_every_batch(new_v
     assert {b: f & 4 for b, f in flags.items()} == {b: f & 4 for b, f in full.items()}
 
 
+def _compacted_then_forgotten(vault) -> None:
+    """Compact and lock ``vault``, then delete its local state: the next open reads the compacted
+    segments alone (their batches accepted on the compaction's signature)."""
+    vault.compact(prune_now=True)
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(store + suffix)
+
+
 def test_records_accepted_on_a_compactions_signature_say_so_after_a_warm_open(new_vault):
     """A record whose batch was accepted on a COMPACTION record's signature (read from the compacted
     segments only) shows verified "compaction": after a warm open too, from the flag stored beside its
     batch, without a view of the batch being made for the page that shows it."""
     path, vault, _ = new_vault
     _fill(vault, 8)
-    vault.compact(prune_now=True)
-    store = vault.session.local.cache_path(vault.writer_id)
-    vault.lock()
-    for suffix in ("", "-wal", "-shm"):  # (the state is read again from the compacted segments alone)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(store + suffix)
+    _compacted_then_forgotten(vault)
     with open_vault(path) as v:
         first = {r.id: r.verified for r in v.timeline()}
     assert "compaction" in first.values()
@@ -709,12 +715,7 @@ def test_a_page_of_search_results_is_read_at_its_rowids_with_the_compaction_flag
 
     path, vault, _ = new_vault
     _fill(vault, 8)
-    vault.compact(prune_now=True)
-    store = vault.session.local.cache_path(vault.writer_id)
-    vault.lock()
-    for suffix in ("", "-wal", "-shm"):  # (the state is read again from the compacted segments alone)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(store + suffix)
+    _compacted_then_forgotten(vault)
     with open_vault(path):
         pass
     with open_vault(path) as v:
