@@ -663,8 +663,8 @@ class State:
 
     def records_at(self, rowids: Sequence[int]) -> list[RecordView]:
         """The views of the records at these rowids (the full-text index's keys carry them), in the
-        order given: a page of search results read where the search found it, not through the
-        index of record ids (a page's 200 lookups in it were half of a search at a million records)."""
+        order given: a page of search results read where the search found it, without a lookup in
+        the index of record ids for each (about 2 ms of a search's 24 at a million records)."""
         rows = {row[0]: row[1:] for row in self.db.execute(
             f"SELECT rowid, {self._COLUMNS} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
             [json.dumps(list(rowids))])}
