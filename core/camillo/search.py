@@ -621,6 +621,24 @@ def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
     return struct.pack(f"<{len(vec)}b", *(max(-127, min(127, round(x * 127 / top))) for x in vec)), top / 127
 
 
+def quantize_all(vecs: Sequence[Sequence[float]]) -> list[tuple[bytes, float]]:
+    """:func:`quantize` of each vector, the same bytes and scales: with numpy, one array operation for
+    all of them (the same IEEE operations, rounding half to even as ``round`` does), since a loop in
+    Python over every component took 60 µs a vector (6 s of embedding 100,000 records)."""
+    if not vecs or not _numpy_installed() or len({len(v) for v in vecs}) != 1:
+        return [quantize(v) for v in vecs]
+    import numpy as np
+
+    a = np.asarray(vecs, dtype=np.float64)
+    top = np.abs(a).max(axis=1) if a.shape[1] else np.zeros(len(a))
+    usable = (top > 0) & np.isfinite(top)
+    q = np.zeros(a.shape, dtype=np.int8)
+    rows = a[usable]
+    q[usable] = np.clip(np.rint(rows * 127 / top[usable, None]), -127, 127).astype(np.int8)
+    return [(q[i].tobytes(), float(top[i]) / 127) if usable[i] else (bytes(a.shape[1]), 0.0)
+            for i in range(len(a))]
+
+
 # A stored vector with what ranking needs (the Python scorer's rows)
 _VectorRow = tuple[bytes, float, int, int, int]  # vec, scale, record rowid, ts, summary
 
@@ -716,9 +734,9 @@ def semantic_search(state: State, text: str, embedder: Embedder, *, limit: int =
         "SELECT rowid, text, coalesce(key, ''), coalesce(ts, 0), type = 'summary' FROM records "
         "WHERE rowid > ? AND kind IN (1, 3) AND text != '' ORDER BY rowid", (start,))
     while chunk := missing.fetchmany(256):
-        vecs = embedder.embed([f"{key} {t}".strip() for _, t, key, _, _ in chunk])
+        vecs = quantize_all(embedder.embed([f"{key} {t}".strip() for _, t, key, _, _ in chunk]))
         db.executemany("INSERT OR REPLACE INTO vectors(model, record, vec, scale, ts, summary) VALUES(?,?,?,?,?,?)",
-                       [(model, rowid, *quantize(v), ts, int(bool(summary)))
+                       [(model, rowid, *v, ts, int(bool(summary)))
                         for (rowid, _, _, ts, summary), v in zip(chunk, vecs)])
     if limit <= 0:
         return []
