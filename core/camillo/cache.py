@@ -60,8 +60,9 @@ FORMAT = 8
 # listing (cache_dirs); 7 = the batches' control column and the index of the batches a warm open of
 # an unchanged folder reads (cache_batches_special); 8 = the segments' index by epoch (cache_segments_epoch);
 # 9 = the causal log kept chain by chain (camillo.log.StoredLog: a log of an earlier revision is built again);
-# 10 = the batches' index by writer (cache_batches_writer) and that of those vouched for (cache_batches_vouched)
-REVISION = 10
+# 10 = the batches' index by writer (cache_batches_writer) and that of those vouched for (cache_batches_vouched);
+# 11 = the index of the accepted batches' ids (cache_batches_accepted)
+REVISION = 11
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 _EXPORTING = ".exporting"
@@ -237,6 +238,9 @@ def complete_schema(db: Connection) -> None:
     # shows: a lookup in this index alone, which holds none in a vault never compacted, not in the
     # table's own index and then its row: 5-7 ms -> 0.8 ms for a page of 200 results at a million records).
     db.execute("CREATE INDEX IF NOT EXISTS cache_batches_vouched ON cache_batches(id) WHERE vouched = 1")
+    # The accepted batches' ids (Reader.last_accepted, which a key change asks for): this index alone, not
+    # the covering index of every column (125 -> 36 ms at a million records).
+    db.execute("CREATE INDEX IF NOT EXISTS cache_batches_accepted ON cache_batches(id) WHERE accepted = 1")
     if db.execute("SELECT 1 FROM search_config WHERE k = 'secure-delete'").fetchone() is None:
         db.execute("INSERT INTO search(search, rank) VALUES('secure-delete', 1)")
 

@@ -215,6 +215,7 @@ class Reader:
     # What a pass over every batch reads of each (views.ROW: the covering index cache_batches_open
     # answers it alone).
     BATCHES_QUERY = f"SELECT {ROW} FROM cache_batches"
+    ACCEPTED_QUERY = "SELECT id FROM cache_batches WHERE accepted = 1"  # (cache_batches_accepted alone)
 
     def _load_cached(self, db: Connection) -> str:
         try:
@@ -258,8 +259,7 @@ class Reader:
         """The batches the last recomputation or extension accepted (the stored flags, after a warm
         open: read when first asked for)."""
         if self._last_accepted is None:
-            self._last_accepted = {b for (b,) in self.materialized.cache_db.execute(
-                "SELECT id FROM cache_batches WHERE accepted")}
+            self._last_accepted = {b for (b,) in self.materialized.cache_db.execute(self.ACCEPTED_QUERY)}
         return self._last_accepted
 
     @last_accepted.setter
