@@ -345,6 +345,7 @@ class Bench:
                          "ratio": a["median"] / b["median"] if b["median"] else None,
                          "cpu_ratio": ca["median"] / cb["median"] if cb["median"] else None})
         return {"before": self.before, "rows": rows}
+
     @staticmethod
     def kdf(counts: dict[str, Any]) -> tuple[int, ...] | None:
         """The passphrase's Argon2id parameters in the lived-in vault (the floor of every open)."""

@@ -212,7 +212,8 @@ class Corpus:
         """Build or reuse the fixtures ``names`` (and what they are built from), the two lines that
         share nothing but the demo side by side on the machine's two cores: ``bulk`` and ``erasure``
         in a child process (``python -m benchmarks.corpus``) while this one builds ``loose`` and
-        what comes from it.  At 1M records that is about 12 minutes saved of 24."""
+        what comes from it.  At 1M records the corpus took 15.6 min from nothing this way, against
+        23.6 min one fixture after the other."""
         wanted = set(names)
         side = [n for n in BULK_LINE if n in wanted or (n == "bulk" and "erasure" in wanted)]
         proc = None
