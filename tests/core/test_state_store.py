@@ -1333,3 +1333,37 @@ def test_a_passphrase_change_makes_views_only_of_the_batches_its_new_and_revoked
     with Vault.open(path, Unlock.passphrase(new), cache=False, register=False) as fresh:
         full = {b: int(b in fresh.session.log.accepted) for b in fresh.session.batches}
     assert flags == full
+
+
+def test_revoking_the_device_that_compacted_after_a_warm_open_equals_a_full_computation(
+        new_vault, monkeypatch, tmp_path):
+    """The roster after a key change keeps the verdicts of the batches whose writer did not move only
+    while the compactions that vouch for batches are the same (session.resume.moved_writers).
+    Revoking the device that compacted, after a warm open, takes away its word for what it listed
+    and excludes its own batches: the state, the log and the stored acceptance flags are then those
+    a full computation gives."""
+    from .test_incremental import from_scratch_with
+
+    path, vault, _ = new_vault
+    _fill(vault, 6)
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:  # the laptop writes, then compacts what everyone wrote
+        for i in range(5):
+            lap.append([NewRecord(type="message", text=f"garden from the laptop {i}")])
+        lap.compact(prune_now=True)
+        laptop_id = lap.writer_id
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path):  # (takes the compaction in)
+        pass
+    with open_vault(path) as v:  # a warm open, then the laptop is lost
+        assert not v.session.reader.batches.every
+        v.revoke(v.session.roster.principals[laptop_id].name, reauth=Unlock.passphrase(PASSPHRASE))
+        assert fingerprint(v) == from_scratch_with(path, PASSPHRASE)
+        assert v.session.log == _log_as_built(v)
+    with open_vault(path) as v:
+        flags = dict(v.session.reader.materialized.db.execute("SELECT id, accepted FROM cache_batches").fetchall())
+        assert fingerprint(v) == from_scratch_with(path, PASSPHRASE)
+    with open_vault(path, cache=False, register=False) as fresh:
+        full = {b: int(b in fresh.session.log.accepted) for b in fresh.session.batches}
+    assert flags == full
