@@ -624,7 +624,7 @@ def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
 def quantize_all(vecs: Sequence[Sequence[float]]) -> list[tuple[bytes, float]]:
     """:func:`quantize` of each vector, the same bytes and scales: with numpy, one array operation for
     all of them (the same IEEE operations, rounding half to even as ``round`` does), since a loop in
-    Python over every component took 60 µs a vector (6 s of embedding 100,000 records)."""
+    Python over every component took 89 µs a vector, against 17 µs (about 7 s of embedding 100,000 records)."""
     if not vecs or not _numpy_installed() or len({len(v) for v in vecs}) != 1:
         return [quantize(v) for v in vecs]
     import numpy as np

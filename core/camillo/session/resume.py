@@ -170,9 +170,11 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
         moved = moved_writers(reader.roster, roster)
         if moved is not None:
             views = {**special, **{v.id: v for v in batches.of_writers(moved)}}
-            if len(views) > len(special):  # (their batches can be excluded by a revocation: computed again)
+            # (their batches can be excluded by a revocation: the roster computed again over them is
+            # the same one, or the pass over every batch below decides)
+            if len(views) > len(special):
                 roster, signed = build_roster(reader.vault_id, views)
-            if roster.fingerprint() == fingerprint:
+            if len(views) == len(special) or roster.fingerprint() == fingerprint:
                 return roster, signed | (reader.last_accepted - views.keys() - batches.gone), set(views)
     roster, signed = build_roster(reader.vault_id, batches)
     return roster, signed, None
