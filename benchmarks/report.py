@@ -113,6 +113,9 @@ def primitives_table(result: dict[str, Any]) -> str:
             ("SHA-256", f"{1 / p['sha256_per_byte'] / 1e6:,.0f} MB/s"),
             ("Durable 4 KiB file (write, fsync, rename, fsync dir)", fmt(p["durable_write_4k"], "s")),
             ("Sequential write + one fsync", f"{1 / p['seq_write_per_byte'] / 1e6:,.0f} MB/s")]
+    if "durable_write_bulk_4k" in p:
+        rows.append(("Durable 4 KiB file among 512 (write each, one syncfs, link each, fsync dir)",
+                     fmt(p["durable_write_bulk_4k"], "s")))
     if "argon2id" in p:
         kdf = result["counts"]["loose"].get("kdf") or ["?", "?", "?"]
         rows.insert(0, (f"Argon2id (m = {kdf[0]} KiB, t = {kdf[1]}, p = {kdf[2]})", fmt(p["argon2id"], "s")))

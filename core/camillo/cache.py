@@ -65,6 +65,10 @@ FORMAT = 8
 REVISION = 11
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
+# ... while a refresh reads many segments (a merge, a month of another device's batches), until its
+# commit: their rows go to random pages of the indexes of ids (30,000 pages for a merge of 5,000)
+WIDE_PAGE_CACHE_KIB = 128 * 1024
+WIDE_SEGMENTS = 1000  # from this many segments read at once
 _EXPORTING = ".exporting"
 # the database's random page key, sealed to the actor's own key (absent: a database of an earlier
 # version, whose page key is derived from the actor's seed)

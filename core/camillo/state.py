@@ -31,9 +31,11 @@ from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
 from .cache import (
+    PAGE_CACHE_KIB,
     SEARCH_BODY,
     SEARCH_KEY,
     SEARCH_ROW_MASK,
+    WIDE_PAGE_CACHE_KIB,
     Connection,
     DatabaseError,
     complete_schema,
@@ -277,6 +279,7 @@ class State:
         self._roster: Roster | None = None
         self._views: Mapping[bytes, BatchView] = {}
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
+        self._wide = False  # the page cache is widened until the next commit (widen_page_cache)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         # records forget_batches removed and what they referred to, and their keys: the next
         # materialize reaches from them (a change to them leaves no row to find it by)
@@ -415,10 +418,22 @@ class State:
             db.execute("DELETE FROM records WHERE batch = ?", (bid,))
 
     def commit(self) -> None:
-        """Make what was written durable in the local state (nothing to do in memory)."""
+        """Make what was written durable in the local state (nothing to do in memory); a page cache
+        :meth:`widen_page_cache` widened is narrowed again, its pages released."""
         self.flush()
         if self._db.in_transaction:
             self._db.commit()
+        if self._wide:
+            self._wide = False
+            self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+            self._db.execute("PRAGMA shrink_memory")
+
+    def widen_page_cache(self) -> None:
+        """Many batches are about to be written at once: SQLite's page cache holds every page they
+        touch until the next :meth:`commit` (each read and decrypted once, not again after being
+        evicted: a merge of 5,000 batches at a million records, 0.6 s less)."""
+        self._wide = True
+        self._db.execute(f"PRAGMA cache_size = -{WIDE_PAGE_CACHE_KIB}")
 
     def close(self) -> None:
         self._db.close()
@@ -463,13 +478,15 @@ class State:
             # New plain notes (messages) and control records that no record refers to: nothing but
             # their own validity can change, so the reference, hiding and fact passes (which scale
             # with the vault) are skipped.
-            rows = [row for bid in affected for row in db.execute(
-                "SELECT id, batch, writer, author, kind, class, key, raw FROM records WHERE batch = ?", (bid,))]
-            db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", [
-                (0, "its batch is not accepted", klass, rid) if batch not in accepted else
+            # (by rowid, in its order: new records sit together at the table's end, where the index of
+            # ids would visit a random page of a million records' for each)
+            rows = sorted(rows_in(db, "SELECT rowid, batch, writer, author, kind, class, key, raw FROM records "
+                                      "WHERE batch IN ({})", affected))
+            db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", [
+                (0, "its batch is not accepted", klass, row) if batch not in accepted else
                 (0 if (reason := self._static_check(roster, views[batch], writer, author, kind, klass, key, raw))
-                 else 1, reason, klass, rid)
-                for rid, batch, writer, author, kind, klass, key, raw in rows])
+                 else 1, reason, klass, row)
+                for row, batch, writer, author, kind, klass, key, raw in rows])
             return result
 
         # The records this change can move (None: every record), and the facts it can move.

@@ -22,6 +22,24 @@ def snapshot(root: str | os.PathLike) -> dict[str, str]:
     return {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in all_files(root)}
 
 
+def fail_the_nth_write(monkeypatch, n: int = 12) -> object:
+    """The folder shelf's ``n``-th staged file fails as a full disk does; returns the real ``stage``
+    (set it back with monkeypatch.setattr(storage.FolderShelf, "stage", real))."""
+    from camillo import storage
+    from camillo.errors import StorageError
+
+    real, calls = storage.FolderShelf.stage, {"n": 0}
+
+    def failing(self, name, data, **kw):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise StorageError(f"cannot write {name}: No space left on device", file=name)
+        return real(self, name, data, **kw)
+
+    monkeypatch.setattr(storage.FolderShelf, "stage", failing)
+    return real
+
+
 def switch_home(monkeypatch, path) -> None:
     """Act as another installation (another device) from here on."""
     monkeypatch.setenv("CAMILLO_HOME", str(path))

@@ -33,6 +33,8 @@ from camillo.transport import merge_into
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from .helpers import fail_the_nth_write
+
 PASSPHRASE = "correct horse battery staple"
 KEYS = ("user/city", "user/food", "work/role")
 COMPARTMENTS = ("personal", "work")
@@ -493,6 +495,44 @@ def test_forgetting_a_message_hides_it_in_every_order():
         lab.close()
 
 
+def diverged(new_vault, tmp_path, messages: int) -> tuple[str, str]:
+    """The new vault's folder after ``messages`` more one-message batches, and a copy from before."""
+    path, vault, _ = new_vault
+    copy = str(tmp_path / "copy")
+    shutil.copytree(path, copy)
+    for i in range(messages):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
+    vault.lock()
+    return path, copy
+
+
+def test_a_merge_of_two_folders_lists_each_directory_once_and_finds_what_the_shelves_would(new_vault, tmp_path):
+    """Between two folders ``merge_into`` finds the missing files from one listing of each directory
+    on both sides (transport.loose_missing), not from the shelves' listings of both whole folders:
+    the same names, whatever else lies in the folders (dot files, temp files, other programs' files,
+    a sync service's conflict copies); with packs on either side, the shelves' listings decide."""
+    from camillo import storage, transport
+
+    path, copy = diverged(new_vault, tmp_path, 12)
+    seg = next(n for n in storage.FolderShelf(path).list() if kind_of(n) == "segment")
+    junk = [".DS_Store", "notes.txt", "segments/.tmp-0123456789abcdef", "segments/" + seg.split("/")[1] + "/x.seg",
+            seg + ".sync-conflict-20261205-010203-ABCDEFG", "env/readme", "strange/dir/file"]
+    for j in junk:
+        os.makedirs(os.path.dirname(os.path.join(path, j)) or path, exist_ok=True)
+        with open(os.path.join(path, j), "wb") as fh:
+            fh.write(b"not a vault file")
+    expected = set(storage.FolderShelf(path).list()) - set(storage.FolderShelf(copy).list())
+    assert len(expected) >= 12
+    assert sorted(transport.loose_missing(path, copy)) == sorted(expected)
+    assert transport.loose_missing(copy, path) == []
+    os.makedirs(os.path.join(copy, "packs"), exist_ok=True)
+    with open(os.path.join(copy, "packs", "x.pack"), "wb") as fh:
+        fh.write(b"a pack")
+    assert transport.loose_missing(path, copy) is None
+    assert set(merge_into(copy, path)) == {n for n in expected if kind_of(n) != "descriptor"}
+    assert set(storage.FolderShelf(copy).list()) >= set(storage.FolderShelf(path).list())
+
+
 def test_a_merge_writes_in_chunks_with_one_directory_fsync_each_and_loses_nothing(new_vault, tmp_path, monkeypatch):
     """``merge_into`` writes the files it copies a chunk at a time, each file durable before its name
     appears and each directory fsynced once per chunk (not twice per file: 20,000 fsyncs for a merge
@@ -501,26 +541,12 @@ def test_a_merge_writes_in_chunks_with_one_directory_fsync_each_and_loses_nothin
     from camillo import storage, transport
     from camillo.errors import StorageError
 
-    path, vault, _ = new_vault
-    copy = str(tmp_path / "copy")
-    shutil.copytree(path, copy)
-    for i in range(30):
-        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden note {i}")])
-    vault.lock()
+    path, copy = diverged(new_vault, tmp_path, 30)
     synced: list[str] = []
     real_sync = storage.fsync_dir
     monkeypatch.setattr(storage, "fsync_dir", lambda d: (synced.append(d), real_sync(d))[1])
     monkeypatch.setattr(transport, "MERGE_CHUNK_FILES", 8)
-    real_stage = storage.FolderShelf.stage
-    calls = {"n": 0}
-
-    def failing(self, name, data):
-        calls["n"] += 1
-        if calls["n"] == 12:
-            raise StorageError(f"cannot write {name}: No space left on device", file=name)
-        return real_stage(self, name, data)
-
-    monkeypatch.setattr(storage.FolderShelf, "stage", failing)
+    real_stage = fail_the_nth_write(monkeypatch, 12)
     before = set(storage.FolderShelf(copy).list())
     with pytest.raises(StorageError, match="No space left"):
         merge_into(copy, path)

@@ -7,10 +7,11 @@ import hashlib
 import io
 import os
 import random
+import stat
 import time
 
 import pytest
-from camillo import descriptor, encoding, packs, storage
+from camillo import bulksync, descriptor, encoding, packs, storage
 from camillo.errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion
 from camillo.primitives import sha256
 from hypothesis import HealthCheck, given, settings
@@ -579,6 +580,51 @@ def test_write_all_syncs_each_directory_once_and_leaves_nothing_on_failure(shelf
     with pytest.raises(StorageError, match="refusing to overwrite"):
         shelf.write_all(entries)
     assert _all_files(shelf.location) == [clash_name], "a failed write_all left files behind"
+
+
+def test_write_all_of_many_files_syncs_their_file_system_once_before_any_name_appears(shelf, monkeypatch):
+    """From SYNC_WHOLE_FILES files on (a merge's copies), where the system has syncfs(2) (Linux 5.8 and
+    later): no fsync of each file, but one sync of the file system once every temp file is written and
+    before any is given its name; without syncfs, an fsync of each; a failure of the sync leaves nothing
+    and is said."""
+    real = bulksync.file_system_sync()
+    if real is None:
+        pytest.skip("this system has no syncfs(2) that reports write-back errors")
+    real_fsync, events = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            events.append("file")
+        real_fsync(fd)
+
+    def whole(directories):
+        files = _all_files(shelf.location)
+        events.append(("sync", sum("/.tmp-" in f for f in files), sum("/.tmp-" not in f for f in files)))
+        real(directories)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(storage, "file_system_sync", lambda: whole)
+    n = storage.SYNC_WHOLE_FILES
+    entries = [seg_entry(300 + i, 256) for i in range(n)]
+    assert sorted(shelf.write_all(entries)) == sorted(name for name, _ in entries)
+    assert events == [("sync", n, 0)], "each file fsynced, or a name given before the sync"
+    assert all(shelf.read(name) == data for name, data in entries)
+    assert _all_files(shelf.location) == sorted(name for name, _ in entries)
+
+    events.clear()
+    monkeypatch.setattr(storage, "file_system_sync", lambda: None)
+    more = [seg_entry(500 + i, 256) for i in range(n)]
+    shelf.write_all(more)
+    assert events == ["file"] * n
+
+    def failing(directories):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(storage, "file_system_sync", lambda: failing)
+    third = [seg_entry(700 + i, 256) for i in range(n)]
+    with pytest.raises(StorageError, match="cannot write to .*Input/output error"):
+        shelf.write_all(third)
+    assert _all_files(shelf.location) == sorted(name for name, _ in entries + more), "a failed sync left files"
 
 
 def test_vault_files_and_directories_are_private(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import unicodedata
 
 import pytest
@@ -563,6 +565,75 @@ def test_batch_signatures_stripped():
     # the header promises Ed25519 and ML-DSA-65; only the Ed25519 signature is present
     both = make(sig_algs=(1, 2))
     assert not records.verify_batch_signature(both, SIGNER.public, (1, 2))
+
+
+def threads_verifying(monkeypatch):
+    """The threads records.verify_batch_signature runs on from here (a set that fills), and the real one."""
+    threads: set[int] = set()
+    real = records.verify_batch_signature
+
+    def counted(batch, public, *rest):
+        threads.add(threading.get_ident())
+        return real(batch, public, *rest)
+
+    monkeypatch.setattr(records, "verify_batch_signature", counted)
+    return threads, real
+
+
+def test_many_batch_signatures_are_verified_on_every_core_with_the_verdicts_of_one_by_one(monkeypatch):
+    """verify_batch_signatures: from PARALLEL_SIGNATURES batches on, on a pool of threads (Ed25519
+    releases the interpreter lock), each verdict the one verify_batch_signature gives alone."""
+    good = [make(_raws(1), seq=i + 1) for i in range(records.PARALLEL_SIGNATURES + 8)]
+    b = good[5]
+    sig = bytearray(b.sigs[0][1])
+    sig[3] ^= 1
+    flipped = Batch(b.id, b.header_bytes, b.header, ((1, bytes(sig)),), b.records)
+    pairs = [(x, SIGNER.public) for x in good] + [(flipped, SIGNER.public), (good[0], OTHER.public)]
+    pairs += [(make(sig_algs=(1, 2)), SIGNER.public)]
+    threads, real = threads_verifying(monkeypatch)
+    assert records.verify_batch_signatures(pairs) == [real(x, pk) for x, pk in pairs]
+    assert records.verify_batch_signatures(pairs)[-3:] == [False, False, False]
+    if (os.cpu_count() or 1) > 1:
+        assert len(threads) > 1, "verified on one thread"
+
+
+def test_a_roster_over_many_new_batches_signs_each_good_one_and_not_the_forged_one(monkeypatch):
+    """The roster's builder verifies the new plain batches of writers it knows together
+    (verify_batch_signatures) before its pass over them: each good one is signed, a forged one is
+    not, and the roster is the one a verification one by one gives."""
+    from camillo.control import BatchView, build_roster
+
+    from tests.conformance.control_vectors import RosterCase
+
+    case = RosterCase("many signatures")
+    case.batch(case.D, "control", [case.genesis])
+    plain = [case.batch(case.D, "personal", [records.encode_record(Kind.NOTE, case.D.writer_id, value=f"note {i}",
+                                                                   authority=3, type="message", ts=1)])
+             for i in range(records.PARALLEL_SIGNATURES + 4)]
+    bad = plain[7]
+    sig = bytearray(bad.sigs[0][1])
+    sig[0] ^= 0x40
+    forged = Batch(bad.id, bad.header_bytes, bad.header, ((1, bytes(sig)),), bad.records)
+
+    def roster():
+        views = {}
+        for _, x in case.batches:
+            x = forged if x.id == bad.id else x
+            recs = [records.decode_record(raw, expected_id=rid) for rid, raw in zip(x.header.records, x.records)]
+            views[x.id] = BatchView(x, f"segment {x.id.hex()[:8]}", bytes(16),
+                                    [r if r.is_control else None for r in recs])
+        r, signed = build_roster(case.vault_id, views)
+        return r, signed, {bid for bid, v in views.items() if v.sig_ok}
+
+    threads, real = threads_verifying(monkeypatch)
+    together, signed, ok = roster()
+    assert len(threads) > (1 if (os.cpu_count() or 1) > 1 else 0), "the plain batches were not verified together"
+    assert signed == {x.id for _, x in case.batches} - {bad.id}
+    assert ok == signed
+    monkeypatch.setattr(records, "PARALLEL_SIGNATURES", 10**9)
+    alone = roster()
+    assert (together.problems, together.excluded, together.principals, signed, ok) == (
+        alone[0].problems, alone[0].excluded, alone[0].principals, alone[1], alone[2])
 
 
 def test_batch_sig_algs_mismatch():

@@ -62,6 +62,45 @@ def test_the_state_is_opened_in_place_and_only_new_segments_are_read(new_vault, 
         assert fingerprint(v) == from_scratch(path)
 
 
+def test_a_refresh_that_reads_many_segments_widens_the_page_cache_until_its_commit(new_vault, monkeypatch, tmp_path):
+    """Another device's many batches (a merge) go to random pages of the indexes of ids: a refresh that
+    reads WIDE_SEGMENTS segments or more holds every page it touches in a page cache of
+    WIDE_PAGE_CACHE_KIB until its commit, then goes back to PAGE_CACHE_KIB; a refresh of a few keeps
+    the narrow one, and the state is the one a cold open computes."""
+    from camillo import cache, state
+
+    path, vault, _ = new_vault
+    _fill(vault, 4)
+    vault.lock()
+    with open_vault(path):
+        pass
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:
+        _fill(other, 6)
+    switch_home(monkeypatch, tmp_path / "home")
+    sizes: list[int] = []
+    real = state.State.commit
+
+    def commit(self):
+        sizes.append(self._db.execute("PRAGMA cache_size").fetchone()[0])
+        real(self)
+
+    monkeypatch.setattr(state.State, "commit", commit)
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 5)
+    with open_vault(path) as v:
+        state_db = v.session.reader.materialized.db
+        assert v.session.reader.decryptions >= 5
+        widened = sizes[0] if sizes else state_db.execute("PRAGMA cache_size").fetchone()[0]  # (committed yet or not)
+        assert widened == -cache.WIDE_PAGE_CACHE_KIB, "the refresh of many segments kept the narrow cache"
+        v.session.reader.materialized.commit()
+        assert state_db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB
+        assert fingerprint(v) == from_scratch(path)
+        committed = len(sizes)
+        v.append([NewRecord(type="message", text="one more")])
+        v.refresh()
+    assert set(sizes[committed:]) == {-cache.PAGE_CACHE_KIB}
+
+
 def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_gets_them_back(new_vault, monkeypatch):
     """Issue 19 item 3: a cold open stages every record into an empty state with the secondary indexes
     dropped and builds them once at the end (camillo.cache.indexes_deferred); the result is the state a

@@ -10,7 +10,7 @@ from camillo import Authority, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCre
 from camillo.errors import KeychainError, NotAVault, UnsupportedVersion, UsageError
 from camillo.transport import pack_vault, unpack_vault
 
-from .helpers import all_files, snapshot, switch_home
+from .helpers import all_files, fail_the_nth_write, snapshot, switch_home
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -131,6 +131,36 @@ def test_pack_is_deterministic_and_opens_read_only(new_vault, tmp_path):
         assert [r.text for r in v.timeline()] == ["packed"]
     pack_vault(str(out), str(tmp_path / "c.vmem"))
     assert (tmp_path / "c.vmem").read_bytes() == a.read_bytes()
+
+
+def test_an_unpack_writes_in_chunks_and_one_cut_short_is_no_vault_and_says_so(new_vault, tmp_path, monkeypatch):
+    """``unpack_vault`` writes the files a chunk at a time as a merge does (each durable before its
+    name appears, not three fsyncs per file), the descriptor last: a file that cannot be written stops
+    it with the error, leaves no file of its chunk and no descriptor (the folder opens as no vault, and
+    an unpack into it says what it holds), and unpacking into another folder completes it."""
+    from camillo import storage, transport
+    from camillo.errors import StorageError
+
+    path, vault, _ = new_vault
+    for i in range(20):
+        vault.append([NewRecord(type="message", text=f"unpacked note {i}")])
+    vault.lock()
+    vmem, out = str(tmp_path / "v.vmem"), str(tmp_path / "unpacked")
+    pack_vault(path, vmem)
+    monkeypatch.setattr(transport, "MERGE_CHUNK_FILES", 8)
+    real_stage = fail_the_nth_write(monkeypatch, 12)
+    with pytest.raises(StorageError, match="No space left"):
+        unpack_vault(vmem, out)
+    assert len(all_files(out)) == 8, "the chunk that failed left files behind, or an earlier chunk was undone"
+    with pytest.raises(NotAVault):
+        Vault.open(out, Unlock.passphrase(PASSPHRASE), cache=False, register=False)
+    monkeypatch.setattr(storage.FolderShelf, "stage", real_stage)
+    with pytest.raises(StorageError, match="holds part of a vault .*cut short.*delete this one"):
+        unpack_vault(vmem, out)
+    out = str(tmp_path / "unpacked again")
+    assert unpack_vault(vmem, out) == len(all_files(path))
+    with Vault.open(out, Unlock.passphrase(PASSPHRASE), cache=False, register=False) as v:
+        assert sorted(r.text for r in v.timeline()) == sorted(f"unpacked note {i}" for i in range(20))
 
 
 def _passphrase_change_files(path: str, vault: Vault, messages: int) -> tuple[int, int, int]:

@@ -361,6 +361,7 @@ class Reader:
                 v.stored_flags = bits
         if rows:
             self._drop_stored_log()
+        rows.sort(key=lambda row: row[3])  # in the order of the id index: each of its pages read once
         db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
                        [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
@@ -409,6 +410,8 @@ class Reader:
         todo = sorted(n for n in candidates if (n not in known or n in unreadable) and kind_of(n) == "segment")
         last_report = 0.0
         state = self.materialized
+        if len(todo) >= cache_mod.WIDE_SEGMENTS:
+            state.widen_page_cache()
         # a cold load into an empty state builds the secondary indexes once, after it
         with cache_mod.indexes_deferred(state.cache_db, state.flush) if todo else nullcontext():
             for done, name in enumerate(todo):
