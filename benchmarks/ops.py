@@ -329,6 +329,7 @@ def merge(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     from .corpus import clone_tree
 
     clone_tree(os.path.join(fx.root, "A"), root)
+    os.sync()  # (as clone_fixture: the clone's own write-back is not the merge's)
     a = Fixture("merge-A", root, fx.meta)
     other = os.path.join(fx.root, "B", "vault")
     with Meter() as m:

@@ -582,6 +582,33 @@ def test_write_all_syncs_each_directory_once_and_leaves_nothing_on_failure(shelf
     assert _all_files(shelf.location) == [clash_name], "a failed write_all left files behind"
 
 
+def test_stage_all_stages_files_together_with_each_directory_synced_once_and_leaves_nothing_on_failure(
+        shelf, monkeypatch):
+    """stage_all (a key change's segment per compartment, before the counter is saved): each file
+    staged under a dot name (none given its name yet), durable, each directory fsynced once, not
+    once per file; if one cannot be staged, none stays."""
+    entries = [seg_entry(900 + i, 300) for i in range(6)]
+    dirs = {os.path.join(shelf.location, os.path.dirname(n)) for n, _ in entries}
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    synced: list[str] = []
+    real = storage.fsync_dir
+    monkeypatch.setattr(storage, "fsync_dir", lambda d: (synced.append(d), real(d)))
+    staged = shelf.stage_all(entries)
+    assert sorted(n for n, _ in staged) == sorted(n for n, _ in entries)
+    assert sorted(synced) == sorted(dirs)
+    assert all("/.tmp-" in f for f in _all_files(shelf.location)) and len(_all_files(shelf.location)) == 6
+    for name, tmp in staged:
+        assert shelf.commit(name, tmp)
+    assert all(shelf.read(n) == d for n, d in entries)
+
+    clash_name, clash = entries[2]
+    more = [seg_entry(950 + i, 300) for i in range(4)] + [(clash_name, clash[:-1] + bytes([clash[-1] ^ 1]))]
+    with pytest.raises(StorageError, match="refusing to overwrite"):
+        shelf.stage_all(more)
+    assert not [f for f in _all_files(shelf.location) if "/.tmp-" in f], "a failed stage_all left temp files"
+
+
 def test_write_all_of_many_files_syncs_their_file_system_once_before_any_name_appears(shelf, monkeypatch):
     """From SYNC_WHOLE_FILES files on (a merge's copies), where the system has syncfs(2) (Linux 5.8 and
     later): no fsync of each file, but one sync of the file system once every temp file is written and

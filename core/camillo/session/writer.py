@@ -175,10 +175,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
             # number skipped for good (a gap every reader would report as missing).
             staged: list[tuple[str, str]] = []
             try:
-                for name, data in files:
-                    tmp = folder.stage(name, data)
-                    if tmp is not None:
-                        staged.append((name, tmp))
+                staged = folder.stage_all(files)  # (a key change's segment per compartment: together)
                 if confirm is not None and not confirm():
                     _forget(session, staged)  # a key change arrived meanwhile: numbered again on the new view
                     continue
