@@ -12,9 +12,11 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 
+WholeSync = Callable[[Iterable[str]], None]  # makes durable what was written to the directories' file systems
+
 
 @functools.lru_cache(maxsize=1)
-def file_system_sync() -> Callable[[Iterable[str]], None] | None:
+def file_system_sync() -> WholeSync | None:
     """A function that makes every byte written before it to the file systems holding the given
     directories durable, raising OSError when the system reports a failure to write back: Linux's
     ``syncfs(2)``, from kernel 5.8 (before, it did not report write-back errors).  None elsewhere:

@@ -206,6 +206,30 @@ def search_group(ts: int) -> int:
     return min(max(ts, 0), SEARCH_TIME_MAX)
 
 
+# The batches' secondary indexes (complete_schema makes them; a cold load builds them after it, see
+# indexes_deferred).
+BATCH_INDEXES = (
+    # What a warm open reads of every batch, without the stored headers beside it in the table's pages
+    # (73 MB at a million records): the open's scan reads this index alone, a third of the time.
+    "CREATE INDEX IF NOT EXISTS cache_batches_open ON cache_batches(id, segment, epoch, controls, sig_ok, "
+    "vouched, accepted, writer, seq, compartment)",
+    # The batches a warm open of an unchanged folder makes a view of (camillo.session.views.BatchViews):
+    # those holding a control record (the roster's), those not accepted (their problems are reported
+    # again), and those an older version stored (control NULL: completed by that open).
+    f"CREATE INDEX IF NOT EXISTS cache_batches_special ON cache_batches(id) WHERE {SPECIAL_BATCHES}",
+    # The batches of given writers (BatchViews.of_writers): those a key change can move, without a scan
+    # of every batch (100 ms at a million records, twice in a passphrase change).
+    "CREATE INDEX IF NOT EXISTS cache_batches_writer ON cache_batches(writer)",
+    # The batches accepted on a compaction's signature (State._COLUMNS asks it for each record a page
+    # shows: a lookup in this index alone, which holds none in a vault never compacted, not in the
+    # table's own index and then its row: 5-7 ms -> 0.8 ms for a page of 200 results at a million records).
+    "CREATE INDEX IF NOT EXISTS cache_batches_vouched ON cache_batches(id) WHERE vouched = 1",
+    # The accepted batches' ids (Reader.last_accepted, which a key change asks for): this index alone, not
+    # the covering index of every column (125 -> 36 ms at a million records).
+    "CREATE INDEX IF NOT EXISTS cache_batches_accepted ON cache_batches(id) WHERE accepted = 1",
+)
+
+
 def complete_schema(db: Connection) -> None:
     """Create what is missing of the schema, and bring a state an older version wrote to this one in
     place: the columns of ``cache_batches`` it lacks (the writer, seq and compartment: ``ALTER TABLE``
@@ -227,38 +251,22 @@ def complete_schema(db: Connection) -> None:
     for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB"), ("control", "INTEGER")):
         if column not in have:
             db.execute(f"ALTER TABLE cache_batches ADD COLUMN {column} {kind}")
-    # What a warm open reads of every batch, without the stored headers beside it in the table's pages
-    # (73 MB at a million records): the open's scan reads this index alone, a third of the time.
-    db.execute("CREATE INDEX IF NOT EXISTS cache_batches_open ON cache_batches(id, segment, epoch, controls, sig_ok, "
-               "vouched, accepted, writer, seq, compartment)")
-    # The batches a warm open of an unchanged folder makes a view of (camillo.session.views.BatchViews):
-    # those holding a control record (the roster's), those not accepted (their problems are reported
-    # again), and those an older version stored (control NULL: completed by that open).
-    db.execute(f"CREATE INDEX IF NOT EXISTS cache_batches_special ON cache_batches(id) WHERE {SPECIAL_BATCHES}")
-    # The batches of given writers (BatchViews.of_writers): those a key change can move, without a scan
-    # of every batch (100 ms at a million records, twice in a passphrase change).
-    db.execute("CREATE INDEX IF NOT EXISTS cache_batches_writer ON cache_batches(writer)")
-    # The batches accepted on a compaction's signature (State._COLUMNS asks it for each record a page
-    # shows: a lookup in this index alone, which holds none in a vault never compacted, not in the
-    # table's own index and then its row: 5-7 ms -> 0.8 ms for a page of 200 results at a million records).
-    db.execute("CREATE INDEX IF NOT EXISTS cache_batches_vouched ON cache_batches(id) WHERE vouched = 1")
-    # The accepted batches' ids (Reader.last_accepted, which a key change asks for): this index alone, not
-    # the covering index of every column (125 -> 36 ms at a million records).
-    db.execute("CREATE INDEX IF NOT EXISTS cache_batches_accepted ON cache_batches(id) WHERE accepted = 1")
+    for ddl in BATCH_INDEXES:
+        db.execute(ddl)
     if db.execute("SELECT 1 FROM search_config WHERE k = 'secure-delete'").fetchone() is None:
         db.execute("INSERT INTO search(search, rank) VALUES('secure-delete', 1)")
 
 
 # The indexes of the records and references tables, built after a bulk load (see indexes_deferred).
 _INDEX_DDL = [line.rstrip(";") for line in SCHEMA.splitlines()
-              if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)]
+              if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)] + list(BATCH_INDEXES)
 _DEFERRED_INDEXES = [line.split()[5] for line in _INDEX_DDL]  # CREATE INDEX IF NOT EXISTS <name> ON …
 
 
 @contextmanager
 def indexes_deferred(db: Connection, flush: Callable[[], None]) -> Iterator[None]:
-    """Load many batches into an empty state (a cold open): the secondary indexes of the records and
-    references are dropped for the load and built once after it, after ``flush`` wrote the last staged
+    """Load many batches into an empty state (a cold open): the secondary indexes of the records, the
+    references and the batches are dropped for the load and built once after it, after ``flush`` wrote the last staged
     rows (a sorted build instead of a B-tree update per row).  A process killed meanwhile leaves a
     database without them, which the next open's schema (``CREATE INDEX IF NOT EXISTS``) completes.
     A state that holds records is loaded as it is."""

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
-from .bulksync import file_system_sync
+from .bulksync import WholeSync, file_system_sync
 from .errors import (
     DamagedFile,
     NotAVault,
@@ -598,19 +598,23 @@ class FolderShelf:
             self._unsynced.add(directory)
 
     @contextlib.contextmanager
-    def _directories_synced_at_the_end(self) -> Iterator[None]:
+    def _directories_synced_at_the_end(self, whole: WholeSync | None = None) -> Iterator[None]:
         """Within: each directory a write or deletion changed is fsynced once, on the way out (also
-        when it fails), instead of after every file."""
+        when it fails), instead of after every file; with ``whole`` (:func:`file_system_sync`), their
+        file systems are synced once instead (a merge's files go into 256 directories)."""
         self._unsynced = set()
         try:
             yield
         finally:
             directories, self._unsynced = self._unsynced, None
-            for directory in sorted(directories):
-                try:
-                    fsync_dir(directory)
-                except OSError as exc:
-                    raise StorageError(f"cannot write to {directory}: {exc.strerror}") from None
+            try:
+                if whole is not None and directories:
+                    whole(directories)
+                else:
+                    for directory in sorted(directories):
+                        fsync_dir(directory)
+            except OSError as exc:
+                raise StorageError(f"cannot write to {exc.filename or self.location}: {exc.strerror}") from None
 
     def write_all(self, files: Sequence[tuple[str, bytes]]) -> builtins.list[str]:
         """Write an operation's new files (a key change's envelopes and slots, an erasure's segments,
@@ -622,8 +626,9 @@ class FolderShelf:
         if len(files) < 2:
             return [name for name, data in files if self.write(name, data)]
         written: builtins.list[str] = []
-        with self._directories_synced_at_the_end():
-            staged = self._stage_each(files)
+        whole = file_system_sync() if len(files) >= SYNC_WHOLE_FILES else None
+        with self._directories_synced_at_the_end(whole):
+            staged = self._stage_each(files, whole)
             try:
                 for i, (name, tmp) in enumerate(staged):
                     if self.commit(name, tmp):
@@ -649,10 +654,12 @@ class FolderShelf:
         if len(files) == 1:  # (an interactive append: no pool)
             tmp = self.stage(*files[0])
             return [] if tmp is None else [(files[0][0], tmp)]
-        with self._directories_synced_at_the_end():
-            return self._stage_each(files)
+        whole = file_system_sync() if len(files) >= SYNC_WHOLE_FILES else None
+        with self._directories_synced_at_the_end(whole):
+            return self._stage_each(files, whole)
 
-    def _stage_each(self, files: Sequence[tuple[str, bytes]]) -> builtins.list[tuple[str, str]]:
+    def _stage_each(self, files: Sequence[tuple[str, bytes]],
+                    whole: WholeSync | None) -> builtins.list[tuple[str, str]]:
         """What :meth:`stage_all` does, inside the caller's :meth:`_directories_synced_at_the_end`:
         each file's bytes durable before this returns, after every temp file is written (a sync of
         the whole file system then makes each file's bytes durable before its name appears, as its
@@ -661,7 +668,6 @@ class FolderShelf:
             return []
         for directory in sorted({os.path.dirname(self._path(name)) for name, _ in files}):
             make_dirs_durable(directory)  # before the threads: each made (and its parent synced) once
-        whole = file_system_sync() if len(files) >= SYNC_WHOLE_FILES else None
         staged: builtins.list[tuple[str, str]] = []
         failure: BaseException | None = None
         with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(files))) as pool:

@@ -125,7 +125,7 @@ def loose_missing(source: str, target: str) -> list[str] | None:
 
 
 # a merge or an unpack writes its files this many at a time (or this many bytes): memory stays bounded
-MERGE_CHUNK_FILES = 2048
+MERGE_CHUNK_FILES = 8192
 MERGE_CHUNK_BYTES = 32 * 1024 * 1024
 
 

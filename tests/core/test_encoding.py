@@ -426,3 +426,63 @@ _TAG_HEADS = [b"\xc0", b"\xc1", b"\xc2", b"\xc3", b"\xc4", b"\xc5", b"\xd8\x19",
 def test_semantic_tags_around_random_values_raise_canonical_error(head, v, ops):
     """Feed every tag cbor2 decodes natively a random (possibly mutated) content item."""
     check_strict(mutate(head + encoding.encode(v), ops))
+
+
+def _plain_walk(obj, depth, path):
+    """The profile's check as the spec states it, one call per item (what encoding.check_value does
+    with the leaves of an array or a map checked in its loop)."""
+    t = type(obj)
+    if (t is list or t is dict) and depth >= encoding.MAX_DEPTH:
+        raise CanonicalError(f"{path}: nested more than {encoding.MAX_DEPTH} levels")
+    if t is int:
+        if not encoding.INT_MIN <= obj <= encoding.INT_MAX:
+            raise CanonicalError(f"{path}: integer outside 64 bits")
+    elif t is list:
+        for item in obj:
+            _plain_walk(item, depth + 1, path)
+    elif t is dict:
+        kinds = []
+        for k, v in obj.items():
+            if type(k) is int and k < 0:
+                raise CanonicalError(f"{path}: negative map key")
+            kind = {int: "uint", str: "text", bytes: "bytes"}.get(type(k))
+            if kind is None:
+                raise CanonicalError(f"{path}: map keys must be unsigned integers, text or byte strings")
+            if kinds and kinds[0] != kind:
+                raise CanonicalError(f"{path}: map mixes key types ({kinds[0]} and {kind})")
+            kinds.append(kind)
+            _plain_walk(v, depth + 1, path)
+    elif t is float:
+        raise CanonicalError(f"{path}: floating-point numbers are not allowed")
+    elif not (t is bytes or t is str or t is bool or obj is None):
+        raise CanonicalError(f"{path}: {t.__name__} (a CBOR tag or simple value) is not allowed")
+
+
+_leaves = st.one_of(st.integers(-(2**65), 2**65), st.booleans(), st.none(), st.binary(max_size=4),
+                    st.text(max_size=3), st.floats(allow_nan=False), st.just(bytearray(b"a")), st.just((1,)))
+_keys = st.one_of(st.integers(-2, 5), st.sampled_from("abc"), st.sampled_from([b"a", b"b"]), st.booleans(), st.just(1.0))
+_values = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(_keys, inner, max_size=4)), max_leaves=30)
+
+
+def _verdict(check, obj):
+    try:
+        check(obj, 0, "v")
+    except CanonicalError as exc:
+        return exc.message
+    return "ok"
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values)
+def test_the_profile_check_accepts_and_refuses_what_a_walk_of_every_item_does(value):
+    assert _verdict(lambda o, d, p: encoding.check_value(o, p), value) == _verdict(_plain_walk, value)
+
+
+def test_the_profile_check_refuses_nesting_past_the_limit_as_a_walk_of_every_item_does():
+    for n in (encoding.MAX_DEPTH - 1, encoding.MAX_DEPTH, encoding.MAX_DEPTH + 1):
+        for wrap in (lambda o: [o], lambda o: {1: o}, lambda o: {"k": [o]}):
+            value = 1
+            for _ in range(n):
+                value = wrap(value)
+            assert _verdict(lambda o, d, p: encoding.check_value(o, p), value) == _verdict(_plain_walk, value)
