@@ -18,8 +18,9 @@ from .errors import DamagedFile, NotAVault, StorageError, UsageError
 from .names import kind_of
 from .objectstore import open_location
 from .packs import PackReader, write_pack
+from .places import PATH_ERRNOS, check_new_file
 from .primitives import random_bytes
-from .storage import DIRECTORIES, PATH_ERRNOS, FolderShelf, Shelf, check_new_file, hash_matches
+from .storage import DIRECTORIES, FolderShelf, Shelf, hash_matches
 
 
 def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, bytes]:

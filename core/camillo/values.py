@@ -31,6 +31,9 @@ from .objectstore import object_store_keys_kept as object_store_keys_kept
 from .objectstore import object_store_url as object_store_url
 from .objectstore import remember_object_store_keys as remember_object_store_keys
 from .objectstore import with_endpoint as with_endpoint
+
+# where a face must not write plaintext or secrets: a vault folder travels to every host it syncs to
+from .places import vault_folder_holding as vault_folder_holding
 from .records import (
     KEYED_TYPES,
     MAX_ID_LIST,
@@ -46,9 +49,6 @@ from .records import (
 )
 from .search import parse as parse_search_query
 from .state import FactView, RecordView, jsonable
-
-# where a face must not write plaintext or secrets: a vault folder travels to every host it syncs to
-from .storage import vault_folder_holding as vault_folder_holding
 
 if TYPE_CHECKING:
     from .credentials import Credential

@@ -29,11 +29,12 @@ from ..changes import Changes
 from ..control import Level
 from ..errors import AccessDenied, DamagedFile, StorageError, UsageError
 from ..log import SYNC_GRACE_SECONDS
+from ..places import PATH_ERRNOS, check_new_file
 from ..primitives import constant_time_equal, random_bytes
 from ..records import Authority, F, Kind, encode_record, validated_record
 from ..session import Session
 from ..session.writer import sealing_key, write_batches
-from ..storage import PATH_ERRNOS, FolderShelf, check_new_file
+from ..storage import FolderShelf
 
 MAX_NAME = 255
 

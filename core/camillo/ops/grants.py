@@ -17,11 +17,11 @@ from ..control import GrantInfo as RosterGrant
 from ..control import Level, Principal
 from ..credentials import Credential, CredentialKind
 from ..errors import StorageError, UsageError
+from ..places import PATH_ERRNOS, check_new_file
 from ..records import Authority, Kind, encode_record
 from ..session import Session
 from ..session.grantfile import GrantFile, write_grant_file
 from ..session.writer import write_batches
-from ..storage import PATH_ERRNOS, check_new_file
 from ..values import GrantCreated, GrantInfo
 from .compartments import mirror_roster
 from .rekey import FileList, grant_envelopes
