@@ -257,6 +257,13 @@ class Corpus:
                 or (dep is not None and meta.get("parent_built") != dep.meta["built"])
                 or (name == "reopen" and meta.get("new_batches") != self.reopen_batches)):
             return None
+        # (the parent process checks; its children trust it) a vault that changed since it was built:
+        # something opened the fixture in place (a profiling script with a home of its own registers a
+        # device, and every figure on that fixture then measures reading what it wrote)
+        vault = os.path.join(self.base, name, "vault")
+        if not self.readonly and "fingerprint" in meta and tree_fingerprint(vault) != meta["fingerprint"]:
+            self.say(f"the {name} corpus's vault changed since it was built (opened in place?): it is built again")
+            return None
         return meta
 
     def get(self, name: str) -> Fixture:

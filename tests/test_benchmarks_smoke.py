@@ -114,6 +114,28 @@ def test_a_clones_writes_never_reach_the_fixture(tmp_path):
     assert contents(original) == before, "a clone's writes changed the fixture"
 
 
+def test_a_fixture_whose_vault_changed_since_it_was_built_is_built_again(tmp_path):
+    """A fixture opened in place (not through a clone) by something that wrote to it, such as a script
+    that opens it with a home of its own and so registers a device, is not measured: the parent
+    process finds its vault's files differ from what was built and builds it again (readonly children
+    trust the parent)."""
+    from benchmarks.corpus import Corpus
+
+    said: list[str] = []
+    corpus = Corpus(str(tmp_path / "work"), 200, quick=True, say=said.append)
+    fx = corpus.get("demo")
+    built = fx.meta["built"]
+    assert Corpus(str(tmp_path / "work"), 200, quick=True, say=said.append).get("demo").meta["built"] == built
+    os.makedirs(os.path.join(fx.vault, "env"), exist_ok=True)
+    with open(os.path.join(fx.vault, "env", "0" * 64 + ".env"), "wb") as fh:
+        fh.write(b"written in place")
+    reader = Corpus(str(tmp_path / "work"), 200, quick=True, readonly=True, say=said.append)
+    assert reader.get("demo").meta["built"] == built
+    again = Corpus(str(tmp_path / "work"), 200, quick=True, say=said.append).get("demo")
+    assert again.meta["built"] != built
+    assert any("changed since it was built" in m for m in said)
+
+
 def test_the_children_run_from_bytecode_compiled_before_anything_is_timed():
     """An installed app runs from its bytecode; a child that compiled every module it imports would
     time the compiler (the desktop's launch to its first rows).  The bytecode stays out of the tree."""
