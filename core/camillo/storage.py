@@ -649,7 +649,7 @@ class FolderShelf:
         bytes), all durable when this returns, at the cost of their own fsyncs, made in parallel, or,
         for many files where the system has it (:func:`file_system_sync`), of one sync of each file
         system they are on, and one fsync per directory: where :meth:`stage` makes two fsyncs per
-        file one after the other (a passphrase change stages a segment per compartment: 15 -> 4 ms).
+        file one after the other (a passphrase change stages a segment per compartment).
         If one cannot be staged, none stays and the error is raised."""
         if len(files) == 1:  # (an interactive append: no pool)
             tmp = self.stage(*files[0])
@@ -663,7 +663,8 @@ class FolderShelf:
         """What :meth:`stage_all` does, inside the caller's :meth:`_directories_synced_at_the_end`:
         each file's bytes durable before this returns, after every temp file is written (a sync of
         the whole file system then makes each file's bytes durable before its name appears, as its
-        own fsync would: a merge of 5,000 files, 1.2 s of fsyncs -> 0.1 s)."""
+        own fsync would: 5,000 files of 4 KiB in a new folder, 0.73 s with an fsync each on 8 threads ->
+        0.15 s)."""
         if not files:
             return []
         for directory in sorted({os.path.dirname(self._path(name)) for name, _ in files}):
