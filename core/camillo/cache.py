@@ -257,19 +257,20 @@ def complete_schema(db: Connection) -> None:
         db.execute("INSERT INTO search(search, rank) VALUES('secure-delete', 1)")
 
 
-# The indexes of the records and references tables, built after a bulk load (see indexes_deferred).
+# The indexes of the records, references and batches tables, built after a bulk load (see indexes_deferred).
 _INDEX_DDL = [line.rstrip(";") for line in SCHEMA.splitlines()
-              if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)] + list(BATCH_INDEXES)
+              if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)]
+_INDEX_DDL += BATCH_INDEXES
 _DEFERRED_INDEXES = [line.split()[5] for line in _INDEX_DDL]  # CREATE INDEX IF NOT EXISTS <name> ON …
 
 
 @contextmanager
 def indexes_deferred(db: Connection, flush: Callable[[], None]) -> Iterator[None]:
     """Load many batches into an empty state (a cold open): the secondary indexes of the records, the
-    references and the batches are dropped for the load and built once after it, after ``flush`` wrote the last staged
-    rows (a sorted build instead of a B-tree update per row).  A process killed meanwhile leaves a
-    database without them, which the next open's schema (``CREATE INDEX IF NOT EXISTS``) completes.
-    A state that holds records is loaded as it is."""
+    references and the batches are dropped for the load and built once after it, after ``flush``
+    wrote the last staged rows (a sorted build instead of a B-tree update per row).  A process
+    killed meanwhile leaves a database without them, which the next open's schema (``CREATE INDEX
+    IF NOT EXISTS``) completes.  A state that holds records is loaded as it is."""
     if db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
         yield
         return

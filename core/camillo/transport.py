@@ -66,7 +66,7 @@ def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, 
 def unpack_vault(pack_path: str, directory: str) -> int:
     """Unpack a ``.vmem`` into an empty (or new) folder; return the number of files written.  The
     files are written in chunks, as a merge writes them (:func:`write_chunked`), the descriptor last:
-    a folder an interrupted unpack left is no vault yet, and unpacking again completes it."""
+    a folder an interrupted unpack left is no vault, and an unpack into it says it holds part of one."""
     reader = PackReader(pack_path)
     try:
         names = [e.name for e in reader.entries]
