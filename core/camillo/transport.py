@@ -181,8 +181,9 @@ def merge_into(path: str, other: str) -> list[str]:
                 f"{other} is a different vault ({theirs.vault_id.hex()[:12]}, not {mine.vault_id.hex()[:12]}); "
                 "only copies of the same vault can be merged"
             )
-        fast = (loose_missing(source.root, target.root) if isinstance(target, FolderShelf)
-                and isinstance(source, FolderShelf) else None)
+        # (two folders on disk: not an object store, whose local mirror need not hold all its files)
+        fast = (loose_missing(source.root, target.root) if type(target) is FolderShelf
+                and type(source) is FolderShelf else None)
         names = fast if fast is not None else sorted(set(source.list()) - set(target.list()))
 
         def files() -> Iterator[tuple[str, bytes]]:
