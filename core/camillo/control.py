@@ -863,7 +863,7 @@ def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
 def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
                  excluded: Iterable[bytes] = ()) -> tuple[Roster, set[bytes]]:
     """Compute the roster; return it and the ids of batches that are signed and not excluded."""
-    excluded_set = set(excluded)
+    excluded_set, forged = set(excluded), set[tuple[str, str, str]]()  # (signatures that failed, any round)
     prior: dict[bytes, Revocation] = {}
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
@@ -883,6 +883,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
                 b.r.problems.append(("missing", "genesis", "the genesis record was not found; the vault is incomplete"))
             return b.r, set()
         b.run()
+        forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
         partition = b.partition
         b.apply_revocations()
         new_excluded = b.excluded | {v.id for v, rev in of_revoked(b.r.revocations) if beyond_revocation(rev, v)}
@@ -895,4 +896,5 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
             b.r.excluded[v.id] = (f"{b.r.writer_name(v.header.writer_id)} wrote it after it was revoked "
                                   f"(seq {v.header.seq} is beyond what the revocation accepted)")
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
+    b.r.problems += sorted(forged - set(b.r.problems))
     return b.r, signed

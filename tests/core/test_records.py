@@ -600,7 +600,7 @@ def test_many_batch_signatures_are_verified_on_every_core_with_the_verdicts_of_o
 def test_a_roster_over_many_new_batches_signs_each_good_one_and_not_the_forged_one(monkeypatch):
     """The roster's builder verifies the new plain batches of writers it knows together
     (verify_batch_signatures) before its pass over them: each good one is signed, a forged one is
-    not, and the roster is the one a verification one by one gives."""
+    not and is reported, and the roster is the one a verification one by one gives."""
     from camillo.control import BatchView, build_roster
 
     from tests.conformance.control_vectors import RosterCase
@@ -630,6 +630,9 @@ def test_a_roster_over_many_new_batches_signs_each_good_one_and_not_the_forged_o
     assert len(threads) > (1 if (os.cpu_count() or 1) > 1 else 0), "the plain batches were not verified together"
     assert signed == {x.id for _, x in case.batches} - {bad.id}
     assert ok == signed
+    # said, not only excluded (the round that excludes it starts with no problems of its own)
+    assert ("signature", f"segment {bad.id.hex()[:8]}",
+            f"batch {bad.id.hex()[:12]} has a signature that does not verify") in together.problems
     monkeypatch.setattr(records, "PARALLEL_SIGNATURES", 10**9)
     alone = roster()
     assert (together.problems, together.excluded, together.principals, signed, ok) == (
