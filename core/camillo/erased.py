@@ -36,6 +36,8 @@ class State(Protocol):
 
     def commit(self) -> None: ...
 
+    def settle(self) -> None: ...
+
 
 def scrub(state: State, targets: set[bytes]) -> int:
     """Remove what erased records' rows still hold; returns how many rows were scrubbed (the
@@ -63,4 +65,5 @@ def purge(state: State) -> None:
     log.  (The full-text index removed their entries from its pages when they were deleted: FTS5
     ``secure-delete``, :func:`camillo.cache.complete_schema`.)"""
     state.commit()
+    state.settle()  # (a checkpoint running on a thread of its own would keep this one from truncating)
     state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -19,18 +19,22 @@ What it computes, with the rules of spec §19:
 * **the timeline**: conversations, messages and other records, minus what a DEL hid or erasure removed;
 * **search**: SQLite FTS5 over the visible text (query language in :mod:`camillo.search`).
 
-Confined to the thread that owns the vault (SQLite connections are not shared).
+Confined to the thread that owns the vault (SQLite connections are not shared), but for the copy of
+the write-ahead log into the database file that a wide commit leaves to a thread of its own, on a
+connection of its own (:meth:`State.commit`, :meth:`State.settle`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 from . import encoding
 from .cache import (
+    AUTOCHECKPOINT_PAGES,
     PAGE_CACHE_KIB,
     SEARCH_BODY,
     SEARCH_KEY,
@@ -272,8 +276,13 @@ class MaterializeResult:
 
 
 class State:
-    def __init__(self, db: Connection | None = None) -> None:
+    def __init__(self, db: Connection | None = None, checkpoint: Callable[[], object] | None = None) -> None:
+        """``db``: the local state's database (None: one in memory); ``checkpoint``: a function that
+        checkpoints its write-ahead log on a connection of its own (:meth:`camillo.cache.Cache.checkpointer`):
+        a wide commit leaves it to a thread of its own (see :meth:`commit`)."""
         self._db = db if db is not None else memory_database()
+        self._checkpoint = checkpoint
+        self._checkpointer: threading.Thread | None = None
         complete_schema(self._db)  # (a new state, or one an older version wrote)
         self._db.commit()
         self._roster: Roster | None = None
@@ -421,8 +430,21 @@ class State:
         """Make what was written durable in the local state (nothing to do in memory); a page cache
         :meth:`widen_page_cache` widened is narrowed again, its pages released."""
         self.flush()
+        settled = self._checkpointer
+        if settled is not None and not settled.is_alive():
+            self.settle()
+        # A wide commit (many segments read at once) leaves a write-ahead log of many pages, which
+        # SQLite would copy into the database file before the commit returns: a thread of its own
+        # copies it instead, while the open goes on to its first page (0.5 s of a merge at a million
+        # records); the owner's commits leave the log alone until it is done.
+        background = self._wide and self._checkpoint is not None and self._db.in_transaction
+        if background and self._checkpointer is None:
+            self._db.execute("PRAGMA wal_autocheckpoint = 0")
         if self._db.in_transaction:
             self._db.commit()
+        if background and self._checkpointer is None:
+            self._checkpointer = threading.Thread(target=self._checkpoint, name="camillo-state-checkpoint")
+            self._checkpointer.start()
         if self._wide:
             self._wide = False
             self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
@@ -435,7 +457,16 @@ class State:
         self._wide = True
         self._db.execute(f"PRAGMA cache_size = -{WIDE_PAGE_CACHE_KIB}")
 
+    def settle(self) -> None:
+        """Wait for a checkpoint a wide commit left to a thread of its own (before the database is
+        closed, handed over or its log truncated); the owner's commits checkpoint again."""
+        if self._checkpointer is not None:
+            self._checkpointer.join()
+            self._checkpointer = None
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+
     def close(self) -> None:
+        self.settle()
         self._db.close()
 
     # ------------------------------------------------------------------------------- materialize

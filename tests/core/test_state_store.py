@@ -1406,3 +1406,58 @@ def test_revoking_the_device_that_compacted_after_a_warm_open_equals_a_full_comp
     with open_vault(path, cache=False, register=False) as fresh:
         full = {b: int(b in fresh.session.log.accepted) for b in fresh.session.batches}
     assert flags == full
+
+
+def test_a_wide_commit_leaves_the_copy_of_its_log_to_a_thread_of_its_own(new_vault, monkeypatch, tmp_path):
+    """Issue 19 (merge to the first page): a refresh that read many segments commits without copying
+    its write-ahead log into the database file (0.5 s of a merge at a million records); a thread of
+    its own does, on a connection of its own, after the commit returned, while the owner's
+    connection leaves the log alone; the owner waits for it before closing, and its commits
+    checkpoint again after it.  The state is the one a cold open computes."""
+    import threading
+
+    from camillo import cache, state
+
+    path, vault, _ = new_vault
+    _fill(vault, 4)
+    vault.lock()
+    with open_vault(path):
+        pass
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as other:
+        _fill(other, 6)
+    switch_home(monkeypatch, tmp_path / "home")
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 5)
+    returned = threading.Event()
+    ran: list[tuple[str, bool, object]] = []
+    real_commit, real_checkpointer = state.State.commit, cache.Cache.checkpointer
+
+    def commit(self):
+        real_commit(self)
+        returned.set()
+
+    def checkpointer(self):
+        real = real_checkpointer(self)
+
+        def checkpoint():
+            committed = returned.wait(30)  # (held until the commit that started it returned)
+            ran.append((threading.current_thread().name, committed, real()))
+
+        return checkpoint
+
+    monkeypatch.setattr(state.State, "commit", commit)
+    monkeypatch.setattr(cache.Cache, "checkpointer", checkpointer)
+    with open_vault(path) as v:
+        st = v.session.reader.materialized
+        assert v.session.reader.decryptions >= 5
+        st.commit()
+        st.settle()
+        assert len(ran) == 1, ran
+        name, committed, row = ran[0]
+        assert name != threading.main_thread().name and committed, "the log was copied before the commit returned"
+        assert row is not None and row[0] == 0 and row[1] == row[2] > 0, row  # (every page of the log copied)
+        assert st.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == cache.AUTOCHECKPOINT_PAGES
+        assert fingerprint(v) == from_scratch(path)
+        v.append([NewRecord(type="message", text="one more")])
+        v.refresh()
+    assert len(ran) == 1, "a commit of a few rows copied its log on a thread of its own"

@@ -100,7 +100,8 @@ class Reader:
         self.roster = Roster(self.vault_id)
         self.log = CausalLog()  # (the property below: a stored log is decoded whole when first asked for)
         self.materialized.close()
-        self.materialized = State(self.store.create(self.keyring.generation) if self.store is not None else None)
+        store = self.store
+        self.materialized = State(store.create(self.keyring.generation), store.checkpointer()) if store is not None else State()
         self.materialize_problems: list[tuple[str, str, str]] = []
         self.roster_fingerprint = b""
         # (global fingerprint, principals) of the last recompute in this session: a roster change
@@ -141,7 +142,7 @@ class Reader:
         """Keep the state in this actor's local state database ``db`` from now on: resume from what
         it holds (``resumed``; batches decoded again without repeating the checks made before they
         were stored), or move what was read so far into it.  Returns "" or why it was not resumed."""
-        problem = self.load_cached(db) if resumed else ""
+        problem = self.load_cached(db, store) if resumed else ""
         if resumed and not problem:
             self.store, self.store_doomed = store, False
             return ""
@@ -158,6 +159,7 @@ class Reader:
         self.write_flags()
         state = self.materialized
         state.commit()  # (the full-text index, and how far it goes, move with it)
+        state.settle()
         old, self.store, self.store_doomed = self.store, store, False
         if old is not None and old is not store:  # a new key of this installation: its database moves
             db = store.take_over(old, state.cache_db, self.keyring.generation)
@@ -165,7 +167,7 @@ class Reader:
         else:  # read in memory so far (a first registration): copied into a new database
             db = store.export(state.cache_db, self.keyring.generation)
             state.close()
-        self.materialized = State(db)
+        self.materialized = State(db, store.checkpointer())
         self.dirty, self.flags_new = False, set()
         self.listing_all = True
         self.committed_at = time.monotonic()
@@ -206,20 +208,20 @@ class Reader:
         if isinstance(self.shelf, FolderShelf):
             self.shelf.load_names(everything=True)
 
-    def load_cached(self, db: Connection) -> str:
-        """Resume from a local state database this session's actor wrote.  Returns "" or why it
-        was refused."""
+    def load_cached(self, db: Connection, store: Cache) -> str:
+        """Resume from a local state database this session's actor wrote (``store``'s).  Returns ""
+        or why it was refused."""
         with collector_paused():
-            return self._load_cached(db)
+            return self._load_cached(db, store)
 
     # What a pass over every batch reads of each (views.ROW: the covering index cache_batches_open
     # answers it alone).
     BATCHES_QUERY = f"SELECT {ROW} FROM cache_batches"
     ACCEPTED_QUERY = "SELECT id FROM cache_batches WHERE accepted = 1"  # (cache_batches_accepted alone)
 
-    def _load_cached(self, db: Connection) -> str:
+    def _load_cached(self, db: Connection, store: Cache) -> str:
         try:
-            state = State(db)  # its schema completed where an older version lacks a table or a column
+            state = State(db, store.checkpointer())  # its schema completed where an older version lacks a table or a column
             # Every segment's name; which batches it holds and under which epoch read when asked for
             # (see SegmentBatches, SegmentEpochs).
             seg_map = SegmentBatches(lambda: self.materialized.cache_db)
