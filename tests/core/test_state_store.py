@@ -62,13 +62,8 @@ def test_the_state_is_opened_in_place_and_only_new_segments_are_read(new_vault, 
         assert fingerprint(v) == from_scratch(path)
 
 
-def test_a_refresh_that_reads_many_segments_widens_the_page_cache_until_its_commit(new_vault, monkeypatch, tmp_path):
-    """Another device's many batches (a merge) go to random pages of the indexes of ids: a refresh that
-    reads WIDE_SEGMENTS segments or more holds every page it touches in a page cache of
-    WIDE_PAGE_CACHE_KIB until its commit, then goes back to PAGE_CACHE_KIB; a refresh of a few keeps
-    the narrow one, and the state is the one a cold open computes."""
-    from camillo import cache, state
-
+def _six_batches_from_another_device(new_vault, monkeypatch, tmp_path) -> str:
+    """A vault this home opened, to which another device then wrote six batches; its path."""
     path, vault, _ = new_vault
     _fill(vault, 4)
     vault.lock()
@@ -78,6 +73,17 @@ def test_a_refresh_that_reads_many_segments_widens_the_page_cache_until_its_comm
     with open_vault(path) as other:
         _fill(other, 6)
     switch_home(monkeypatch, tmp_path / "home")
+    return path
+
+
+def test_a_refresh_that_reads_many_segments_widens_the_page_cache_until_its_commit(new_vault, monkeypatch, tmp_path):
+    """Another device's many batches (a merge) go to random pages of the indexes of ids: a refresh that
+    reads WIDE_SEGMENTS segments or more holds every page it touches in a page cache of
+    WIDE_PAGE_CACHE_KIB until its commit, then goes back to PAGE_CACHE_KIB; a refresh of a few keeps
+    the narrow one, and the state is the one a cold open computes."""
+    from camillo import cache, state
+
+    path = _six_batches_from_another_device(new_vault, monkeypatch, tmp_path)
     sizes: list[int] = []
     real = state.State.commit
 
@@ -1418,15 +1424,7 @@ def test_a_wide_commit_leaves_the_copy_of_its_log_to_a_thread_of_its_own(new_vau
 
     from camillo import cache, state
 
-    path, vault, _ = new_vault
-    _fill(vault, 4)
-    vault.lock()
-    with open_vault(path):
-        pass
-    switch_home(monkeypatch, tmp_path / "laptop")
-    with open_vault(path) as other:
-        _fill(other, 6)
-    switch_home(monkeypatch, tmp_path / "home")
+    path = _six_batches_from_another_device(new_vault, monkeypatch, tmp_path)
     monkeypatch.setattr(cache, "WIDE_SEGMENTS", 5)
     returned = threading.Event()
     ran: list[tuple[str, bool, object]] = []
