@@ -49,26 +49,30 @@ def signature_digest(alg: int, public: bytes, message: bytes, signature: bytes) 
 
 class SignatureMemo:
     """The signatures verified good, kept in the local state database ``db()`` (read once, when first
-    asked; each new one written beside the state's other changes, committed with them)."""
+    asked, and again when ``db()`` is another database: the reader's state is replaced by the one
+    stored, or started again; each new one written beside the state's other changes, committed with
+    them)."""
 
     def __init__(self, db: Callable[[], Connection]) -> None:
         self._db = db
         self._known: set[bytes] | None = None
+        self._of: Connection | None = None  # the database _known was read from
 
     def verify(self, alg: int, public: bytes, message: bytes, signature: bytes) -> bool:
         """:func:`camillo.primitives.verify_signature`, without verifying again what verified before."""
         if alg != SIG_ED25519 or not (type(public) is type(message) is type(signature) is bytes):
             return primitives.verify_signature(alg, public, message, signature)  # (nothing to remember)
         digest = signature_digest(alg, public, message, signature)
-        known = self._known
-        if known is None:
-            known = self._known = {d for (d,) in self._db().execute("SELECT digest FROM cache_signatures")}
+        db, known = self._db(), self._known
+        if known is None or db is not self._of:
+            known, self._of = {d for (d,) in db.execute("SELECT digest FROM cache_signatures")}, db
+            self._known = known
         if digest in known:
             return True
         if not primitives.verify_signature(alg, public, message, signature):
             return False
         known.add(digest)
-        self._db().execute("INSERT OR IGNORE INTO cache_signatures(digest) VALUES(?)", (digest,))
+        db.execute("INSERT OR IGNORE INTO cache_signatures(digest) VALUES(?)", (digest,))
         return True
 
 

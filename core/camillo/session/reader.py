@@ -39,6 +39,7 @@ from ..log import (
     extend_log_after_roster_change,
     signed_of,
 )
+from ..memos import SignatureMemo
 from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
 from ..records import (
@@ -55,7 +56,7 @@ from .changed import control_changes
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
-from .views import ROW, BatchViews, CachedView
+from .views import ROW, BatchViews, CachedView, ReadView
 
 Progress = Callable[[int, int], None]
 
@@ -78,6 +79,8 @@ class Reader:
         self.materialized = State()
         self._log: CausalLog | None = None
         self.stored_log: StoredLog | None = None  # the log kept in the local state, each chain read when needed
+        # the signatures verified good, kept in the local state (those of control records read here)
+        self.signature_memo = SignatureMemo(lambda: self.materialized.cache_db)
         self.reset()
 
     def reset(self) -> None:
@@ -669,8 +672,9 @@ class Reader:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
                 continue
-            view = BatchView(batch, name, epoch_id, [r if r is not None and r.is_control else None
-                                                     for r in records])
+            controls = [r if r is not None and r.is_control else None for r in records]
+            view = (ReadView(batch, name, epoch_id, controls, self.signature_memo) if any(controls)
+                    else BatchView(batch, name, epoch_id, controls))
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(

@@ -66,6 +66,21 @@ def _nones(n: int) -> tuple[None, ...]:
     return held
 
 
+class ReadView(BatchView):
+    """A :class:`~camillo.control.BatchView` of a batch holding a control record, read from its segment
+    in this session: its control records' inner signatures are checked with the local state's memo,
+    so that those a cold open or a refresh verified are not verified again by the warm opens after
+    it (at a million records the first warm open after one verified 50 again: 10 ms)."""
+
+    def __init__(self, batch: Batch, segment: str, epoch_id: bytes, records: list[Record | None],
+                 memo: SignatureMemo) -> None:
+        super().__init__(batch, segment, epoch_id, records)
+        self._memo = memo
+
+    def verifier(self) -> Verify:
+        return self._memo.verify
+
+
 class CachedView(BatchView):
     """A :class:`~camillo.control.BatchView` of a batch stored in the local state: the attributes
     every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read.  Its
