@@ -440,8 +440,13 @@ class State:
         background = self._wide and self._checkpoint is not None and self._db.in_transaction
         if background and self._checkpointer is None:
             self._db.execute("PRAGMA wal_autocheckpoint = 0")
-        if self._db.in_transaction:
-            self._db.commit()
+        try:
+            if self._db.in_transaction:
+                self._db.commit()
+        except BaseException:
+            if background and self._checkpointer is None:  # (no thread to wait for: the commits checkpoint again)
+                self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+            raise
         if background and self._checkpointer is None:
             self._checkpointer = threading.Thread(target=self._checkpoint, name="camillo-state-checkpoint")
             self._checkpointer.start()

@@ -1468,3 +1468,40 @@ def test_a_wide_commit_leaves_the_copy_of_its_log_to_a_thread_of_its_own(new_vau
         v.append([NewRecord(type="message", text="one more")])
         v.refresh()
     assert len(ran) == 1, "a commit of a few rows copied its log on a thread of its own"
+
+
+def test_a_wide_commit_that_fails_leaves_the_owners_commits_checkpointing():
+    """A wide commit turns SQLite's own checkpoint off for the thread it starts; when the commit
+    itself fails (a full disk), no thread is started and the owner's commits checkpoint again."""
+    from camillo import cache
+    from camillo.state import State
+
+    started: list[int] = []
+
+    class FailingCommit:
+        """The connection, but for a commit that fails once (as on a full disk)."""
+
+        def __init__(self, db):
+            self.db, self.fail = db, False
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+        def commit(self):
+            if self.fail:
+                self.fail = False
+                raise cache.sqlite.OperationalError("database or disk is full")
+            self.db.commit()
+
+    db = FailingCommit(cache.memory_database())
+    state = State(db, lambda: started.append(1))
+    state.widen_page_cache()
+    db.execute("INSERT INTO cache_meta(key, value) VALUES('k', x'00')")
+    assert db.in_transaction
+    db.fail = True
+    with pytest.raises(cache.sqlite.OperationalError):
+        state.commit()
+    assert started == [] and db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == cache.AUTOCHECKPOINT_PAGES
+    state.commit()  # (the same rows, on a disk with room again: a thread copies the log)
+    state.settle()
+    assert started == [1] and db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == cache.AUTOCHECKPOINT_PAGES
