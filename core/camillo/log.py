@@ -430,17 +430,15 @@ def extend_log_after_roster_change(log: CausalLog, views: Mapping[bytes, BatchVi
 # The log kept in the local state between sessions (a warm open of an unchanged folder resumes it)
 
 # 2: each chain's top and its batches apart, so that a warm open reads the chains it needs (1: one list);
-# 3: each chain's batches in rows of up to LOG_CHUNK (cache_log_chunks), read only when asked for: at a
+# 3: each chain's batches in a row of their own (cache_log_chains), read only when asked for: at a
 # million records they are 4 MB that every warm open read with the rest
 _LOG_FORMAT = 3
-LOG_CHUNK = 1024  # batches of a chain per row: a lookup reads 40 KB
 
-# A piece of a chain as the local state keeps it: (writer, compartment, its first seq, its seqs ascending
-# as little-endian u64, their batch ids in the same order).
-ChunkRow: TypeAlias = tuple[bytes, bytes, int, bytes, bytes]
-# How a stored log reads a chain's pieces, (first seq, seqs, ids) each: the one holding ``seq`` (the
-# last whose first seq is not above it; none if there is none), or with ``seq`` None all of them in order.
-FetchChunks: TypeAlias = Callable[[tuple[bytes, bytes], "int | None"], "list[tuple[int, bytes, bytes]]"]
+# A chain's batches as the local state keeps them: (writer, compartment, its seqs ascending as
+# little-endian u64, their batch ids in the same order).
+ChainRow: TypeAlias = tuple[bytes, bytes, bytes, bytes]
+# How a stored log reads one chain's (seqs, ids) when asked for (None: the row is missing).
+FetchChain: TypeAlias = Callable[[tuple[bytes, bytes]], "tuple[bytes, bytes] | None"]
 
 
 def signed_of(log: CausalLog) -> set[bytes]:
@@ -464,20 +462,17 @@ def _unpacked(data: bytes) -> array[int]:
     return arr
 
 
-def encode_log(log: CausalLog) -> tuple[bytes, list[ChunkRow]]:
+def encode_log(log: CausalLog) -> tuple[bytes, list[ChainRow]]:
     """The log for the local state, in two parts: a header (each chain's writer, compartment, top seq,
     top batch and length; the rejected batches, the gaps, the forks and the heads), and each chain's
-    batches in rows of up to :data:`LOG_CHUNK` (:data:`ChunkRow`), so that a batch of a chain is found
-    by reading the one row that holds it, without decoding the chain.  (The log's accepted set and tops
-    are its chains'.)"""
+    batches as a row of its own (:data:`ChainRow`), so that a batch of a chain is found by reading
+    that chain alone, without decoding it.  (The log's accepted set and tops are its chains'.)"""
     chains, rows = [], []
     for (w, c), chain in log.chains.items():
         seqs = sorted(chain)
         top = seqs[-1] if seqs else 0
         chains.append([w, c, top, chain.get(top), len(seqs)])
-        for k in range(0, len(seqs), LOG_CHUNK):
-            part = seqs[k:k + LOG_CHUNK]
-            rows.append((w, c, part[0], _packed(part), b"".join(chain[q] for q in part)))
+        rows.append((w, c, _packed(seqs), b"".join(chain[q] for q in seqs)))
     header = cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
                           [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
                           [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
@@ -492,22 +487,21 @@ class StoredLog:
     """A log as the local state keeps it, read where asked: what a warm open of an unchanged folder
     asks of the log (whether the batches that can move the roster are accepted, each chain's top for
     the rollback memory, the gaps) without reading the chains it does not ask about, nor making an
-    object of every batch of every chain (100,000 at a million records): a batch below its chain's
-    top is found in the one row of up to :data:`LOG_CHUNK` batches that holds it (``fetch``), by
-    bisecting its packed seqs.  :meth:`full` reads every chain and gives the :class:`CausalLog`.
-    Built by :meth:`decode`.  ValueError, from it or when what is read later is not what the header
-    says, when the bytes are not what :func:`encode_log` wrote."""
+    object of every batch of every chain (100,000 at a million records): a chain is read (``fetch``)
+    when one of its batches below its top is asked for, and the batch found by bisecting its packed
+    seqs.  :meth:`full` reads every chain and gives the :class:`CausalLog`.  Built by :meth:`decode`.
+    ValueError, from it or when a chain read later is not what the header says, when the bytes are
+    not what :func:`encode_log` wrote."""
 
-    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, int]], fetch: FetchChunks,
+    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, int]], fetch: FetchChain,
                  rejected: dict[bytes, str], gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]]) -> None:
         self._chains = chains  # (writer, compartment) -> (top seq, top batch, length)
         self._fetch = fetch
-        self._read: dict[tuple[tuple[bytes, bytes], int], tuple[array[int], bytes]] = {}  # the rows read so far
-        self._whole: dict[tuple[bytes, bytes], list[tuple[array[int], bytes]]] = {}  # the chains read whole
+        self._read: dict[tuple[bytes, bytes], tuple[array[int], bytes]] = {}  # the chains read so far
         self.rejected, self.gaps, self.forks, self.heads = rejected, gaps, forks, heads
 
     @classmethod
-    def decode(cls, header: bytes, fetch: FetchChunks) -> StoredLog:
+    def decode(cls, header: bytes, fetch: FetchChain) -> StoredLog:
         try:
             fmt, chains, rejected, gaps, forks, heads = cbor2.loads(header)
             if fmt != _LOG_FORMAT:
@@ -523,14 +517,18 @@ class StoredLog:
         except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"the stored log does not decode ({exc})") from None
 
-    def _row(self, key: tuple[bytes, bytes], first: int, packed: bytes, ids: bytes) -> tuple[array[int], bytes]:
-        """One row of a chain, checked (ValueError if it is not a row :func:`encode_log` wrote), kept."""
-        held = self._read.get((key, first))
+    def _chain(self, key: tuple[bytes, bytes]) -> tuple[array[int], bytes]:
+        """A chain's seqs and ids, read once and checked against the header (ValueError if they differ)."""
+        held = self._read.get(key)
         if held is None:
-            seqs = _unpacked(packed)
-            if not seqs or seqs[0] != first or len(ids) != _ID * len(seqs):
-                raise ValueError("a row of a chain is not what the log wrote")
-            held = self._read[(key, first)] = (seqs, ids)
+            top, bid, length = self._chains[key]
+            row = self._fetch(key)
+            if row is None:
+                raise ValueError("the stored log lacks a chain its header lists")
+            seqs, ids = _unpacked(row[0]), row[1]
+            if len(seqs) != length or len(ids) != _ID * length or (seqs and (seqs[-1] != top or ids[-_ID:] != bid)):
+                raise ValueError("a chain does not hold what its top says")
+            held = self._read[key] = (seqs, ids)
         return held
 
     def batch_at(self, key: tuple[bytes, bytes], seq: int) -> bytes | None:
@@ -543,10 +541,7 @@ class StoredLog:
             return bid
         if seq > top:
             return None
-        rows = self._fetch(key, seq)
-        if not rows:
-            return None
-        seqs, ids = self._row(key, *rows[0])
+        seqs, ids = self._chain(key)
         k = bisect_left(seqs, seq)
         return ids[k * _ID:(k + 1) * _ID] if k < len(seqs) and seqs[k] == seq else None
 
@@ -560,15 +555,9 @@ class StoredLog:
 
     def full(self) -> CausalLog:
         log = CausalLog(rejected=self.rejected, gaps=self.gaps, forks=self.forks, heads=self.heads)
-        for key, (top, bid, length) in self._chains.items():
-            chain: dict[int, bytes] = {}
-            held = self._whole.get(key)
-            if held is None:
-                held = self._whole[key] = [self._row(key, *row) for row in self._fetch(key, None)]
-            for seqs, ids in held:
-                chain.update(zip(seqs, (ids[k:k + _ID] for k in range(0, len(ids), _ID)), strict=True))
-            if len(chain) != length or chain.get(top) != bid:
-                raise ValueError("a chain does not hold what its top says")
+        for key, (top, _bid, _n) in self._chains.items():
+            seqs, ids = self._chain(key)
+            chain = dict(zip(seqs, (ids[k:k + _ID] for k in range(0, len(ids), _ID)), strict=True))
             log.chains[key] = chain
             log.accepted.update(chain.values())
             if chain:
@@ -576,6 +565,6 @@ class StoredLog:
         return log
 
 
-def decode_log(header: bytes, fetch: FetchChunks) -> CausalLog:
+def decode_log(header: bytes, fetch: FetchChain) -> CausalLog:
     """What :func:`encode_log` wrote (ValueError when it is not that)."""
     return StoredLog.decode(header, fetch).full()

@@ -256,16 +256,11 @@ def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whol
 
     def decoded(log):
         header, rows = encode_log(log)
-        def fetch(key, seq):
-            held = [(first, seqs, ids) for w, c, first, seqs, ids in rows if (w, c) == key]
-            return held if seq is None else [r for r in held if r[0] <= seq][-1:]
+        return StoredLog.decode(header, {(w, c): (seqs, ids) for w, c, seqs, ids in rows}.get)
 
-        return StoredLog.decode(header, fetch)
-
-    monkeypatch.setattr("camillo.log.LOG_CHUNK", 4)  # (chains of several rows in a small vault)
-    fetched: list[tuple[tuple[bytes, bytes], int | None]] = []
-    real_chunks = Reader.log_chunks
-    monkeypatch.setattr(Reader, "log_chunks", lambda self, key, seq: fetched.append((key, seq)) or real_chunks(self, key, seq))
+    fetched: list[tuple[bytes, bytes]] = []
+    real_chain = Reader.log_chain
+    monkeypatch.setattr(Reader, "log_chain", lambda self, key: fetched.append(key) or real_chain(self, key))
 
     path, vault, _ = new_vault
     _fill(vault, 30)
@@ -281,14 +276,12 @@ def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whol
         reader = v.session.reader
         assert v.timeline(limit=10) and v.session.alerts == []
         assert reader.stored_log is not None and reader._log is None, "the stored log was decoded whole"
-        chains = reader.materialized.cache_db.execute(
-            "SELECT count(DISTINCT writer || compartment) FROM cache_log_chunks").fetchone()[0]
-        assert fetched and all(seq is not None for _, seq in fetched), "the open read a whole chain"
-        rows = reader.materialized.cache_db.execute("SELECT count(*) FROM cache_log_chunks").fetchone()[0]
-        assert rows > chains and len(fetched) < rows, f"the open read {len(fetched)} of {rows} rows"
+        chains = reader.materialized.cache_db.execute("SELECT count(*) FROM cache_log_chains").fetchone()[0]
+        assert 0 < len(set(fetched)) < chains, f"the open read {len(set(fetched))} of {chains} chains"
+        assert len(fetched) == len(set(fetched)), "a chain was read twice"
         stored = reader.stored_log
         assert v.session.log == _log_as_built(v)
-        assert reader.stored_log is None and len({k for k, seq in fetched if seq is None}) == chains
+        assert reader.stored_log is None and len(set(fetched)) == chains
         log = v.session.log
         assert fingerprint(v) == from_scratch(path)
     assert decoded(log).full() == log and stored.full() == log
@@ -693,7 +686,7 @@ def test_a_warm_open_extends_the_stored_log_by_what_arrived_and_never_uses_a_dam
         assert events == ["stored"], "the damaged stored log stayed: every open builds the log again"
         assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
         db = v.session.reader.materialized.db
-        db.execute("DELETE FROM cache_log_chunks")  # the header stays: its chains are missing
+        db.execute("DELETE FROM cache_log_chains")  # the header stays: its chains are missing
         db.commit()
     events.clear()
     with open_vault(path) as v:

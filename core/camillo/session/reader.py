@@ -340,21 +340,18 @@ class Reader:
             return
         header, chains = encode_log(self.log)
         db = self.materialized.db
-        db.execute("DELETE FROM cache_log_chunks")
-        db.executemany("INSERT INTO cache_log_chunks(writer, compartment, first, seqs, ids) VALUES(?, ?, ?, ?, ?)", chains)
+        db.execute("DELETE FROM cache_log_chains")
+        db.executemany("INSERT INTO cache_log_chains(writer, compartment, seqs, ids) VALUES(?, ?, ?, ?)", chains)
         db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
             ("log", header), ("log_basis", self.log_basis(self.roster, signed_of(self.log)))])
         self.log_stored = True
 
-    def log_chunks(self, key: tuple[bytes, bytes], seq: int | None) -> list[tuple[int, bytes, bytes]]:
-        """Rows of a chain of the log stored in the local state, (first seq, seqs, batch ids) each: the
-        one holding ``seq``, or all of them (:class:`~camillo.log.StoredLog` reads them when asked)."""
-        db = self.materialized.cache_db
-        if seq is None:
-            return db.execute("SELECT first, seqs, ids FROM cache_log_chunks WHERE writer = ? AND compartment = ? "
-                              "ORDER BY first", key).fetchall()
-        return db.execute("SELECT first, seqs, ids FROM cache_log_chunks WHERE writer = ? AND compartment = ? "
-                          "AND first <= ? ORDER BY first DESC LIMIT 1", (*key, seq)).fetchall()
+    def log_chain(self, key: tuple[bytes, bytes]) -> tuple[bytes, bytes] | None:
+        """One chain of the log stored in the local state: its (seqs, batch ids), or None
+        (:class:`~camillo.log.StoredLog` reads it when asked about one of its batches)."""
+        row = self.materialized.cache_db.execute(
+            "SELECT seqs, ids FROM cache_log_chains WHERE writer = ? AND compartment = ?", key).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def _drop_stored_log(self, *, added: bool = False) -> None:
         """Batches or their flags changed: the stored log no longer describes them.  (``added``: new
