@@ -157,10 +157,6 @@ CREATE TABLE IF NOT EXISTS cache_segments(name TEXT PRIMARY KEY, batches BLOB NO
 -- the segments sealed under given epochs (every open of a vault with an erasure asks for the destroyed ones)
 CREATE INDEX IF NOT EXISTS cache_segments_epoch ON cache_segments(epoch);
 CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
--- the stored causal log's chains (camillo.log.encode_log: its header is cache_meta's 'log'), each read
--- only when a warm open asks about one of its batches
-CREATE TABLE IF NOT EXISTS cache_log_chains(writer BLOB NOT NULL, compartment BLOB NOT NULL, seqs BLOB NOT NULL,
-                                            ids BLOB NOT NULL, PRIMARY KEY(writer, compartment));
 -- what an open need not do again (camillo.memos): the signatures verified good (a digest of the algorithm,
 -- key, signature and message of each), and, while cache_meta keeps that a check found every erasure
 -- complete ('erasures_complete'), the segments stored since (noted by the trigger, whoever stores them)

@@ -22,9 +22,8 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
 
 import cbor2
 
@@ -429,16 +428,8 @@ def extend_log_after_roster_change(log: CausalLog, views: Mapping[bytes, BatchVi
 # ---------------------------------------------------------------------------------------------
 # The log kept in the local state between sessions (a warm open of an unchanged folder resumes it)
 
-# 2: each chain's top and its batches apart, so that a warm open reads the chains it needs (1: one list);
-# 3: each chain's batches in a row of their own (cache_log_chains), read only when asked for: at a
-# million records they are 4 MB that every warm open read with the rest
-_LOG_FORMAT = 3
-
-# A chain's batches as the local state keeps them: (writer, compartment, its seqs ascending as
-# little-endian u64, their batch ids in the same order).
-ChainRow: TypeAlias = tuple[bytes, bytes, bytes, bytes]
-# How a stored log reads one chain's (seqs, ids) when asked for (None: the row is missing).
-FetchChain: TypeAlias = Callable[[tuple[bytes, bytes]], "tuple[bytes, bytes] | None"]
+# 2: each chain's top and its batches apart, so that a warm open reads the chains it needs (1: one list)
+_LOG_FORMAT = 2
 
 
 def signed_of(log: CausalLog) -> set[bytes]:
@@ -462,22 +453,19 @@ def _unpacked(data: bytes) -> array[int]:
     return arr
 
 
-def encode_log(log: CausalLog) -> tuple[bytes, list[ChainRow]]:
-    """The log for the local state, in two parts: a header (each chain's writer, compartment, top seq,
-    top batch and length; the rejected batches, the gaps, the forks and the heads), and each chain's
-    batches as a row of its own (:data:`ChainRow`), so that a batch of a chain is found by reading
-    that chain alone, without decoding it.  (The log's accepted set and tops are its chains'.)"""
-    chains, rows = [], []
+def encode_log(log: CausalLog) -> bytes:
+    """The log as bytes for the local state (its accepted set and tops are its chains'): each chain as
+    (writer, compartment, top seq, top batch, its seqs ascending as little-endian u64, their batch ids
+    in the same order), so that one batch of a chain is found without decoding the chain."""
+    chains = []
     for (w, c), chain in log.chains.items():
         seqs = sorted(chain)
         top = seqs[-1] if seqs else 0
-        chains.append([w, c, top, chain.get(top), len(seqs)])
-        rows.append((w, c, _packed(seqs), b"".join(chain[q] for q in seqs)))
-    header = cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
-                          [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
-                          [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
-                          [[c, sorted(h)] for c, h in log.heads.items()]])
-    return header, rows
+        chains.append([w, c, top, chain.get(top), _packed(seqs), b"".join(chain[q] for q in seqs)])
+    return cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
+                        [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
+                        [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
+                        [[c, sorted(h)] for c, h in log.heads.items()]])
 
 
 _ID = 32  # bytes of a batch id
@@ -486,62 +474,42 @@ _ID = 32  # bytes of a batch id
 class StoredLog:
     """A log as the local state keeps it, read where asked: what a warm open of an unchanged folder
     asks of the log (whether the batches that can move the roster are accepted, each chain's top for
-    the rollback memory, the gaps) without reading the chains it does not ask about, nor making an
-    object of every batch of every chain (100,000 at a million records): a chain is read (``fetch``)
-    when one of its batches below its top is asked for, and the batch found by bisecting its packed
-    seqs.  :meth:`full` reads every chain and gives the :class:`CausalLog`.  Built by :meth:`decode`.
-    ValueError, from it or when a chain read later is not what the header says, when the bytes are
-    not what :func:`encode_log` wrote."""
+    the rollback memory, the gaps) without making an object of every batch of every chain (100,000
+    at a million records): a batch of a chain is found by bisecting its packed seqs.  :meth:`full`
+    gives the :class:`CausalLog`.  Built by :meth:`decode` (ValueError when the bytes are not what
+    :func:`encode_log` wrote)."""
 
-    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, int]], fetch: FetchChain,
+    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, array[int], bytes]],
                  rejected: dict[bytes, str], gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]]) -> None:
-        self._chains = chains  # (writer, compartment) -> (top seq, top batch, length)
-        self._fetch = fetch
-        self._read: dict[tuple[bytes, bytes], tuple[array[int], bytes]] = {}  # the chains read so far
+        self._chains = chains
         self.rejected, self.gaps, self.forks, self.heads = rejected, gaps, forks, heads
 
     @classmethod
-    def decode(cls, header: bytes, fetch: FetchChain) -> StoredLog:
+    def decode(cls, data: bytes) -> StoredLog:
         try:
-            fmt, chains, rejected, gaps, forks, heads = cbor2.loads(header)
+            fmt, chains, rejected, gaps, forks, heads = cbor2.loads(data)
             if fmt != _LOG_FORMAT:
                 raise ValueError(f"log format {fmt}")
-            kept: dict[tuple[bytes, bytes], tuple[int, bytes | None, int]] = {}
-            for w, c, top, bid, length in chains:
-                if not (type(w) is type(c) is bytes and type(top) is type(length) is int and length >= 0
-                        and (bid is None) == (length == 0) and (bid is None or type(bid) is bytes)):
-                    raise ValueError("a chain's header is not a writer, a compartment, a top and a length")
-                kept[(w, c)] = (top, bid, length)
-            return cls(kept, fetch, {b: r for b, r in rejected}, [Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
+            kept = {}
+            for w, c, top, bid, seqs, ids in chains:
+                arr = _unpacked(seqs)
+                if len(ids) != _ID * len(arr) or (arr and (arr[-1] != top or ids[-_ID:] != bid)) or (
+                        not arr and bid is not None):
+                    raise ValueError("a chain does not hold what its top says")
+                kept[(w, c)] = (top, bid, arr, ids)
+            return cls(kept, {b: r for b, r in rejected}, [Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
                        [Fork(w, c, s, tuple(b)) for w, c, s, b in forks], {c: set(h) for c, h in heads})
         except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"the stored log does not decode ({exc})") from None
-
-    def _chain(self, key: tuple[bytes, bytes]) -> tuple[array[int], bytes]:
-        """A chain's seqs and ids, read once and checked against the header (ValueError if they differ)."""
-        held = self._read.get(key)
-        if held is None:
-            top, bid, length = self._chains[key]
-            row = self._fetch(key)
-            if row is None:
-                raise ValueError("the stored log lacks a chain its header lists")
-            seqs, ids = _unpacked(row[0]), row[1]
-            if len(seqs) != length or len(ids) != _ID * length or (seqs and (seqs[-1] != top or ids[-_ID:] != bid)):
-                raise ValueError("a chain does not hold what its top says")
-            held = self._read[key] = (seqs, ids)
-        return held
 
     def batch_at(self, key: tuple[bytes, bytes], seq: int) -> bytes | None:
         """The batch at ``seq`` of a chain (writer, compartment), or None."""
         stored = self._chains.get(key)
         if stored is None:
             return None
-        top, bid, _length = stored
+        top, bid, seqs, ids = stored
         if seq == top:
             return bid
-        if seq > top:
-            return None
-        seqs, ids = self._chain(key)
         k = bisect_left(seqs, seq)
         return ids[k * _ID:(k + 1) * _ID] if k < len(seqs) and seqs[k] == seq else None
 
@@ -551,12 +519,11 @@ class StoredLog:
 
     def tops_here(self) -> list[tuple[tuple[bytes, bytes], int, bytes]]:
         """Each non-empty chain's (writer, compartment), highest seq and the batch there."""
-        return [(key, top, bid) for key, (top, bid, _n) in self._chains.items() if bid is not None]
+        return [(key, top, bid) for key, (top, bid, _s, _i) in self._chains.items() if bid is not None]
 
     def full(self) -> CausalLog:
         log = CausalLog(rejected=self.rejected, gaps=self.gaps, forks=self.forks, heads=self.heads)
-        for key, (top, _bid, _n) in self._chains.items():
-            seqs, ids = self._chain(key)
+        for key, (top, _bid, seqs, ids) in self._chains.items():
             chain = dict(zip(seqs, (ids[k:k + _ID] for k in range(0, len(ids), _ID)), strict=True))
             log.chains[key] = chain
             log.accepted.update(chain.values())
@@ -565,6 +532,6 @@ class StoredLog:
         return log
 
 
-def decode_log(header: bytes, fetch: FetchChain) -> CausalLog:
+def decode_log(data: bytes) -> CausalLog:
     """What :func:`encode_log` wrote (ValueError when it is not that)."""
-    return StoredLog.decode(header, fetch).full()
+    return StoredLog.decode(data).full()

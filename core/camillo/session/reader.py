@@ -191,10 +191,7 @@ class Reader:
         first asked for (an append, a report, a recomputation)."""
         if self._log is None:
             assert self.stored_log is not None
-            try:
-                self._log, self.stored_log = self.stored_log.full(), None
-            except ValueError as exc:  # (a chain not what the header said: the local state is damaged)
-                raise DatabaseError(f"the stored causal log does not decode ({exc})") from None
+            self._log, self.stored_log = self.stored_log.full(), None
         return self._log
 
     @log.setter
@@ -338,20 +335,9 @@ class Reader:
         """Keep the log in the local state (on lock), when it covers every batch stored."""
         if self.log_stored or not self.log_fresh or self.pending_batches or self.roster.genesis is None:
             return
-        header, chains = encode_log(self.log)
-        db = self.materialized.db
-        db.execute("DELETE FROM cache_log_chains")
-        db.executemany("INSERT INTO cache_log_chains(writer, compartment, seqs, ids) VALUES(?, ?, ?, ?)", chains)
-        db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
-            ("log", header), ("log_basis", self.log_basis(self.roster, signed_of(self.log)))])
+        self.materialized.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
+            ("log", encode_log(self.log)), ("log_basis", self.log_basis(self.roster, signed_of(self.log)))])
         self.log_stored = True
-
-    def log_chain(self, key: tuple[bytes, bytes]) -> tuple[bytes, bytes] | None:
-        """One chain of the log stored in the local state: its (seqs, batch ids), or None
-        (:class:`~camillo.log.StoredLog` reads it when asked about one of its batches)."""
-        row = self.materialized.cache_db.execute(
-            "SELECT seqs, ids FROM cache_log_chains WHERE writer = ? AND compartment = ?", key).fetchone()
-        return None if row is None else (row[0], row[1])
 
     def _drop_stored_log(self, *, added: bool = False) -> None:
         """Batches or their flags changed: the stored log no longer describes them.  (``added``: new

@@ -56,8 +56,6 @@ class Reader(Protocol):
 
     def set_stored_log(self, log: StoredLog) -> None: ...
 
-    def log_chain(self, key: tuple[bytes, bytes]) -> tuple[bytes, bytes] | None: ...
-
     @staticmethod
     def log_basis(roster: Roster, signed: set[bytes]) -> bytes: ...
 
@@ -102,7 +100,7 @@ def take_stored(reader: Reader) -> bool:
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
         return False
     try:  # (read where asked: whether each batch below is on its chain, without decoding the chains)
-        log = StoredLog.decode(resume[1], reader.log_chain)
+        log = StoredLog.decode(resume[1])
         if any(v.sig_ok | v.vouched << 1 | log.holds(v.writer_id, v.compartment_id, v.seq, v.id) << 2 != v.stored_flags
                for v in special.values()):
             return False
@@ -132,7 +130,7 @@ def resumed_log(reader: Reader, roster: Roster, signed: set[bytes]) -> CausalLog
     if resume is None or resume[0] != reader.log_basis(roster, signed - new):
         return None
     try:
-        log = decode_log(resume[1], reader.log_chain)
+        log = decode_log(resume[1])
     except ValueError:
         reader.log_stored = False  # (the log built instead is stored on lock)
         return None
