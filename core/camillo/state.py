@@ -435,8 +435,9 @@ class State:
             self.settle()
         # A wide commit (many segments read at once) leaves a write-ahead log of many pages, which
         # SQLite would copy into the database file before the commit returns: a thread of its own
-        # copies it instead, while the open goes on to its first page (0.5 s of a merge at a million
-        # records); the owner's commits leave the log alone until it is done.
+        # copies it instead, while the open goes on to its first page (a merge's commit at a million
+        # records, 1.08 -> 0.82 s: docs/benchmarks.md); the owner's commits leave the log alone until
+        # it is done.
         background = self._wide and self._checkpoint is not None and self._db.in_transaction
         if background and self._checkpointer is None:
             self._db.execute("PRAGMA wal_autocheckpoint = 0")
