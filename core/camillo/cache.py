@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -453,7 +454,7 @@ class Cache:
         def checkpoint() -> tuple[int, int, int] | None:
             """(busy, pages in the log, pages copied), or None when it could not run."""
             with contextlib.suppress(OSError, sqlite.Error):
-                db = _connect(path, key)
+                db = _connect(path, key, existing=True)
                 try:
                     return tuple(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
                 finally:
@@ -504,10 +505,11 @@ class Cache:
         self._delete_files()
 
 
-def _connect(path: str, key: bytes) -> Connection:
+def _connect(path: str, key: bytes, existing: bool = False) -> Connection:
     """A connection to the page-encrypted database at ``path`` (page key ``key``), set up as every
-    connection to it is."""
-    db: Connection = sqlite.connect(path)
+    connection to it is (``existing``: never one that makes the file, if it is gone)."""
+    db: Connection = (sqlite.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True) if existing
+                      else sqlite.connect(path))
     try:
         db.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is expected (discarded), not logged
         db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")

@@ -26,6 +26,7 @@ connection of its own (:meth:`State.commit`, :meth:`State.settle`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -446,11 +447,17 @@ class State:
                 self._db.commit()
         except BaseException:
             if background and self._checkpointer is None:  # (no thread to wait for: the commits checkpoint again)
-                self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+                with contextlib.suppress(DatabaseError):
+                    self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
             raise
         if background and self._checkpointer is None:
-            self._checkpointer = threading.Thread(target=self._checkpoint, name="camillo-state-checkpoint")
-            self._checkpointer.start()
+            thread = threading.Thread(target=self._checkpoint, name="camillo-state-checkpoint")
+            try:
+                thread.start()
+            except RuntimeError:  # (no thread to be had: the owner's commits checkpoint, as SQLite does)
+                self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+            else:
+                self._checkpointer = thread
         if self._wide:
             self._wide = False
             self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
@@ -468,12 +475,17 @@ class State:
         closed, handed over or its log truncated); the owner's commits checkpoint again."""
         if self._checkpointer is not None:
             self._checkpointer.join()
-            self._checkpointer = None
             self._db.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+            self._checkpointer = None
 
     def close(self) -> None:
-        self.settle()
-        self._db.close()
+        """Close the database (a checkpoint left to a thread done first); the page key the checkpoint
+        held goes with it (a locked vault keeps no key reachable: docs/security.md)."""
+        try:
+            self.settle()
+        finally:
+            self._checkpoint = self._checkpointer = None
+            self._db.close()
 
     # ------------------------------------------------------------------------------- materialize
 

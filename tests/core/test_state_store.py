@@ -1467,7 +1467,14 @@ def test_a_wide_commit_leaves_the_copy_of_its_log_to_a_thread_of_its_own(new_vau
         assert fingerprint(v) == from_scratch(path)
         v.append([NewRecord(type="message", text="one more")])
         v.refresh()
+        store = v.session.reader.store
+        checkpoint = store.checkpointer()
     assert len(ran) == 1, "a commit of a few rows copied its log on a thread of its own"
+    assert st._checkpoint is None, "the closed state still holds the page key (in its checkpointer)"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(store.path + suffix):
+            os.unlink(store.path + suffix)
+    assert checkpoint() is None and not os.path.exists(store.path), "a checkpoint made a database that was gone"
 
 
 def test_a_wide_commit_that_fails_leaves_the_owners_commits_checkpointing():
@@ -1505,3 +1512,28 @@ def test_a_wide_commit_that_fails_leaves_the_owners_commits_checkpointing():
     state.commit()  # (the same rows, on a disk with room again: a thread copies the log)
     state.settle()
     assert started == [1] and db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == cache.AUTOCHECKPOINT_PAGES
+
+
+def test_a_wide_commit_without_a_thread_to_be_had_checkpoints_on_the_owners_commits(monkeypatch):
+    """When no thread can be started for the copy of the log (RuntimeError: the process has none
+    left), the commit, which succeeded, returns, and the owner's commits checkpoint again."""
+    import threading
+
+    from camillo import cache
+    from camillo.state import State
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    started: list[int] = []
+    state = State(cache.memory_database(), lambda: started.append(1))
+    db = state.db
+    state.widen_page_cache()
+    db.execute("INSERT INTO cache_meta(key, value) VALUES('k', x'00')")
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    state.commit()
+    assert not db.in_transaction and started == []
+    assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == cache.AUTOCHECKPOINT_PAGES
+    db.execute("INSERT INTO cache_meta(key, value) VALUES('j', x'00')")
+    state.commit()
+    state.close()
