@@ -75,6 +75,10 @@ from .records import (
 # or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
 TS_SHOWN_MAX = 32_503_680_000  # 3000-01-01T00:00:00Z
 SQLITE_INT_MAX = 2**63 - 1
+# a record's map keys and kinds as plain integers, for the loop that stages every record (State.stage)
+_KIND, _AUTHOR, _KEY, _VALUE, _CLASS = F.KIND, F.AUTHOR, F.KEY, F.VALUE, F.CLASS
+_PRED, _SOURCES, _TARGET, _META, _TS, _TYPE = F.PRED, F.SOURCES, F.TARGET, F.META, F.TS, F.TYPE
+_PUT, _NOTE = int(Kind.PUT), int(Kind.NOTE)
 
 
 def shown_ts(ts: Any) -> int | None:
@@ -324,33 +328,40 @@ class State:
         # Orders records written within one second: later batches of a writer, and batches that saw
         # others, sort after what they saw; records of one batch keep their order.
         lamport = min(h.seq + sum(h.frontier.values()), SQLITE_INT_MAX)
+        bid, cid, wid, rids = view.id, h.compartment_id, h.writer_id, h.records
+        # (the fields read from the record's map once each, not through Record's properties: a cold open
+        # stages every record of the vault, a million of them)
         for idx, rec in enumerate(records):
-            rid = h.records[idx]
+            rid = rids[idx]
             if rec is None:
-                rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, None, None, None, None, None,
+                rows.append((rid, bid, idx, cid, wid, None, None, None, None, None,
                              None, None, None, None, None, None, 0, 1, None, lamport))
                 continue
-            value = rec.value
+            m = rec.fields
+            kind, value, rtype = m[_KIND], m.get(_VALUE), m.get(_TYPE)
             conversation = role = None
+            text = value_text(value) if kind in (_PUT, _NOTE) else ""
             if isinstance(value, dict):
                 c = value.get("conversation")
                 conversation = c if isinstance(c, str) else None
                 r = value.get("role")
                 role = r if isinstance(r, str) else None
-            text = value_text(value) if rec.kind in (Kind.PUT, Kind.NOTE) else ""
-            if isinstance(value, dict) and rec.type == "conversation" and isinstance(value.get("title"), str):
-                text = value["title"]
-            has_refs = int(bool(rec.pred or rec.sources or rec.target))
-            import_key = rec.meta.get("import") if isinstance(rec.meta.get("import"), str) else None
-            rows.append((rid, view.id, idx, h.compartment_id, h.writer_id, rec.author, rec.kind, rec.type, rec.key,
-                         rec.authority, rec.authority, shown_ts(rec.ts), conversation, role, text, rec.raw, has_refs, 0,
-                         import_key, lamport))
-            for p in rec.pred:
-                refs.append((rid, p, REF_PRED))
-            for s in rec.sources:
-                refs.append((rid, s, REF_SOURCE))
-            if rec.target:
-                refs.append((rid, rec.target, REF_TARGET))
+                if rtype == "conversation" and isinstance(title := value.get("title"), str):
+                    text = title
+            pred, sources, target = m.get(_PRED), m.get(_SOURCES), m.get(_TARGET)
+            meta = m.get(_META)
+            import_key = meta.get("import") if meta else None
+            authority, ts = m.get(_CLASS), m.get(_TS)
+            rows.append((rid, bid, idx, cid, wid, m[_AUTHOR], kind, rtype, m.get(_KEY), authority, authority,
+                         ts if type(ts) is int and 0 <= ts <= TS_SHOWN_MAX else None, conversation, role, text,
+                         rec.raw, 1 if pred or sources or target else 0, 0,
+                         import_key if isinstance(import_key, str) else None, lamport))
+            if pred:
+                refs += [(rid, p, REF_PRED) for p in pred]
+            if sources:
+                refs += [(rid, s, REF_SOURCE) for s in sources]
+            if target:
+                refs.append((rid, target, REF_TARGET))
         # Buffered: one statement per table for many batches (an open stages thousands).
         self._rows += rows
         self._refs += refs
@@ -555,24 +566,26 @@ class State:
         result.scrubbed = scrub(self, erased_targets)
         # 1. Static validity of each record: batch accepted and authority rules that need only the
         #    record and its writer (then the passes that follow references start from it).
-        updates: list[tuple[int, str | None, int | None, bytes]] = []  # valid, reason, effective, id
-        cols = "id, batch, writer, author, kind, class, key, raw, erased"
+        # (written back by rowid, in its order: a table scan's order, and one page after the other
+        # instead of a lookup in the index of ids, a random page of it, for each record)
+        updates: list[tuple[int, str | None, int | None, int]] = []  # valid, reason, effective, rowid
+        cols = "rowid, id, batch, writer, author, kind, class, key, raw, erased"
         checked: Iterable[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
-                                  else rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))
-        for rid, batch, writer, author, kind, klass, key, raw, erased in checked:
+                                  else sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope)))
+        for row, rid, batch, writer, author, kind, klass, key, raw, erased in checked:
             if batch not in accepted:
-                updates.append((0, "its batch is not accepted", klass, rid))
+                updates.append((0, "its batch is not accepted", klass, row))
                 continue
             if erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
                 ok = rid in erased_targets
-                updates.append((0, "erased" if ok else "removed without an erasure record", None, rid))
+                updates.append((0, "erased" if ok else "removed without an erasure record", None, row))
                 if not ok:
                     result.problems.append(("damaged", views[batch].segment,
                                             f"record {rid.hex()[:12]} is missing but no erasure names it"))
                 continue
             reason = self._static_check(roster, views[batch], writer, author, kind, klass, key, raw)
-            updates.append((0 if reason else 1, reason, klass, rid))
-        db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE id = ?", updates)
+            updates.append((0 if reason else 1, reason, klass, row))
+        db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", updates)
         # 2. References: pred inside the causal past, CONFIRM targets, sources.
         check_references(db, roster, views, scope)
         # 3. Hidden keyless records (a DEL without key names them in pred).

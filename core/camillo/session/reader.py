@@ -46,12 +46,13 @@ from ..records import (
     Batch,
     Record,
     decode_record,
+    validated_record,
     verify_batch_signature,
 )
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
-from . import listing, resume
+from . import listing, resume, segread
 from .changed import control_changes
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
@@ -68,6 +69,7 @@ class Reader:
         self.keyring = keyring
         self.progress: Progress | None = None  # called while segments are read: (done, total)
         self.decryptions = 0  # segments decrypted (tests count warm opens with it)
+        self.checked_apart = 0  # batches whose records a child process checked (camillo.recordcheck)
         # set for an agent's session: the grant's own key, and the owner devices it trusts
         self.grant_recipient: RecipientKey | None = None
         self.grant_trusted: dict[bytes, bytes] | None = None
@@ -413,19 +415,12 @@ class Reader:
         unknown = known.unknown(added) if isinstance(known, SegmentBatches) else added - known.keys()
         candidates = unknown | (added & unreadable.keys()) | retry
         todo = sorted(n for n in candidates if (n not in known or n in unreadable) and kind_of(n) == "segment")
-        last_report = 0.0
         state = self.materialized
         if len(todo) >= cache_mod.WIDE_SEGMENTS:
             state.widen_page_cache()
         # a cold load into an empty state builds the secondary indexes once, after it
         with cache_mod.indexes_deferred(state.cache_db, state.flush) if todo else nullcontext():
-            for done, name in enumerate(todo):
-                if self.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
-                    last_report = now
-                    self.progress(done, len(todo))  # about 20 reports a second, whatever the segment sizes
-                new_batches += self.read_segment(name)
-            if self.progress is not None and todo:
-                self.progress(len(todo), len(todo))
+            new_batches += segread.read_segments(self, todo)
             if new_keys:
                 for name in list(self.unreadable):
                     new_batches += self.read_segment(name)
@@ -603,40 +598,8 @@ class Reader:
         return self.keyring.epoch_publics != before
 
     def read_segment(self, name: str) -> list[bytes]:
-        try:
-            data = self.shelf.read(name)
-        except FileNotFoundError:
-            return []
-        except StorageError as exc:
-            self.segment_problems[name] = Problem("unreadable", name, exc.message)
-            return []
-        if hash_matches(name, data) is False:
-            self.segment_problems[name] = Problem(
-                "damaged", name, f"segment {name} does not match its name (still syncing, or damaged)")
-            self.incomplete.add(name)
-            return []
-        self.incomplete.discard(name)
-        try:
-            header = segments.read_header(data, name)
-        except VaultError as exc:
-            self.segment_problems[name] = Problem("damaged", name, exc.message)
-            return []
-        key = self.keyring.epoch_keys.get((header.compartment_id, header.epoch_id))
-        if key is None:
-            self.unreadable[name] = (header.compartment_id, header.epoch_id)
-            self.segment_batches.setdefault(name, [])
-            return []
-        self.unreadable.pop(name, None)
-        self.segment_problems.pop(name, None)
-        try:
-            payload = segments.open_segment(data, name, self.vault_id, key)
-            self.decryptions += 1
-            batches = segments.decode_payload(payload, name)
-        except VaultError as exc:
-            self.segment_problems[name] = Problem("damaged", name, exc.message)
-            self.segment_batches[name] = []
-            return []
-        return self._add_segment(name, header.compartment_id, header.epoch_id, batches)
+        opened = segread.open_segment(self, name)
+        return [] if opened is None else self.add_segment(name, *opened)
 
     def take_written(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch]) -> list[bytes]:
         """What :meth:`read_segment` returns for a segment this actor has just sealed and written,
@@ -644,14 +607,17 @@ class Reader:
         its own, just made)."""
         if name in self.segment_batches:
             return []
-        added = self._add_segment(name, compartment_id, epoch_id, batches)
+        added = self.add_segment(name, compartment_id, epoch_id, batches)
         for bid in added:
             self.batches[bid].sig_ok = True
         return added
 
-    def _add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch]) -> list[bytes]:
+    def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
+                    checked: Sequence[bool] | None = None) -> list[bytes]:
+        """Take a segment's batches (``checked[i]``: every record of ``batches[i]`` was decoded and
+        checked already, by :mod:`camillo.recordcheck`)."""
         added = []
-        for batch in batches:
+        for i, batch in enumerate(batches):
             problem = self._check_batch_shape(batch, compartment_id)
             if problem:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
@@ -666,8 +632,12 @@ class Reader:
                 continue
             records: list[Record | None] = []
             try:
-                for rid, raw in zip(batch.header.records, batch.records):
-                    records.append(None if raw is None else decode_record(raw, expected_id=rid))
+                if checked is not None and checked[i]:
+                    records = [None if raw is None else validated_record(raw, rid)
+                               for rid, raw in zip(batch.header.records, batch.records)]
+                else:
+                    for rid, raw in zip(batch.header.records, batch.records):
+                        records.append(None if raw is None else decode_record(raw, expected_id=rid))
             except VaultError as exc:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")

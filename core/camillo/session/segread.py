@@ -1,0 +1,151 @@
+"""Reading segments: one (:func:`open_segment`: read, match its name, decrypt), and many at once (a
+cold open, a merge, a re-open after many new batches: :func:`read_segments`), with their records checked in a process of their own (:mod:`camillo.recordcheck`) while this one decrypts the
+next segments and stages the batches already checked.
+
+The segments are taken in the order given and each one's batches are added in that order whether
+the child checked them or not (:meth:`Reader.add_segment` decodes in this process a batch the child
+did not pass, and every batch when no child runs), so what is read, and every problem found, is the
+same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments, or once
+:data:`START_RECORDS` records were checked here, on a machine with a second core; until it is
+ready the segments are checked here.  A function of the session's reader, which calls it.
+
+Confined to the thread that owns the vault.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Protocol
+
+from .. import recordcheck, segments
+from ..errors import StorageError, VaultError
+from ..records import Batch
+from ..storage import FolderShelf, PackShelf, hash_matches
+from ..values import Problem
+from .keyring import EpochRef, KeyRing
+
+START_SEGMENTS = 64
+START_RECORDS = 2_000
+FORCE: bool | None = None  # tests: True starts a child for every read and waits for it, False never starts one
+
+
+class Reader(Protocol):
+    """What these functions use of the session's reader (:class:`camillo.session.reader.Reader`)."""
+
+    shelf: FolderShelf | PackShelf
+    vault_id: bytes
+    keyring: KeyRing
+    progress: Callable[[int, int], None] | None
+    decryptions: int
+    checked_apart: int
+    segment_problems: dict[str, Problem]
+    incomplete: set[str]
+    unreadable: dict[str, EpochRef]
+    segment_batches: MutableMapping[str, list[bytes]]
+
+    def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
+                    checked: Sequence[bool] | None = None) -> list[bytes]: ...
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+Held = tuple[str, bytes, bytes, list[Batch], recordcheck.Ticket]
+
+
+def read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
+    """Read ``names`` in order; the ids of the batches added."""
+    added: list[bytes] = []
+    checker: recordcheck.RecordChecker | None = None
+    may_start = _cores() > 1 if FORCE is None else FORCE
+    here = 0  # records checked in this process
+    held: deque[Held] = deque()
+    last_report = 0.0
+    total = len(names)
+    try:
+        for done, name in enumerate(names):
+            if reader.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
+                last_report = now
+                reader.progress(done, total)  # about 20 reports a second, whatever the segment sizes
+            if may_start and checker is None and (
+                    FORCE or total - done >= START_SEGMENTS or here >= START_RECORDS):
+                may_start = False
+                checker = recordcheck.start()
+                if FORCE and checker is not None:
+                    checker.wait_ready(30)
+            opened = open_segment(reader, name)
+            if opened is None:
+                continue
+            if checker is not None and checker.ready:
+                held.append((name, *opened, checker.add(opened[2])))
+                while held and checker.due(held[0][4]):
+                    added += _take(reader, checker, held.popleft())
+                continue
+            while held:  # (the child died: what it held first, in order)
+                added += _take(reader, checker, held.popleft())
+            added += reader.add_segment(name, *opened)
+            here += sum(len(b.records) for b in opened[2])
+        while held:
+            added += _take(reader, checker, held.popleft())
+    finally:
+        if checker is not None:
+            checker.close()
+    if reader.progress is not None and total:
+        reader.progress(total, total)
+    return added
+
+
+def open_segment(reader: Reader, name: str) -> tuple[bytes, bytes, list[Batch]] | None:
+    """Read and decrypt a segment: (compartment, epoch, its batches), or None with its problem
+    noted (or it set aside as unreadable until its epoch's key arrives)."""
+    try:
+        data = reader.shelf.read(name)
+    except FileNotFoundError:
+        return None
+    except StorageError as exc:
+        reader.segment_problems[name] = Problem("unreadable", name, exc.message)
+        return None
+    if hash_matches(name, data) is False:
+        reader.segment_problems[name] = Problem(
+            "damaged", name, f"segment {name} does not match its name (still syncing, or damaged)")
+        reader.incomplete.add(name)
+        return None
+    reader.incomplete.discard(name)
+    try:
+        header = segments.read_header(data, name)
+    except VaultError as exc:
+        reader.segment_problems[name] = Problem("damaged", name, exc.message)
+        return None
+    key = reader.keyring.epoch_keys.get((header.compartment_id, header.epoch_id))
+    if key is None:
+        reader.unreadable[name] = (header.compartment_id, header.epoch_id)
+        reader.segment_batches.setdefault(name, [])
+        return None
+    reader.unreadable.pop(name, None)
+    reader.segment_problems.pop(name, None)
+    try:
+        payload = segments.open_segment(data, name, reader.vault_id, key)
+        reader.decryptions += 1
+        batches = segments.decode_payload(payload, name)
+    except VaultError as exc:
+        reader.segment_problems[name] = Problem("damaged", name, exc.message)
+        reader.segment_batches[name] = []
+        return None
+    return header.compartment_id, header.epoch_id, batches
+
+
+def _take(reader: Reader, checker: recordcheck.RecordChecker | None, item: Held) -> list[bytes]:
+    name, compartment_id, epoch_id, batches, ticket = item
+    try:
+        verdicts = checker.verdicts(ticket) if checker is not None else None
+    except recordcheck.CheckerGone:
+        verdicts = None
+    reader.checked_apart += sum(verdicts or ())
+    return reader.add_segment(name, compartment_id, epoch_id, batches, verdicts)

@@ -1,0 +1,143 @@
+"""Records checked in a child process beside a read of many segments (camillo.recordcheck, camillo.session.segread):
+the same batches, the same problems, with the child, without it, and when it dies half-way."""
+
+from __future__ import annotations
+
+import os
+
+import cbor2
+import pytest
+from camillo import NewRecord, Unlock, Vault, ids, recordcheck, segments
+from camillo.primitives import SigningKey, random_bytes
+from camillo.records import BatchHeader, make_batch
+from camillo.session import segread
+from camillo.storage import segment_name
+
+PASSPHRASE = "correct horse battery staple"
+
+
+def _bad_record(author: bytes) -> bytes:
+    """A NOTE whose map is not deterministic CBOR (its keys out of order); its id is its hash all the same."""
+    fields = {15: "message", 1: 3, 0: 1, 2: author, 3: random_bytes(16), 5: "planted", 6: 2}
+    return cbor2.dumps(fields)  # (insertion order: not the canonical one)
+
+
+@pytest.fixture
+def many(new_vault):
+    """A vault of 70 segments, and one more planted: a signed batch with one good record and one
+    that is not deterministic CBOR."""
+    path, vault, _ = new_vault
+    for i in range(70):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"line {i}")])
+    cid = vault.compartment_id("personal")
+    epoch = vault.session.roster.current_epoch(cid)
+    vault_id = vault.vault_id
+    vault.lock()
+    signer = SigningKey.generate()
+    writer = ids.writer_id(signer.alg, signer.public)
+    bad = _bad_record(writer)
+    header = BatchHeader(vault_id, cid, writer, 1, None, (), {writer: 0}, (ids.record_id(bad),), 1_700_000_000)
+    batch = make_batch(header, [bad], signer)
+    seg = segments.seal_segment(vault_id, cid, epoch.epoch_id, epoch.public, segments.encode_payload([batch]))
+    name = segment_name(seg)
+    os.makedirs(os.path.join(path, os.path.dirname(name)), exist_ok=True)
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(seg)
+    return path, name, batch.id
+
+
+def _cold(path):
+    v = Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False)
+    try:
+        texts = sorted(r.text for r in v.timeline(limit=1000))
+        problems = sorted((p.file, p.message) for p in v.problems())
+        return texts, problems, v.session.reader.checked_apart
+    finally:
+        v.lock()
+
+
+def test_a_read_checked_in_a_child_process_finds_what_one_checked_here_finds(many, monkeypatch):
+    path, name, bad_batch = many
+    monkeypatch.setattr(segread, "FORCE", False)
+    here = _cold(path)
+    monkeypatch.setattr(segread, "FORCE", True)
+    apart = _cold(path)
+    assert here[2] == 0
+    assert apart[2] >= 70  # every good batch was passed by the child
+    assert apart[:2] == here[:2]
+    assert len(here[0]) == 70
+    planted = [m for f, m in here[1] if f == name]
+    assert planted and bad_batch.hex()[:12] in planted[0] and "deterministic CBOR" in planted[0]
+
+
+def test_a_child_that_dies_half_way_leaves_the_rest_to_this_process(many, monkeypatch):
+    path, name, _ = many
+    monkeypatch.setattr(segread, "FORCE", False)
+    expected = _cold(path)[:2]
+    started: list[recordcheck.RecordChecker] = []
+    real_start, real_take = recordcheck.start, segread._take
+
+    def start():
+        checker = real_start()
+        started.append(checker)
+        return checker
+
+    taken = 0
+
+    def take(reader, checker, item):
+        nonlocal taken
+        taken += 1
+        if taken == 20:  # the child is killed with frames of it unanswered
+            started[0]._proc.kill()
+            started[0]._proc.wait()
+        return real_take(reader, checker, item)
+
+    monkeypatch.setattr(recordcheck, "start", start)
+    monkeypatch.setattr(segread, "_take", take)
+    monkeypatch.setattr(segread, "FORCE", True)
+    monkeypatch.setattr(recordcheck, "FRAME_RECORDS", 8)  # (several frames, so that some are in flight)
+    assert _cold(path)[:2] == expected
+    assert started and started[0]._proc.returncode is not None
+    assert taken > 20
+
+
+def test_check_frame_passes_good_batches_and_fails_a_batch_with_one_bad_record():
+    signer = SigningKey.generate()
+    writer = ids.writer_id(signer.alg, signer.public)
+    good = cbor2.dumps({0: 1, 1: 3, 2: writer, 3: random_bytes(16), 5: "fine", 6: 2, 15: "message"}, canonical=True)
+    bad = _bad_record(writer)
+    vault_id, cid = random_bytes(32), random_bytes(32)
+
+    def batch(*raws, ids_=None):
+        rids = ids_ or tuple(ids.record_id(r) for r in raws)
+        return make_batch(BatchHeader(vault_id, cid, writer, 1, None, (), {}, rids, 1), list(raws), signer)
+
+    wrong_id = batch(good, ids_=(random_bytes(32),))
+    with recordcheck.RecordChecker() as checker:
+        assert checker.wait_ready(30)
+        t1 = checker.add([batch(good), batch(good, bad), wrong_id])
+        t2 = checker.add([batch(good, good)])
+        assert checker.verdicts(t1) == [True, False, False]
+        assert checker.verdicts(t2) == [True]
+    # the same verdicts in this process
+    frame = b"".join(recordcheck._U32.pack(n) for n in (1, 1)) + ids.record_id(bad) + recordcheck._U32.pack(len(bad)) + bad
+    assert recordcheck.check_frame(frame) == b"\x00"
+
+
+def test_a_checker_whose_child_is_gone_says_so():
+    checker = recordcheck.RecordChecker()
+    try:
+        assert checker.wait_ready(30)
+        checker._proc.kill()
+        checker._proc.wait()
+        signer = SigningKey.generate()
+        writer = ids.writer_id(signer.alg, signer.public)
+        raw = cbor2.dumps({0: 1, 1: 3, 2: writer, 3: random_bytes(16), 5: "x", 6: 2, 15: "message"}, canonical=True)
+        b = make_batch(BatchHeader(random_bytes(32), random_bytes(32), writer, 1, None, (), {}, (ids.record_id(raw),), 1),
+                       [raw], signer)
+        ticket = checker.add([b])
+        with pytest.raises(recordcheck.CheckerGone):
+            checker.verdicts(ticket)
+        assert not checker.ready
+    finally:
+        checker.close()
