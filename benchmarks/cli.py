@@ -425,6 +425,10 @@ class Bench:
         return [
             "Each operation runs in a fresh Python process on a hard-linked clone of a cached fixture; only the "
             "operation itself is timed. 'Cold' means without Camillo's local cache; the OS page cache is warm.",
+            "Warm open: the clone is opened and locked once before the timed open (untimed), so that its local "
+            "state is what this version leaves after any open (what it remembers to save work: the envelopes "
+            "read, the signatures verified), not what the version that built the fixture left. The re-open "
+            "after 1,000 batches has no such open (it would read them).",
             "Append without fsync: os.fsync is replaced by a no-op inside that benchmark child process only "
             "(benchmarks.ops._no_fsync); everything else is identical.",
             f"Merge: two copies diverged by {merge_divergence(n):,} batches (10,000 at 1M records, scaled "

@@ -163,6 +163,10 @@ CREATE TABLE IF NOT EXISTS cache_meta(key TEXT PRIMARY KEY, value BLOB);
 -- complete ('erasures_complete'), the segments stored since (noted by the trigger, whoever stores them)
 CREATE TABLE IF NOT EXISTS cache_signatures(digest BLOB PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cache_segments_since(name TEXT PRIMARY KEY) WITHOUT ROWID;
+-- the envelopes read (camillo.memos.EnvelopeMemo): for each file name and recipient id, the payload it
+-- opened to (an epoch key with its signatures), with the epoch it is about, or NULL: not for that recipient
+CREATE TABLE IF NOT EXISTS cache_envelopes(name TEXT NOT NULL, recipient BLOB NOT NULL, compartment BLOB,
+                                           epoch BLOB, payload BLOB, PRIMARY KEY(name, recipient)) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS cache_segments_noted AFTER INSERT ON cache_segments
   WHEN EXISTS (SELECT 1 FROM cache_meta WHERE key = 'erasures_complete')
   BEGIN INSERT OR IGNORE INTO cache_segments_since(name) VALUES (new.name); END;
@@ -337,7 +341,10 @@ class Cache:
             db = None
             try:
                 db = self._connect()
-                meta = dict(db.execute("SELECT key, value FROM cache_meta").fetchall())
+                # (by key: the stored causal log beside them is megabytes at a million records, read
+                # where the reader asks for it)
+                meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key IN "
+                                       "('format', 'vault', 'generation', 'erasures')").fetchall())
                 if encoding.decode(meta.get("format", b"\x00")) != FORMAT or meta.get("vault") != self.vault_id:
                     self.problem = "the local state was of an older version and is rebuilt"
                 elif encoding.decode(meta.get("generation", b"\x00")) != generation and "erasures" not in meta:

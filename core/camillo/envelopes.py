@@ -140,12 +140,23 @@ def is_for(data: bytes, recipient_id: bytes) -> bool:
 
 def open_envelope(data: bytes, name: str, vault_id: bytes, recipient: RecipientKey) -> EnvelopePayload:
     """Open an envelope addressed to ``recipient``; CryptoFailure when it is not for this key."""
+    return read_payload(unwrap_payload(data, name, vault_id, recipient), name, vault_id)
+
+
+def unwrap_payload(data: bytes, name: str, vault_id: bytes, recipient: RecipientKey) -> bytes:
+    """The payload's bytes (deterministic CBOR, not checked yet: :func:`read_payload`) of an envelope
+    addressed to ``recipient``; CryptoFailure when it is not for this key."""
     check_shape(data, name)
     envelope_key = hpke_unwrap(recipient, data[12 : 12 + WRAP_LEN], labelled("vmem/v1/wrap/envelope", vault_id))
     try:
-        raw = open_sealed(envelope_key, LABEL, vault_id, data, HEADER_LEN)
+        return open_sealed(envelope_key, LABEL, vault_id, data, HEADER_LEN)
     except CryptoFailure as exc:
         raise DamagedFile(f"envelope {name} is damaged or tampered ({exc})", file=name) from None
+
+
+def read_payload(raw: bytes, name: str, vault_id: bytes) -> EnvelopePayload:
+    """The payload of envelope ``name`` from its bytes, checked (the profile, the vault, the kind, the
+    lengths); DamagedFile or CanonicalError when it is not one."""
     p = encoding.decode(raw, f"envelope {name}")
     try:
         if not isinstance(p, dict) or p.get(P.VAULT) != vault_id:

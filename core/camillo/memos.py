@@ -17,7 +17,19 @@
   (``cache_segments_since``: a newly read one, one read once its epoch key arrived, one sealed again),
   and the next check with the same fingerprint looks only at those.
 
-Both live in the local state, which is this installation's own database, encrypted and authenticated
+* :class:`EnvelopeMemo`: the envelopes read.  A warm open read every envelope file of the folder and
+  opened those addressed to it (275 files and 103 HPKE opens at a million records, about 50 ms: a
+  vault's epochs grow with its history).  The memo keeps, for each envelope file name and recipient
+  id, the payload the envelope opened to (its decrypted CBOR: an epoch key, with the owner's
+  signatures over it), or that it is not addressed to that recipient.  An envelope's name is the
+  SHA-256 of its bytes, so a name read once holds the same envelope for ever (a changed file under
+  it is a damaged copy, which the memo does not take); the payload is checked again as read
+  (:func:`camillo.envelopes.read_payload`), and every epoch secret is checked against the roster as
+  an envelope's is (:meth:`camillo.session.reader.Reader.check_epoch_keys`).  The secret of an epoch
+  an erasure destroyed, or that no owner vouched for, is deleted with the keyring's
+  (:meth:`EnvelopeMemo.forget`), and the rows of names gone from the folder with each full listing.
+
+All three live in the local state, which is this installation's own database, encrypted and authenticated
 page by page under its key (:mod:`camillo.cache`): trusting them is the trust a warm open already puts
 in the stored flags that say a batch's signature verified.  A state that is rebuilt starts without
 them.  Confined to the thread that owns the vault.
@@ -25,7 +37,7 @@ them.  Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from . import encoding, primitives
 from .cache import Connection
@@ -113,3 +125,43 @@ class ErasureMemo:
         """Something incomplete was found (or could not be looked at): the next check looks at every segment."""
         self.db.execute("DELETE FROM cache_meta WHERE key = ?", (self.KEY,))
         self.db.execute("DELETE FROM cache_segments_since")
+
+
+class EnvelopeMemo:
+    """The envelopes read, by file name and recipient, in the local state ``db()``; what is remembered
+    is written beside the state's other changes and committed with them.  Nothing is held in memory
+    between calls: the payloads carry epoch secrets, which a locked vault must not keep reachable."""
+
+    def __init__(self, db: Callable[[], Connection]) -> None:
+        self._db = db
+
+    def known(self, recipient_id: bytes) -> dict[str, bytes | None]:
+        """For each envelope read for ``recipient_id``: the payload it opened to, or None (not for it)."""
+        return dict(self._db().execute("SELECT name, payload FROM cache_envelopes WHERE recipient = ?",
+                                       (recipient_id,)))
+
+    def remember(self, name: str, recipient_id: bytes, payload: bytes | None,
+                 epoch: tuple[bytes, bytes] | None = None) -> None:
+        """Envelope ``name`` opened to ``payload`` for ``recipient_id`` (None: it is not addressed to it)."""
+        self._db().execute(
+            "INSERT OR REPLACE INTO cache_envelopes(name, recipient, compartment, epoch, payload) VALUES(?, ?, ?, ?, ?)",
+            (name, recipient_id, *(epoch or (None, None)), payload))
+
+    def forget(self, refs: Iterable[tuple[bytes, bytes]]) -> None:
+        """Delete the payloads about these epochs (their secrets are dropped)."""
+        db = self._db()  # (looked for first: a warm open asks for every destroyed epoch, and writes nothing)
+        rows = [r for r in refs
+                if db.execute("SELECT 1 FROM cache_envelopes WHERE compartment = ? AND epoch = ? LIMIT 1", r).fetchone()]
+        if rows:
+            db.executemany("DELETE FROM cache_envelopes WHERE compartment = ? AND epoch = ?", rows)
+
+    def forget_name(self, name: str) -> None:
+        """Delete what was remembered of envelope ``name`` (it is read from its file again)."""
+        self._db().execute("DELETE FROM cache_envelopes WHERE name = ?", (name,))
+
+    def keep_only(self, names: Collection[str]) -> None:
+        """Delete the rows of envelopes no longer in the folder (``names``: every envelope there)."""
+        db = self._db()
+        gone = [(n,) for n in {n for (n,) in db.execute("SELECT DISTINCT name FROM cache_envelopes")} if n not in names]
+        if gone:
+            db.executemany("DELETE FROM cache_envelopes WHERE name = ?", gone)

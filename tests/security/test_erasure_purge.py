@@ -126,3 +126,33 @@ def test_an_erasure_before_the_index_is_built_does_not_build_it_and_leaves_nothi
     plain = decrypted(cache.path, cache.page_key)
     assert TOKEN not in plain and b"zyxwvut" not in plain
     vault.lock()
+
+
+def test_the_secret_of_an_epoch_an_erasure_destroyed_is_in_no_page_of_the_state(new_vault, passphrase):
+    """The local state remembers the envelopes a warm open read (camillo.memos.EnvelopeMemo), epoch
+    secrets included: the erasure deletes the destroyed epoch's, from every page and the log."""
+    from camillo import Unlock, Vault
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text=SECRET)])
+    vault.append([NewRecord(type="message", conversation="c0", role="user", text="ordinary garden talk")])
+    vault.lock()
+    vault = Vault.open(path, Unlock.passphrase(passphrase))  # the envelopes read, and remembered
+    try:
+        secret = next(r.id for r in vault.timeline() if r.text == SECRET)
+        held = dict(vault.session.keyring.secrets())
+        vault.session.reader.settle(force=True)
+        cache = vault.session.cache
+        plain = decrypted(cache.path, cache.page_key)
+        assert any(s in plain for s in held.values()), "the scan does not see the remembered epoch secrets"
+
+        vault.erase([secret], reauth=None)
+        vault.session.reader.settle(force=True)
+        destroyed = vault.session.roster.destroyed_epochs() & held.keys()
+        assert destroyed
+        cache = vault.session.cache
+        plain = decrypted(cache.path, cache.page_key)
+        assert not any(held[ref] in plain for ref in destroyed), "a destroyed epoch's secret is in the local state"
+        assert [r.text for r in vault.timeline()] == ["ordinary garden talk"]
+    finally:
+        vault.lock()

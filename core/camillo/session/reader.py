@@ -39,7 +39,7 @@ from ..log import (
     extend_log_after_roster_change,
     signed_of,
 )
-from ..memos import SignatureMemo
+from ..memos import EnvelopeMemo, SignatureMemo
 from ..names import kind_of
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
 from ..records import (
@@ -83,6 +83,7 @@ class Reader:
         self.stored_log: StoredLog | None = None  # the log kept in the local state, each chain read when needed
         # the signatures verified good, kept in the local state (those of control records read here)
         self.signature_memo = SignatureMemo(lambda: self.materialized.cache_db)
+        self.envelope_memo = EnvelopeMemo(lambda: self.materialized.cache_db)  # the envelopes read before
         self.reset()
 
     def reset(self) -> None:
@@ -391,6 +392,7 @@ class Reader:
             self.listing_trusted = False
             removed |= listing.vanished(self.shelf, self.materialized.cache_db)
         envelope_names: set[str] | frozenset[str] | None = None  # (None: those among ``added``)
+        complete = self.rescan_all or self.envelopes_again  # (every envelope of the folder is read)
         if self.rescan_all:  # first read, or keys were forgotten: consider every file again
             self.rescan_all = self.envelopes_again = False
             self.segments_again = set()
@@ -409,7 +411,8 @@ class Reader:
         # every name of the folder here (100,000 at a million records), nearly all of them read before.
         if envelope_names is None:
             envelope_names = {n for n in added if n.startswith("env/")}
-        new_keys = self.read_envelopes(sorted(n for n in envelope_names | retry if kind_of(n) == "envelope"))
+        new_keys = self.read_envelopes(sorted(n for n in envelope_names | retry if kind_of(n) == "envelope"),
+                                       complete=complete)
         new_batches: list[bytes] = []
         known, unreadable = self.segment_batches, self.unreadable
         unknown = known.unknown(added) if isinstance(known, SegmentBatches) else added - known.keys()
@@ -521,39 +524,65 @@ class Reader:
                            [(name, ref[1], bid) for bid in bids])
         self.dirty = True
 
-    def read_envelopes(self, names: list[str]) -> bool:
-        """Open the envelopes addressed to this session (the owner KEM key, or the grant's key)."""
+    def read_envelopes(self, names: list[str], *, complete: bool = False) -> bool:
+        """Open the envelopes addressed to this session (the owner KEM key, or the grant's key), those
+        read before from the local state (:class:`~camillo.memos.EnvelopeMemo`).  ``complete``:
+        ``names`` is every envelope of the folder."""
         recipient = self.keyring.owner_kem if self.keyring.owner_kem is not None else self.grant_recipient
         if recipient is None:
             return False
         rid = ids.recipient_id(recipient.public)
         found = chained = False
+        memo = self.envelope_memo
+        read = memo.known(rid) if names else {}
+        if complete:
+            memo.keep_only(names)
         for name in names:
             if name in self.keyring.seen_envelopes:
                 continue
-            try:
-                data = self.shelf.read(name)
-            except (FileNotFoundError, StorageError):
-                continue
-            if hash_matches(name, data) is False:
-                # still syncing, or damaged: try again next time, and say so meanwhile
-                self.segment_problems[name] = Problem(
-                    "damaged", name, f"envelope {name} does not match its name (still syncing, or damaged)")
-                self.incomplete.add(name)
-                continue
-            self.incomplete.discard(name)
-            self.segment_problems.pop(name, None)
-            self.keyring.seen_envelopes.add(name)
-            try:
-                envelopes.check_shape(data, name)
-                if not envelopes.is_for(data, rid):
+            if name in read:  # read before (its name is its hash): what it held, checked again below
+                self.incomplete.discard(name)
+                self.segment_problems.pop(name, None)
+                self.keyring.seen_envelopes.add(name)
+                raw = read[name]
+                if raw is None:
                     continue
-                payload = envelopes.open_envelope(data, name, self.vault_id, recipient)
-            except CryptoFailure:
-                continue
-            except VaultError as exc:
-                self.segment_problems[name] = Problem("damaged", name, exc.message)
-                continue
+                try:
+                    payload = envelopes.read_payload(raw, name, self.vault_id)
+                except VaultError:  # (not what an envelope opens to: read the file again next time)
+                    self.keyring.seen_envelopes.discard(name)
+                    memo.forget_name(name)
+                    continue
+            else:
+                try:
+                    data = self.shelf.read(name)
+                except (FileNotFoundError, StorageError):
+                    continue
+                matches = hash_matches(name, data)  # (None: a store's name that is no hash: not remembered)
+                if matches is False:
+                    # still syncing, or damaged: try again next time, and say so meanwhile
+                    self.segment_problems[name] = Problem(
+                        "damaged", name, f"envelope {name} does not match its name (still syncing, or damaged)")
+                    self.incomplete.add(name)
+                    continue
+                self.incomplete.discard(name)
+                self.segment_problems.pop(name, None)
+                self.keyring.seen_envelopes.add(name)
+                try:
+                    envelopes.check_shape(data, name)
+                    if not envelopes.is_for(data, rid):
+                        if matches:
+                            memo.remember(name, rid, None)
+                        continue
+                    raw = envelopes.unwrap_payload(data, name, self.vault_id, recipient)
+                    payload = envelopes.read_payload(raw, name, self.vault_id)
+                except CryptoFailure:
+                    continue
+                except VaultError as exc:
+                    self.segment_problems[name] = Problem("damaged", name, exc.message)
+                    continue
+                if matches:
+                    memo.remember(name, rid, raw, (payload.compartment_id, payload.epoch_id))
             if payload.recipient_id != rid:
                 self.segment_problems[name] = Problem("damaged", name, f"envelope {name} names another recipient")
                 continue
@@ -756,6 +785,7 @@ class Reader:
         bad_epochs = self.check_epoch_keys(roster)
         if bad_epochs:
             self.keyring.forget(bad_epochs)
+            self.envelope_memo.forget(bad_epochs)
             self.keyring.seen_envelopes.clear()  # another envelope may carry the genuine key: read them again
             self.rescan_all = True
             bad = [name for name, bids in self.segment_batches.items()
@@ -830,6 +860,7 @@ class Reader:
                 and self.keyring.generation >= announced):  # the newest keys, not an older keyring still held
             self.destroyed_delivered = True
         self.keyring.forget(destroyed)
+        self.envelope_memo.forget(destroyed)
 
     def check_epoch_keys(self, roster: Roster) -> set[EpochRef]:
         """Every epoch secret we used must match its signed EPOCH record, and the envelope that
