@@ -22,8 +22,9 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import cbor2
 
@@ -428,8 +429,12 @@ def extend_log_after_roster_change(log: CausalLog, views: Mapping[bytes, BatchVi
 # ---------------------------------------------------------------------------------------------
 # The log kept in the local state between sessions (a warm open of an unchanged folder resumes it)
 
-# 2: each chain's top and its batches apart, so that a warm open reads the chains it needs (1: one list)
-_LOG_FORMAT = 2
+# 3: the chains' tops, the rejections, gaps, forks and heads in one small item, the chains' batches in
+# a second one read when first asked for (2: both in one item; 1: one list)
+_LOG_FORMAT = 3
+_LOG_FORMAT_ONE_ITEM = 2
+_ID = 32  # bytes of a batch id
+_RECORD = 8 + _ID  # bytes of a chain's entry in the stored batches: its seq, then (apart) its batch id
 
 
 def signed_of(log: CausalLog) -> set[bytes]:
@@ -438,7 +443,7 @@ def signed_of(log: CausalLog) -> set[bytes]:
     return log.accepted | log.rejected.keys()
 
 
-def _packed(seqs: list[int]) -> bytes:
+def _packed(seqs: Iterable[int]) -> bytes:
     arr = array("Q", seqs)
     if sys.byteorder == "big":
         arr.byteswap()
@@ -453,63 +458,106 @@ def _unpacked(data: bytes) -> array[int]:
     return arr
 
 
-def encode_log(log: CausalLog) -> bytes:
-    """The log as bytes for the local state (its accepted set and tops are its chains'): each chain as
-    (writer, compartment, top seq, top batch, its seqs ascending as little-endian u64, their batch ids
-    in the same order), so that one batch of a chain is found without decoding the chain."""
-    chains = []
+def encode_log(log: CausalLog) -> tuple[bytes, bytes]:
+    """The log as the local state keeps it (its accepted set and tops are its chains'): a small head,
+    ``[3, chains, rejected, gaps, forks, heads]`` with each chain as (writer, compartment, top seq, top
+    batch, its length), and the chains' batches apart, each chain in the head's order as its seqs
+    ascending (little-endian u64) then their batch ids in the same order, so that a warm open reads
+    the head alone and one batch of a chain is found without decoding the chain."""
+    chains: list[tuple[bytes, bytes, int, bytes | None, array[int], bytes]] = []
     for (w, c), chain in log.chains.items():
         seqs = sorted(chain)
         top = seqs[-1] if seqs else 0
-        chains.append([w, c, top, chain.get(top), _packed(seqs), b"".join(chain[q] for q in seqs)])
-    return cbor2.dumps([_LOG_FORMAT, chains, [[b, r] for b, r in log.rejected.items()],
-                        [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in log.gaps],
-                        [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in log.forks],
-                        [[c, sorted(h)] for c, h in log.heads.items()]])
+        chains.append((w, c, top, chain.get(top), array("Q", seqs), b"".join(chain[q] for q in seqs)))
+    return _encode(chains, log.rejected, log.gaps, log.forks, log.heads)
 
 
-_ID = 32  # bytes of a batch id
+def _encode(chains: Iterable[tuple[bytes, bytes, int, bytes | None, array[int], bytes]], rejected: dict[bytes, str],
+            gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]]) -> tuple[bytes, bytes]:
+    tops: list[list[Any]] = []
+    body: list[bytes] = []
+    for w, c, top, bid, seqs, ids in chains:
+        tops.append([w, c, top, bid, len(seqs)])
+        body += (_packed(seqs), ids)
+    head = cbor2.dumps([_LOG_FORMAT, tops, [[b, r] for b, r in rejected.items()],
+                        [[g.writer_id, g.compartment_id, g.seq, g.batch_id, g.reason] for g in gaps],
+                        [[f.writer_id, f.compartment_id, f.seq, list(f.batch_ids)] for f in forks],
+                        [[c, sorted(h)] for c, h in heads.items()]])
+    return head, b"".join(body)
 
 
 class StoredLog:
     """A log as the local state keeps it, read where asked: what a warm open of an unchanged folder
-    asks of the log (whether the batches that can move the roster are accepted, each chain's top for
-    the rollback memory, the gaps) without making an object of every batch of every chain (100,000
-    at a million records): a batch of a chain is found by bisecting its packed seqs.  :meth:`full`
-    gives the :class:`CausalLog`.  Built by :meth:`decode` (ValueError when the bytes are not what
-    :func:`encode_log` wrote)."""
+    asks of the log (each chain's top for the rollback memory, the rejections and the gaps) comes from
+    its head alone; the chains' batches (megabytes at a million records) are read when first asked
+    for (``load``), and a batch of a chain is then found by bisecting its packed seqs, without making
+    an object of every batch of every chain.  :meth:`full` gives the :class:`CausalLog`.  Built by
+    :meth:`decode` (ValueError when the head is not what :func:`encode_log` wrote; ``damaged``, called
+    with a reason, gives what to raise when the batches read later are not)."""
 
-    def __init__(self, chains: dict[tuple[bytes, bytes], tuple[int, bytes | None, array[int], bytes]],
-                 rejected: dict[bytes, str], gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]]) -> None:
-        self._chains = chains
+    def __init__(self, tops: dict[tuple[bytes, bytes], tuple[int, bytes | None, int]], rejected: dict[bytes, str],
+                 gaps: list[Gap], forks: list[Fork], heads: dict[bytes, set[bytes]],
+                 load: Callable[[], bytes], damaged: Callable[[str], Exception]) -> None:
+        self._tops = tops
+        self._chains: dict[tuple[bytes, bytes], tuple[array[int], bytes]] | None = None
+        self._load, self._damaged = load, damaged
         self.rejected, self.gaps, self.forks, self.heads = rejected, gaps, forks, heads
+        self.whole_item = False  # stored in an earlier version's layout (format 2: head and chains in one)
 
     @classmethod
-    def decode(cls, data: bytes) -> StoredLog:
+    def decode(cls, head: bytes, load: Callable[[], bytes],
+               damaged: Callable[[str], Exception] = ValueError) -> StoredLog:
+        """The log whose head is ``head`` and whose batches ``load()`` gives; an item of format 2
+        (both in one) is read whole now."""
         try:
-            fmt, chains, rejected, gaps, forks, heads = cbor2.loads(data)
-            if fmt != _LOG_FORMAT:
+            fmt, tops, rejected, gaps, forks, heads = cbor2.loads(head)
+            if fmt == _LOG_FORMAT_ONE_ITEM:  # (a state an earlier version stored)
+                kept = {(w, c): (top, bid, len(seqs) // 8) for w, c, top, bid, seqs, _ids in tops}
+                body = b"".join(part for *_k, seqs, ids in tops for part in (seqs, ids))
+                log = cls(kept, {}, [], [], {}, lambda: body, ValueError)
+                log.whole_item = True
+                log.chains()  # (read whole now: ValueError when it does not hold what it says)
+                log._damaged = damaged
+            elif fmt == _LOG_FORMAT:
+                kept = {(w, c): (top, bid, n) for w, c, top, bid, n in tops}
+                if any(type(n) is not int or n < 0 for _t, _b, n in kept.values()):
+                    raise ValueError("a chain's length is not a count")
+                log = cls(kept, {}, [], [], {}, load, damaged)
+            else:
                 raise ValueError(f"log format {fmt}")
-            kept = {}
-            for w, c, top, bid, seqs, ids in chains:
-                arr = _unpacked(seqs)
-                if len(ids) != _ID * len(arr) or (arr and (arr[-1] != top or ids[-_ID:] != bid)) or (
-                        not arr and bid is not None):
-                    raise ValueError("a chain does not hold what its top says")
-                kept[(w, c)] = (top, bid, arr, ids)
-            return cls(kept, {b: r for b, r in rejected}, [Gap(w, c, s, b, r) for w, c, s, b, r in gaps],
-                       [Fork(w, c, s, tuple(b)) for w, c, s, b in forks], {c: set(h) for c, h in heads})
+            log.rejected = {b: r for b, r in rejected}
+            log.gaps = [Gap(w, c, s, b, r) for w, c, s, b, r in gaps]
+            log.forks = [Fork(w, c, s, tuple(b)) for w, c, s, b in forks]
+            log.heads = {c: set(h) for c, h in heads}
+            return log
         except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"the stored log does not decode ({exc})") from None
 
+    def chains(self) -> dict[tuple[bytes, bytes], tuple[array[int], bytes]]:
+        """Each chain's seqs and batch ids, read and checked against the head when first asked for."""
+        if self._chains is None:
+            body, at, kept = self._load(), 0, {}
+            for key, (top, bid, n) in self._tops.items():
+                seqs = _unpacked(body[at:at + 8 * n])
+                ids = body[at + 8 * n:at + _RECORD * n]
+                at += _RECORD * n
+                if len(seqs) != n or len(ids) != _ID * n or (n and (seqs[-1] != top or ids[-_ID:] != bid)) or (
+                        not n and bid is not None):
+                    raise self._damaged("the causal log stored in the local state does not hold what its head says")
+                kept[key] = (seqs, ids)
+            if at != len(body):
+                raise self._damaged("the causal log stored in the local state is longer than its head says")
+            self._chains = kept
+        return self._chains
+
     def batch_at(self, key: tuple[bytes, bytes], seq: int) -> bytes | None:
-        """The batch at ``seq`` of a chain (writer, compartment), or None."""
-        stored = self._chains.get(key)
-        if stored is None:
+        """The batch at ``seq`` of a chain (writer, compartment), or None (its top without reading the chains)."""
+        top = self._tops.get(key)
+        if top is None:
             return None
-        top, bid, seqs, ids = stored
-        if seq == top:
-            return bid
+        if seq == top[0]:
+            return top[1]
+        seqs, ids = self.chains()[key]
         k = bisect_left(seqs, seq)
         return ids[k * _ID:(k + 1) * _ID] if k < len(seqs) and seqs[k] == seq else None
 
@@ -519,19 +567,25 @@ class StoredLog:
 
     def tops_here(self) -> list[tuple[tuple[bytes, bytes], int, bytes]]:
         """Each non-empty chain's (writer, compartment), highest seq and the batch there."""
-        return [(key, top, bid) for key, (top, bid, _s, _i) in self._chains.items() if bid is not None]
+        return [(key, top, bid) for key, (top, bid, _n) in self._tops.items() if bid is not None]
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """What :func:`encode_log` gives for this log (without making the :class:`CausalLog`)."""
+        chains = self.chains()
+        return _encode([(w, c, top, bid, *chains[(w, c)]) for (w, c), (top, bid, _n) in self._tops.items()],
+                       self.rejected, self.gaps, self.forks, self.heads)
 
     def full(self) -> CausalLog:
         log = CausalLog(rejected=self.rejected, gaps=self.gaps, forks=self.forks, heads=self.heads)
-        for key, (top, _bid, seqs, ids) in self._chains.items():
+        for key, (seqs, ids) in self.chains().items():
             chain = dict(zip(seqs, (ids[k:k + _ID] for k in range(0, len(ids), _ID)), strict=True))
             log.chains[key] = chain
             log.accepted.update(chain.values())
             if chain:
-                log.tops[key] = top
+                log.tops[key] = self._tops[key][0]
         return log
 
 
-def decode_log(data: bytes) -> CausalLog:
+def decode_log(head: bytes, body: bytes) -> CausalLog:
     """What :func:`encode_log` wrote (ValueError when it is not that)."""
-    return StoredLog.decode(data).full()
+    return StoredLog.decode(head, lambda: body).full()

@@ -22,6 +22,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 import cbor2
@@ -273,6 +274,13 @@ class Record:
     def is_control(self) -> bool:
         return self.kind in CONTROL_KINDS
 
+    @cached_property
+    def control_message(self) -> bytes:
+        """What its inner signers signed (spec §14), computed once (the roster asks for a control
+        record's several times at every open); its map was checked when the record was decoded."""
+        unsigned = {k: v for k, v in self.fields.items() if k != F.SIGS}
+        return labelled(CONTROL_SIG_LABEL, sha256(cbor2.dumps(unsigned, canonical=True)))
+
     @property
     def known_kind(self) -> bool:
         return Kind.known(self.kind)
@@ -475,7 +483,7 @@ def verify_inner_signatures(
     signature (by default :func:`~camillo.primitives.verify_signature`; the roster's, over batches read back from
     the local state, remembers what verified before: :class:`camillo.memos.SignatureMemo`).
     """
-    message = signing_message(CONTROL_SIG_LABEL, record.fields, F.SIGS)
+    message = record.control_message
     check = verify or verify_signature
     good: list[bytes] = []
     unknown: list[bytes] = []

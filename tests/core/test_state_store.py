@@ -251,7 +251,15 @@ def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whol
     import random as rnd
 
     from camillo.log import StoredLog, check_memory, encode_log
+    from camillo.session import resume
 
+    def decoded(log):
+        head, chains = encode_log(log)
+        return StoredLog.decode(head, lambda: chains)
+
+    reads = []
+    real_chains = resume.stored_chains
+    monkeypatch.setattr(resume, "stored_chains", lambda reader: reads.append(1) or real_chains(reader))
     path, vault, _ = new_vault
     _fill(vault, 30)
     switch_home(monkeypatch, tmp_path / "laptop")
@@ -261,16 +269,19 @@ def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whol
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path):
         pass  # reads the laptop's batches, stores the log on lock
+    reads.clear()
     with open_vault(path) as v:
         reader = v.session.reader
         assert v.timeline(limit=10) and v.session.alerts == []
         assert reader.stored_log is not None and reader._log is None, "the stored log was decoded whole"
+        assert reads == [], "the warm open read the stored log's chains"
         stored = reader.stored_log
         assert v.session.log == _log_as_built(v)
+        assert reads == [1]
         assert reader.stored_log is None
         log = v.session.log
         assert fingerprint(v) == from_scratch(path)
-    assert StoredLog.decode(encode_log(log)).full() == log and stored.full() == log
+    assert decoded(log).full() == log and stored.full() == log
     rng = rnd.Random(5)
     entries = [(c, w, seq, bid) for (w, c), ch in log.chains.items() for seq, bid in ch.items()]
     for _ in range(30):
@@ -278,9 +289,57 @@ def test_a_warm_open_reads_the_stored_log_where_it_asks_without_decoding_it_whol
         for c, w, seq, bid in rng.sample(entries, 3):
             remembered.setdefault(c, {})[w] = (seq + rng.choice([0, 0, 1]), bid if rng.random() < 0.8 else b"x" * 32)
         whole = check_memory(remembered, {}, 1, log, set(), 1, 1_000_000)
-        assert check_memory(remembered, {}, 1, StoredLog.decode(encode_log(log)), set(), 1, 1_000_000) == whole
+        assert check_memory(remembered, {}, 1, decoded(log), set(), 1, 1_000_000) == whole
         for (w, c), ch in log.chains.items():
-            assert all(StoredLog.decode(encode_log(log)).batch_at((w, c), q) == ch.get(q) for q in range(0, max(ch) + 2))
+            assert all(decoded(log).batch_at((w, c), q) == ch.get(q) for q in range(0, max(ch) + 2))
+
+
+def test_a_stored_log_of_the_earlier_layout_is_taken_and_stored_again_in_this_one(new_vault, monkeypatch, tmp_path):
+    """A local state an earlier version stored keeps its log as one item (format 2: each chain's top
+    and its batches together): a warm open takes it, as it did, and stores it again as a head and its
+    chains apart, once; the next warm open reads the head alone.  A digest that does not match the
+    stored flags sends the warm open to the chains themselves; chains that do not hold what the head
+    says are never used."""
+    import cbor2
+    from camillo.log import _packed
+    from camillo.session import resume
+
+    path, vault, _ = new_vault
+    _fill(vault, 12)
+    vault.lock()
+    with open_vault(path) as v:
+        log = _log_as_built(v)
+        db = v.session.reader.materialized.db
+        old = cbor2.dumps([2, [[w, c, max(ch), ch[max(ch)], _packed(sorted(ch)), b"".join(ch[q] for q in sorted(ch))]
+                               for (w, c), ch in log.chains.items()],
+                           [[b, r] for b, r in log.rejected.items()], [], [], [[c, sorted(h)] for c, h in log.heads.items()]])
+        db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log'", (old,))
+        db.execute("DELETE FROM cache_meta WHERE key IN ('log_chains', 'log_special')")
+        db.commit()
+    reads = []
+    real_chains = resume.stored_chains
+    monkeypatch.setattr(resume, "stored_chains", lambda reader: reads.append(1) or real_chains(reader))
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0 and v.session.reader.stored_log is not None
+        assert v.session.log == _log_as_built(v)
+    with open_vault(path) as v:
+        db = v.session.reader.materialized.db
+        assert cbor2.loads(db.execute("SELECT value FROM cache_meta WHERE key = 'log'").fetchone()[0])[0] == 3
+        assert reads == [] and v.session.reader.stored_log is not None
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
+        db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log_special'", (b"\x00" * 32,))
+        db.commit()
+    reads.clear()
+    with open_vault(path) as v:  # the digest does not match: the chains say, and hold what the flags say
+        assert reads == [1] and v.session.reader.decryptions == 0
+        assert v.session.log == _log_as_built(v)
+        db = v.session.reader.materialized.db
+        chains = db.execute("SELECT value FROM cache_meta WHERE key = 'log_chains'").fetchone()[0]
+        db.execute("UPDATE cache_meta SET value = ? WHERE key = 'log_chains'", (chains[:-32] + b"\x01" * 32,))
+        db.commit()
+    with open_vault(path) as v:  # the chains do not hold what the head says: never used
+        v.append([NewRecord(type="message", text="after the damage")])
+        assert v.session.log == _log_as_built(v) and fingerprint(v) == from_scratch(path)
 
 
 def test_a_warm_open_derives_no_epoch_key_pair_until_a_segment_is_opened_or_sealed(new_vault, monkeypatch):

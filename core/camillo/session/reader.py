@@ -34,7 +34,6 @@ from ..log import (
     CausalLog,
     StoredLog,
     build_log,
-    encode_log,
     extend_log,
     extend_log_after_roster_change,
     signed_of,
@@ -130,7 +129,9 @@ class Reader:
         # unchanged folder resumes it instead of building it over every batch
         self.log_fresh = False  # the log covers every batch read (a recomputation or an extension ran since)
         self.log_stored = False  # the local state holds this log (nothing it covers changed since)
-        self.resume: tuple[bytes, bytes] | None = None  # (what it was computed from, the log) read at the open
+        self.resume: tuple[bytes, bytes] | None = None  # (what it was computed from, its head) read at the open
+        self.log_special: bytes | None = None  # (resume.special_digest, kept with it)
+        self.kept_chains: bytes | None = None  # its chains, read before the stored log was deleted
         self.flags_all = True  # every batch's flags (signed, vouched, accepted) are to be written
         self.flags_new: set[bytes] = set()  # else these batches' flags
         self.listing_all = True  # the local state is to keep the folder's whole listing (else what moved)
@@ -235,7 +236,8 @@ class Reader:
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
             views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
-            meta = dict(db.execute("SELECT key, value FROM cache_meta"))
+            # (not the stored log's chains: megabytes at a million records, read when first asked for)
+            meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key != 'log_chains'"))
             unread = listing.unread_of(meta)
             # the folder's first scan lists only what moved since (trusted: reports only what moved)
             trusted = isinstance(self.shelf, FolderShelf) and listing.prime(self.shelf, db, unread)
@@ -251,6 +253,7 @@ class Reader:
         self.erasures_seen = frozenset(encoding.decode(meta["erasures"])) if "erasures" in meta else frozenset()
         if "log" in meta and "log_basis" in meta:
             self.resume, self.log_stored = (meta["log_basis"], meta["log"]), True
+            self.log_special = meta.get("log_special")
         self._last_accepted = None  # the stored flags say (read when first needed)
         self.dirty = self.flags_all = False
         self.flags_new = set()
@@ -338,9 +341,9 @@ class Reader:
         """Keep the log in the local state (on lock), when it covers every batch stored."""
         if self.log_stored or not self.log_fresh or self.pending_batches or self.roster.genesis is None:
             return
-        self.materialized.db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
-            ("log", encode_log(self.log)), ("log_basis", self.log_basis(self.roster, signed_of(self.log)))])
+        resume.store_log(self, self.log, self.log_basis(self.roster, signed_of(self.log)))
         self.log_stored = True
+
 
     def _drop_stored_log(self, *, added: bool = False) -> None:
         """Batches or their flags changed: the stored log no longer describes them.  (``added``: new
@@ -348,8 +351,7 @@ class Reader:
         if not added:
             self.resume = None
         if self.log_stored:
-            self.materialized.db.execute("DELETE FROM cache_meta WHERE key IN ('log', 'log_basis')")
-            self.log_stored = False
+            resume.drop_stored(self)
 
     def _resumed_log(self, roster: Roster, signed: set[bytes]) -> CausalLog | None:
         return resume.resumed_log(self, roster, signed)

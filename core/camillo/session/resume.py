@@ -13,13 +13,18 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import cbor2
+
+from ..cache import SPECIAL_BATCHES, DatabaseError
 from ..control import BatchView, Roster, build_roster
-from ..log import CausalLog, StoredLog, decode_log, extend_log, extend_log_after_roster_change
+from ..log import CausalLog, StoredLog, encode_log, extend_log, extend_log_after_roster_change
+from ..primitives import sha256
 from ..records import Kind
 from ..state import State
 from .keyring import EpochRef
@@ -31,7 +36,10 @@ class Reader(Protocol):
 
     vault_id: bytes
     batches: MutableMapping[bytes, BatchView]
-    resume: tuple[bytes, bytes] | None  # (what the stored log was computed from, the log) read at the open
+    resume: tuple[bytes, bytes] | None  # (what the stored log was computed from, its head) read at the open
+    log_special: bytes | None  # special_digest of the batches that can move the roster, kept with the log
+    kept_chains: bytes | None  # the stored log's chains, read before it was deleted
+    stored_log: StoredLog | None
     pending_batches: set[bytes]
     roster: Roster
     roster_fingerprint: bytes
@@ -58,6 +66,55 @@ class Reader(Protocol):
 
     @staticmethod
     def log_basis(roster: Roster, signed: set[bytes]) -> bytes: ...
+
+
+
+def store_log(reader: Reader, log: CausalLog | StoredLog, basis: bytes | None) -> None:
+    """Keep ``log`` in the local state (``basis`` None: the one kept stays: a stored log of an earlier
+    layout stored again in this one), with the digest of what it holds of the batches that can move
+    the roster (:func:`special_digest`; batches an older version stored without their writer and seq
+    leave it out)."""
+    head, chains = log.encode() if isinstance(log, StoredLog) else encode_log(log)
+    db = reader.materialized.db
+    rows = db.execute(f"SELECT id, writer, compartment, seq FROM cache_batches WHERE {SPECIAL_BATCHES}").fetchall()
+    meta = [("log", head), ("log_chains", chains), *([("log_basis", basis)] if basis is not None else [])]
+    reader.log_special = None
+    if all(w is not None and c is not None and q is not None for _b, w, c, q in rows):
+        reader.log_special = special_digest((b, log.batch_at((w, c), q) == b) for b, w, c, q in rows)
+        meta.append(("log_special", reader.log_special))
+    db.execute("DELETE FROM cache_meta WHERE key = 'log_special'")
+    db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", meta)
+
+
+def drop_stored(reader: Reader) -> None:
+    """Delete the log kept in the local state (what it describes changed); the chains that the log
+    taken at the open, or still to be taken and extended (:func:`resumed_log`), may ask for are read
+    first."""
+    with contextlib.suppress(DatabaseError):  # (damaged: met again, and reported, where it is asked for)
+        if reader.stored_log is not None:
+            reader.stored_log.chains()
+        elif reader.resume is not None and reader.kept_chains is None:
+            reader.kept_chains = stored_chains(reader)
+    reader.materialized.db.execute("DELETE FROM cache_meta WHERE key IN ('log', 'log_chains', 'log_basis', 'log_special')")
+    reader.log_stored = False
+
+
+def stored_chains(reader: Reader) -> bytes:
+    """The chains of the log kept in the local state (read when the stored log is first asked for one)."""
+    if reader.kept_chains is not None:
+        return reader.kept_chains
+    row = reader.materialized.cache_db.execute("SELECT value FROM cache_meta WHERE key = 'log_chains'").fetchone()
+    if row is None:
+        raise DatabaseError("the local state keeps a causal log without its chains")
+    chains: bytes = row[0]
+    return chains
+
+
+def special_digest(held: Iterable[tuple[bytes, bool]]) -> bytes:
+    """A digest of (batch id, whether the log holds it) for the batches that can move the roster
+    (BatchViews.special), kept with the stored log so that a warm open checks its stored flags
+    against the log without reading the log's chains."""
+    return sha256(cbor2.dumps(sorted([bid, flag] for bid, flag in held)))
 
 
 @contextmanager
@@ -99,14 +156,27 @@ def take_stored(reader: Reader) -> bool:
     if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
         return False
-    try:  # (read where asked: whether each batch below is on its chain, without decoding the chains)
-        log = StoredLog.decode(resume[1])
-        if any(v.sig_ok | v.vouched << 1 | log.holds(v.writer_id, v.compartment_id, v.seq, v.id) << 2 != v.stored_flags
-               for v in special.values()):
-            return False
+    try:  # (its head only: the chains' batches are read when first asked for)
+        log = StoredLog.decode(resume[1], lambda: stored_chains(reader), DatabaseError)
     except ValueError:  # (damaged, or of an earlier format: the log computed now is stored on lock)
         reader.log_stored = False
         return False
+    if any(v.sig_ok | v.vouched << 1 != v.stored_flags & 3 for v in special.values()):
+        return False
+    # Whether the stored log holds each of those batches as its stored flag says: from the digest kept
+    # with the log (of each one's id and whether the log held it, when stored: the same batches, since
+    # the flags were not written since, or the log would be gone), else from the chains themselves.
+    if reader.log_special is None or reader.log_special != special_digest(
+            (v.id, bool(v.stored_flags & 4)) for v in special.values()):
+        try:
+            if any(log.holds(v.writer_id, v.compartment_id, v.seq, v.id) != bool(v.stored_flags & 4)
+                   for v in special.values()):
+                return False
+        except DatabaseError:  # (the chains do not hold what the head says: the log computed now is stored)
+            reader.log_stored = False
+            return False
+    if log.whole_item:  # (an earlier version's layout: stored again in this one, once)
+        store_log(reader, log, None)
     reader.resume, reader.roster = None, roster
     reader.set_stored_log(log)
     reader.materialized.resume(roster, batches)
@@ -130,8 +200,8 @@ def resumed_log(reader: Reader, roster: Roster, signed: set[bytes]) -> CausalLog
     if resume is None or resume[0] != reader.log_basis(roster, signed - new):
         return None
     try:
-        log = decode_log(resume[1])
-    except ValueError:
+        log = StoredLog.decode(resume[1], lambda: stored_chains(reader), DatabaseError).full()
+    except (ValueError, DatabaseError):
         reader.log_stored = False  # (the log built instead is stored on lock)
         return None
     added = sorted(b for b in new if b in signed)

@@ -185,10 +185,13 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         return view
 
     def _views(self, where: str = "", args: tuple[object, ...] = ()) -> list[BatchView]:
-        held, gone, out = self.held, self._gone, []
         if self.every and not where:  # (the roster's fixpoint passes over every batch several times)
-            return [v for b, v in held.items() if b not in gone]
-        for row in self._db().execute(f"SELECT {ROW} FROM cache_batches {where}", args).fetchall():
+            return [v for b, v in self.held.items() if b not in self._gone]
+        return self._of_rows(self._db().execute(f"SELECT {ROW} FROM cache_batches {where}", args).fetchall())
+
+    def _of_rows(self, rows: list[Row]) -> list[BatchView]:
+        held, gone, out = self.held, self._gone, []
+        for row in rows:
             bid = row[0]
             if bid in gone:
                 continue
@@ -197,12 +200,18 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         return out
 
     def special(self) -> dict[bytes, BatchView]:
-        """The batches holding a control record or not accepted (cache.SPECIAL_BATCHES), by id; a batch
-        an older version stored, without its control flag, is among them and gets it."""
-        views = self._views(f"WHERE {SPECIAL_BATCHES}")
-        db = self._db()
-        db.executemany("UPDATE cache_batches SET control = ? WHERE id = ? AND control IS NULL",
-                       [(1 if v.has_control else 0, v.id) for v in views])
+        """The batches holding a control record or not accepted (cache.SPECIAL_BATCHES), by id, each
+        with its stored header read in the same query (the roster decodes them all); a batch an older
+        version stored, without its control flag, is among them and gets it."""
+        rows = self._db().execute(f"SELECT {ROW}, control, batch FROM cache_batches WHERE {SPECIAL_BATCHES}").fetchall()
+        views = self._of_rows([row[:-2] for row in rows])
+        unset = {row[0] for row in rows if row[-2] is None}
+        for view, row in zip(views, [row for row in rows if row[0] not in self._gone], strict=True):
+            if isinstance(view, CachedView) and view.undecoded:
+                view.hold(row[-1])
+        if unset:
+            self._db().executemany("UPDATE cache_batches SET control = ? WHERE id = ?",
+                                   [(1 if v.has_control else 0, v.id) for v in views if v.id in unset])
         self.complete()
         return {v.id: v for v in views}
 
