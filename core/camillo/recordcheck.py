@@ -232,7 +232,10 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
 
 
 def start() -> RecordChecker | None:
-    """A checker, or None when no child process can be started here (the reader checks itself)."""
+    """A checker, or None when no child process can be started here (the reader checks itself): in
+    an app frozen into one executable, ``sys.executable`` is the app itself, not an interpreter."""
+    if getattr(sys, "frozen", False):
+        return None
     try:
         return RecordChecker()
     except (OSError, ValueError, subprocess.SubprocessError):

@@ -141,3 +141,9 @@ def test_a_checker_whose_child_is_gone_says_so():
         assert not checker.ready
     finally:
         checker.close()
+
+
+def test_no_child_is_started_from_an_app_frozen_into_one_executable(monkeypatch):
+    """There ``sys.executable`` is the app itself: starting it would open the app again."""
+    monkeypatch.setattr("sys.frozen", True, raising=False)
+    assert recordcheck.start() is None
