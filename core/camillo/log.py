@@ -514,10 +514,9 @@ class StoredLog:
             if fmt == _LOG_FORMAT_ONE_ITEM:  # (a state an earlier version stored)
                 kept = {(w, c): (top, bid, len(seqs) // 8) for w, c, top, bid, seqs, _ids in tops}
                 body = b"".join(part for *_k, seqs, ids in tops for part in (seqs, ids))
-                log = cls(kept, {}, [], [], {}, lambda: body, ValueError)
+                log = cls(kept, {}, [], [], {}, lambda: body, damaged)
                 log.whole_item = True
-                log.chains()  # (read whole now: ValueError when it does not hold what it says)
-                log._damaged = damaged
+                log.chains(ValueError)  # (read whole now: ValueError when it does not hold what it says)
             elif fmt == _LOG_FORMAT:
                 kept = {(w, c): (top, bid, n) for w, c, top, bid, n in tops}
                 if any(type(n) is not int or n < 0 for _t, _b, n in kept.values()):
@@ -533,9 +532,12 @@ class StoredLog:
         except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"the stored log does not decode ({exc})") from None
 
-    def chains(self) -> dict[tuple[bytes, bytes], tuple[array[int], bytes]]:
-        """Each chain's seqs and batch ids, read and checked against the head when first asked for."""
+    def chains(self, damaged: Callable[[str], Exception] | None = None,
+               ) -> dict[tuple[bytes, bytes], tuple[array[int], bytes]]:
+        """Each chain's seqs and batch ids, read and checked against the head when first asked for
+        (``damaged``: what to raise then, instead of the log's own, when they do not hold what it says)."""
         if self._chains is None:
+            fail = damaged or self._damaged
             body, at, kept = self._load(), 0, {}
             for key, (top, bid, n) in self._tops.items():
                 seqs = _unpacked(body[at:at + 8 * n])
@@ -543,10 +545,10 @@ class StoredLog:
                 at += _RECORD * n
                 if len(seqs) != n or len(ids) != _ID * n or (n and (seqs[-1] != top or ids[-_ID:] != bid)) or (
                         not n and bid is not None):
-                    raise self._damaged("the causal log stored in the local state does not hold what its head says")
+                    raise fail("the causal log stored in the local state does not hold what its head says")
                 kept[key] = (seqs, ids)
             if at != len(body):
-                raise self._damaged("the causal log stored in the local state is longer than its head says")
+                raise fail("the causal log stored in the local state is longer than its head says")
             self._chains = kept
         return self._chains
 
