@@ -94,9 +94,18 @@ class SecretScanner:
 _ATOMS = (str, bytes, bytearray, int, float, bool, type(None), complex)
 
 
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
 def reachable(root: Any, limit: int = 200_000) -> Iterator[Any]:
-    """Every object reachable from ``root`` through attributes and containers (not through
-    modules, classes, functions or code), each once."""
+    """Every object reachable from ``root`` through attributes and containers, and through what a
+    function holds onto (its closure's cells, its default values; not its module's globals, nor
+    classes or code), each once."""
     seen: set[int] = set()
     stack = [root]
     while stack and len(seen) < limit:
@@ -105,7 +114,12 @@ def reachable(root: Any, limit: int = 200_000) -> Iterator[Any]:
             continue
         seen.add(id(obj))
         yield obj
-        if isinstance(obj, (_ATOMS, types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.CodeType, sqlite3.Connection)):
+        if isinstance(obj, types.FunctionType):  # (a lambda or a nested function keeps its cells alive)
+            stack.extend(cell.cell_contents for cell in obj.__closure__ or () if _filled(cell))
+            stack.extend(obj.__defaults__ or ())
+            stack.extend((obj.__kwdefaults__ or {}).values())
+            continue
+        if isinstance(obj, (_ATOMS, types.ModuleType, type, types.BuiltinFunctionType, types.CodeType, sqlite3.Connection)):
             continue
         if isinstance(obj, dict):
             stack.extend(obj.keys())
