@@ -586,8 +586,3 @@ class StoredLog:
             if chain:
                 log.tops[key] = self._tops[key][0]
         return log
-
-
-def decode_log(head: bytes, body: bytes) -> CausalLog:
-    """What :func:`encode_log` wrote (ValueError when it is not that)."""
-    return StoredLog.decode(head, lambda: body).full()

@@ -278,8 +278,7 @@ class Record:
     def control_message(self) -> bytes:
         """What its inner signers signed (spec §14), computed once (the roster asks for a control
         record's several times at every open); its map was checked when the record was decoded."""
-        unsigned = {k: v for k, v in self.fields.items() if k != F.SIGS}
-        return labelled(CONTROL_SIG_LABEL, sha256(cbor2.dumps(unsigned, canonical=True)))
+        return signing_message(CONTROL_SIG_LABEL, self.fields, F.SIGS, checked=True)
 
     @property
     def known_kind(self) -> bool:
@@ -398,10 +397,11 @@ def validated_record(raw: bytes, rid: bytes) -> Record:
     return Record(raw, rid, cbor2.loads(raw))
 
 
-def signing_message(label: str, fields: dict[int, Any], sig_key: int) -> bytes:
-    """What a statement's signers sign: ``label ‖ 0x00 ‖ SHA-256(canonical map without sig_key)``."""
+def signing_message(label: str, fields: dict[int, Any], sig_key: int, *, checked: bool = False) -> bytes:
+    """What a statement's signers sign: ``label ‖ 0x00 ‖ SHA-256(canonical map without sig_key)``
+    (``checked``: the map is a decoded record's, inside the profile already: not walked again)."""
     unsigned = {k: v for k, v in fields.items() if k != sig_key}
-    return labelled(label, sha256(encoding.encode(unsigned)))
+    return labelled(label, sha256(cbor2.dumps(unsigned, canonical=True) if checked else encoding.encode(unsigned)))
 
 
 CONTROL_SIG_LABEL = "vmem/v1/control-sig"

@@ -353,7 +353,7 @@ class State:
             import_key = meta.get("import") if meta else None
             authority, ts = m.get(_CLASS), m.get(_TS)
             rows.append((rid, bid, idx, cid, wid, m[_AUTHOR], kind, rtype, m.get(_KEY), authority, authority,
-                         ts if type(ts) is int and 0 <= ts <= TS_SHOWN_MAX else None, conversation, role, text,
+                         shown_ts(ts), conversation, role, text,
                          rec.raw, 1 if pred or sources or target else 0, 0,
                          import_key if isinstance(import_key, str) else None, lamport))
             if pred:
