@@ -418,7 +418,8 @@ def test_a_warm_open_of_an_unchanged_folder_makes_views_only_of_what_can_move_th
             controls = {b for (b,) in reader.materialized.db.execute("SELECT id FROM cache_batches WHERE control")}
             unaccepted = {b for (b,) in reader.materialized.db.execute("SELECT id FROM cache_batches WHERE NOT accepted")}
             assert len(unaccepted) == 1 and controls
-            assert set(held) == controls | unaccepted, "a view was made of an accepted message's batch"
+            # (none at all when the roster the last warm open computed from them is kept: rostermemo)
+            assert set(held) <= controls | unaccepted, "a view was made of an accepted message's batch"
             assert len(views) >= 26 + len(controls)
             segs = reader.segment_batches  # every segment's name, no list decoded and no epoch read
             assert all(x is None for x in segs._held.values()) and reader.segment_epochs._all is None

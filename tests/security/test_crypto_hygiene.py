@@ -127,9 +127,12 @@ NOT_A_VALUE = re.compile(r"^(len|type|isinstance|int|str)\(|\.kind\b|\.type\b|\.
 # Every secret-looking ``==``/``!=`` in the core that is *not* a comparison of secret material, with
 # the reason.  Keyed by (file, source of the comparison).  docs/security.md summarises this review.
 REVIEWED = {
-    ("session/resume.py", "reader.log_special != special_digest(((v.id, bool(v.stored_flags & 4)) for v in special.values()))"):
+    ("session/resume.py", "reader.log_special != special_digest(((b, bool(f & 4)) for b, f in held))"):
         "a digest of batch ids and acceptance flags the local state keeps (public within it, no secret in it): "
         "a mismatch only sends the warm open to the stored log's chains",
+    ("session/rostermemo.py", "row[0][:32] != digest"):
+        "the digest of the batch ids and flags a kept roster was computed from (public within the local "
+        "state, no secret in it): a mismatch only computes the roster again",
     ("descriptor.py", "m.get(4) != d.check()"):
         "the descriptor's check value is a public hash of public fields (spec §4.2: not a security control)",
     ("credentials.py", "m.get(15) != _checksum(m)"):

@@ -236,8 +236,9 @@ class Reader:
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
             views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
-            # (not the stored log's chains: megabytes at a million records, read when first asked for)
-            meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key != 'log_chains'"))
+            # (not the stored log's chains: megabytes at a million records, read when first asked for; nor
+            # the roster kept by the last warm open: read by the next refresh, camillo.session.rostermemo)
+            meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key NOT IN ('log_chains', 'roster_kept')"))
             unread = listing.unread_of(meta)
             # the folder's first scan lists only what moved since (trusted: reports only what moved)
             trusted = isinstance(self.shelf, FolderShelf) and listing.prime(self.shelf, db, unread)

@@ -27,7 +27,9 @@ from ..log import CausalLog, StoredLog, encode_log, extend_log, extend_log_after
 from ..primitives import sha256
 from ..records import Kind
 from ..state import State
+from . import rostermemo
 from .keyring import EpochRef
+from .rostermemo import RosterMemo
 from .views import BatchViews
 
 
@@ -140,7 +142,9 @@ def take_stored(reader: Reader) -> bool:
     were computed with.  The roster is computed from the stored batches that can move it or be
     reported by it (BatchViews.special: those holding a control record, and those not accepted,
     whose problems are reported again; a revoked writer's batches beyond its revocation are among
-    those), with the signatures verified before taken as stored; if its fingerprint, its erasures
+    those), with the signatures verified before taken as stored, or taken as the last warm open computed
+    it from exactly those batches with the same flags (:mod:`~camillo.session.rostermemo`: no view is
+    made of them then); if its fingerprint, its erasures
     and every flag of those batches are as stored and every epoch secret checks, the stored log
     is taken and nothing else is computed: no view is made of the other batches (100,000 at a
     million records).  False, having changed nothing the recomputation depends on, when anything
@@ -149,9 +153,18 @@ def take_stored(reader: Reader) -> bool:
     if (not isinstance(batches, BatchViews) or resume is None or not batches.held.keys() <= new
             or reader.roster.genesis is not None or not reader.roster_fingerprint):
         return False
-    with collector_paused():
-        special = {b: v for b, v in batches.special().items() if b not in new}
-        roster, _ = build_roster(reader.vault_id, special)
+    # The roster kept from an earlier warm open of exactly these batches with these flags (rostermemo),
+    # else computed from them: no view is made of them when it is kept.
+    flags = batches.special_flags()
+    memo = RosterMemo(reader.materialized.db)
+    digest = rostermemo.key(reader.vault_id, [(b, f) for b, f in flags if b not in new]) if flags is not None else None
+    roster = memo.get(digest, batches.signatures.verify) if digest is not None else None
+    special: dict[bytes, BatchView] | None = None
+    kept = roster is not None
+    if roster is None:
+        with collector_paused():
+            special = {b: v for b, v in batches.special().items() if b not in new}
+            roster, _ = build_roster(reader.vault_id, special)
     fingerprint = roster.fingerprint()
     if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
@@ -161,13 +174,16 @@ def take_stored(reader: Reader) -> bool:
     except ValueError:  # (damaged, or of an earlier format: the log computed now is stored on lock)
         reader.log_stored = False
         return False
-    if any(v.sig_ok | v.vouched << 1 != v.stored_flags & 3 for v in special.values()):
-        return False
+    if special is not None and any(v.sig_ok | v.vouched << 1 != v.stored_flags & 3 for v in special.values()):
+        return False  # (a kept roster was computed from these flags, and they checked then)
     # Whether the stored log holds each of those batches as its stored flag says: from the digest kept
     # with the log (of each one's id and whether the log held it, when stored: the same batches, since
     # the flags were not written since, or the log would be gone), else from the chains themselves.
-    if reader.log_special is None or reader.log_special != special_digest(
-            (v.id, bool(v.stored_flags & 4)) for v in special.values()):
+    held = ([(v.id, v.stored_flags) for v in special.values()] if special is not None
+            else [(b, f) for b, f in flags or () if b not in new])
+    if reader.log_special is None or reader.log_special != special_digest((b, bool(f & 4)) for b, f in held):
+        if special is None:
+            special = {b: v for b, v in batches.special().items() if b not in new}
         try:
             if any(log.holds(v.writer_id, v.compartment_id, v.seq, v.id) != bool(v.stored_flags & 4)
                    for v in special.values()):
@@ -177,6 +193,8 @@ def take_stored(reader: Reader) -> bool:
             return False
     if log.whole_item:  # (an earlier version's layout: stored again in this one, once)
         store_log(reader, log, None)
+    if not kept and digest is not None:
+        memo.put(digest, roster)
     reader.resume, reader.roster = None, roster
     reader.set_stored_log(log)
     reader.materialized.resume(roster, batches)

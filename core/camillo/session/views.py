@@ -215,6 +215,17 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         self.complete()
         return {v.id: v for v in views}
 
+    def special_flags(self) -> list[tuple[bytes, int]] | None:
+        """The ids of :meth:`special`'s batches with their stored flags (as a view's ``stored_flags``),
+        read from the index alone, no view made; None when a row of an older version is among them
+        (:meth:`special` completes it)."""
+        rows = self._db().execute("SELECT id, sig_ok, vouched, accepted, writer IS NULL OR control IS NULL "
+                                  f"FROM cache_batches WHERE {SPECIAL_BATCHES}").fetchall()
+        if any(row[4] for row in rows):
+            return None
+        gone = self._gone
+        return [(bid, (1 if s else 0) | (2 if v else 0) | (4 if a else 0)) for bid, s, v, a, _ in rows if bid not in gone]
+
     def with_control(self) -> list[BatchView]:
         """The batches holding a control record, found among :meth:`special`'s (no view is made of a
         plain accepted batch: 100,000 at a million records)."""
