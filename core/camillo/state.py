@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
+import cbor2
+
 from . import encoding
 from .cache import (
     AUTOCHECKPOINT_PAGES,
@@ -67,7 +69,6 @@ from .records import (
     F,
     Kind,
     Record,
-    validated_record,
     verify_inner_signatures,
 )
 
@@ -79,6 +80,10 @@ SQLITE_INT_MAX = 2**63 - 1
 _KIND, _AUTHOR, _KEY, _VALUE, _CLASS = F.KIND, F.AUTHOR, F.KEY, F.VALUE, F.CLASS
 _PRED, _SOURCES, _TARGET, _META, _TS, _TYPE = F.PRED, F.SOURCES, F.TARGET, F.META, F.TS, F.TYPE
 _PUT, _NOTE = int(Kind.PUT), int(Kind.NOTE)
+_KIND_NAMES = {int(k): k.name for k in Kind}
+# the fields a record's view knows (others are shown as unknown)
+_KNOWN_FIELDS = frozenset(int(f) for f in (F.V, F.KIND, F.AUTHOR, F.SALT, F.KEY, F.VALUE, F.CLASS, F.PRED, F.SOURCES,
+                                           F.ERASE, F.TARGET, F.META, F.BODY, F.SIGS, F.TS, F.TYPE))
 
 
 def shown_ts(ts: Any) -> int | None:
@@ -677,33 +682,42 @@ class State:
         view = peek(batch) if peek is not None else self._views.get(batch)
         return bool(view.vouched) if view is not None else bool(stored)
 
-    def _view(self, row: tuple[Any, ...]) -> RecordView | None:
+    def _view(self, row: tuple[Any, ...], shown: dict[bytes, tuple[str, str]] | None = None) -> RecordView | None:
+        """The view of a stored row (``shown``: each writer's name and kind, kept across the rows of
+        one page: a page of search results is 200 rows by a few writers)."""
         rid, batch, comp, writer, raw, valid, reason, hidden, erased, effective, kind, stored_vouched = row
         roster = self.roster
-        rec = validated_record(raw, rid) if raw is not None else None
-        p = roster.principals.get(writer)
-        writer_kind = "agent" if p is not None and p.grant else (p.kind.label if p else "unknown")
-        if rec is None:
+        names = shown.get(writer) if shown is not None else None
+        if names is None:
+            p = roster.principals.get(writer)
+            names = (roster.writer_name(writer), "agent" if p is not None and p.grant else (p.kind.label if p else "unknown"))
+            if shown is not None:
+                shown[writer] = names
+        writer_name, writer_kind = names
+        if raw is None:
             return RecordView(rid, 0, "ERASED", None, comp, roster.compartment_name(comp), writer,
-                              roster.writer_name(writer), writer_kind, None, None, None, "", None, None, None, None,
+                              writer_name, writer_kind, None, None, None, "", None, None, None, None,
                               (), (), None, {}, batch, "signature", False, reason, bool(hidden), True)
-        value = rec.value
+        # (the record's map read directly, as validated_record would give it: checked when first read)
+        m: dict[int, Any] = cbor2.loads(raw)
+        rkind, value, rtype = m[_KIND], m.get(_VALUE), m.get(_TYPE)
         conversation = role = None
         if isinstance(value, dict):
-            conversation = value.get("conversation") if isinstance(value.get("conversation"), str) else None
-            role = value.get("role") if isinstance(value.get("role"), str) else None
-        text = value_text(value) if rec.kind in (Kind.PUT, Kind.NOTE) else ""
-        if rec.type == "conversation" and isinstance(value, dict) and isinstance(value.get("title"), str):
+            c, r = value.get("conversation"), value.get("role")
+            conversation = c if isinstance(c, str) else None
+            role = r if isinstance(r, str) else None
+        text = value_text(value) if rkind in (_PUT, _NOTE) else ""
+        if rtype == "conversation" and isinstance(value, dict) and isinstance(value.get("title"), str):
             text = value["title"]
-        known = {F.V, F.KIND, F.AUTHOR, F.SALT, F.KEY, F.VALUE, F.CLASS, F.PRED, F.SOURCES, F.ERASE, F.TARGET,
-                 F.META, F.BODY, F.SIGS, F.TS, F.TYPE}
-        unknown = tuple(sorted(k for k in rec.fields if k not in known))
+        kind_name = _KIND_NAMES.get(rkind) or f"UNKNOWN({rkind})"
+        unknown = tuple(sorted(m.keys() - _KNOWN_FIELDS))
         return RecordView(
-            id=rid, kind=rec.kind, kind_name=rec.kind_name, type=rec.type, compartment_id=comp,
-            compartment=roster.compartment_name(comp), writer_id=writer, writer=roster.writer_name(writer),
-            writer_kind=writer_kind, ts=shown_ts(rec.ts), key=rec.key, value=value, text=text,
-            conversation=conversation, role=role, claimed_class=rec.authority, effective_class=effective,
-            sources=tuple(rec.sources), pred=tuple(rec.pred), target=rec.target, meta=dict(rec.meta),
+            id=rid, kind=rkind, kind_name=kind_name, type=rtype, compartment_id=comp,
+            compartment=roster.compartment_name(comp), writer_id=writer, writer=writer_name,
+            writer_kind=writer_kind, ts=shown_ts(m.get(_TS)), key=m.get(_KEY), value=value, text=text,
+            conversation=conversation, role=role, claimed_class=m.get(_CLASS), effective_class=effective,
+            sources=tuple(m.get(_SOURCES, ())), pred=tuple(m.get(_PRED, ())), target=m.get(_TARGET),
+            meta=dict(m.get(_META, {})),
             batch_id=batch, verified="compaction" if self._vouched(batch, stored_vouched) else "signature",
             valid=bool(valid), reason=reason, hidden=bool(hidden), erased=bool(erased), unknown_fields=unknown,
         )
@@ -738,7 +752,8 @@ class State:
         wanted = list(ids)
         rows: dict[bytes, tuple[Any, ...]] = {
             row[0]: row for row in rows_in(self.db, f"SELECT {self._COLUMNS} FROM records WHERE id IN ({{}})", wanted)}
-        return [v for v in (self._view(rows[r]) for r in wanted if r in rows) if v is not None]
+        shown: dict[bytes, tuple[str, str]] = {}
+        return [v for v in (self._view(rows[r], shown) for r in wanted if r in rows) if v is not None]
 
     def records_at(self, rowids: Sequence[int]) -> list[RecordView]:
         """The views of the records at these rowids (the full-text index's keys carry them), in the
@@ -747,7 +762,8 @@ class State:
         rows = {row[0]: row[1:] for row in self.db.execute(
             f"SELECT rowid, {self._COLUMNS} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
             [json.dumps(list(rowids))])}
-        return [v for v in (self._view(rows[r]) for r in rowids if r in rows) if v is not None]
+        shown: dict[bytes, tuple[str, str]] = {}
+        return [v for v in (self._view(rows[r], shown) for r in rowids if r in rows) if v is not None]
 
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                      conversation: str | None = None, limit: int | None = None, offset: int = 0) -> list[bytes]:
