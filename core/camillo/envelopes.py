@@ -154,10 +154,12 @@ def unwrap_payload(data: bytes, name: str, vault_id: bytes, recipient: Recipient
         raise DamagedFile(f"envelope {name} is damaged or tampered ({exc})", file=name) from None
 
 
-def read_payload(raw: bytes, name: str, vault_id: bytes) -> EnvelopePayload:
+def read_payload(raw: bytes, name: str, vault_id: bytes, *, checked: bool = False) -> EnvelopePayload:
     """The payload of envelope ``name`` from its bytes, checked (the profile, the vault, the kind, the
-    lengths); DamagedFile or CanonicalError when it is not one."""
-    p = encoding.decode(raw, f"envelope {name}")
+    lengths); DamagedFile or CanonicalError when it is not one.  ``checked``: bytes this reader
+    decoded with this function before (kept in its local state, camillo.memos.EnvelopeMemo): their
+    encoding is not checked against the profile again, their fields are."""
+    p = encoding.decode_checked(raw) if checked else encoding.decode(raw, f"envelope {name}")
     try:
         if not isinstance(p, dict) or p.get(P.VAULT) != vault_id:
             raise CanonicalError("belongs to another vault")
@@ -184,4 +186,5 @@ def read_payload(raw: bytes, name: str, vault_id: bytes) -> EnvelopePayload:
             raise CanonicalError("key has the wrong length")
     except (CanonicalError, ValueError) as exc:
         raise DamagedFile(f"envelope {name}: {exc}", file=name) from None
-    return EnvelopePayload(kind, comp, epoch, rid, key, sigs, signing_message(SIG_LABEL, p, P.SIGS), name, prev)
+    return EnvelopePayload(kind, comp, epoch, rid, key, sigs, signing_message(SIG_LABEL, p, P.SIGS, checked=checked),
+                           name, prev)

@@ -23,8 +23,9 @@
   id, the payload the envelope opened to (its decrypted CBOR: an epoch key, with the owner's
   signatures over it), or that it is not addressed to that recipient.  An envelope's name is the
   SHA-256 of its bytes, so a name read once holds the same envelope for ever (a changed file under
-  it is a damaged copy, which the memo does not take); the payload is checked again as read
-  (:func:`camillo.envelopes.read_payload`), and every epoch secret is checked against the roster as
+  it is a damaged copy, which the memo does not take); the payload's fields are checked again as read
+  (:func:`camillo.envelopes.read_payload`; its encoding, checked against the profile when first read,
+  is not), and every epoch secret is checked against the roster as
   an envelope's is (:meth:`camillo.session.reader.Reader.check_epoch_keys`).  The secret of an epoch
   an erasure destroyed, or that no owner vouched for, is deleted with the keyring's
   (:meth:`EnvelopeMemo.forget`), and the rows of names gone from the folder with each full listing.

@@ -21,6 +21,7 @@ import pytest
 from camillo import NewRecord, Unlock, Vault
 from camillo.errors import DamagedFile
 from camillo.session.reader import Reader
+from camillo.session.views import SPECIAL_FLAGS
 
 from .helpers import switch_home
 from .test_incremental import fingerprint, from_scratch
@@ -856,7 +857,7 @@ def test_a_state_without_the_writer_seq_compartment_and_control_columns_gets_the
     with open_vault(path) as v:
         db = v.session.reader.materialized.db
         db.execute("DROP INDEX cache_batches_open")  # (an older version's state has no such indexes)
-        db.execute("DROP INDEX cache_batches_special")
+        db.execute("DROP INDEX cache_batches_special_flags")
         db.execute("DROP INDEX cache_batches_writer")
         for column in ("writer", "seq", "compartment", "control"):
             db.execute(f"ALTER TABLE cache_batches DROP COLUMN {column}")
@@ -877,6 +878,20 @@ def test_a_state_without_the_writer_seq_compartment_and_control_columns_gets_the
             plan = " ".join(str(r) for r in v.session.reader.materialized.db.execute(
                 "EXPLAIN QUERY PLAN " + Reader.BATCHES_QUERY))
             assert "COVERING INDEX cache_batches_open" in plan, plan  # (created by the first open)
+            db = v.session.reader.materialized.db
+            plan = " ".join(str(r) for r in db.execute("EXPLAIN QUERY PLAN " + SPECIAL_FLAGS))
+            assert "COVERING INDEX cache_batches_special_flags" in plan, plan
+    with open_vault(path) as v:  # a state of revision 7 to 11: the index of those batches without their flags
+        db = v.session.reader.materialized.db
+        db.execute("DROP INDEX cache_batches_special_flags")
+        db.execute("CREATE INDEX cache_batches_special ON cache_batches(id) WHERE control IS NOT 0 OR accepted = 0")
+        db.commit()
+    with open_vault(path) as v:
+        db = v.session.reader.materialized.db
+        assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_batches_special'").fetchone() is None
+        plan = " ".join(str(r) for r in db.execute("EXPLAIN QUERY PLAN " + SPECIAL_FLAGS))
+        assert "COVERING INDEX cache_batches_special_flags" in plan, plan
+        assert fingerprint(v) == from_scratch(path)
 
 
 def test_a_warm_open_reads_no_stored_header_and_a_pass_over_every_batch_reads_them_at_once(new_vault, monkeypatch):

@@ -420,7 +420,7 @@ class Reader:
         known, unreadable = self.segment_batches, self.unreadable
         unknown = known.unknown(added) if isinstance(known, SegmentBatches) else added - known.keys()
         candidates = unknown | (added & unreadable.keys()) | retry
-        todo = sorted(n for n in candidates if (n not in known or n in unreadable) and kind_of(n) == "segment")
+        todo = sorted(n for n in candidates if kind_of(n) == "segment" and (n not in known or n in unreadable))
         state = self.materialized
         if len(todo) >= cache_mod.WIDE_SEGMENTS:
             state.widen_page_cache()
@@ -551,8 +551,8 @@ class Reader:
                 if raw is None:
                     continue
                 try:
-                    payload = envelopes.read_payload(raw, name, self.vault_id)
-                except VaultError:  # (not what an envelope opens to: read the file again next time)
+                    payload = envelopes.read_payload(raw, name, self.vault_id, checked=True)
+                except (VaultError, cbor2.CBORError, ValueError, TypeError):  # (not what an envelope opens to: read the file again next time)
                     self.keyring.seen_envelopes.discard(name)
                     memo.forget_name(name)
                     continue

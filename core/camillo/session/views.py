@@ -147,6 +147,11 @@ ROW = "id, segment, epoch, controls, sig_ok, vouched, accepted, writer, seq, com
 Row = tuple[bytes, str, bytes, bytes, int, int, int, "bytes | None", "int | None", "bytes | None"]
 
 
+# The flags of the batches that can move the roster (the covering index cache_batches_special_flags answers it alone).
+SPECIAL_FLAGS = ("SELECT id, sig_ok, vouched, accepted, writer IS NULL OR control IS NULL "
+                 f"FROM cache_batches WHERE {SPECIAL_BATCHES}")
+
+
 class BatchViews(MutableMapping[bytes, BatchView]):
     """The batches of a local state by id, as the reader's ``batches``: a view is made from its row
     when first asked for and kept (the roster's flags live on it); a pass over all of them
@@ -219,8 +224,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         """The ids of :meth:`special`'s batches with their stored flags (as a view's ``stored_flags``),
         read from the index alone, no view made; None when a row of an older version is among them
         (:meth:`special` completes it)."""
-        rows = self._db().execute("SELECT id, sig_ok, vouched, accepted, writer IS NULL OR control IS NULL "
-                                  f"FROM cache_batches WHERE {SPECIAL_BATCHES}").fetchall()
+        rows = self._db().execute(SPECIAL_FLAGS).fetchall()
         if any(row[4] for row in rows):
             return None
         gone = self._gone
