@@ -37,7 +37,7 @@ class Reading:
         Filters: ``include_hidden``, ``compartments`` (ids), ``conversation``."""
         self.session.require_read()
         state = self.session.materialized
-        return state.records(timeline.page_ids(state, offset=offset, limit=limit, descending=descending, **filters))
+        return state.records_at(timeline.page_rowids(state, offset=offset, limit=limit, descending=descending, **filters))
 
     @checked
     def timeline_count(self, **filters: Any) -> int:

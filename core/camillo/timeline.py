@@ -23,13 +23,16 @@ OLDEST_FIRST = "ts, lamport, idx, id"
 NEWEST_FIRST = "ts DESC, lamport DESC, idx DESC, id DESC"
 
 
-def page_ids(state: State, *, offset: int = 0, limit: int | None = None, descending: bool = False,
-             include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
-             conversation: str | None = None) -> list[bytes]:
-    """The ids of rows ``offset`` to ``offset + limit`` (all the rest when ``limit`` is None)."""
+def page_rowids(state: State, *, offset: int = 0, limit: int | None = None, descending: bool = False,
+                include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
+                conversation: str | None = None) -> list[int]:
+    """The state's row numbers of rows ``offset`` to ``offset + limit`` (all the rest when ``limit`` is
+    None): the time index holds each entry's row number, so the page's records are then read at them
+    (State.records_at), not looked up one by one in the index of ids (a random page of it each, at a
+    million records)."""
     where, args = visible_where(include_hidden, compartments, conversation)
     order = NEWEST_FIRST if descending else OLDEST_FIRST
-    rows = state.db.execute(f"SELECT id FROM records WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+    rows = state.db.execute(f"SELECT rowid FROM records WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
                             [*args, -1 if limit is None else limit, offset])
     return [r[0] for r in rows]
 

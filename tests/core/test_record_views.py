@@ -66,3 +66,30 @@ def test_every_rows_view_shows_what_its_record_says(new_vault):
     view = state._view(strange)
     assert view.unknown_fields == (17, 40) and view == _reference(state, strange)
     assert view.to_json()["unknown_fields"] == [17, 40]
+
+
+def test_a_timeline_page_read_at_its_row_numbers_is_the_page_of_its_ids(new_vault):
+    """The timeline's page is read at the row numbers its time index holds (State.records_at): the same
+    views, in the same order, as reading the ids the index gives, whatever the order, offset and
+    filters."""
+    from camillo import timeline
+    from camillo.timeline import NEWEST_FIRST, OLDEST_FIRST, visible_where
+
+    path, vault, _ = new_vault
+    for i in range(12):
+        vault.append([NewRecord(type="message", conversation=f"c{i % 3}", role="user", text=f"note {i}")],
+                     compartment="personal" if i % 2 else "work")
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
+    state = vault.session.reader.materialized
+    work = vault.compartment_id("work")
+    for filters in ({}, {"compartments": [work]}, {"conversation": "c1"}, {"include_hidden": True}):
+        for descending in (False, True):
+            for offset, limit in ((0, 5), (3, 4), (0, None), (10, 100)):
+                where, args = visible_where(**filters)
+                order = NEWEST_FIRST if descending else OLDEST_FIRST
+                ids = [r[0] for r in state.db.execute(f"SELECT id FROM records WHERE {where} ORDER BY {order} "
+                                                      "LIMIT ? OFFSET ?", [*args, -1 if limit is None else limit, offset])]
+                page = vault.timeline(offset, limit, descending=descending, **filters)
+                assert page == state.records(ids)
+                assert len(timeline.page_rowids(state, offset=offset, limit=limit, descending=descending,
+                                                **filters)) == len(ids)
