@@ -479,6 +479,10 @@ class State:
             self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
             self._db.execute("PRAGMA shrink_memory")
 
+    def is_empty(self) -> bool:
+        """No record is staged or stored (a first read, a cold load, goes into it)."""
+        return not self._rows and self._db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is None
+
     def widen_page_cache(self) -> None:
         """Many batches are about to be written at once: SQLite's page cache holds every page they
         touch until the next :meth:`commit` (each read and decrypted once, not again after being

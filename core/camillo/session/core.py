@@ -62,6 +62,7 @@ class Session:
         self.locked = False
         self.keyring = KeyRing(vault_id)
         self.reader = Reader(shelf, vault_id, self.keyring)
+        self.reader.scratch_root = os.path.join(self.local.cache_dir, "scratch")
         self.actor: Credential | None = None  # who writes: this installation's device, or a grant
         self.grant: GrantFile | None = None  # when opened as an agent
         self.grant_scope_ids: dict[str, bytes] = {}

@@ -76,6 +76,7 @@ class Reader:
         # certificates, revoked owners), by file name
         self.grant_chain: dict[str, envelopes.EnvelopePayload] = {}
         self.store: Cache | None = None  # this actor's local state database, when the state lives there
+        self.scratch_root: str | None = None  # where a large read without one goes (segread.state_for)
         self.store_doomed = False  # the local state is deleted on close (its actor no longer counts)
         self.materialized = State()
         self._log: CausalLog | None = None
@@ -236,8 +237,7 @@ class Reader:
             # No view of a batch yet: those that can move the roster are made by the first refresh
             # (BatchViews.special), the others when something asks for them.
             views = BatchViews(lambda: self.materialized.cache_db, self._stored_batch)
-            # (not the stored log's chains: megabytes at a million records, read when first asked for; nor
-            # the roster kept by the last warm open: read by the next refresh, camillo.session.rostermemo)
+            # (not the log's chains, megabytes at 1M read when asked for, nor the roster kept: rostermemo)
             meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key NOT IN ('log_chains', 'roster_kept')"))
             unread = listing.unread_of(meta)
             # the folder's first scan lists only what moved since (trusted: reports only what moved)
@@ -421,9 +421,7 @@ class Reader:
         unknown = known.unknown(added) if isinstance(known, SegmentBatches) else added - known.keys()
         candidates = unknown | (added & unreadable.keys()) | retry
         todo = sorted(n for n in candidates if kind_of(n) == "segment" and (n not in known or n in unreadable))
-        state = self.materialized
-        if len(todo) >= cache_mod.WIDE_SEGMENTS:
-            state.widen_page_cache()
+        state = segread.state_for(self, todo)  # (on disk when large and without local state; its page cache wide)
         # a cold load into an empty state builds the secondary indexes once, after it
         with cache_mod.indexes_deferred(state.cache_db, state.flush) if todo else nullcontext():
             new_batches += segread.read_segments(self, todo)

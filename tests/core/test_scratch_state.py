@@ -1,0 +1,116 @@
+"""A large read without local state goes to a scratch database on disk (camillo.cache.scratch_database,
+camillo.session.segread.state_for), not memory: ``cache=False``, read-only, a device not yet
+registered.  It holds what memory would (the same timeline, facts, search and problems), is encrypted
+page by page under a key only its process holds, and is deleted when the session closes; one a killed
+process left behind is deleted by the next; a first registration moves it into the device's local state.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from camillo import NewRecord, Unlock, Vault, cache
+
+from .helpers import switch_home
+from .test_incremental import fingerprint
+
+PASSPHRASE = "correct horse battery staple"
+MARKER = "MARKER-9e1f-scratch"
+
+
+def _open(path, **kw):
+    return Vault.open(path, Unlock.passphrase(PASSPHRASE), **kw)
+
+
+def _fill(vault):
+    for i in range(12):
+        vault.append([NewRecord(type="message", conversation="c", role="user", text=f"garden {i} {MARKER}")])
+    vault.append([NewRecord(type="fact", key="user/city", value=f"Lisbon {MARKER}")])
+
+
+def _in_memory(path) -> dict:
+    with _open(path, cache=False, register=False) as v:
+        assert not cache.is_scratch(v.session.materialized.cache_db)
+        return fingerprint(v)
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", 1)
+
+
+def test_a_large_read_without_local_state_goes_to_an_encrypted_scratch_database_deleted_on_close(
+        new_vault, monkeypatch):
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    expected = _in_memory(path)  # (under the limit: memory, as before)
+    monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", 1)
+    with _open(path, cache=False, register=False) as v:
+        db = v.session.materialized.cache_db
+        assert cache.is_scratch(db)
+        root = v.session.reader.scratch_root
+        (file,) = glob.glob(os.path.join(root, f"{os.getpid()}-*", "state.db"))
+        assert fingerprint(v) == expected
+        assert [r.text for r in v.search("garden 7")] == [f"garden 7 {MARKER}"]
+        v.session.materialized.commit()
+        data = open(file, "rb").read()
+        assert len(data) > 4096 and MARKER.encode() not in data and not data.startswith(b"SQLite format 3")
+        assert not glob.glob(os.path.join(os.path.dirname(file), "state.db-*"))  # no journal or log on disk
+    assert not os.path.exists(os.path.dirname(file)), "the scratch database outlived its session"
+
+
+def test_a_scratch_database_a_killed_process_left_is_deleted_by_the_next(new_vault, small_limit):
+    path, vault, _ = new_vault
+    _fill(vault)
+    root = vault.session.reader.scratch_root
+    vault.lock()
+    dead = os.path.join(root, "999999999-left")  # (no such process)
+    alive = os.path.join(root, "1-kept")  # (a process that runs: not touched)
+    for d in (dead, alive):
+        os.makedirs(d)
+        open(os.path.join(d, "state.db"), "wb").write(os.urandom(8192))
+    with _open(path, cache=False, register=False) as v:
+        assert cache.is_scratch(v.session.materialized.cache_db)
+        assert not os.path.exists(dead) and os.path.exists(alive)
+
+
+def test_a_device_not_yet_registered_reads_into_scratch_and_keeps_it_as_its_local_state(
+        new_vault, monkeypatch, tmp_path):
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    expected = _in_memory(path)
+    monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", 1)
+    made = []
+    real = cache.scratch_database
+    monkeypatch.setattr(cache, "scratch_database", lambda root: made.append(root) or real(root))
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with _open(path) as lap:  # registers: its first read is moved into its new local state
+        assert made, "the first read did not go to a scratch database"
+        assert not cache.is_scratch(lap.session.materialized.cache_db)
+        assert lap.session.reader.store is not None
+        assert not glob.glob(os.path.join(lap.session.reader.scratch_root, "*", "state.db"))
+        seen = fingerprint(lap)
+    assert seen["timeline"] == expected["timeline"] and seen["facts"] == expected["facts"]
+    monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", 1 << 40)
+    assert seen == _in_memory(path)  # (the folder with the laptop's own certificate, read in memory)
+    with _open(path) as lap:  # a warm open of it
+        assert lap.session.reader.decryptions == 0
+        assert [r.text for r in lap.search("garden 3")] == [f"garden 3 {MARKER}"]
+
+
+def test_an_installation_whose_cache_cannot_be_written_reads_in_memory(new_vault, monkeypatch, small_limit):
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+
+    def unwritable(root):
+        raise PermissionError(13, "read-only file system", root)
+
+    monkeypatch.setattr(cache, "scratch_database", unwritable)
+    with _open(path, cache=False, register=False) as v:
+        assert not cache.is_scratch(v.session.materialized.cache_db)
+        assert [r.text for r in v.search("garden 7")] == [f"garden 7 {MARKER}"]
