@@ -136,17 +136,23 @@ def test_a_payload_taken_from_the_state_is_not_checked_against_the_profile_again
         name, payload = db.execute("SELECT name, payload FROM cache_envelopes WHERE payload IS NOT NULL").fetchone()
         m = cbor2.loads(payload)
         m[next(k for k, x in m.items() if x == v.vault_id)] = bytes(32)  # another vault's
-        db.execute("UPDATE cache_envelopes SET payload = ? WHERE name = ?", (cbor2.dumps(m, canonical=True), name))
+        damaged = cbor2.dumps(m, canonical=True)
+        db.execute("UPDATE cache_envelopes SET payload = ? WHERE name = ?", (damaged, name))
         db.commit()
-    with _open(path) as v:  # not taken, and forgotten
-        assert db is not v.session.reader.materialized.db
-        assert v.session.reader.materialized.db.execute(
-            "SELECT 1 FROM cache_envelopes WHERE name = ?", (name,)).fetchone() is None
     seen = _counting(monkeypatch)
-    with _open(path) as v:
-        assert seen["read"] == 1 and seen["unwrapped"] == 1, seen  # that one read from its file again
+    for _ in range(2):  # not taken: forgotten, and its file read again (by this open or the next)
+        with _open(path) as v:
+            row = v.session.reader.materialized.db.execute(
+                "SELECT payload FROM cache_envelopes WHERE name = ?", (name,)).fetchone()
+            assert row is None or row[0] == payload
+            assert not [p for p in v.problems() if p.file.startswith("env/")]
+    assert 1 <= seen["read"] <= 2 and seen["read"] == seen["unwrapped"], seen
+    seen.update(read=0, unwrapped=0)
+    with _open(path) as v:  # and kept again: not read any more
         assert _keys(v) == expected
-        assert not [p for p in v.problems() if p.file.startswith("env/")]
+        assert v.session.reader.materialized.db.execute(
+            "SELECT payload FROM cache_envelopes WHERE name = ?", (name,)).fetchone() == (payload,)
+    assert seen == {"read": 0, "unwrapped": 0}, seen
 
 
 def test_a_warm_open_looks_up_no_envelope_name_among_the_segments(new_vault, monkeypatch):

@@ -72,12 +72,12 @@ def state_for(reader: Reader, todo: Sequence[str]) -> State:
     :data:`~camillo.cache.SCRATCH_SEGMENT_BYTES` or more of segments goes to a scratch database on disk
     instead (:func:`~camillo.cache.scratch_database`: a cold open of a million records held 2.1 GB in
     memory), the empty one in memory closed (what it held: the memos of the signatures and
-    envelopes just read, which are read again if asked).  A read into an empty state, or of many
-    segments at once, widens its page cache until the next commit (the rows of a cold load go to
-    random pages of the index of ids: at 100,000 records, 9.9 -> 5.6 s on disk)."""
+    envelopes just read, which are read again if asked).  A read of that much into an empty state, or
+    of many segments at once, widens its page cache until the next commit (the rows of a cold load go
+    to random pages of the index of ids: at 100,000 records, 9.9 -> 5.6 s on disk)."""
     state = reader.materialized
-    if (todo and reader.store is None and reader.scratch_root is not None and not is_scratch(state.cache_db)
-            and state.is_empty() and _at_least(reader.shelf, todo, cache_mod.SCRATCH_SEGMENT_BYTES)):
+    large = bool(todo) and state.is_empty() and _at_least(reader.shelf, todo, cache_mod.SCRATCH_SEGMENT_BYTES)
+    if large and reader.store is None and reader.scratch_root is not None and not is_scratch(state.cache_db):
         try:
             db = cache_mod.scratch_database(reader.scratch_root)
         except (OSError, DatabaseError):
@@ -85,7 +85,7 @@ def state_for(reader: Reader, todo: Sequence[str]) -> State:
         else:
             state.close()
             state = reader.materialized = State(db)
-    if len(todo) >= cache_mod.WIDE_SEGMENTS or (todo and state.is_empty()):
+    if large or len(todo) >= cache_mod.WIDE_SEGMENTS:
         state.widen_page_cache()
     return state
 
