@@ -103,7 +103,8 @@ class Vault(Reading):
              read_only: bool = False, re_register: bool = False) -> Vault:
         """Open a vault folder or ``.vmem`` file.  ``register``: certify this installation as a writer on
         first use (§12.4).  ``cache=False`` verifies every file.  ``read_only``: no vault file or cache is
-        written, only what this device saw (§17.5).  ``home`` overrides CAMILLO_HOME.  ``progress(done,
+        written, only what this device saw (§17.5); a large read keeps its state in a scratch file of the
+        cache directory, deleted on close, as any open without local state does.  ``home`` overrides CAMILLO_HOME.  ``progress(done,
         total)`` while reading (Cancelled stops it).  A revoked device re-registers only with ``re_register``."""
         _check_thread()
         session = open_session(path, unlock, cache=cache, home=home, progress=progress, read_only=read_only)
