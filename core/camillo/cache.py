@@ -343,7 +343,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # (another user's process)
     return True
 
 
@@ -368,18 +368,7 @@ def scratch_database(root: str) -> Connection:
         _remove_scratch(directory)
         raise
     db.scratch_dir = directory
-    try:
-        db.execute("PRAGMA cipher_log_level = NONE")
-        db.execute(f"PRAGMA key = \"x'{random_bytes(KEY_LEN).hex()}'\"")
-        db.execute("PRAGMA temp_store = MEMORY")
-        db.execute("PRAGMA secure_delete = ON")
-        db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        db.execute("PRAGMA journal_mode = MEMORY").fetchone()
-        db.execute("PRAGMA synchronous = OFF")
-    except BaseException:
-        db.close()
-        raise
-    return db
+    return _keyed(db, random_bytes(KEY_LEN), journal="MEMORY", synchronous="OFF")
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -601,6 +590,15 @@ def _connect(path: str, key: bytes, existing: bool = False) -> Connection:
     connection to it is (``existing``: never one that makes the file, if it is gone)."""
     db: Connection = (sqlite.connect(f"file:{urllib.parse.quote(path)}?mode=rw", uri=True) if existing
                       else sqlite.connect(path))
+    # (the write-ahead log: a power cut keeps the last checkpointed commit)
+    _keyed(db, key, journal="WAL", synchronous="NORMAL")
+    os.chmod(path, 0o600)
+    return db
+
+
+def _keyed(db: Connection, key: bytes, *, journal: str, synchronous: str) -> Connection:
+    """``db`` set up as every page-encrypted database of the state is, under page key ``key``, with
+    this journal and sync mode (closed when that fails)."""
     try:
         db.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is expected (discarded), not logged
         db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
@@ -609,10 +607,9 @@ def _connect(path: str, key: bytes, existing: bool = False) -> Connection:
         # nothing behind when its rows go (spec §16.4; tests/security/test_erasure_purge.py)
         db.execute("PRAGMA secure_delete = ON")
         db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        db.execute("PRAGMA journal_mode = WAL").fetchone()  # the first read: a wrong key fails here
-        db.execute("PRAGMA synchronous = NORMAL")  # a power cut keeps the last checkpointed commit
+        db.execute(f"PRAGMA journal_mode = {journal}").fetchone()  # the first read: a wrong key fails here
+        db.execute(f"PRAGMA synchronous = {synchronous}")
     except BaseException:
         db.close()
         raise
-    os.chmod(path, 0o600)
     return db

@@ -726,6 +726,11 @@ class State:
             valid=bool(valid), reason=reason, hidden=bool(hidden), erased=bool(erased), unknown_fields=unknown,
         )
 
+    def _views_of(self, rows: Iterable[tuple[Any, ...]]) -> list[RecordView]:
+        """The views of these rows, in their order (each writer's name made once for them all)."""
+        shown: dict[bytes, tuple[str, str]] = {}
+        return [v for v in (self._view(row, shown) for row in rows) if v is not None]
+
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
         return self._view(row) if row else None
@@ -756,8 +761,7 @@ class State:
         wanted = list(ids)
         rows: dict[bytes, tuple[Any, ...]] = {
             row[0]: row for row in rows_in(self.db, f"SELECT {self._COLUMNS} FROM records WHERE id IN ({{}})", wanted)}
-        shown: dict[bytes, tuple[str, str]] = {}
-        return [v for v in (self._view(rows[r], shown) for r in wanted if r in rows) if v is not None]
+        return self._views_of(rows[r] for r in wanted if r in rows)
 
     def records_at(self, rowids: Sequence[int]) -> list[RecordView]:
         """The views of the records at these rowids (the full-text index's keys carry them), in the
@@ -766,8 +770,7 @@ class State:
         rows = {row[0]: row[1:] for row in self.db.execute(
             f"SELECT rowid, {self._COLUMNS} FROM records WHERE rowid IN (SELECT value FROM json_each(?))",
             [json.dumps(list(rowids))])}
-        shown: dict[bytes, tuple[str, str]] = {}
-        return [v for v in (self._view(rows[r], shown) for r in rowids if r in rows) if v is not None]
+        return self._views_of(rows[r] for r in rowids if r in rows)
 
     def timeline_ids(self, *, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                      conversation: str | None = None, limit: int | None = None, offset: int = 0) -> list[bytes]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -74,14 +75,9 @@ def _shape(hint: Any, seen: set[type]) -> str:
     return name + ("[" + ",".join(_shape(a, seen) for a in args) + "]" if args else "")
 
 
-_SHAPE: bytes | None = None
-
-
+@functools.cache
 def shape() -> bytes:
-    global _SHAPE
-    if _SHAPE is None:
-        _SHAPE = _shape(Roster, set()).encode()
-    return _SHAPE
+    return _shape(Roster, set()).encode()
 
 
 def key(vault_id: bytes, batches: Iterable[tuple[bytes, int]]) -> bytes:
@@ -199,8 +195,9 @@ def _pairs(value: Any) -> list[tuple[Any, Any]]:
 
 def decode(data: bytes) -> Roster:
     """The roster :func:`encode` gave these bytes (ValueError: they do not decode as a roster)."""
+    make = _decoder(Roster)  # (outside the try: a field the memo cannot decode is this code's error, raised)
     try:
-        roster = _decoder(Roster)(cbor2.loads(data))
+        roster = make(cbor2.loads(data))
     except (cbor2.CBORError, TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"the roster kept in the local state does not decode ({exc})") from None
     assert isinstance(roster, Roster)

@@ -147,6 +147,11 @@ ROW = "id, segment, epoch, controls, sig_ok, vouched, accepted, writer, seq, com
 Row = tuple[bytes, str, bytes, bytes, int, int, int, "bytes | None", "int | None", "bytes | None"]
 
 
+def _flags(sig_ok: int, vouched: int, accepted: int) -> int:
+    """A batch's stored flags as a view's ``stored_flags`` holds them."""
+    return (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if accepted else 0)
+
+
 # The flags of the batches that can move the roster (the covering index cache_batches_special_flags answers it alone).
 SPECIAL_FLAGS = ("SELECT id, sig_ok, vouched, accepted, writer IS NULL OR control IS NULL "
                  f"FROM cache_batches WHERE {SPECIAL_BATCHES}")
@@ -185,7 +190,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         if combo is None:
             combo = self._combos[writer, epoch, comp] = (writer, epoch, comp)
         view = CachedView(bid, segment, combo[1], combo[0], seq, combo[2], self._fetch, controls,
-                          (1 if sig_ok else 0) | (2 if vouched else 0) | (4 if acc else 0), self.signatures)
+                          _flags(sig_ok, vouched, acc), self.signatures)
         self.held[bid] = view
         return view
 
@@ -228,7 +233,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         if any(row[4] for row in rows):
             return None
         gone = self._gone
-        return [(bid, (1 if s else 0) | (2 if v else 0) | (4 if a else 0)) for bid, s, v, a, _ in rows if bid not in gone]
+        return [(bid, _flags(s, v, a)) for bid, s, v, a, _ in rows if bid not in gone]
 
     def with_control(self) -> list[BatchView]:
         """The batches holding a control record, found among :meth:`special`'s (no view is made of a
