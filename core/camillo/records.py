@@ -706,7 +706,15 @@ def verify_batch_signatures(batches: Sequence[tuple[Batch, bytes]]) -> list[bool
     if workers < 2 or len(batches) < PARALLEL_SIGNATURES:
         return [verify_batch_signature(b, pk) for b, pk in batches]
     step = -(-len(batches) // workers)
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        parts = pool.map(lambda part: [verify_batch_signature(b, pk) for b, pk in part],
-                         [batches[i : i + step] for i in range(0, len(batches), step)])
-        return [ok for part in parts for ok in part]
+    parts = [batches[i : i + step] for i in range(0, len(batches), step)]
+
+    def verify(part: Sequence[tuple[Batch, bytes]]) -> list[bool]:
+        return [verify_batch_signature(b, pk) for b, pk in part]
+
+    # The calling thread verifies the first part while the pool does the rest: a pool started
+    # lazily could otherwise hand every part to its first thread when that one is done before the
+    # next is submitted (the calling thread waiting out a switch interval).
+    with concurrent.futures.ThreadPoolExecutor(len(parts) - 1) as pool:
+        rest = [pool.submit(verify, part) for part in parts[1:]]
+        first = verify(parts[0])
+        return first + [ok for f in rest for ok in f.result()]
