@@ -52,8 +52,15 @@ def entry_type(name: str) -> int:
 
 
 def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_vault: bool) -> tuple[int, bytes]:
-    """Write a pack to the binary file ``out``; return (size, SHA-256 of the whole pack)."""
+    """Write a pack to the binary file ``out``; return (size, SHA-256 of the whole pack).  An entry
+    shorter than any writer makes one of its kind is refused (DamagedFile): a reader refuses the
+    whole pack for it."""
     ordered = sorted(((entry_type(n), n, d) for n, d in entries), key=lambda e: (e[0], e[1]))
+    for typ, name, data in ordered:
+        if len(data) < MIN_ENTRY[typ]:
+            raise DamagedFile(f"{name} is {len(data)} bytes, shorter than any {kind_of(name)} file; it is damaged "
+                              "or not a vault file: run 'camillo verify', and move it out of the vault before "
+                              "packing", file=name)
     before_trailer = hashlib.sha256()
 
     def emit(chunk: bytes) -> None:

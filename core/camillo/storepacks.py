@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from .errors import StorageError
 from .names import kind_of
-from .packs import write_pack
+from .packs import MIN_ENTRY, TYPE_SEGMENT, write_pack
 from .storage import content_hash_of, hash_matches
 
 
@@ -172,6 +172,8 @@ class StorePacks:
                 data = self.shelf.read(name)  # a torn mirror copy is downloaded again here
             except (FileNotFoundError, StorageError):
                 continue  # gone meanwhile (the next listing says so), or unreadable now: another time
+            if len(data) < MIN_ENTRY[TYPE_SEGMENT]:
+                continue  # shorter than any segment (planted): left loose, a pack with it would not read
             if entries and size + len(data) > PACK_STEP_BYTES:
                 break
             entries.append((name, data))

@@ -52,11 +52,13 @@ def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, 
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out_path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if not isinstance(exc, OSError):  # (an entry write_pack refuses, or an interruption)
+            raise
         if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault: say where to write instead
             raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to") from None
         raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None

@@ -133,6 +133,32 @@ def test_pack_is_deterministic_and_opens_read_only(new_vault, tmp_path):
     assert (tmp_path / "c.vmem").read_bytes() == a.read_bytes()
 
 
+def test_a_file_too_short_for_its_kind_is_named_and_no_pack_is_left(new_vault, tmp_path):
+    """A planted segment whose name matches its bytes but that is shorter than any segment: a pack
+    with it would not open (its reader refuses such an entry), so packing refuses it, names it, and
+    leaves neither the pack nor a temporary file; without it the vault packs."""
+    from camillo.errors import DamagedFile
+    from camillo.storage import segment_name
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text="packed")])
+    vault.lock()
+    junk = b"VMEMSEG1" + bytes(100)
+    name = segment_name(junk)
+    os.makedirs(os.path.join(path, os.path.dirname(name)), exist_ok=True)
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(junk)
+    out = tmp_path / "packs"
+    out.mkdir()
+    with pytest.raises(DamagedFile, match=f"{name} is 108 bytes, shorter than any segment file.*camillo verify"):
+        pack_vault(path, str(out / "v.vmem"))
+    assert os.listdir(out) == []
+    os.remove(os.path.join(path, name))
+    pack_vault(path, str(out / "v.vmem"))
+    with Vault.open(str(out / "v.vmem"), Unlock.passphrase(PASSPHRASE)) as v:
+        assert [r.text for r in v.timeline()] == ["packed"]
+
+
 def test_an_unpack_writes_in_chunks_and_one_cut_short_is_no_vault_and_says_so(new_vault, tmp_path, monkeypatch):
     """``unpack_vault`` writes the files a chunk at a time as a merge does (each durable before its
     name appears, not three fsyncs per file), the descriptor last: a file that cannot be written stops

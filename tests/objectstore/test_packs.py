@@ -348,3 +348,22 @@ def test_deleting_one_of_two_segments_in_a_pack_puts_the_other_back_loose(store,
     assert kept in store.keys("segments/"), "the other segment went back loose before the pack was deleted"
     assert doomed not in store.keys("segments/") | packed(store)
     assert store.device("C").problems(full=True) == []
+
+
+def test_a_planted_file_too_short_for_a_segment_stays_loose_and_every_pack_reads(store):
+    """An object under a segment's name whose bytes hash to it but are shorter than any segment (a
+    host's, or a writer's with access to the bucket): a pack holding it would not read (its reader
+    refuses such an entry), so the writer leaves it loose and packs the rest."""
+    from camillo.storage import segment_name
+
+    a = store.create()
+    junk = b"VMEMSEG1" + bytes(100)
+    name = segment_name(junk)
+    store.client.put_object(Bucket=store.bucket, Key=f"v/{name}", Body=junk)
+    a.refresh()
+    notes = {f"n{i}" for i in range(2 * storepacks.PACK_AFTER)}
+    write(a, *sorted(notes))
+    assert store.keys("packs/"), "the writer packed its segments"
+    assert name not in packed(store)  # (every pack opens with PackReader)
+    assert name in store.keys("segments/")
+    assert notes <= texts(store.device("B"))
