@@ -392,7 +392,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     # the batches of the old segments live on in the new ones, without the erased records (whose rows
     # in the local state were scrubbed when the erasure was read): moved, not read again (before the
     # keys that open the new segments are read, which would decrypt them for nothing)
-    session.reader.resealed(old_segments, [(name, bids) for name, _, bids in new_segments], (cid, eid), seen)
+    session.reader.resealed(old_segments, [(name, bids) for name, _, bids in new_segments], (cid, eid))
     # 3. switch to the new master secret, delete old slots and envelopes, then the old segments.
     files_written = len(new_files)
     rekey.records, rekey.files = {}, []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -56,7 +56,7 @@ from .changed import control_changes
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
-from .views import ROW, BatchViews, CachedView, ReadView
+from .views import ROW, BatchViews, CachedView, ReadView, nones
 
 Progress = Callable[[int, int], None]
 
@@ -492,14 +492,12 @@ class Reader:
             self.log_fresh = False
             self._drop_stored_log()
 
-    def resealed(self, old: Sequence[str], new: Sequence[tuple[str, list[bytes]]], ref: EpochRef,
-                 batches: Mapping[bytes, Batch]) -> None:
+    def resealed(self, old: Sequence[str], new: Sequence[tuple[str, list[bytes]]], ref: EpochRef) -> None:
         """This device erases: the batches of the ``old`` segments (about to be deleted) live on in
-        the ``new`` ones it sealed under the epoch ``ref``, the same batches without the erased records
-        (``batches``, by id).  They are moved, not read again: nothing the roster, the log or the
-        state computed from them depends on the segment that holds them, and the erased records'
-        rows were scrubbed when the erasure was read (``camillo.erased``).  A view that still holds
-        the batch's record bytes gets the copy without the erased ones."""
+        the ``new`` ones it sealed under the epoch ``ref``, the same batches without the erased records.
+        They are moved, not read again: nothing the roster, the log or the state computed from them
+        depends on the segment that holds them, and the erased records' rows were scrubbed when the
+        erasure was read (``camillo.erased``).  No view holds a batch's record bytes (add_segment)."""
         db = self.materialized.cache_db
         for name in old:
             self.segment_batches.pop(name, None)
@@ -518,9 +516,6 @@ class Reader:
                 if view is None:
                     continue
                 view.segment, view.epoch_id = name, ref[1]
-                held = view.__dict__.get("batch")  # (a view read back from the state holds no record bytes)
-                if held is not None and held.records and bid in batches:
-                    view.batch = batches[bid]
             db.executemany("UPDATE cache_batches SET segment = ?, epoch = ? WHERE id = ?",
                            [(name, ref[1], bid) for bid in bids])
         self.dirty = True
@@ -654,8 +649,9 @@ class Reader:
                 continue
             existing = self.batches.get(batch.id)
             if existing is not None:
-                if existing.batch.to_cbor() != batch.to_cbor() and not any(
-                        r is None for r in batch.records + existing.batch.records):
+                # (the same id: the same header, so the same record ids, each record checked against
+                # its id when read; only the signatures can differ, or records one copy has erased)
+                if not isinstance(existing, CachedView) and existing.batch.sigs != batch.sigs:
                     self.segment_problems[f"{name}#dup"] = Problem(
                         "damaged", name,
                         f"batch {batch.id.hex()[:12]} appears with different contents in {existing.segment}")
@@ -673,8 +669,12 @@ class Reader:
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
                 continue
             controls = [r if r is not None and r.is_control else None for r in records]
-            view = (ReadView(batch, name, epoch_id, controls, self.signature_memo) if any(controls)
-                    else BatchView(batch, name, epoch_id, controls))
+            # The view keeps no record bytes (they are staged in the state, which answers for them from
+            # now on; an erasure or a compaction reads the segment again): a cold open of a million
+            # records held them all, 350 MB.  A batch holding no control record shares one tuple of nulls.
+            kept = Batch(batch.id, batch.header_bytes, batch.header, batch.sigs, nones(len(batch.records)))
+            view = (ReadView(kept, name, epoch_id, controls, self.signature_memo) if any(controls)
+                    else BatchView(kept, name, epoch_id, nones(len(controls))))
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(

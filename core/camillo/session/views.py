@@ -56,7 +56,7 @@ def plain_count(controls: bytes) -> int | None:
 _NONES: dict[int, tuple[None, ...]] = {}
 
 
-def _nones(n: int) -> tuple[None, ...]:
+def nones(n: int) -> tuple[None, ...]:
     """The records of a batch holding ``n`` and no control record, as the roster and the log see
     them: one shared, immutable tuple for each ``n`` (a list per view was 13 MB at a million
     records); nothing changes a view's records."""
@@ -100,7 +100,7 @@ class CachedView(BatchView):
         plain = plain_count(controls)
         if plain is not None:
             self.has_control, self._controls = False, b""
-            self.__dict__["records"] = _nones(plain)  # what ``records`` would decode
+            self.__dict__["records"] = nones(plain)  # what ``records`` would decode
         else:
             self._controls = controls
             self.has_control = any(r is not None for r in self.records)
