@@ -10,6 +10,7 @@ import os
 
 from camillo import NewRecord, Unlock, Vault, segments
 from camillo.records import Batch
+from camillo.session.views import BatchViews
 from camillo.storage import segment_name
 
 PASSPHRASE = "correct horse battery staple"
@@ -29,6 +30,10 @@ def test_a_cold_read_keeps_no_record_bytes_and_the_records_are_still_all_there(n
     v = _cold(path, str(tmp_path / "second home"))  # (a new device: a cold read into its local state)
     try:
         views = v.session.reader.batches
+        # (once open, only the views of the batches that can move the roster are held: the others
+        # are made again from the state when asked for, as after a warm open)
+        assert isinstance(views, BatchViews) and views.held
+        assert all(view.has_control or bid not in v.session.reader.last_accepted for bid, view in views.held.items())
         assert len(views) >= 12
         assert all(r is None for view in views.values() for r in view.batch.records)
         assert all(len(view.batch.records) == len(view.header.records) for view in views.values())

@@ -345,7 +345,6 @@ class Reader:
         resume.store_log(self, self.log, self.log_basis(self.roster, signed_of(self.log)))
         self.log_stored = True
 
-
     def _drop_stored_log(self, *, added: bool = False) -> None:
         """Batches or their flags changed: the stored log no longer describes them.  (``added``: new
         batches only; the log read at the open may still be extended by them, see _resumed_log.)"""
@@ -456,6 +455,10 @@ class Reader:
         if isinstance(self.shelf, FolderShelf):
             return set(self.shelf.files_in("env"))  # the directory's listing, not a pass over every name
         return {n for n in names if n.startswith("env/")}
+
+    def shed_views(self) -> None:
+        """What a cold open read stays in the state, not in memory (:func:`resume.shed_views`)."""
+        resume.shed_views(self, self._stored_batch)
 
     def changes(self, **flags: Any) -> Changes:
         """What moved since the last call: the batches read (written here or arrived) with their
@@ -669,9 +672,8 @@ class Reader:
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
                 continue
             controls = [r if r is not None and r.is_control else None for r in records]
-            # The view keeps no record bytes (they are staged in the state, which answers for them from
-            # now on; an erasure or a compaction reads the segment again): a cold open of a million
-            # records held them all, 350 MB.  A batch holding no control record shares one tuple of nulls.
+            # No record bytes kept (staged in the state; an erasure reads the segment again): a cold open
+            # of a million records held them all, 350 MB.  A plain batch shares one tuple of nulls.
             kept = Batch(batch.id, batch.header_bytes, batch.header, batch.sigs, nones(len(batch.records)))
             view = (ReadView(kept, name, epoch_id, controls, self.signature_memo) if any(controls)
                     else BatchView(kept, name, epoch_id, nones(len(controls))))

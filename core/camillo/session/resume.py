@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ class Reader(Protocol):
     kept_chains: bytes | None  # the stored log's chains, read before it was deleted
     stored_log: StoredLog | None
     pending_batches: set[bytes]
+    unreported: list[bytes]  # batches read since the last Changes
     roster: Roster
     roster_fingerprint: bytes
     roster_snapshot: tuple[bytes, dict[bytes, Any]] | None
@@ -86,6 +87,26 @@ def store_log(reader: Reader, log: CausalLog | StoredLog, basis: bytes | None) -
         meta.append(("log_special", reader.log_special))
     db.execute("DELETE FROM cache_meta WHERE key = 'log_special'")
     db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", meta)
+
+
+def shed_views(reader: Reader, fetch: Callable[[bytes], bytes]) -> None:
+    """Keep no view of the plain accepted batches read so far (a cold open's: 100,000 views at a
+    million records, 3.7 KB each with its decoded header): from now on each is made again from its
+    stored row when something asks for it (:class:`BatchViews`, as after a warm open; ``fetch``
+    reads a stored header).  The views of the batches that can move the roster (holding a control
+    record, or not accepted) are kept as they are.  Only once what was read is settled: no batch
+    pending or unreported, and the flags of each written to the state first (the views made again
+    read them there)."""
+    if isinstance(reader.batches, BatchViews) or reader.pending_batches or reader.unreported:
+        return
+    reader.write_flags()
+    views = BatchViews(lambda: reader.materialized.cache_db, fetch)
+    accepted = reader.last_accepted
+    for bid, view in reader.batches.items():
+        if view.has_control or bid not in accepted:
+            views[bid] = view
+    reader.batches = views
+    reader.materialized.resume(reader.roster, views)
 
 
 def drop_stored(reader: Reader) -> None:
