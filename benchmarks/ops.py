@@ -410,15 +410,13 @@ def _counts(v: Any) -> dict[str, Any]:
     verified = sum(1 for x in v.session.batches.values() if x.sig_ok)
     vouched = sum(1 for x in v.session.batches.values() if x.vouched)
     controls: dict[bytes, int] = {}
-    records = record_bytes = 0
     for x in v.session.batches.values():
-        for r in x.batch.records:
-            if r is not None:
-                records += 1
-                record_bytes += len(r)
         for rec in x.records:
             if rec is not None:
                 controls[rec.id] = len(rec.sigs)
+    # (the records from the state the open wrote them to: a batch's view keeps none of their bytes)
+    records, record_bytes = v.session.materialized.db.execute(
+        "SELECT count(*), coalesce(sum(length(raw)), 0) FROM records WHERE raw IS NOT NULL").fetchone()
     cache_path = v.session.local.cache_path(v.writer_id) if v.session.actor is not None else ""
     state_path = v.session.local.state_path(v.writer_id) if v.session.actor is not None else ""
     return {

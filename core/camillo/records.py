@@ -614,7 +614,9 @@ def _heads(value: Any) -> dict[bytes, dict[bytes, int]]:
 
 @dataclass(frozen=True, eq=False)
 class Batch:
-    """A decoded batch.  ``records[i]`` is None where erasure removed the record's bytes."""
+    """A decoded batch.  ``records[i]`` is None where erasure removed the record's bytes.  The batch a
+    view keeps once its segment was read holds neither its records' bytes (all None) nor its header's
+    (``header_bytes`` empty): the local state holds them (camillo.session.reader.Reader.add_segment)."""
 
     id: bytes
     header_bytes: bytes

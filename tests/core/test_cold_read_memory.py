@@ -34,6 +34,7 @@ def test_a_cold_read_keeps_no_record_bytes_and_the_records_are_still_all_there(n
         # are made again from the state when asked for, as after a warm open)
         assert isinstance(views, BatchViews) and views.held
         assert all(view.has_control or bid not in v.session.reader.last_accepted for bid, view in views.held.items())
+        assert all(view.batch.header_bytes == b"" for view in views.held.values())  # (read here: in the state)
         assert len(views) >= 12
         assert all(r is None for view in views.values() for r in view.batch.records)
         assert all(len(view.batch.records) == len(view.header.records) for view in views.values())
