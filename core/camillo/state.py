@@ -300,6 +300,7 @@ class State:
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
         self._wide = False  # the page cache is widened until the next commit (widen_page_cache)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
+        self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
         # records forget_batches removed and what they referred to, and their keys: the next
         # materialize reaches from them (a change to them leaves no row to find it by)
         self._forgotten: set[bytes] = set()
@@ -341,6 +342,7 @@ class State:
             if rec is None:
                 rows.append((rid, bid, idx, cid, wid, None, None, None, None, None,
                              None, None, None, None, None, None, 0, 1, None, lamport))
+                self._staged_erased.add(bid)
                 continue
             m = rec.fields
             kind, value, rtype = m[_KIND], m.get(_VALUE), m.get(_TYPE)
@@ -734,6 +736,11 @@ class State:
     def record(self, rid: bytes) -> RecordView | None:
         row = self.db.execute(f"SELECT {self._COLUMNS} FROM records WHERE id = ?", (rid,)).fetchone()
         return self._view(row) if row else None
+
+    def staged_erased(self, batch: bytes) -> bool:
+        """The copy of this batch staged by this object held an erased (null) entry (no query: a cold
+        load's indexes wait for its end)."""
+        return batch in self._staged_erased
 
     def batches_holding(self, record_ids: Iterable[bytes]) -> set[bytes]:
         """The batches the state holds these records under."""

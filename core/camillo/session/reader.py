@@ -652,9 +652,9 @@ class Reader:
                 continue
             existing = self.batches.get(batch.id)
             if existing is not None:
-                # (the same id: the same header, so the same record ids, each record checked against
-                # its id when read; only the signatures can differ, or records one copy has erased)
-                if not isinstance(existing, CachedView) and existing.batch.sigs != batch.sigs:
+                # (same id: same header and record ids, each checked: only signatures or erasures differ)
+                if not isinstance(existing, CachedView) and existing.batch.sigs != batch.sigs and \
+                        None not in batch.records and not self.materialized.staged_erased(batch.id):
                     self.segment_problems[f"{name}#dup"] = Problem(
                         "damaged", name,
                         f"batch {batch.id.hex()[:12]} appears with different contents in {existing.segment}")
