@@ -674,9 +674,9 @@ class Reader:
             controls = [r if r is not None and r.is_control else None for r in records]
             # No record or header bytes kept (in the state; an erasure reads the segment again): a cold
             # open of a million records held them all, 350 + 65 MB.  A plain batch shares one tuple of nulls.
-            kept = Batch(batch.id, b"", batch.header, batch.sigs, nones(len(batch.records)))
+            kept = Batch(batch.id, b"", batch.header, batch.sigs, (nulls := nones(len(batch.records))))
             view = (ReadView(kept, name, epoch_id, controls, self.signature_memo) if any(controls)
-                    else BatchView(kept, name, epoch_id, nones(len(controls))))
+                    else BatchView(kept, name, epoch_id, nulls))
             self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
