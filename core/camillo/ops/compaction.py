@@ -26,6 +26,7 @@ import time
 from ..control import BatchView, ManifestInfo
 from ..records import Batch, Kind, encode_record
 from ..session import Session
+from ..session.copies import kept_signatures
 from ..session.writer import write_batches
 from ..values import CompactionReport
 from .attachments import collect_garbage
@@ -68,15 +69,21 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
         batches: dict[bytes, Batch] = {}
         for name in small:
             for b in session.reader.batches_of_segment(name):
-                batches.setdefault(b.id, b)
+                prior = batches.setdefault(b.id, b)
+                if prior.sigs != b.sigs:  # (two copies: the one whose signatures verified)
+                    batches[b.id] = Batch(b.id, b.header_bytes, b.header,
+                                          kept_signatures(session.batches, prior, b), b.records)
         ordered = sorted(batches.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-        replaced_by_batch = {b: name for name in small for b in session.reader.segment_batches[name]}
+        replaced_by_batch: dict[bytes, list[str]] = {}  # (a batch found in two of them: both are replaced)
+        for name in small:
+            for bid in session.reader.segment_batches[name]:
+                replaced_by_batch.setdefault(bid, []).append(name)
         resealed = reseal(session, cid, epoch.epoch_id, epoch.public, ordered)
         new_files += [(name, data) for name, data, _ in resealed]
         for name, data, bids in resealed:
             written += 1
             compacted += len(bids)
-            old = sorted({replaced_by_batch[b] for b in bids})
+            old = sorted({n for bid in bids for n in replaced_by_batch[bid]})
             rec = encode_record(
                 Kind.COMPACTION, actor.writer_id,
                 body={0: cid, 1: sorted(segment_id(n) for n in old), 2: [segment_id(name)], 3: sorted(bids)},

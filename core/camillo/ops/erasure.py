@@ -36,6 +36,7 @@ from ..envelopes import EnvelopeKind
 from ..errors import Incomplete, UsageError, VaultError
 from ..records import Batch, Kind, encode_record
 from ..session import Session
+from ..session.copies import kept_signatures
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
 from ..session.writer import write_batches
 from ..storage import segment_name
@@ -306,7 +307,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
             prior = seen.get(b.id)
             if prior is not None:  # the same batch in two segments (before compaction pruned one)
                 records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, b.records))
-                b = Batch(b.id, b.header_bytes, b.header, b.sigs, records)
+                b = Batch(b.id, b.header_bytes, b.header, kept_signatures(session.batches, prior, b), records)
             seen[b.id] = b
 
     # The erasing device rotates its key: the new key signs every new key file.

@@ -51,7 +51,7 @@ from ..records import (
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
-from . import listing, resume, segread
+from . import copies, listing, resume, segread
 from .changed import control_changes
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
@@ -123,6 +123,7 @@ class Reader:
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
+        self.copies: copies.Copies = {}  # other copies of held batches, waiting to be judged (session.copies)
         # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
         self.erasure_checked: set[tuple[str, bytes]] = set()
         self.dirty = True  # read something the local state has not committed yet
@@ -433,10 +434,10 @@ class Reader:
         if not vanished and self._resume_stored():
             # the state as stored, then what arrived since, as if the session had stayed open: the log and
             # the state extended by new plain batches in O(new), anything else recomputed
-            if new_batches and not self.extend(new_batches):
+            if (new_batches or self.copies) and not self.extend(new_batches):
                 self.recompute()
             return bool(new_keys)
-        if not new_batches and not vanished and self.roster.genesis is not None:
+        if not new_batches and not vanished and not self.copies and self.roster.genesis is not None:
             # nothing to read: new keys that open no new batch (the same epoch secrets wrapped to a
             # rolled owner key, or keys for epochs nothing is sealed to yet) change nothing read
             return bool(new_keys)
@@ -651,13 +652,8 @@ class Reader:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
                 continue
             existing = self.batches.get(batch.id)
-            if existing is not None:
-                # (same id: same header and record ids, each checked: only signatures or erasures differ)
-                if not isinstance(existing, CachedView) and existing.batch.sigs != batch.sigs and \
-                        None not in batch.records and not self.materialized.staged_erased(batch.id):
-                    self.segment_problems[f"{name}#dup"] = Problem(
-                        "damaged", name,
-                        f"batch {batch.id.hex()[:12]} appears with different contents in {existing.segment}")
+            if existing is not None:  # (same header and record ids, each checked: signatures or erasures differ)
+                copies.offer(self, name, existing, batch)
                 continue
             records: list[Record | None] = []
             try:

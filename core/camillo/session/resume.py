@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -26,18 +26,16 @@ from ..control import BatchView, Roster, build_roster
 from ..log import CausalLog, StoredLog, encode_log, extend_log, extend_log_after_roster_change
 from ..primitives import sha256
 from ..records import Kind
-from ..state import State
-from . import rostermemo
+from . import copies, rostermemo
 from .keyring import EpochRef
 from .rostermemo import RosterMemo
 from .views import BatchViews
 
 
-class Reader(Protocol):
+class Reader(copies.Reader, Protocol):
     """What these functions use of the session's reader (:class:`camillo.session.reader.Reader`)."""
 
     vault_id: bytes
-    batches: MutableMapping[bytes, BatchView]
     resume: tuple[bytes, bytes] | None  # (what the stored log was computed from, its head) read at the open
     log_special: bytes | None  # special_digest of the batches that can move the roster, kept with the log
     kept_chains: bytes | None  # the stored log's chains, read before it was deleted
@@ -51,7 +49,6 @@ class Reader(Protocol):
     log: CausalLog
     log_fresh: bool
     log_stored: bool
-    materialized: State
     materialize_problems: list[tuple[str, str, str]]
     flags_new: set[bytes]
     flags_all: bool
@@ -265,10 +262,11 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
     When principals or revocations changed (a passphrase change replaces and revokes a credential;
     a device is revoked or enrolled) and nothing else a plain batch's verdict depends on did
     (:func:`moved_writers`), the roster is computed again over those batches and every batch of
-    the writers that moved; the other accepted batches keep their verdicts.  Otherwise the roster
-    is computed over every batch."""
+    the writers that moved; the other accepted batches keep their verdicts.  Otherwise (and when
+    other copies of a batch wait to be judged, :mod:`camillo.session.copies`) the roster is
+    computed over every batch."""
     batches = reader.batches
-    if isinstance(batches, BatchViews) and not batches.every and reader.roster_fingerprint:
+    if isinstance(batches, BatchViews) and not batches.every and reader.roster_fingerprint and not reader.copies:
         if reader.flags_new and not reader.flags_all:
             reader.write_flags()  # (the stored acceptance flags say which batches are special)
         special = batches.special()
@@ -286,6 +284,8 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
             if len(views) == len(special) or roster.fingerprint() == fingerprint:
                 return roster, signed | (reader.last_accepted - views.keys() - batches.gone), set(views)
     roster, signed = build_roster(reader.vault_id, batches)
+    if reader.copies and copies.resolve(reader, roster):  # (another copy's signatures verify: §9.3)
+        roster, signed = build_roster(reader.vault_id, batches)
     return roster, signed, None
 
 
