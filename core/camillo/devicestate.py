@@ -169,7 +169,7 @@ class DeviceStateStore:
         path = self.paths[writes % 2]
         m = state.to_map()
         m[WRITES] = writes
-        raw = encoding.encode(m)
+        raw = encoding.encode_own(m)
         data = seal_local(self._key, "state", self.vault_id, raw)
         self._known.pop(path, None)
         _overwrite(path, data)

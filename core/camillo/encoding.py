@@ -85,6 +85,13 @@ def encode(obj: Any) -> bytes:
     return cbor2.dumps(obj, canonical=True)
 
 
+def encode_own(obj: Any) -> bytes:
+    """:func:`encode` of a value this installation built from values inside the profile (its device
+    state, whose stored copy :func:`decode` checked when it was read), without walking it first: an
+    append saves it once, and the walk was a quarter of that save."""
+    return cbor2.dumps(obj, canonical=True)
+
+
 def _reject_tag(*args: Any) -> NoReturn:
     """cbor2's hook for unknown tags (5.x passes (decoder, tag), 6.x passes (tag, immutable))."""
     tag = next((a for a in args if isinstance(a, cbor2.CBORTag)), None)

@@ -633,25 +633,23 @@ class Reader:
     def take_written(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch]) -> list[bytes]:
         """What :meth:`read_segment` returns for a segment this actor has just sealed and written,
         taken from the batches it sealed: no read, no decryption, and no signature check (they are
-        its own, just made)."""
-        if name in self.segment_batches:
-            return []
-        added = self.add_segment(name, compartment_id, epoch_id, batches)
+        its own, just made; its name, the hash of bytes sealed under a fresh key, is new)."""
+        added = self.add_segment(name, compartment_id, epoch_id, batches, new=True)  # (this writer's next)
         for bid in added:
             self.batches[bid].sig_ok = True
         return added
 
     def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
-                    checked: Sequence[bool] | None = None) -> list[bytes]:
+                    checked: Sequence[bool] | None = None, *, new: bool = False) -> list[bytes]:
         """Take a segment's batches (``checked[i]``: every record of ``batches[i]`` was decoded and
-        checked already, by :mod:`camillo.recordcheck`)."""
+        checked already, by :mod:`camillo.recordcheck`; ``new``: none of them can be held already)."""
         added = []
         for i, batch in enumerate(batches):
             problem = self._check_batch_shape(batch, compartment_id)
             if problem:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
                 continue
-            existing = self.batches.get(batch.id)
+            existing = None if new else self.batches.get(batch.id)
             if existing is not None:  # (same header and record ids, each checked: signatures or erasures differ)
                 copies.offer(self, name, existing, batch)
                 continue

@@ -248,14 +248,15 @@ def _number_and_seal(session: Session, per_compartment: dict[bytes, list[bytes]]
             )
         if any(f.writer_id == actor.writer_id for f in log.forks):
             raise WriterFrozen("this writer is frozen by a proven fork; revoke it and register again")
-        prev_view = session.batches.get(prev) if prev is not None else None
-        # the previous batch's frontier, also when this view cannot read that batch (sealed to an
-        # epoch another device's erasure destroyed, not sealed again yet): remembered at its write
+        # the previous batch's frontier, remembered at its write with the counter (one save), also
+        # when this view cannot read that batch (sealed to an epoch another device's erasure
+        # destroyed, not sealed again yet); read from the batch when remembered by an older version
         last = session.device_state.extra.get("frontiers", {}).get(cid)
+        if last is None and prev is not None and (prev_view := session.batches.get(prev)) is not None:
+            last = prev_view.batch.header.frontier
         deps, frontier, heads = causal_fields(
             log.chains, log.heads.get(cid, set()), cid,
-            session.roster.compartments if cid == session.roster.control_id else None,
-            prev_view.batch.header.frontier if prev_view is not None else last, log.tops)
+            session.roster.compartments if cid == session.roster.control_id else None, last, log.tops)
         group: list[Batch] = []
         group_size = 0
         batches: list[Batch] = []
