@@ -76,6 +76,7 @@ from .records import (
 # or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
 TS_SHOWN_MAX = 32_503_680_000  # 3000-01-01T00:00:00Z
 SQLITE_INT_MAX = 2**63 - 1
+UNEXPLAINED = "removed without an erasure record"  # the reason of a null entry no applied ERASE names
 # a record's map keys and kinds as plain integers, for the loop that stages every record (State.stage)
 _KIND, _AUTHOR, _KEY, _VALUE, _CLASS = F.KIND, F.AUTHOR, F.KEY, F.VALUE, F.CLASS
 _PRED, _SOURCES, _TARGET, _META, _TS, _TYPE = F.PRED, F.SOURCES, F.TARGET, F.META, F.TS, F.TYPE
@@ -589,7 +590,7 @@ class State:
                 continue
             if erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
                 ok = rid in erased_targets
-                updates.append((0, "erased" if ok else "removed without an erasure record", None, row))
+                updates.append((0, "erased" if ok else UNEXPLAINED, None, row))
                 if not ok:
                     result.problems.append(("damaged", views[batch].segment,
                                             f"record {rid.hex()[:12]} is missing but no erasure names it"))

@@ -378,7 +378,7 @@ class FolderShelf:
                  if rel.startswith("segments/")}
         self._relisted = {rel for rel in rels if rel in stale and rel in self._dirs}
         keep, drop = [], []
-        for rel in rels | (stale - self._lazy.keys()):
+        for rel in rels | stale:  # (a directory taken on trust and written in since: its kept entry goes)
             entry = self._dirs.get(rel)
             if entry is None or entry[3] or entry[0] < 0 or rel in stale:
                 drop.append(rel)
@@ -763,9 +763,10 @@ class FolderShelf:
     def _touch(self, name: str, *, written: bool = False) -> None:
         """A file is written or deleted here: its directory's listing is not kept until listed again
         (listing_changes), and is read first if it was taken on trust (prime_lazily) and a file goes.
-        A directory taken on trust that a file was ``written`` into stays so: the next scan finds its
-        time moved, reads its kept listing and lists it (an append at a million records otherwise
-        read a listing of some 400 names at its first write into each of the 256 directories)."""
+        A directory taken on trust that a file was ``written`` into stays so, its kept listing dropped
+        (listing_changes): the next open lists it and compares it with the segments the state holds
+        there (an append at a million records otherwise read a listing of some 400 names at its first
+        write into each of the 256 directories)."""
         rel = name.rsplit("/", 1)[0]
         if rel in self._lazy and not written:
             self._materialize(rel)

@@ -44,7 +44,7 @@ from camillo import Authority, DamagedFile, NewRecord, Unlock, Vault, ids, segme
 from camillo.log import SYNC_GRACE_SECONDS
 from camillo.ops.enrollment import rendezvous, typed_code
 from camillo.primitives import SigningKey
-from camillo.records import BatchHeader, Kind, encode_record, make_batch
+from camillo.records import Batch, BatchHeader, Kind, encode_record, make_batch
 from camillo.session.grantfile import read_grant_file
 from camillo.session.writer import sealing_key, write_batches
 from camillo.storage import FolderShelf, segment_name
@@ -212,11 +212,13 @@ def observe(vault: Vault) -> dict[str, Any]:
     }
 
 
-def problems_match(actual: list[tuple[str, str]], expected: list[dict[str, str]]) -> bool:
+def problems_match(actual: list[tuple[str, str]], expected: list[dict[str, Any]]) -> bool:
     left = list(actual)
-    for e in expected:
+    for e in sorted(expected, key=lambda e: bool(e.get("optional"))):  # (optional ones: what is left)
         hit = next((a for a in left if a[0] == e["kind"] and e["contains"] in a[1]), None)
         if hit is None:
+            if e.get("optional"):
+                continue
             return False
         left.remove(hit)
     return not left
@@ -1040,11 +1042,61 @@ def main(argv: list[str] | None = None) -> int:
         enrollment_wrong_secret(out)
         concurrent_erasures(out)
         proposals(out)
+        planted_copies(out)
     print(f"wrote {len(out.names)} scenarios to {SCENARIOS}")
     if out.disagreements:
         print(f"Camillo disagrees with {len(out.disagreements)} scenario(s): {', '.join(sorted(out.disagreements))}; "
               "mark them xfail(strict=True) in test_scenarios.py with the bug", file=sys.stderr)
     return 0
+
+
+def planted_copies(out: Out) -> None:
+    """Someone who can seal to a compartment (an append grant holds its public key; a reader of it
+    can also copy its batches) plants copies of another writer's batches whose names sort before the
+    originals: one with a broken signature, one with its record ``null`` as an erasure leaves it."""
+    world = World(out.work / "planted-copies")
+    path, v = world.create()
+    tl = Timeline()
+    forged_rid = tl.add(only(v.append([message("a copy with a broken signature sorts first", T0 + 1)]).written), T0 + 1)
+    nulled_rid = tl.add(only(v.append([message("a copy with the record null sorts first", T0 + 2)]).written), T0 + 2)
+    reader = v.session.reader
+
+    def plant(rid: bytes, change: Callable[[Batch], Batch]) -> bytes:
+        (bid,) = reader.materialized.batches_holding({rid})
+        (name,) = reader.segments_holding({bid})
+        batch = next(b for b in reader.batches_of_segment(name) if b.id == bid)
+        cid, eid = reader.segment_epochs[name]
+        public = v.session.roster.epochs[(cid, eid)].public
+        while True:  # (a segment's key is random: so is its name)
+            seg = segments.seal_segment(v.vault_id, cid, eid, public, segments.encode_payload([change(batch)]))
+            if segment_name(seg) < name:
+                break
+        FolderShelf(path).write(segment_name(seg), seg)
+        return bid
+
+    def broken(b: Batch) -> Batch:
+        alg, sig = b.sigs[0]
+        return Batch(b.id, b.header_bytes, b.header, ((alg, bytes([sig[0] ^ 1]) + sig[1:]),), b.records)
+
+    forged_batch = plant(forged_rid, broken)
+    plant(nulled_rid, lambda b: Batch(b.id, b.header_bytes, b.header, b.sigs, (None,) * len(b.records)))
+    v.lock()
+    out.state_scenario(
+        "planted-copies",
+        "Copies of two batches planted under names that sort before the originals, one with a broken "
+        "signature and one with its record null as an erasure leaves it, hide neither record in any arrival order.",
+        path,
+        {"facts": [], "timeline": tl.of(forged_rid, nulled_rid),
+         "problems": [{"kind": "damaged", "contains": f"batch {forged_batch.hex()[:12]}", "optional": True}]},
+        orders=ORDERS,
+        labels={"signature_broken_in_a_copy": forged_rid, "null_in_a_copy": nulled_rid},
+        notes="Spec §9.3: the copy kept takes the signatures of a copy whose signatures verify, and the bytes of "
+              "a null entry no applied ERASE names from a copy that holds them. The copy with the broken "
+              "signature is reported as having signatures that do not verify when it was read first, or as "
+              "appearing with different contents when the original was read first in the same read; not when "
+              "the reader verified the original in an earlier read (it need not read it again to compare). "
+              "The null copy is not reported (an erasure's copy looks the same).",
+    )
 
 
 def diverged_pair(out: Out) -> None:
@@ -1056,7 +1108,7 @@ def diverged_pair(out: Out) -> None:
 GENERATORS: dict[str, Callable[[Out], None]] = {
     "concurrent-supersession": diverged_pair, "conflict-resolved": diverged_pair,
     "agent-user-record": agent_user_record, "derived-above-sources": derived_above_sources,
-    "concurrent-erasures": concurrent_erasures, "proposals": proposals,
+    "concurrent-erasures": concurrent_erasures, "proposals": proposals, "planted-copies": planted_copies,
 }
 
 

@@ -265,3 +265,33 @@ def test_a_copy_with_bytes_that_are_not_the_record_fills_nothing(new_vault):
         assert sorted(r.text for r in v.timeline()) == sorted(texts)
     finally:
         v.lock()
+
+
+def test_the_records_of_a_copy_read_after_a_nulled_one_are_taken_when_they_arrive(new_vault, tmp_path):
+    """A device whose local state holds a copy with a record ``null`` (no erasure names it) takes
+    the record's bytes from the original when that arrives later, in a later session."""
+    path, vault, _ = new_vault
+    texts = ["nulled, then whole", "another"]
+    _messages(vault, texts)
+    _, _, original = _copy(vault, path, erased, first=True)
+    vault.lock()
+    aside = str(tmp_path / "aside")
+    shutil.move(os.path.join(path, original), aside)
+    home = str(tmp_path / "new device")
+    v = _cold(path, home)
+    try:
+        assert len([r.text for r in v.timeline()]) == 1  # (the nulled one's record is missing)
+    finally:
+        v.lock()
+    shutil.move(aside, os.path.join(path, original))
+    v = _cold(path, home)
+    try:
+        assert sorted(r.text for r in v.timeline()) == sorted(texts)
+        assert not [p for p in v.problems() if "missing" in p.message]
+    finally:
+        v.lock()
+    v = _cold(path, home)
+    try:
+        assert sorted(r.text for r in v.timeline()) == sorted(texts)
+    finally:
+        v.lock()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 from typing import Protocol
+from weakref import WeakKeyDictionary
 
 import cbor2
 
@@ -28,7 +29,7 @@ from .. import encoding
 from ..control import BatchView, O, Roster
 from ..errors import VaultError
 from ..records import Batch, Kind, decode_record, verify_batch_signature
-from ..state import State
+from ..state import UNEXPLAINED, State
 from ..values import Problem
 from .views import CachedView
 
@@ -42,7 +43,9 @@ class Reader(Protocol):
     copies: Copies
     materialized: State
     segment_problems: dict[str, Problem]
+    pending_batches: set[bytes]
     dirty: bool
+    scanned_at: float  # (time.monotonic() of the refresh reading now)
 
     def batches_of_segment(self, name: str) -> list[Batch]: ...
 
@@ -52,10 +55,11 @@ def offer(reader: Reader, name: str, held: BatchView, batch: Batch) -> None:
     differ is reported as damage when neither copy has erased entries (§9.3).  It is remembered,
     for :func:`resolve`, while the held copy is not known to verify, and so is a copy holding
     records where the copy held in this read has ``null`` entries."""
-    if isinstance(held, CachedView) and (held.sig_ok or held.vouched):
+    cached = isinstance(held, CachedView)
+    fills = any(raw is not None for raw in batch.records) and (
+        reader.materialized.staged_erased(batch.id) or (cached and batch.id in _lacking(reader)))
+    if cached and (held.sig_ok or held.vouched) and not fills:
         return  # (verified here before: its stored copy is the one whose signatures count)
-    fills = not isinstance(held, CachedView) and reader.materialized.staged_erased(batch.id) and \
-        any(raw is not None for raw in batch.records)
     if held.batch.sigs == batch.sigs and not fills:
         return
     if held.batch.sigs != batch.sigs and not isinstance(held, CachedView) and None not in batch.records and \
@@ -64,6 +68,21 @@ def offer(reader: Reader, name: str, held: BatchView, batch: Batch) -> None:
             "damaged", name, f"batch {batch.id.hex()[:12]} appears with different contents in {held.segment}")
     if fills or not held.sig_ok:
         reader.copies.setdefault(batch.id, []).append((name, batch.sigs))
+
+
+_LACKING: WeakKeyDictionary[Reader, tuple[float, set[bytes]]] = WeakKeyDictionary()
+
+
+def _lacking(reader: Reader) -> set[bytes]:
+    """The batches whose stored copy lacks records no erasure names, as the state last judged them:
+    read once per refresh (a refresh after another device's compaction meets a copy of every batch),
+    from the index of the rows that do not count."""
+    held = _LACKING.get(reader)
+    if held is None or held[0] != reader.scanned_at:
+        rows = reader.materialized.db.execute(
+            "SELECT batch FROM records WHERE (valid = 0 OR hidden = 1) AND reason = ?", (UNEXPLAINED,))  # (its index)
+        held = _LACKING[reader] = (reader.scanned_at, {bid for (bid,) in rows})
+    return held[1]
 
 
 def resolve(reader: Reader, roster: Roster) -> bool:
@@ -171,6 +190,7 @@ def _take(reader: Reader, view: BatchView, segment: str, sigs: tuple[tuple[int, 
                     1 if view.has_control else 0, view.id))
     db.execute("UPDATE cache_batches SET segment = ?, batch = ? WHERE id = ?",
                (segment, encoding.encode([header_bytes, [list(s) for s in sigs]]), view.id))
+    reader.pending_batches.add(view.id)  # (its records are judged again, in a refresh too)
     reader.dirty = True
 
 
