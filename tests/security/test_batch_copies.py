@@ -289,6 +289,8 @@ def test_the_records_of_a_copy_read_after_a_nulled_one_are_taken_when_they_arriv
 
     def before(v: Vault) -> None:
         assert len([r.text for r in v.timeline()]) == 1  # (the nulled one's record is missing)
+        # (said also after this device registered and wrote, which judged only its own new batches)
+        assert [p for p in v.problems() if "missing but no erasure names it" in p.message]
 
     def after(v: Vault) -> None:
         assert sorted(r.text for r in v.timeline()) == sorted(texts)

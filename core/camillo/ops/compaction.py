@@ -70,9 +70,9 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
         for name in small:
             for b in session.reader.batches_of_segment(name):
                 prior = batches.setdefault(b.id, b)
-                if prior.sigs != b.sigs:  # (two copies: the one whose signatures verified)
-                    batches[b.id] = Batch(b.id, b.header_bytes, b.header,
-                                          kept_signatures(session.batches, prior, b), b.records)
+                if prior.sigs != b.sigs:  # (two copies: the signatures that verified)
+                    batches[b.id] = Batch(prior.id, prior.header_bytes, prior.header,
+                                          kept_signatures(session.batches, prior, b), prior.records)
         ordered = sorted(batches.values(), key=lambda b: (b.header.writer_id, b.header.seq))
         replaced_by_batch: dict[bytes, list[str]] = {}  # (a batch found in two of them: both are replaced)
         for name in small:

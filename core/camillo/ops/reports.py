@@ -21,7 +21,7 @@ from ..names import kind_of
 from ..packs import PackReader
 from ..records import Kind, verify_batch_signature
 from ..session import Session
-from ..state import RecordView, shown_ts, visible_where
+from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, RecordView, shown_ts, visible_where
 from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
@@ -101,6 +101,10 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
                     out.append(Problem("damaged", name, exc.message))
     for kind, file, message in roster.problems + reader.materialize_problems:
         out.append(Problem(kind, file, message))
+    for rid, bid in session.materialized.db.execute(UNEXPLAINED_ROWS, (UNEXPLAINED,)).fetchall():
+        held = session.batches.get(bid)  # (as the state judged it last, not only in the last computation)
+        out.append(Problem("damaged", held.segment if held else "",
+                           f"record {rid.hex()[:12]} is missing but no erasure names it"))
     for bid, why in sorted({**roster.excluded, **log.rejected}.items()):
         v = session.batches.get(bid)
         out.append(Problem("rejected", v.segment if v else "", f"batch {bid.hex()[:12]} was rejected: {why}"))

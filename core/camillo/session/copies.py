@@ -1,14 +1,15 @@
-"""Copies of one batch found in several segments: which copy's signatures count (spec §9.3).
+"""Copies of one batch found in several segments: whose signatures and which bytes count (spec §9.3).
 
 A batch's id is the hash of its header, which lists its records' ids, so two copies of one batch can
-differ only in their signatures and in erased (``null``) entries.  Signatures are not covered by the
-id: anyone who can seal a segment to the compartment (an agent with an append grant holds its public
-key) could plant a copy of another writer's batch with broken signatures whose segment name sorts first.
-A reader that kept the first copy found would then reject the batch and hide its records.  So a copy
-whose signatures differ from the one held is remembered (:func:`offer`) while the held copy is not known
-to verify, and once the roster knows the writer's key the held copy is replaced by the first copy whose
-signatures verify (:func:`resolve`): which copy a reader keeps then depends only on which verify, never
-on the order names sort in.
+differ only in their signatures and in erased (``null``) entries.  Neither is covered by the id: anyone
+who can seal a segment to the compartment (an agent with an append grant holds its public key; a reader
+of it can also copy its batches, signatures and all) could plant a copy of another writer's batch with
+broken signatures, or with its records ``null``, whose segment name sorts first.  A reader that kept the
+first copy found would then reject the batch, or miss its records.  So a copy whose signatures differ from
+the held one's is remembered (:func:`offer`) while the held copy is not known to verify, as is a copy
+holding records the held copy lacks; once the roster knows the writer's key, the held copy takes the
+signatures of the first copy whose signatures verify and the bytes of the entries no applied ERASE names
+(:func:`resolve`): what a reader keeps then depends only on what verifies, never on the order names sort in.
 
 A writer's key is bound to its writer id (the id is the hash of the key), so a key found anywhere (the
 roster, or a certificate inside the batch itself, as a new device's first batch carries) judges a copy
@@ -29,7 +30,7 @@ from .. import encoding
 from ..control import BatchView, O, Roster
 from ..errors import VaultError
 from ..records import Batch, Kind, decode_record, verify_batch_signature
-from ..state import UNEXPLAINED, State
+from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, State
 from ..values import Problem
 from .views import CachedView
 
@@ -62,7 +63,7 @@ def offer(reader: Reader, name: str, held: BatchView, batch: Batch) -> None:
         return  # (verified here before: its stored copy is the one whose signatures count)
     if held.batch.sigs == batch.sigs and not fills:
         return
-    if held.batch.sigs != batch.sigs and not isinstance(held, CachedView) and None not in batch.records and \
+    if held.batch.sigs != batch.sigs and not cached and None not in batch.records and \
             not reader.materialized.staged_erased(batch.id):
         reader.segment_problems[f"{name}#dup"] = Problem(
             "damaged", name, f"batch {batch.id.hex()[:12]} appears with different contents in {held.segment}")
@@ -79,9 +80,8 @@ def _lacking(reader: Reader) -> set[bytes]:
     from the index of the rows that do not count."""
     held = _LACKING.get(reader)
     if held is None or held[0] != reader.scanned_at:
-        rows = reader.materialized.db.execute(
-            "SELECT batch FROM records WHERE (valid = 0 OR hidden = 1) AND reason = ?", (UNEXPLAINED,))  # (its index)
-        held = _LACKING[reader] = (reader.scanned_at, {bid for (bid,) in rows})
+        rows = reader.materialized.db.execute(UNEXPLAINED_ROWS, (UNEXPLAINED,))
+        held = _LACKING[reader] = (reader.scanned_at, {bid for _rid, bid in rows})
     return held[1]
 
 
