@@ -153,6 +153,7 @@ class VaultLocal:
         self.home = home
         self.dir = os.path.join(data_root(home), "vaults", vault_id.hex())
         self.cache_dir = os.path.join(cache_root(home), "vaults", vault_id.hex())
+        self._generation: tuple[tuple[int, int, int], int] | None = None  # (the file's stat, its number)
 
     # -- installation identity
 
@@ -247,13 +248,23 @@ class VaultLocal:
         return os.path.join(self.dir, "generation.cbor")
 
     def load_generation(self) -> int:
-        """0 when none was recorded (or the file is damaged: nothing to compare with)."""
+        """0 when none was recorded (or the file is damaged: nothing to compare with).  Read again
+        only when its stat moved (an append asks after each write; a save replaces the file)."""
+        try:
+            st = os.stat(self.generation_path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp is not None and self._generation is not None and self._generation[0] == stamp:
+            return self._generation[1]
         data = read_file(self.generation_path)
         try:
             g = encoding.decode(data, "generation.cbor") if data is not None else 0
         except Exception:
             return 0
-        return g if isinstance(g, int) and not isinstance(g, bool) and g >= 0 else 0
+        g = g if isinstance(g, int) and not isinstance(g, bool) and g >= 0 else 0
+        self._generation = (stamp, g) if stamp is not None else None
+        return g
 
     def save_generation(self, generation: int) -> None:
         with contextlib.suppress(StorageError):  # a read-only home: the device state still remembers

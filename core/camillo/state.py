@@ -303,8 +303,8 @@ class State:
         self._wide = False  # the page cache is widened until the next commit (widen_page_cache)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
-        # records forget_batches removed and what they referred to, and their keys: the next
-        # materialize reaches from them (a change to them leaves no row to find it by)
+        self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
+        # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
         self._forgotten: set[bytes] = set()
         self._forgotten_keys: set[tuple[bytes, str]] = set()
         # records up to this rowid are in the full-text index (rowids only grow: AUTOINCREMENT)
@@ -371,8 +371,9 @@ class State:
                 refs += [(rid, s, REF_SOURCE) for s in sources]
             if target:
                 refs.append((rid, target, REF_TARGET))
-        # Buffered: one statement per table for many batches (an open stages thousands).
-        self._rows += rows
+        if len(rows) <= 4 and not refs and all((r[6] == _NOTE or r[6] in CONTROL_KINDS) and r[8] is None for r in rows):
+            self._inert.add(bid)  # (an append's: keyless notes and control records without references)
+        self._rows += rows  # (buffered: one statement per table for many batches; an open stages thousands)
         self._refs += refs
         if len(self._rows) >= 20_000:
             self.flush()
@@ -434,6 +435,7 @@ class State:
         self.vector_cache = None
         db = self.db
         for bid in batch_ids:
+            self._inert.discard(bid)
             for rid, comp, key in db.execute("SELECT id, compartment, key FROM records WHERE batch = ?", (bid,)):
                 self._forgotten.add(rid)
                 if key is not None:
@@ -617,19 +619,19 @@ class State:
         return {v.writer_id for v in candidates if v.writer_id in writers and any(r is None for r in v.records)}
 
     def _only_inert(self, batches: set[bytes], views: Mapping[bytes, BatchView]) -> bool:
-        """Do these batches hold only keyless NOTEs and control records, without references, named
-        by no other record (and none erased)?"""
-        db = self.db
+        """Only keyless NOTEs and control records, no references, named by no record, none erased? (stage)"""
+        db, staged = self.db, batches <= self._inert
+        self._inert -= batches
         marks = ",".join("?" * len(batches))
         controls = ",".join("?" * len(CONTROL_KINDS))
         # a batch that went away (its records may have been facts); one control record may sit in
         # several batches (a key change writes it to every compartment), stored once
         if any(b not in views for b in batches):
             return False
-        if not batches or db.execute(
+        if not batches or (not staged and db.execute(
                 f"SELECT 1 FROM records WHERE batch IN ({marks}) AND ((kind IS NOT ? AND kind NOT IN ({controls})) "
                 "OR key IS NOT NULL OR has_refs = 1 OR erased = 1) LIMIT 1",
-                (*batches, Kind.NOTE, *CONTROL_KINDS)).fetchone():
+                (*batches, Kind.NOTE, *CONTROL_KINDS)).fetchone()):
             return False
         return db.execute(f"SELECT 1 FROM refs WHERE ref IN (SELECT id FROM records WHERE batch IN ({marks})) LIMIT 1",
                           tuple(batches)).fetchone() is None

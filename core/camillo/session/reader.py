@@ -671,7 +671,10 @@ class Reader:
             kept = Batch(batch.id, b"", batch.header, batch.sigs, (nulls := nones(len(batch.records))))
             view = (ReadView(kept, name, epoch_id, controls, self.signature_memo) if any(controls)
                     else BatchView(kept, name, epoch_id, nulls))
-            self.batches[batch.id] = view
+            if new and isinstance(self.batches, BatchViews):
+                self.batches.add(batch.id, view)
+            else:
+                self.batches[batch.id] = view
             self.materialized.stage(view, records)
             self.materialized.cache_db.execute(
                 "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, compartment, "

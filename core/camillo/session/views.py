@@ -293,6 +293,13 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         return bid not in self._gone and self._db().execute(
             "SELECT 1 FROM cache_batches WHERE id = ?", (bid,)).fetchone() is not None
 
+    def add(self, bid: bytes, view: BatchView) -> None:
+        """A view of a batch that cannot be here yet (this writer's own, just sealed): no lookup."""
+        if self._count is not None:
+            self._count += 1
+        self._gone.discard(bid)
+        self.held[bid] = view
+
     def __setitem__(self, bid: bytes, view: BatchView) -> None:
         if self._count is not None and bid not in self:
             self._count += 1
