@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 
-from camillo import NewRecord, Unlock, Vault, segments
+from camillo import NewRecord, Unlock, Vault, ids, segments
 from camillo.control import BatchView
-from camillo.records import Batch, Kind, verify_batch_signature
+from camillo.primitives import random_bytes
+from camillo.records import Batch, BatchHeader, Kind, encode_record, verify_batch_signature
+from camillo.session.reader import Reader
 from camillo.storage import segment_name
 
 PASSPHRASE = "correct horse battery staple"
@@ -297,3 +300,88 @@ def test_the_records_of_a_copy_read_after_a_nulled_one_are_taken_when_they_arriv
         assert not [p for p in v.problems() if "missing" in p.message]
 
     _arrives_late(path, tmp_path, original, before, after)
+
+
+def test_a_compaction_writes_the_records_a_planted_nulled_copy_lacks(new_vault):
+    """A compaction that meets a planted copy with its records ``null`` (the genuine signatures)
+    writes the records the original holds, and then deletes both: nothing is lost for good."""
+    path, vault, _ = new_vault
+    texts = ["kept through compaction", "another 1", "another 2"]
+    _messages(vault, texts)
+    copy, _, original = _copy(vault, path, erased, first=True)
+    vault.refresh()
+    vault.compact(prune_now=True)
+    assert not os.path.exists(os.path.join(path, copy)) and not os.path.exists(os.path.join(path, original))
+    vault.lock()
+    v = _cold(path)
+    try:
+        assert sorted(r.text for r in v.timeline()) == sorted(texts)
+        assert not [p for p in v.problems() if "missing" in p.message]
+    finally:
+        v.lock()
+
+
+def test_a_held_copy_rewritten_under_its_name_is_checked_when_read_again(new_vault, tmp_path):
+    """The held copy's segment is read again when another copy is judged: a file changed under its
+    name (entries that are not the records the header lists) is checked like any other copy, and the
+    open goes on instead of failing."""
+    path, vault, _ = new_vault
+    texts = ["rewritten under its name", "another"]
+    _messages(vault, texts)
+    copy, bid, original = _copy(vault, path, erased, first=True)
+    reader = vault.session.reader
+    batch = next(b for b in reader.batches_of_segment(original) if b.id == bid)
+    cid, eid = reader.segment_epochs[original]
+    public = vault.session.roster.epochs[(cid, eid)].public
+    vault.lock()
+
+    def before(v: Vault) -> None:
+        assert len(v.timeline()) == 1  # (holds the planted copy: its record missing)
+        garbage = Batch(bid, batch.header_bytes, batch.header, batch.sigs, (b"\xa0",) * len(batch.records))
+        with open(os.path.join(path, copy), "wb") as f:  # (after this device read it)
+            f.write(segments.seal_segment(v.vault_id, cid, eid, public, segments.encode_payload([garbage])))
+
+    def after(v: Vault) -> None:
+        assert sorted(r.text for r in v.timeline()) == sorted(texts)
+
+    _arrives_late(path, tmp_path, original, before, after)
+
+
+def test_copies_of_a_made_up_writers_batch_force_no_computation(new_vault, tmp_path, monkeypatch):
+    """Two planted copies of a batch by a writer nobody certified (whose key is never known) wait
+    for that key without making every later refresh compute everything again."""
+    path, vault, _ = new_vault
+    _messages(vault, ["only this"])
+    cid = vault.compartment_id("personal")
+    writer = random_bytes(32)
+    raw = encode_record(Kind.NOTE, writer, value="hi", authority=0, type="event")
+    header = BatchHeader(vault.vault_id, cid, writer, 1, None, (), {writer: 0}, (ids.record_id(raw),), int(time.time()))
+    made_up = Batch(ids.batch_id(header.encode()), header.encode(), header, ((1, b"\x01" * 64),), (raw,))
+    _copy(vault, path, lambda b: made_up)
+    _copy(vault, path, lambda b: Batch(made_up.id, made_up.header_bytes, header, ((1, b"\x02" * 64),), (raw,)))
+    vault.refresh()
+    computed = []
+    real = Reader.recompute
+    monkeypatch.setattr(Reader, "recompute", lambda self: computed.append(1) or real(self))
+    for _ in range(3):
+        vault.refresh()
+    assert computed == []
+    assert [r.text for r in vault.timeline()] == ["only this"]
+
+
+def test_an_erasure_writes_the_records_a_planted_nulled_copy_lacks(new_vault):
+    """An erasure rewrites every batch of the erased record's epoch: one found twice, once planted
+    with its records ``null``, is written with the records no erasure names."""
+    path, vault, _ = new_vault
+    texts = ["kept through an erasure", "erased", "another"]
+    _messages(vault, texts)
+    _copy(vault, path, erased, first=True)
+    vault.refresh()
+    vault.erase([next(r.id for r in vault.timeline() if r.text == "erased")])
+    vault.lock()
+    v = _cold(path)
+    try:
+        assert sorted(r.text for r in v.timeline()) == sorted(t for t in texts if t != "erased")
+        assert not [p for p in v.problems() if "missing" in p.message]
+    finally:
+        v.lock()

@@ -26,7 +26,7 @@ import time
 from ..control import BatchView, ManifestInfo
 from ..records import Batch, Kind, encode_record
 from ..session import Session
-from ..session.copies import kept_signatures
+from ..session.copies import kept_signatures, merge_entries
 from ..session.writer import write_batches
 from ..values import CompactionReport
 from .attachments import collect_garbage
@@ -52,6 +52,7 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
     replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and m.removed & present
                 for sid in m.removed | m.added}
     control = session.all_compartments()[0]
+    erased = {t for e in r.erasures.values() for t in e.targets}
     for cid in session.all_compartments():
         epoch = r.current_epoch(cid)
         if epoch is None or (cid, epoch.epoch_id) not in session.keyring.epoch_keys:
@@ -70,9 +71,11 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
         for name in small:
             for b in session.reader.batches_of_segment(name):
                 prior = batches.setdefault(b.id, b)
-                if prior.sigs != b.sigs:  # (two copies: the signatures that verified)
+                if prior is not b and (prior.sigs != b.sigs or prior.records != b.records):
+                    # (two copies: the signatures that verified, the bytes either holds that no erasure names)
                     batches[b.id] = Batch(prior.id, prior.header_bytes, prior.header,
-                                          kept_signatures(session.batches, prior, b), prior.records)
+                                          kept_signatures(session.batches, prior, b),
+                                          merge_entries(prior.header.records, prior.records, b.records, erased))
         ordered = sorted(batches.values(), key=lambda b: (b.header.writer_id, b.header.seq))
         replaced_by_batch: dict[bytes, list[str]] = {}  # (a batch found in two of them: both are replaced)
         for name in small:

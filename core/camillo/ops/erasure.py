@@ -36,7 +36,7 @@ from ..envelopes import EnvelopeKind
 from ..errors import Incomplete, UsageError, VaultError
 from ..records import Batch, Kind, encode_record
 from ..session import Session
-from ..session.copies import kept_signatures
+from ..session.copies import kept_signatures, merge_entries
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key
 from ..session.writer import write_batches
 from ..storage import segment_name
@@ -295,6 +295,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     # a segment that vanishes meanwhile (another device's erasure arriving through the sync) stops the
     # erasure with nothing changed.
     seen: dict[bytes, Batch] = {}
+    gone = targets | {t for e in r.erasures.values() for t in e.targets}
     for name in old_segments:
         try:
             batches = reader.batches_of_segment(name)
@@ -306,7 +307,8 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
             b = without_erased(b, targets)
             prior = seen.get(b.id)
             if prior is not None:  # the same batch in two segments (before compaction pruned one)
-                records = tuple(None if x is None or y is None else x for x, y in zip(prior.records, b.records))
+                # (null where an erasure, this one or an applied one, names the record; else either's bytes)
+                records = merge_entries(b.header.records, prior.records, b.records, gone)
                 b = Batch(b.id, b.header_bytes, b.header, kept_signatures(session.batches, prior, b), records)
             seen[b.id] = b
 

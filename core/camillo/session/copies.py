@@ -20,7 +20,7 @@ Confined to the thread that owns the vault (the reader's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
@@ -35,6 +35,7 @@ from ..values import Problem
 from .views import CachedView
 
 Copies = dict[bytes, list[tuple[str, tuple[tuple[int, bytes], ...]]]]  # batch id -> [(segment, signatures)]
+Waiting = dict[bytes, tuple[bytes, list[tuple[str, tuple[tuple[int, bytes], ...]]]]]  # batch id -> (writer, copies)
 
 
 class Reader(Protocol):
@@ -42,6 +43,7 @@ class Reader(Protocol):
 
     batches: MutableMapping[bytes, BatchView]
     copies: Copies
+    copies_waiting: Waiting  # (copies of a writer whose key is not known yet: no computation forced)
     materialized: State
     segment_problems: dict[str, Problem]
     pending_batches: set[bytes]
@@ -92,37 +94,58 @@ def resolve(reader: Reader, roster: Roster) -> bool:
     and that no applied ERASE names, takes the record's bytes from a copy that holds them (they are
     checked against the record id the signed header lists, §8.5; not reported: a copy whose ERASE has
     not arrived yet looks the same).  True when a batch changed: the roster is to be computed again.
-    Copies of a writer whose key is not known yet stay remembered."""
-    changed, waiting = False, Copies()
-    erased = {t for e in roster.erasures.values() for t in e.targets}
+    Copies of a writer whose key is not known yet wait (:func:`waiting_writers`), forcing nothing: a
+    planted copy of a made-up writer's batch would otherwise make every refresh compute everything."""
+    todo = {bid: list(found) for bid, (_w, found) in reader.copies_waiting.items()}
     for bid, found in reader.copies.items():
+        todo.setdefault(bid, []).extend(found)
+    changed, waiting = False, Waiting()
+    erased = {t for e in roster.erasures.values() for t in e.targets}
+    for bid, found in todo.items():
         view = reader.batches.get(bid)
         if view is None:
             continue
         keys = _keys(roster, view)
         if not keys:
-            waiting[bid] = found
+            waiting[bid] = (view.writer_id, found)
             continue
         held = _read(reader, view.segment, bid)
         others = [(name, b) for name, _sigs in found if (b := _read(reader, name, bid)) is not None]
         if held is None:
             continue  # (its segment went away meanwhile: what was read stands)
         segment, sigs = view.segment, view.batch.sigs
-        if not (view.sig_ok or any(verify_batch_signature(held, k) for k in keys)):
+        if not (view.sig_ok or any(verify_batch_signature(view.batch, k) for k in keys)):
             good = next(((n, b) for n, b in others if any(verify_batch_signature(b, k) for k in keys)), None)
             if good is None:
                 continue  # (no copy verifies: the batch is rejected, as its first copy would be)
             segment, sigs = good[0], good[1].sigs
-        records = list(held.records)
+        rids = view.header.records
+        # (the held copy's segment read again: its bytes are checked too, a file may change under its name)
+        base = tuple(checked(raw, rid) for rid, raw in zip(rids, held.records))
+        records = base
         for _name, b in others:
-            records = [raw if raw is not None or rid in erased else _checked(other, rid)
-                       for rid, raw, other in zip(view.header.records, records, b.records)]
-        if segment == view.segment and records == list(held.records):
+            records = merge_entries(rids, records, b.records, erased)
+        if segment == view.segment and records == base:
             continue
-        _take(reader, view, segment, sigs, held.records, records)
+        _take(reader, view, segment, sigs, base, records)
         changed = True
-    reader.copies = waiting
+    reader.copies, reader.copies_waiting = Copies(), waiting
     return changed
+
+
+def waiting_writers(reader: Reader) -> set[bytes]:
+    """The writers whose key the copies waiting for it need (a roster that changes them judges them)."""
+    return {writer for writer, _found in reader.copies_waiting.values()}
+
+
+def merge_entries(rids: Sequence[bytes], first: Sequence[bytes | None], other: Sequence[bytes | None],
+                  erased: set[bytes] | frozenset[bytes]) -> tuple[bytes | None, ...]:
+    """The entries of two copies of one batch: ``first``'s, and where it has ``null``, the bytes
+    ``other`` holds (checked against the record id, :func:`checked`); ``null`` where either copy has
+    it and an erasure names the record (``erased``).  A planted copy with entries ``null`` thus
+    removes nothing, here or in what an erasure or a compaction writes anew."""
+    return tuple(None if (x is None or y is None) and rid in erased else x if x is not None else checked(y, rid)
+                 for rid, x, y in zip(rids, first, other, strict=True))
 
 
 def _read(reader: Reader, name: str, bid: bytes) -> Batch | None:
@@ -133,7 +156,7 @@ def _read(reader: Reader, name: str, bid: bytes) -> Batch | None:
         return None
 
 
-def _checked(raw: bytes | None, rid: bytes) -> bytes | None:
+def checked(raw: bytes | None, rid: bytes) -> bytes | None:
     """A record's bytes from another copy, if they are the record the header lists (its id)."""
     if raw is None:
         return None
@@ -161,7 +184,7 @@ def _keys(roster: Roster, view: BatchView) -> list[bytes]:
 
 
 def _take(reader: Reader, view: BatchView, segment: str, sigs: tuple[tuple[int, bytes], ...],
-          held: tuple[bytes | None, ...], records: list[bytes | None]) -> None:
+          held: tuple[bytes | None, ...], records: tuple[bytes | None, ...]) -> None:
     """The held view takes another copy's signatures and segment, or records the copy held lacked:
     in memory, in the stored row, and in the state (its rows staged again)."""
     old, short = view.segment, view.id.hex()[:12]
@@ -176,7 +199,7 @@ def _take(reader: Reader, view: BatchView, segment: str, sigs: tuple[tuple[int, 
             del reader.segment_problems[f"{segment}#dup"]
         reader.segment_problems[f"{old}#dup"] = Problem(
             "damaged", old, f"batch {short} in {old} has signatures that do not verify; its copy in {segment} is used")
-    if records != list(held):
+    if records != held:
         decoded = [None if raw is None else decode_record(raw, expected_id=rid)
                    for rid, raw in zip(view.header.records, records)]
         controls = [r if r is not None and r.is_control else None for r in decoded]

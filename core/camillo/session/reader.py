@@ -123,7 +123,8 @@ class Reader:
         self.pending_batches: set[bytes] = set()
         self.moved_keys: set[tuple[bytes, str]] = set()  # facts that moved since the last Changes
         self.unreported: list[bytes] = []  # batches read since the last Changes
-        self.copies: copies.Copies = {}  # other copies of held batches, waiting to be judged (session.copies)
+        self.copies: copies.Copies = {}  # other copies of held batches, to be judged (session.copies)
+        self.copies_waiting: copies.Waiting = {}  # and those waiting for their writer's key
         # (segment, erased record) pairs known to hold no copy of the record (ops.repair)
         self.erasure_checked: set[tuple[str, bytes]] = set()
         self.dirty = True  # read something the local state has not committed yet

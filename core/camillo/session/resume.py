@@ -275,7 +275,7 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
         if roster.genesis is not None and fingerprint == reader.roster_fingerprint:
             return roster, signed | (reader.last_accepted - special.keys() - batches.gone), set(special)
         moved = moved_writers(reader.roster, roster)
-        if moved is not None:
+        if moved is not None and not moved & copies.waiting_writers(reader):  # (else: copies to judge)
             views = {**special, **{v.id: v for v in batches.of_writers(moved)}}
             # (their batches can be excluded by a revocation: the roster computed again over them is
             # the same one, or the pass over every batch below decides)
@@ -284,7 +284,7 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
             if len(views) == len(special) or roster.fingerprint() == fingerprint:
                 return roster, signed | (reader.last_accepted - views.keys() - batches.gone), set(views)
     roster, signed = build_roster(reader.vault_id, batches)
-    if reader.copies and copies.resolve(reader, roster):  # (another copy's signatures verify: §9.3)
+    if (reader.copies or reader.copies_waiting) and copies.resolve(reader, roster):  # (another copy counts: §9.3)
         roster, signed = build_roster(reader.vault_id, batches)
     return roster, signed, None
 
