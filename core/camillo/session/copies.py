@@ -34,8 +34,8 @@ from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, State
 from ..values import Problem
 from .views import CachedView
 
-Copies = dict[bytes, list[tuple[str, tuple[tuple[int, bytes], ...]]]]  # batch id -> [(segment, signatures)]
-Waiting = dict[bytes, tuple[bytes, list[tuple[str, tuple[tuple[int, bytes], ...]]]]]  # batch id -> (writer, copies)
+Copies = dict[bytes, list[str]]  # batch id -> the segments holding its other copies (read again when judged)
+Waiting = dict[bytes, tuple[bytes, list[str]]]  # batch id -> (writer, those segments)
 
 
 class Reader(Protocol):
@@ -70,7 +70,7 @@ def offer(reader: Reader, name: str, held: BatchView, batch: Batch) -> None:
         reader.segment_problems[f"{name}#dup"] = Problem(
             "damaged", name, f"batch {batch.id.hex()[:12]} appears with different contents in {held.segment}")
     if fills or not held.sig_ok:
-        reader.copies.setdefault(batch.id, []).append((name, batch.sigs))
+        reader.copies.setdefault(batch.id, []).append(name)
 
 
 _LACKING: WeakKeyDictionary[Reader, tuple[float, set[bytes]]] = WeakKeyDictionary()
@@ -110,9 +110,9 @@ def resolve(reader: Reader, roster: Roster) -> bool:
             waiting[bid] = (view.writer_id, found)
             continue
         held = _read(reader, view.segment, bid)
-        others = [(name, b) for name, _sigs in found if (b := _read(reader, name, bid)) is not None]
         if held is None:
             continue  # (its segment went away meanwhile: what was read stands)
+        others = [(name, b) for name in found if (b := _read(reader, name, bid)) is not None]
         segment, sigs = view.segment, view.batch.sigs
         if not (view.sig_ok or any(verify_batch_signature(view.batch, k) for k in keys)):
             good = next(((n, b) for n, b in others if any(verify_batch_signature(b, k) for k in keys)), None)
