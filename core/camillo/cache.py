@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -86,6 +87,13 @@ if TYPE_CHECKING:  # sqlcipher3 ships no type information; its interface is the 
 else:
     Connection = sqlite.Connection
     DatabaseError = sqlite.DatabaseError
+
+# sqlcipher3 binds a parameter that is not an int, a float, a str or a bytearray through its adapters,
+# and when none is registered for its type, looks for two attributes whose absence raises: about 2 us a
+# parameter (a cold load binds twenty to each record it stages, half of them bytes or None: the rows of a
+# million records took 25 s, 13 s with these).  Adapters for bytes and None return the value itself.
+sqlite.register_adapter(bytes, bytes)  # (bytes(b) is b)
+sqlite.register_adapter(type(None), {}.get)  # ({}.get(None) is None)
 
 
 # The state's tables (:mod:`camillo.state` computes what they hold; spec §19).
@@ -274,15 +282,20 @@ _INDEX_DDL = [line.rstrip(";") for line in SCHEMA.splitlines()
               if line.startswith("CREATE INDEX") and (" ON records(" in line or " ON refs(" in line)]
 _INDEX_DDL += BATCH_INDEXES
 _DEFERRED_INDEXES = [line.split()[5] for line in _INDEX_DDL]  # CREATE INDEX IF NOT EXISTS <name> ON …
+# Those over what the computation of validity writes (the columns valid and hidden): after a cold load,
+# built once it has run (State.materialize), not before it (each of its million updates then moved an
+# entry out of one of them and into another).
+VALIDITY_INDEX_DDL = [ddl for ddl in _INDEX_DDL if re.search(r"\b(valid|hidden)\b", ddl)]
 
 
 @contextmanager
-def indexes_deferred(db: Connection, flush: Callable[[], None]) -> Iterator[None]:
+def indexes_deferred(db: Connection, flush: Callable[[], None], later: Callable[[list[str]], None]) -> Iterator[None]:
     """Load many batches into an empty state (a cold open): the secondary indexes of the records, the
     references and the batches are dropped for the load and built once after it, after ``flush``
-    wrote the last staged rows (a sorted build instead of a B-tree update per row).  A process
-    killed meanwhile leaves a database without them, which the next open's schema (``CREATE INDEX
-    IF NOT EXISTS``) completes.  A state that holds records is loaded as it is."""
+    wrote the last staged rows (a sorted build instead of a B-tree update per row); those of
+    :data:`VALIDITY_INDEX_DDL` are handed to ``later`` (the state builds them once its validity is
+    computed).  A process killed meanwhile leaves a database without them, which the next open's
+    schema (``CREATE INDEX IF NOT EXISTS``) completes.  A state that holds records is loaded as it is."""
     if db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
         yield
         return
@@ -293,7 +306,9 @@ def indexes_deferred(db: Connection, flush: Callable[[], None]) -> Iterator[None
     finally:
         flush()
         for ddl in _INDEX_DDL:  # (execute, not executescript: that would commit the load half-way)
-            db.execute(ddl)
+            if ddl not in VALIDITY_INDEX_DDL:
+                db.execute(ddl)
+        later(VALIDITY_INDEX_DDL)
 
 
 def memory_database() -> Connection:

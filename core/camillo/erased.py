@@ -39,10 +39,9 @@ class State(Protocol):
     def settle(self) -> None: ...
 
 
-def scrub(state: State, targets: set[bytes]) -> int:
-    """Remove what erased records' rows still hold; returns how many rows were scrubbed (the
-    caller then commits and :func:`purge`\\ s)."""
-    db = state.db
+def scrub(state: State, db: Connection, targets: set[bytes]) -> int:
+    """Remove what erased records' rows still hold, in the state's database ``db`` (its staged rows
+    written); returns how many rows were scrubbed (the caller then commits and :func:`purge`\\ s)."""
     rows: list[int] = [r for (r,) in rows_in(db, "SELECT rowid FROM records WHERE id IN ({}) AND "
                                               "(erased = 0 OR raw IS NOT NULL OR text IS NOT NULL)", sorted(targets))]
     if not rows:

@@ -31,7 +31,7 @@ from .credentials import CredentialKind
 from .facts import FactRow, decide
 from .facts import binds as binds_rule
 from .log import precedes
-from .records import Authority, Kind, validated_record
+from .records import Authority, Kind, decode_record, validated_record, verify_inner_signatures
 
 REF_PRED = 1
 REF_SOURCE = 2
@@ -41,6 +41,47 @@ Key = tuple[bytes, str]  # (compartment, key)
 # What the reference checks know of a record: batch, idx, kind, class, key, compartment, writer.
 _RefInfo = tuple[bytes, int, int | None, int | None, str | None, bytes, bytes]
 _CHUNK = 500  # ids per ``IN (…)`` list (SQLite's limit on bound parameters is far above)
+
+
+def static_check(roster: Roster, view: BatchView, writer: bytes, author: bytes | None, kind: int | None,
+                 klass: int | None, key: str | None, raw: bytes | None) -> str | None:
+    """Why a record of an accepted batch is not valid by itself (None: it is): the authority rules
+    that need only the record and its writer (``raw``: read for a CONFIRM alone)."""
+    if kind is None:
+        return None
+    if kind >= 16:
+        return None  # control records: the roster decided what they mean
+    if author != writer:
+        return "its author is not the writer who signed the batch"
+    p = roster.principals.get(writer)
+    if p is None:
+        return "its writer is unknown"
+    is_device = p.kind == CredentialKind.DEVICE
+    if kind == Kind.CONFIRM:
+        if not is_device:
+            return "only the owner's devices can confirm"
+        rec = decode_record(raw) if raw is not None else None
+        if rec is None:
+            return "its signature does not verify"
+        try:
+            good, _ = verify_inner_signatures(rec, lambda w: roster.signer_public(w) if roster.is_owner(w) else None)
+        except Exception:
+            return "its signature does not verify"
+        if writer not in good:
+            return "it is not signed by its author"
+        return None
+    if klass is not None and klass == Authority.USER and not is_device:
+        return f"it claims user authority but was written by {roster.writer_name(writer)}"
+    if p.grant is not None:
+        if klass is not None and klass > p.grant.max_class:
+            return (f"it claims {Authority(klass).label} authority, above the maximum "
+                    f"({p.grant.max_class.label}) of the grant of agent {p.grant.agent}")
+        level = p.grant.scopes.get(view.header.compartment_id)
+        if level == Level.APPEND and kind in (Kind.PUT, Kind.DEL) and key is not None:
+            prefix = f"append/{p.grant.grant_id.hex()}/"
+            if not key.startswith(prefix):
+                return f"an append grant may only write keys under {prefix}"
+    return None
 
 
 def chunks(ids: Iterable[bytes]) -> Iterator[tuple[str, list[bytes]]]:

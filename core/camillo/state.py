@@ -31,6 +31,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, NotRequired, TypeAlias, TypedDict, cast
 
 import cbor2
@@ -48,8 +49,7 @@ from .cache import (
     complete_schema,
     memory_database,
 )
-from .control import BatchView, Level, Roster
-from .credentials import CredentialKind
+from .control import BatchView, Roster
 from .erased import scrub
 from .log import CausalLog
 from .passes import (
@@ -62,15 +62,9 @@ from .passes import (
     keys_of,
     reach,
     rows_in,
+    static_check,
 )
-from .records import (
-    CONTROL_KINDS,
-    Authority,
-    F,
-    Kind,
-    Record,
-    verify_inner_signatures,
-)
+from .records import CONTROL_KINDS, Authority, F, Kind, Record
 
 # Timestamps are informational (spec §8.2: any uint).  One a calendar cannot show (after the year 3000)
 # or SQLite cannot store (2**63 and above) is treated as absent, so a writer cannot break readers with it.
@@ -283,7 +277,6 @@ def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | 
 @dataclass
 class MaterializeResult:
     keys: set[tuple[bytes, str]] = field(default_factory=set)
-    problems: list[tuple[str, str, str]] = field(default_factory=list)
     scrubbed: int = 0  # copies of erased records whose content was removed (the caller purges)
 
 
@@ -304,6 +297,7 @@ class State:
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
         self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
+        self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (build_indexes)
         # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
         self._forgotten: set[bytes] = set()
         self._forgotten_keys: set[tuple[bytes, str]] = set()
@@ -383,7 +377,19 @@ class State:
         """The database, with every staged row written first (so no reader sees a partial view)."""
         if self._rows:
             self.flush()
+        if self._unbuilt:
+            self.build_indexes()
         return self._db
+
+    def build_indexes(self, ddl: Sequence[str] = ()) -> None:
+        """Build the indexes a cold load left to build (``ddl``: leave these to build, by the next
+        :meth:`materialize` once its validity pass wrote what they index, or by any earlier read)."""
+        if ddl:
+            self._unbuilt = list(ddl)
+            return
+        unbuilt, self._unbuilt = self._unbuilt, []
+        for statement in unbuilt:
+            self._db.execute(statement)
 
     @property
     def cache_db(self) -> Connection:
@@ -453,6 +459,8 @@ class State:
         """Make what was written durable in the local state (nothing to do in memory); a page cache
         :meth:`widen_page_cache` widened is narrowed again, its pages released."""
         self.flush()
+        if self._unbuilt:
+            self.build_indexes()
         settled = self._checkpointer
         if settled is not None and not settled.is_alive():
             self.settle()
@@ -515,13 +523,6 @@ class State:
 
     # ------------------------------------------------------------------------------- materialize
 
-    def _record(self, raw: bytes | None) -> Record | None:
-        if raw is None:
-            return None
-        from .records import decode_record
-
-        return decode_record(raw)
-
     def materialize(self, roster: Roster, log: CausalLog, views: Mapping[bytes, BatchView],
                     affected: set[bytes] | None = None, writers: set[bytes] | frozenset[bytes] = frozenset(),
                     erasing: bool = False) -> MaterializeResult:
@@ -536,7 +537,7 @@ class State:
         self._roster = roster
         self._views = views
         result = MaterializeResult()
-        db = self.db
+        db = self._db  # (not self.db: indexes a cold load left to build are built after the validity pass)
         accepted = log.accepted
         erased_targets: set[bytes] = set()
         for e in roster.erasures.values():
@@ -559,7 +560,7 @@ class State:
                                       "WHERE batch IN ({})", affected))
             db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", [
                 (0, "its batch is not accepted", klass, row) if batch not in accepted else
-                (0 if (reason := self._static_check(roster, views[batch], writer, author, kind, klass, key, raw))
+                (0 if (reason := static_check(roster, views[batch], writer, author, kind, klass, key, raw))
                  else 1, reason, klass, row)
                 for row, batch, writer, author, kind, klass, key, raw in rows])
             return result
@@ -578,26 +579,28 @@ class State:
             keys = keys_of(db, scope) | forgotten_keys
         # 0. An erased record keeps no content here, whatever copy it came from (read before the
         #    erasure, or from a segment another device's erasure has not reached yet, §16.10).
-        result.scrubbed = scrub(self, erased_targets)
+        result.scrubbed = scrub(self, db, erased_targets)
         # 1. Static validity of each record: batch accepted and authority rules that need only the
         #    record and its writer (then the passes that follow references start from it).
         # (written back by rowid, in its order: a table scan's order, and one page after the other
-        # instead of a lookup in the index of ids, a random page of it, for each record)
-        updates: list[tuple[int, str | None, int | None, int]] = []  # valid, reason, effective, rowid
-        cols = "rowid, id, batch, writer, author, kind, class, key, raw, erased"
-        checked: Iterable[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
-                                  else sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope)))
-        for row, rid, batch, writer, author, kind, klass, key, raw, erased in checked:
-            if batch not in accepted:
-                updates.append((0, "its batch is not accepted", klass, row))
-                continue
-            if erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
-                # (a null entry no ERASE names: reported from its row, UNEXPLAINED_ROWS, whatever ran since)
-                updates.append((0, "erased" if rid in erased_targets else UNEXPLAINED, None, row))
-                continue
-            reason = self._static_check(roster, views[batch], writer, author, kind, klass, key, raw)
-            updates.append((0 if reason else 1, reason, klass, row))
-        db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", updates)
+        # instead of a lookup in the index of ids, a random page of it, for each record; in chunks, so
+        # that a million records' verdicts are never in memory at once; a record's bytes read for a CONFIRM)
+        cols = f"rowid, id, batch, writer, author, kind, class, key, iif(kind = {int(Kind.CONFIRM)}, raw, NULL), erased"
+        checked: Iterator[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
+                                  else iter(sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))))
+        while chunk := list(islice(checked, 50_000)):
+            updates: list[tuple[int, str | None, int | None, int]] = []  # valid, reason, effective, rowid
+            for row, rid, batch, writer, author, kind, klass, key, raw, erased in chunk:
+                if batch not in accepted:
+                    updates.append((0, "its batch is not accepted", klass, row))
+                elif erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
+                    # (a null entry no ERASE names: reported from its row, UNEXPLAINED_ROWS, whatever ran since)
+                    updates.append((0, "erased" if rid in erased_targets else UNEXPLAINED, None, row))
+                else:
+                    reason = static_check(roster, views[batch], writer, author, kind, klass, key, raw)
+                    updates.append((0 if reason else 1, reason, klass, row))
+            db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", updates)
+        self.build_indexes()  # (those a cold load left to build: over what this pass wrote)
         # 2. References: pred inside the causal past, CONFIRM targets, sources.
         check_references(db, roster, views, scope)
         # 3. Hidden keyless records (a DEL without key names them in pred).
@@ -635,44 +638,6 @@ class State:
             return False
         return db.execute(f"SELECT 1 FROM refs WHERE ref IN (SELECT id FROM records WHERE batch IN ({marks})) LIMIT 1",
                           tuple(batches)).fetchone() is None
-
-    def _static_check(self, roster: Roster, view: BatchView, writer: bytes, author: bytes | None, kind: int | None,
-                      klass: int | None, key: str | None, raw: bytes | None) -> str | None:
-        if kind is None:
-            return None
-        if kind >= 16:
-            return None  # control records: the roster decided what they mean
-        if author != writer:
-            return "its author is not the writer who signed the batch"
-        p = roster.principals.get(writer)
-        if p is None:
-            return "its writer is unknown"
-        is_device = p.kind == CredentialKind.DEVICE
-        if kind == Kind.CONFIRM:
-            if not is_device:
-                return "only the owner's devices can confirm"
-            rec = self._record(raw)
-            if rec is None:
-                return "its signature does not verify"
-            try:
-                good, _ = verify_inner_signatures(rec, lambda w: roster.signer_public(w) if roster.is_owner(w) else None)
-            except Exception:
-                return "its signature does not verify"
-            if writer not in good:
-                return "it is not signed by its author"
-            return None
-        if klass is not None and klass == Authority.USER and not is_device:
-            return f"it claims user authority but was written by {roster.writer_name(writer)}"
-        if p.grant is not None:
-            if klass is not None and klass > p.grant.max_class:
-                return (f"it claims {Authority(klass).label} authority, above the maximum "
-                        f"({p.grant.max_class.label}) of the grant of agent {p.grant.agent}")
-            level = p.grant.scopes.get(view.header.compartment_id)
-            if level == Level.APPEND and kind in (Kind.PUT, Kind.DEL) and key is not None:
-                prefix = f"append/{p.grant.grant_id.hex()}/"
-                if not key.startswith(prefix):
-                    return f"an append grant may only write keys under {prefix}"
-        return None
 
     # ------------------------------------------------------------------------------- queries
 

@@ -99,7 +99,7 @@ def problems(session: Session, *, full: bool = False) -> list[Problem]:
                     PackReader(os.path.join(session.shelf.root, name)).close()
                 except VaultError as exc:
                     out.append(Problem("damaged", name, exc.message))
-    for kind, file, message in roster.problems + reader.materialize_problems:
+    for kind, file, message in roster.problems:
         out.append(Problem(kind, file, message))
     for rid, bid in session.materialized.db.execute(UNEXPLAINED_ROWS, (UNEXPLAINED,)).fetchall():
         held = session.batches.get(bid)  # (as the state judged it last, not only in the last computation)

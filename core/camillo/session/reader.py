@@ -108,7 +108,6 @@ class Reader:
         self.materialized.close()
         store = self.store
         self.materialized = State(store.create(self.keyring.generation), store.checkpointer()) if store is not None else State()
-        self.materialize_problems: list[tuple[str, str, str]] = []
         self.roster_fingerprint = b""
         # (global fingerprint, principals) of the last recompute in this session: a roster change
         # that only adds, replaces or revokes principals re-checks only their records
@@ -424,7 +423,7 @@ class Reader:
         todo = sorted(n for n in candidates if kind_of(n) == "segment" and (n not in known or n in unreadable))
         state = segread.state_for(self, todo)  # (on disk when large and without local state; its page cache wide)
         # a cold load into an empty state builds the secondary indexes once, after it
-        with cache_mod.indexes_deferred(state.cache_db, state.flush) if todo else nullcontext():
+        with cache_mod.indexes_deferred(state.cache_db, state.flush, state.build_indexes) if todo else nullcontext():
             new_batches += segread.read_segments(self, todo)
             if new_keys:
                 for name in list(self.unreadable):
@@ -766,7 +765,6 @@ class Reader:
         self.log_fresh = True
         self.flags_new |= set(new) | self.pending_batches
         self.pending_batches = set()
-        self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.settle()
         return True
@@ -840,7 +838,6 @@ class Reader:
         self.roster_fingerprint = fingerprint
         self.last_accepted = set(self.log.accepted)
         self.pending_batches = set()
-        self.materialize_problems = result.problems
         self.moved_keys |= result.keys
         self.dirty = True
         if touched is None:

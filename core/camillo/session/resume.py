@@ -49,7 +49,6 @@ class Reader(copies.Reader, Protocol):
     log: CausalLog
     log_fresh: bool
     log_stored: bool
-    materialize_problems: list[tuple[str, str, str]]
     flags_new: set[bytes]
     flags_all: bool
 
@@ -219,7 +218,6 @@ def take_stored(reader: Reader) -> bool:
     reader.forget_erased_epochs()
     reader.log_fresh = not new  # (extended by the new batches next)
     reader.roster_snapshot = (roster.global_fingerprint(), dict(roster.principals))
-    reader.materialize_problems = []
     return True
 
 
