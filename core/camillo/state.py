@@ -584,22 +584,38 @@ class State:
         #    record and its writer (then the passes that follow references start from it).
         # (written back by rowid, in its order: a table scan's order, and one page after the other
         # instead of a lookup in the index of ids, a random page of it, for each record; in chunks, so
-        # that a million records' verdicts are never in memory at once; a record's bytes read for a CONFIRM)
+        # that a million records' verdicts are never in memory at once; a record's bytes read for a CONFIRM.
+        # Over every record, those found invalid are noted and written after the scan, and the others by
+        # one statement, not a million: no row's values bound, no statement run again for each.)
         cols = f"rowid, id, batch, writer, author, kind, class, key, iif(kind = {int(Kind.CONFIRM)}, raw, NULL), erased"
+        every = scope is None
         checked: Iterator[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
                                   else iter(sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))))
+        if every:
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS invalid(row INTEGER PRIMARY KEY, reason TEXT, effective INTEGER)")
+            db.execute("DELETE FROM temp.invalid")
         while chunk := list(islice(checked, 50_000)):
-            updates: list[tuple[int, str | None, int | None, int]] = []  # valid, reason, effective, rowid
+            verdicts: list[tuple[str | None, int | None, int]] = []  # reason (None: valid), effective, rowid
             for row, rid, batch, writer, author, kind, klass, key, raw, erased in chunk:
                 if batch not in accepted:
-                    updates.append((0, "its batch is not accepted", klass, row))
+                    verdicts.append(("its batch is not accepted", klass, row))
                 elif erased or rid in erased_targets:  # a copy from before its erasure is erased too (§16.10)
                     # (a null entry no ERASE names: reported from its row, UNEXPLAINED_ROWS, whatever ran since)
-                    updates.append((0, "erased" if rid in erased_targets else UNEXPLAINED, None, row))
-                else:
-                    reason = static_check(roster, views[batch], writer, author, kind, klass, key, raw)
-                    updates.append((0 if reason else 1, reason, klass, row))
-            db.executemany("UPDATE records SET valid = ?, reason = ?, effective = ? WHERE rowid = ?", updates)
+                    verdicts.append(("erased" if rid in erased_targets else UNEXPLAINED, None, row))
+                elif (reason := static_check(roster, views[batch], writer, author, kind, klass, key, raw)) or not every:
+                    verdicts.append((reason, klass, row))
+            if every:
+                db.executemany("INSERT INTO temp.invalid(reason, effective, row) VALUES(?, ?, ?)", verdicts)
+            else:
+                db.executemany("UPDATE records SET valid = (?1 IS NULL), reason = ?1, effective = ?2 WHERE rowid = ?3",
+                               verdicts)
+        if every:  # (each statement alone leaves no record valid that is not)
+            mine = "FROM temp.invalid WHERE row = records.rowid"  # (by rowid: no scan of every record)
+            db.execute(f"UPDATE records SET valid = 0, reason = (SELECT reason {mine}), effective = "
+                       f"(SELECT effective {mine}) WHERE rowid IN (SELECT row FROM temp.invalid)")
+            db.execute("UPDATE records SET valid = 1, reason = NULL, effective = class WHERE (valid = 0 OR reason "
+                       "IS NOT NULL OR effective IS NOT class) AND rowid NOT IN (SELECT row FROM temp.invalid)")
+            db.execute("DELETE FROM temp.invalid")
         self.build_indexes()  # (those a cold load left to build: over what this pass wrote)
         # 2. References: pred inside the causal past, CONFIRM targets, sources.
         check_references(db, roster, views, scope)
