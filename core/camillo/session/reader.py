@@ -643,7 +643,8 @@ class Reader:
                     checked: Sequence[bool] | None = None, *, new: bool = False) -> list[bytes]:
         """Take a segment's batches (``checked[i]``: every record of ``batches[i]`` was decoded and
         checked already, by :mod:`camillo.recordcheck`; ``new``: none of them can be held already)."""
-        added = []
+        added: list[bytes] = []
+        rows: list[tuple[Any, ...]] = []  # (their rows, one statement for the segment's batches)
         for i, batch in enumerate(batches):
             problem = self._check_batch_shape(batch, compartment_id)
             if problem:
@@ -651,16 +652,13 @@ class Reader:
                 continue
             existing = None if new else self.batches.get(batch.id)
             if existing is not None:  # (same header and record ids, each checked: signatures or erasures differ)
+                self._store_batches(rows)
                 copies.offer(self, name, existing, batch)
                 continue
-            records: list[Record | None] = []
             try:
-                if checked is not None and checked[i]:
-                    records = [None if raw is None else validated_record(raw, rid)
-                               for rid, raw in zip(batch.header.records, batch.records)]
-                else:
-                    for rid, raw in zip(batch.header.records, batch.records):
-                        records.append(None if raw is None else decode_record(raw, expected_id=rid))
+                records: list[Record | None] = [
+                    None if raw is None else validated_record(raw, rid) if checked is not None and checked[i]
+                    else decode_record(raw, expected_id=rid) for rid, raw in zip(batch.header.records, batch.records)]
             except VaultError as exc:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem(
                     "damaged", name, f"batch {batch.id.hex()[:12]}: {exc.message}")
@@ -676,19 +674,17 @@ class Reader:
             else:
                 self.batches[batch.id] = view
             self.materialized.stage(view, records)
-            self.materialized.cache_db.execute(
-                "INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, compartment, "
-                "control) VALUES(?,?,?,?,?,?,?,?,?)",
-                (batch.id, name, epoch_id,
-                 encoding.encode([batch.header_bytes, [list(x) for x in batch.sigs]]),
-                 encoding.encode([r.raw if r is not None else None for r in view.records]), batch.header.writer_id,
-                 batch.header.seq, batch.header.compartment_id, 1 if view.has_control else 0),
-            )
+            rows.append((batch.id, name, epoch_id,  # (checked when decoded: encoded without a walk)
+                         encoding.encode_own([batch.header_bytes, [list(x) for x in batch.sigs]]),
+                         encoding.encode_own([r.raw if r is not None else None for r in view.records]),
+                         batch.header.writer_id, batch.header.seq, batch.header.compartment_id,
+                         1 if view.has_control else 0))
             added.append(batch.id)
             self.pending_batches.add(batch.id)
             self.log_fresh = False
             self._drop_stored_log(added=True)
             self.unreported.append(batch.id)
+        self._store_batches(rows)
         self.segment_batches[name] = [b.id for b in batches]
         self.segment_epochs[name] = (compartment_id, epoch_id)
         self.materialized.cache_db.execute(
@@ -696,6 +692,12 @@ class Reader:
             (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
         self.dirty = True
         return added
+
+    def _store_batches(self, rows: list[tuple[Any, ...]]) -> None:
+        self.materialized.cache_db.executemany("INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, "
+                                               "controls, writer, seq, compartment, control) VALUES(?,?,?,?,?,?,?,?,?)",
+                                               rows)
+        rows.clear()
 
     def _check_batch_shape(self, batch: Batch, compartment_id: bytes) -> str | None:
         h = batch.header
