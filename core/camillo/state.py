@@ -429,19 +429,21 @@ class State:
         narrow = top - self._indexed > self._INDEX_CHUNK and not self._wide
         if narrow:  # (many rows: the pages of the index they make stay in memory while it is built)
             db.execute(f"PRAGMA cache_size = -{WIDE_PAGE_CACHE_KIB}")
-        while self._indexed < top:
-            upto = min(top, self._indexed + self._INDEX_CHUNK)
-            # (in the index's order: FTS5 writes out what it holds in memory whenever a rowid is not above
-            # the last one, and the rows of a cold load are not in time order)
-            db.execute(f"INSERT INTO search(rowid, body) SELECT {SEARCH_KEY}, {SEARCH_BODY} FROM records "
-                       "WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?) ORDER BY 1",
-                       (self._indexed, upto, Kind.PUT, Kind.NOTE))
-            self._indexed = upto
-            db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
-                       (encoding.encode(upto),))
-        if narrow:
-            db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-            db.execute("PRAGMA shrink_memory")
+        try:
+            while self._indexed < top:
+                upto = min(top, self._indexed + self._INDEX_CHUNK)
+                # (in the index's order: FTS5 writes out what it holds in memory whenever a rowid is not
+                # above the last one, and the rows of a cold load are not in time order)
+                db.execute(f"INSERT INTO search(rowid, body) SELECT {SEARCH_KEY}, {SEARCH_BODY} FROM records "
+                           "WHERE rowid > ? AND rowid <= ? AND kind IN (?, ?) ORDER BY 1",
+                           (self._indexed, upto, Kind.PUT, Kind.NOTE))
+                self._indexed = upto
+                db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
+                           (encoding.encode(upto),))
+        finally:
+            if narrow:
+                db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+                db.execute("PRAGMA shrink_memory")
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (their segments went away).  The next :meth:`materialize` reaches from
