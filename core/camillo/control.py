@@ -260,14 +260,11 @@ class Roster:
     # -- lookups
 
     def compartment_name(self, cid: bytes) -> str:
-        if cid == self.control_id:
-            return "control"
-        return self.compartments.get(cid, cid.hex()[:12])
+        return "control" if cid == self.control_id else self.compartments.get(cid, cid.hex()[:12])
 
     def compartment_id(self, name: str) -> bytes | None:
-        if name == "control":
-            return self.control_id
-        return next((cid for cid, n in self.compartments.items() if n == name), None)
+        return self.control_id if name == "control" else next(
+            (cid for cid, n in self.compartments.items() if n == name), None)
 
     def signer_public(self, writer_id: bytes) -> bytes | None:
         return p.sig_public if (p := self.principals.get(writer_id)) else None
@@ -284,6 +281,9 @@ class Roster:
     def destroyed_epochs(self) -> set[tuple[bytes, bytes]]:
         """Every (compartment, epoch) an applied ERASE destroyed."""
         return {(e.compartment_id, ep) for e in self.erasures.values() for ep in e.epochs}
+
+    def erased_records(self) -> set[bytes]:  # every record an applied ERASE names
+        return {t for e in self.erasures.values() for t in e.targets}
 
     def active_owner(self, writer_id: bytes) -> bool:
         return self.is_owner(writer_id) and writer_id not in self.revocations

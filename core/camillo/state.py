@@ -297,7 +297,7 @@ class State:
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
         self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
-        self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (build_indexes)
+        self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (defer_indexes)
         # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
         self._forgotten: set[bytes] = set()
         self._forgotten_keys: set[tuple[bytes, str]] = set()
@@ -381,12 +381,13 @@ class State:
             self.build_indexes()
         return self._db
 
-    def build_indexes(self, ddl: Sequence[str] = ()) -> None:
-        """Build the indexes a cold load left to build (``ddl``: leave these to build, by the next
-        :meth:`materialize` once its validity pass wrote what they index, or by any earlier read)."""
-        if ddl:
-            self._unbuilt = list(ddl)
-            return
+    def defer_indexes(self, ddl: Sequence[str]) -> None:
+        """Leave these indexes to build by the next :meth:`materialize`, once its validity pass wrote
+        what they index (or by any earlier read)."""
+        self._unbuilt = list(ddl)
+
+    def build_indexes(self) -> None:
+        """Build the indexes a cold load left to build (:meth:`defer_indexes`)."""
         unbuilt, self._unbuilt = self._unbuilt, []
         for statement in unbuilt:
             self._db.execute(statement)
@@ -550,9 +551,7 @@ class State:
         result = MaterializeResult()
         db = self._db  # (not self.db: indexes a cold load left to build are built after the validity pass)
         accepted = log.accepted
-        erased_targets: set[bytes] = set()
-        for e in roster.erasures.values():
-            erased_targets |= e.targets
+        erased_targets = roster.erased_records()
 
         # A changed principal that wrote no memory record (a replaced passphrase, a revoked recovery
         # phrase, a new device) changes no record's validity, class, reference or fact.

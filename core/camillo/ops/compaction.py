@@ -52,7 +52,7 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
     replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and m.removed & present
                 for sid in m.removed | m.added}
     control = session.all_compartments()[0]
-    erased = {t for e in r.erasures.values() for t in e.targets}
+    erased = r.erased_records()
     for cid in session.all_compartments():
         epoch = r.current_epoch(cid)
         if epoch is None or (cid, epoch.epoch_id) not in session.keyring.epoch_keys:

@@ -295,7 +295,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     # a segment that vanishes meanwhile (another device's erasure arriving through the sync) stops the
     # erasure with nothing changed.
     seen: dict[bytes, Batch] = {}
-    gone = targets | {t for e in r.erasures.values() for t in e.targets}
+    gone = targets | r.erased_records()
     for name in old_segments:
         try:
             batches = reader.batches_of_segment(name)

@@ -132,7 +132,7 @@ def rescue_batches(session: Session) -> Changes:
         if m.kind == Kind.ERASURE_MANIFEST:
             for seg in m.removed:
                 replaced[seg] = replaced.get(seg, frozenset()) | m.batches
-    erased = frozenset().union(*(e.targets for e in roster.erasures.values()))
+    erased = roster.erased_records()
     candidates = sorted((name, ref) for name, ref in reader.segments_under(destroyed).items()
                         if ref[1] in kept.get(ref[0], {}) or name in kept_segments)
     if not candidates:

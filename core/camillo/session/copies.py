@@ -100,7 +100,7 @@ def resolve(reader: Reader, roster: Roster) -> bool:
     for bid, found in reader.copies.items():
         todo.setdefault(bid, []).extend(found)
     changed, waiting = False, Waiting()
-    erased = {t for e in roster.erasures.values() for t in e.targets}
+    erased = roster.erased_records()
     for bid, found in todo.items():
         view = reader.batches.get(bid)
         if view is None:

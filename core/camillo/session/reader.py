@@ -423,7 +423,7 @@ class Reader:
         todo = sorted(n for n in candidates if kind_of(n) == "segment" and (n not in known or n in unreadable))
         state = segread.state_for(self, todo)  # (on disk when large and without local state; its page cache wide)
         # a cold load into an empty state builds the secondary indexes once, after it
-        with cache_mod.indexes_deferred(state.cache_db, state.flush, state.build_indexes) if todo else nullcontext():
+        with cache_mod.indexes_deferred(state.cache_db, state.flush, state.defer_indexes) if todo else nullcontext():
             new_batches += segread.read_segments(self, todo)
             if new_keys:
                 for name in list(self.unreadable):
