@@ -39,7 +39,7 @@ from .importers import ImportReport, run_import
 from .keychain import KeychainStatus
 from .ops.enrollment import Offer, OfferState
 from .records import Authority
-from .state import FactView, RecordView
+from .recordviews import FactView, RecordView
 from .values import (
     DEFAULT_COMPARTMENTS,
     ActivityRow,

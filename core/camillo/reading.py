@@ -18,9 +18,9 @@ from . import timeline
 from .errors import UsageError
 from .facade import checked
 from .ops import conversations, curation, reports
+from .recordviews import FactView, RecordView
 from .search import search, semantic_search
 from .session import Session
-from .state import FactView, RecordView
 from .values import ConversationInfo, SearchPage
 
 

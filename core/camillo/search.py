@@ -56,7 +56,8 @@ from .cache import (
 )
 from .errors import UsageError
 from .records import Authority
-from .state import RecordView, State
+from .recordviews import RecordView
+from .state import State
 
 if TYPE_CHECKING:
     import numpy as np

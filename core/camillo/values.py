@@ -7,7 +7,7 @@ and keyed types, the key rule, the search query syntax, and the views of records
 Everything here is plain data (frozen where it can be): the CLI, the MCP server, the importers, the
 exporters and the desktop app build these and read these, and never the machinery behind them.
 Any thread may create or read one; none holds a live reference into an open vault (a report's
-``record`` is a :class:`~camillo.state.RecordView`, itself a snapshot).
+``record`` is a :class:`~camillo.recordviews.RecordView`, itself a snapshot).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from .records import (
     encode_record,
     quoted,
 )
+from .recordviews import FactView, RecordView, jsonable
 from .search import parse as parse_search_query
-from .state import FactView, RecordView, jsonable
 
 if TYPE_CHECKING:
     from .credentials import Credential

@@ -8,7 +8,7 @@ from __future__ import annotations
 import cbor2
 from camillo import NewRecord
 from camillo.records import F, Kind, validated_record
-from camillo.state import RecordView, shown_ts, value_text
+from camillo.recordviews import RecordView, shown_ts, value_text
 
 
 def _reference(state, row) -> RecordView:

@@ -236,7 +236,9 @@ def test_a_warm_open_of_an_unchanged_folder_resumes_the_stored_log_and_decodes_n
         tops = {chain[max(chain)] for chain in v.session.log.chains.values() if chain}
         assert sum("header" in view.__dict__ for view in plain) <= len(tops) < len(plain) / 2
         del grants
-        from camillo.state import shown_ts  # the same as the newest time over every batch of each device
+        from camillo.recordviews import (
+            shown_ts,  # the same as the newest time over every batch of each device
+        )
         every = {d.writer_id: max(shown_ts(b.header.ts) or 0 for b in views if b.writer_id == d.writer_id)
                  for d in devices}
         assert {d.writer_id: d.last_seen for d in devices} == every

@@ -18,8 +18,9 @@ from typing import Any
 
 from .. import search
 from ..errors import UsageError
+from ..recordviews import RecordView
 from ..session import Session
-from ..state import RecordView, visible_where
+from ..state import visible_where
 from ..values import ConversationInfo
 
 Key = tuple[bytes, str]  # (compartment id, conversation)

@@ -32,10 +32,11 @@ from ..errors import AccessDenied, UsageError
 from ..log import precedes
 from ..primitives import SigningKey
 from ..records import Authority, Kind, encode_record
+from ..recordviews import FactView, RecordView
 from ..session import Session
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
-from ..state import FactView, RecordView, State
+from ..state import State
 from ..values import NewRecord, json_to_cbor
 from .rekey import scheduled_epochs
 

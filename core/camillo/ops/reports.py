@@ -20,8 +20,9 @@ from ..errors import UsageError, VaultError
 from ..names import kind_of
 from ..packs import PackReader
 from ..records import Kind, verify_batch_signature
+from ..recordviews import RecordView, shown_ts
 from ..session import Session
-from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, RecordView, shown_ts, visible_where
+from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, visible_where
 from ..storage import FolderShelf
 from ..values import (
     ActivityRow,
