@@ -114,6 +114,7 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
     the validity pass wrote it; the result is the state a load with the indexes maintained row by row gives.  A database a kill left without them (committed
     mid-load) gets them back from the schema at the next open."""
     from camillo import cache
+    from camillo import state as state_mod
 
     path, vault, _ = new_vault
     _fill(vault)
@@ -127,8 +128,8 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
     loaded: list[set[str]] = []
     real = cache.indexes_deferred
     validity = {ddl.split()[5] for ddl in cache.VALIDITY_INDEX_DDL}
-    assert validity == {"records_by_time", "records_by_conversation", "records_unlisted"}
-    live = {"records_key", "records_attachments", "records_with_refs"}  # (partial, of few rows: kept)
+    assert validity == {"records_by_time", "records_by_conversation"}
+    live = {"records_key", "records_attachments", "records_with_refs", "records_unlisted"}  # (partial, of few rows: kept)
     assert not live & wanted
 
     def watched(db, flush, later):
@@ -138,16 +139,16 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
             yield
         loaded.append(wanted - indexes(db))
 
-    monkeypatch.setattr(cache, "indexes_deferred", contextlib.contextmanager(watched))
+    monkeypatch.setattr(state_mod, "indexes_deferred", contextlib.contextmanager(watched))
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
         assert dropped and dropped[0] == wanted  # dropped during the load
         assert loaded[0] == validity  # those over validity not yet built when the load ends
         assert wanted <= indexes(v.session.materialized.db)  # and all built once it was computed
         deferred = fingerprint(v)
-    monkeypatch.setattr(cache, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
+    monkeypatch.setattr(state_mod, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
         assert fingerprint(v) == deferred  # the same state as a load that maintains them row by row
-    monkeypatch.setattr(cache, "indexes_deferred", real)
+    monkeypatch.setattr(state_mod, "indexes_deferred", real)
     with open_vault(path) as v:  # a state database left without them
         db = v.session.materialized.db
         for name in wanted:
@@ -155,6 +156,66 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
         db.commit()
     with open_vault(path) as v:
         assert wanted <= indexes(v.session.materialized.db)
+
+
+def test_a_cold_load_writes_its_rows_valid_and_its_validity_pass_gives_what_judging_each_row_gives(
+        new_vault, monkeypatch):
+    """A cold load writes its rows valid (State.loading) and the validity pass over every record that
+    follows writes only those that are not: rejected, erased or in a batch the log did not accept.
+    Row by row (valid, reason, effective class, hidden), the state is the one a load whose rows start
+    not valid gives, and a commit before that pass (which nothing should make) leaves no row valid."""
+    from camillo import Authority
+    from camillo.state import State
+
+    path, vault, _ = new_vault
+    _fill(vault, n=5)
+    vault.append([NewRecord(type="message", text="a web page said so", role="web")])
+    web = next(r for r in vault.timeline() if r.text == "a web page said so")
+    vault.append([NewRecord(type="fact", key="user/bank", value="Evil Bank", authority=Authority.OBSERVED,
+                            sources=[web.id])])  # rejected: above its sources
+    vault.append([NewRecord(type="fact", key="user/pet", value="cat", authority=Authority.INFERRED)])
+    vault.confirm([vault.fact("user/pet").proposed[0].id])
+    vault.forget(key="user/city")
+    secret = next(r for r in vault.timeline() if r.text == "garden note 3")
+    vault.erase([secret.id])
+    vault.lock()
+
+    def rows(v) -> list[tuple]:
+        return v.session.materialized.db.execute(
+            "SELECT id, valid, reason, effective, hidden, erased FROM records ORDER BY id").fetchall()
+
+    before_pass: list[tuple[int, int]] = []  # (rows valid, rows) when the validity pass starts
+    real = State.materialize
+
+    def materialize(self, *a, **kw):
+        before_pass.append(self.db.execute("SELECT total(valid), count(*) FROM records").fetchone())
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(State, "materialize", materialize)
+    with open_vault(path, cache=False) as v:
+        presumed, expected = rows(v), fingerprint(v)
+    assert before_pass[0][0] == before_pass[0][1] > 0, "the cold load did not write its rows valid"
+    assert any(not valid for _, valid, *_ in presumed), "no record the pass found not valid: the test proves nothing"
+    assert any(erased for *_, erased in presumed) and any(hidden for *_, hidden, _ in presumed)
+
+    before_pass.clear()
+    monkeypatch.setattr(State, "loading", lambda self: contextlib.nullcontext())  # rows start not valid
+    with open_vault(path, cache=False) as v:
+        assert rows(v) == presumed and fingerprint(v) == expected
+    assert before_pass[0][0] == 0
+
+    monkeypatch.undo()
+
+    def commit_first(self, *a, **kw):  # a commit between the load and its validity pass
+        self.commit()
+        before_pass.append(self.db.execute("SELECT total(valid), count(*) FROM records").fetchone())
+        return real(self, *a, **kw)
+
+    before_pass.clear()
+    monkeypatch.setattr(State, "materialize", commit_first)
+    with open_vault(path, cache=False) as v:
+        assert before_pass[0][0] == 0 < before_pass[0][1], "a commit kept rows no pass judged valid"
+        assert rows(v) == presumed and fingerprint(v) == expected
 
 
 def test_the_search_index_a_session_built_is_kept_for_the_next_open(new_vault, monkeypatch, tmp_path):

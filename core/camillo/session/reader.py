@@ -422,8 +422,9 @@ class Reader:
         candidates = unknown | (added & unreadable.keys()) | retry
         todo = sorted(n for n in candidates if kind_of(n) == "segment" and (n not in known or n in unreadable))
         state = segread.state_for(self, todo)  # (on disk when large and without local state; its page cache wide)
-        # a cold load into an empty state builds the secondary indexes once, after it
-        with cache_mod.indexes_deferred(state.cache_db, state.flush, state.defer_indexes) if todo else nullcontext():
+        # a cold load into an empty state builds the secondary indexes once, after it, and writes its rows valid
+        # until the validity pass over every record that follows it (State.loading)
+        with state.loading() if todo else nullcontext():
             new_batches += segread.read_segments(self, todo)
             if new_keys:
                 for name in list(self.unreadable):
