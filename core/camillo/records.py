@@ -502,7 +502,7 @@ def verify_inner_signatures(
 # Batches
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (slots: a cold open of a million records keeps 100,000 headers)
 class BatchHeader:
     vault_id: bytes
     compartment_id: bytes
@@ -537,6 +537,22 @@ class BatchHeader:
 
     def encode(self) -> bytes:
         return encoding.encode(self.to_map())
+
+
+# One object for each id that headers repeat (the vault's, a compartment's, a writer's and those of the
+# writers a frontier lists), not a copy in each header: a cold open of a million records keeps 100,000
+# headers (40 MB of copies).  Bounded: ids a hostile folder invents only empty it sooner.
+_SHARED: dict[bytes, bytes] = {}
+_SHARED_MAX = 4096
+
+
+def _shared(value: bytes) -> bytes:
+    held = _SHARED.get(value)
+    if held is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        held = _SHARED[value] = value
+    return held
 
 
 def _header_from_map(m: Any) -> BatchHeader:
@@ -588,8 +604,8 @@ def _header_from_map(m: Any) -> BatchHeader:
     if not algs or any(type(a) is not int or a < 0 for a in algs):
         raise CanonicalError("sig_algs must list algorithm ids")
     heads = _heads(m.get(H.HEADS))
-    return BatchHeader(vault, comp, writer, seq, prev, tuple(deps), frontier, tuple(records), ts, tuple(algs),
-                       heads)
+    return BatchHeader(_shared(vault), _shared(comp), _shared(writer), seq, prev, tuple(deps),
+                       {_shared(w): s for w, s in frontier.items()}, tuple(records), ts, tuple(algs), heads)
 
 
 MAX_HEADS_COMPARTMENTS = 256
@@ -612,7 +628,7 @@ def _heads(value: Any) -> dict[bytes, dict[bytes, int]]:
     return out
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Batch:
     """A decoded batch.  ``records[i]`` is None where erasure removed the record's bytes.  The batch a
     view keeps once its segment was read holds neither its records' bytes (all None) nor its header's
@@ -678,11 +694,12 @@ def cached_batch(batch_id: bytes, header_bytes: bytes, sigs: Sequence[Sequence[A
     or TypeError: the caller rebuilds the local state."""
     m = cbor2.loads(header_bytes)
     heads = m.get(H.HEADS)
-    header = BatchHeader(m[H.VAULT], m[H.COMPARTMENT], m[H.WRITER], m[H.SEQ], m[H.PREV], tuple(m[H.DEPS]),
-                         m[H.FRONTIER], tuple(m[H.RECORDS]), m[H.TS], tuple(m[H.SIG_ALGS]),
-                         {c: dict(per) for c, per in heads.items()} if heads else {})
-    if type(header.frontier) is not dict or type(header.seq) is not int:
+    frontier = m[H.FRONTIER]
+    if type(frontier) is not dict or type(m[H.SEQ]) is not int:
         raise TypeError("a stored batch header is not one this installation wrote")
+    header = BatchHeader(_shared(m[H.VAULT]), _shared(m[H.COMPARTMENT]), _shared(m[H.WRITER]), m[H.SEQ], m[H.PREV],
+                         tuple(m[H.DEPS]), {_shared(w): s for w, s in frontier.items()}, tuple(m[H.RECORDS]),
+                         m[H.TS], tuple(m[H.SIG_ALGS]), {c: dict(per) for c, per in heads.items()} if heads else {})
     return Batch(batch_id, header_bytes, header, tuple((a, s) for a, s in sigs), (None,) * len(header.records))
 
 

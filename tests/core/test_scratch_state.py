@@ -118,33 +118,43 @@ def test_an_installation_whose_cache_cannot_be_written_reads_in_memory(new_vault
 
 def test_a_large_cold_load_into_the_local_state_widens_its_page_cache_until_the_commit(new_vault, monkeypatch):
     """A registered device without its local state (deleted, damaged) loads every segment into a new
-    one: from SCRATCH_SEGMENT_BYTES of segments its page cache is wide until the commit (the rows go to
-    random pages of the index of ids); a small load keeps the narrow one."""
+    one: from SCRATCH_SEGMENT_BYTES of segments its page cache is wide while its rows are written (they
+    go to random pages of the index of ids), narrow again once they are (State._loaded), and its commit
+    is a wide one (the checkpoint left to a thread of its own); a small load keeps the narrow one."""
     from camillo import state as state_mod
 
     path, vault, _ = new_vault
     _fill(vault)
     store = vault.session.local.cache_path(vault.writer_id)
     vault.lock()
-    sizes: list[int] = []
-    real = state_mod.State.commit
+    sizes: list[int] = []  # the page cache while the load's last rows are written
+    wide: list[bool] = []  # the commits of the local state: wide ones?
+    real, loaded = state_mod.State.commit, state_mod.State._loaded
 
     def commit(self):
         if self._checkpoint is not None:  # (the local state's, not a state in memory the open replaces)
-            sizes.append(self._db.execute("PRAGMA cache_size").fetchone()[0])
+            wide.append(self._wide)
         real(self)
 
+    def last_rows(self):
+        sizes.append(self._db.execute("PRAGMA cache_size").fetchone()[0])
+        loaded(self)
+
     monkeypatch.setattr(state_mod.State, "commit", commit)
+    monkeypatch.setattr(state_mod.State, "_loaded", last_rows)
     for limit, expected in ((1 << 40, -cache.PAGE_CACHE_KIB), (1, -cache.WIDE_PAGE_CACHE_KIB)):
         monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", limit)
         for f in glob.glob(store + "*"):
             os.remove(f)
         sizes.clear()
+        wide.clear()
         with _open(path) as v:
             assert v.session.reader.store is not None and v.session.reader.decryptions > 0
             db = v.session.materialized.db
-            assert (sizes[0] if sizes else db.execute("PRAGMA cache_size").fetchone()[0]) == expected
+            assert sizes == [expected]
+            assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB  # (narrowed after the rows)
             v.session.materialized.commit()
+            assert wide[0] == (expected == -cache.WIDE_PAGE_CACHE_KIB)
             assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB  # (narrow again)
 
 

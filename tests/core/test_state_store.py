@@ -112,7 +112,8 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
     """Issue 19 item 3: a cold open stages every record into an empty state with the secondary indexes
     dropped and builds them once at the end (camillo.cache.indexes_deferred), those over validity once
     the validity pass wrote it; the result is the state a load with the indexes maintained row by row gives.  A database a kill left without them (committed
-    mid-load) gets them back from the schema at the next open."""
+    mid-load) gets them back from the schema at the next open.  The load's wide page cache is narrowed
+    once its rows are written, before the indexes are built (each sorts in memory beside it)."""
     from camillo import cache
     from camillo import state as state_mod
 
@@ -132,18 +133,27 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
     live = {"records_key", "records_attachments", "records_with_refs", "records_unlisted"}  # (partial, of few rows: kept)
     assert not live & wanted
 
+    widths: list[tuple[int, int]] = []  # (page cache during the load, when the indexes are built)
+
     def watched(db, flush, later):
-        with real(db, flush, later):
+        def built(ddl):
+            widths.append((during, db.execute("PRAGMA cache_size").fetchone()[0]))
+            later(ddl)
+
+        with real(db, flush, built):
             dropped.append(wanted - indexes(db))
             assert live <= indexes(db)
+            during = db.execute("PRAGMA cache_size").fetchone()[0]
             yield
         loaded.append(wanted - indexes(db))
 
     monkeypatch.setattr(state_mod, "indexes_deferred", contextlib.contextmanager(watched))
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 1)  # (this small load widens the page cache too)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
         assert dropped and dropped[0] == wanted  # dropped during the load
         assert loaded[0] == validity  # those over validity not yet built when the load ends
         assert wanted <= indexes(v.session.materialized.db)  # and all built once it was computed
+        assert widths == [(-cache.WIDE_PAGE_CACHE_KIB, -cache.PAGE_CACHE_KIB)]
         deferred = fingerprint(v)
     monkeypatch.setattr(state_mod, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
