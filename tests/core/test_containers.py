@@ -70,6 +70,25 @@ def segment(epoch_key, batch) -> bytes:
     return segments.seal_segment(VAULT, CID, EID, epoch_key.public, segments.encode_payload([batch]))
 
 
+def test_a_decoded_headers_record_ids_are_one_byte_string_that_behaves_as_their_tuple(writer):
+    """A decoded header keeps its record ids as one byte string (RecordIds: 84 MB of objects less at a
+    million records), a sequence equal to the tuple of them, hashed like it, and found only at an id's
+    own place (not across two)."""
+    ids_ = tuple(bytes([i]) * 16 + bytes([i + 1]) * 16 for i in range(3))
+    held = records.RecordIds(ids_)
+    assert held == ids_ and ids_ == held and hash(held) == hash(ids_) and held != ids_[:2]
+    assert len(held) == 3 and list(held) == list(ids_) and held[-1] == ids_[2] and held[1:] == ids_[1:]
+    assert ids_[1] in held and bytes([1]) * 16 + bytes([2]) * 16 in held
+    straddling = bytes([1]) * 16 + bytes([1]) * 16  # the second half of ids_[0] and the first of ids_[1]
+    assert straddling not in held and b"short" not in held
+    with pytest.raises(IndexError):
+        held[3]
+    batch = real_batch(writer, n=3)
+    decoded = records.batch_from_cbor(encoding.decode(encoding.encode(batch.to_cbor()))).header
+    assert isinstance(decoded.records, records.RecordIds) and decoded == batch.header and decoded.records == batch.header.records
+    assert decoded.encode() == batch.header_bytes
+
+
 def test_decoded_headers_share_the_ids_they_repeat(writer):
     """A cold open keeps every batch's header: the ids headers repeat (vault, compartment, writer, the
     writers of a frontier) are one object each, not a copy in each header (40 MB at a million

@@ -407,7 +407,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     session.after_erasure()
     chunks -= attachments.chunks_named(session)
     session.delete_files(sorted(chunks))
-    session.reader.changes()  # (what reading the keys again moved: nothing the report does not name already)
+    session.reader.forget_changes()  # (what reading the keys again moved: nothing the report does not name already)
     return ReachReport(
         records=[t.hex() for t in sorted(targets)], compartment=r.compartment_name(cid),
         epochs_destroyed=[e.hex() for e in sorted(affected)], batches_reencrypted=len(seen),

@@ -141,9 +141,7 @@ class Reader:
 
     def forget_cached_roster(self) -> None:
         """The next recompute checks every record again (the keys changed under it)."""
-        self.roster_fingerprint = b""
-        self.roster_snapshot = None
-        self.last_accepted = set()
+        self.roster_fingerprint, self.roster_snapshot, self.last_accepted = b"", None, set()
 
     # ------------------------------------------------------------------------------ the local state
 
@@ -193,8 +191,7 @@ class Reader:
 
     @property
     def log(self) -> CausalLog:
-        """The causal log; after a warm open, the stored one (:attr:`stored_log`) decoded whole when
-        first asked for (an append, a report, a recomputation)."""
+        """The causal log; after a warm open the stored one (:attr:`stored_log`), decoded when first asked."""
         if self._log is None:
             assert self.stored_log is not None
             self._log, self.stored_log = self.stored_log.full(), None
@@ -774,6 +771,10 @@ class Reader:
 
     def _resume_stored(self) -> bool:
         return resume.take_stored(self)
+
+    def forget_changes(self) -> None:
+        """What moved so far is no change (what an open read: a million records, not listed for nothing)."""
+        self.unreported, self.moved_keys = [], set()
 
     def recompute(self) -> None:
         with collector_paused():
