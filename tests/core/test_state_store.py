@@ -9,6 +9,7 @@ database that is either rebuilt or consistent, never wrong (compared with a full
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import random
 import shutil
@@ -1323,6 +1324,48 @@ def test_the_state_survives_kill_9_at_random_points_of_appends_and_refreshes(new
         with open_vault(path) as v:
             got = fingerprint(v)
         assert got == from_scratch(path), f"round {round_} (commit age {age})"
+
+
+COLD_LOAD_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from camillo import Unlock, Vault, cache
+    from camillo import state as state_mod
+    cache.PAGE_CACHE_KIB = 16  # (four pages: the load's pages go to the write-ahead log before any commit)
+
+    def killed(self, *args, **kwargs):  # the load is written, its rows valid, no validity pass yet
+        self.flush()
+        assert self._presumed and self.db.execute("SELECT min(valid) FROM records").fetchone()[0] == 1
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    state_mod.State.materialize = killed
+    Vault.open(sys.argv[1], Unlock.passphrase(sys.argv[2]))
+""")
+
+
+def test_a_cold_load_killed_before_its_validity_pass_leaves_nothing_of_its_rows(new_vault):
+    """A cold load into the local state writes its rows valid before the pass that judges them
+    (State.loading): a process killed between the two leaves none of them, although their pages
+    reached the write-ahead log (the load is one transaction, never committed half-way); the next
+    open reads the vault again and computes what a full recomputation does."""
+    from camillo import Authority
+
+    path, vault, _ = new_vault
+    _fill(vault, 12)
+    vault.append([NewRecord(type="message", text="a web page said so", role="web")])
+    web = next(r for r in vault.timeline() if r.text == "a web page said so")
+    vault.append([NewRecord(type="fact", key="user/bank", value="Evil Bank", authority=Authority.OBSERVED,
+                            sources=[web.id])])  # rejected: above its sources
+    store = vault.session.local.cache_path(vault.writer_id)
+    vault.lock()
+    for f in glob.glob(store + "*"):
+        os.remove(f)
+    child = subprocess.run([sys.executable, "-c", COLD_LOAD_KILLED, path, PASSPHRASE], capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert os.path.getsize(store + "-wal") > 8 * PAGE, "the load's pages did not reach the write-ahead log"
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions > 0  # (nothing of the load was kept: read again)
+        assert fingerprint(v) == from_scratch(path)
 
 
 def _counting_signature_checks(monkeypatch, labels=(b"vmem/v1/control-sig\x00", b"vmem/v1/pop")):
