@@ -117,7 +117,7 @@ class State:
         self._roster: Roster | None = None
         self._views: Mapping[bytes, BatchView] = {}
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
-        self._wide = False  # the page cache is widened until the next commit (widen_page_cache)
+        self._wide = False  # widened until the next commit, a wide one (widen_page_cache; _loaded narrows it sooner)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
         self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
         self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
@@ -277,8 +277,9 @@ class State:
         top = db.execute("SELECT max(rowid) FROM records").fetchone()[0] or 0
         if top > SEARCH_ROW_MASK:  # (a billion records written into one state: SEARCH_KEY has no room)
             raise DatabaseError("the local state has used up its record numbers for the search index")
-        narrow = top - self._indexed > self._INDEX_CHUNK and not self._wide
-        if narrow:  # (many rows: the pages of the index they make stay in memory while it is built)
+        width = db.execute("PRAGMA cache_size").fetchone()[0]  # (-KiB: a cold load's is narrow again, _loaded)
+        widen = top - self._indexed > self._INDEX_CHUNK and width > -WIDE_PAGE_CACHE_KIB
+        if widen:  # (many rows: the pages of the index they make stay in memory while it is built)
             db.execute(f"PRAGMA cache_size = -{WIDE_PAGE_CACHE_KIB}")
         try:
             while self._indexed < top:
@@ -292,8 +293,8 @@ class State:
                 db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('indexed', ?)",
                            (encoding.encode(upto),))
         finally:
-            if narrow:
-                db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+            if widen:
+                db.execute(f"PRAGMA cache_size = {width}")
                 db.execute("PRAGMA shrink_memory")
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:

@@ -1774,6 +1774,39 @@ def _fts5_segments(db) -> int:
     return numbers[1]
 
 
+def test_the_search_index_a_cold_load_leaves_to_build_is_built_with_the_wide_page_cache(new_vault, monkeypatch):
+    """A cold load narrows its page cache once its rows are written (State._loaded) while its commit
+    stays a wide one; the full-text index built after it (here the first search of an open without
+    local state, which never commits) still gets the wide cache for a build of more than one chunk,
+    and the cache it found afterwards (the full-text build was 44.6 s with the narrow one at 1M)."""
+    from camillo import cache
+    from camillo import state as state_mod
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 1)  # (this small load widens the page cache)
+    monkeypatch.setattr(state_mod.State, "_INDEX_CHUNK", 5)
+    widths: list[int] = []
+    real = state_mod.encoding
+
+    class Watched:  # the cache's width each time a chunk of the index is noted
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def encode(self, value):
+            widths.append(db.execute("PRAGMA cache_size").fetchone()[0])
+            return real.encode(value)
+
+    with open_vault(path, cache=False) as v:
+        db = v.session.materialized.cache_db
+        assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB  # (narrowed after the load)
+        monkeypatch.setattr(state_mod, "encoding", Watched())
+        assert [r.text for r in v.search("note 7")] == ["garden note 7"]
+        assert len(widths) > 1 and set(widths) == {-cache.WIDE_PAGE_CACHE_KIB}
+        assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB
+
+
 def test_the_search_index_of_rows_not_in_time_order_is_written_as_one_segment():
     """The full-text index's rowid is a record's time above its row number (cache.SEARCH_KEY); a cold load's
     rows are not in time order, and FTS5 writes out the terms it holds in memory whenever a rowid is not
