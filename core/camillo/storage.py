@@ -863,8 +863,11 @@ class PackShelf:
         return name in self._reader.by_name
 
     def size(self, name: str) -> int | None:
-        """Sizes of a packed file are not needed (a pack is never compacted): None."""
-        return None
+        """The packed file's length in bytes (what a read of it weighs: whether it goes to a scratch
+        database and is checked in a child process, :mod:`camillo.session.segread`), or None if the
+        file holds no such entry.  Nothing is ever compacted in a ``.vmem`` file: it is read-only."""
+        entry = self._reader.by_name.get(name)
+        return None if entry is None else entry.length
 
     def read(self, name: str) -> bytes:
         try:

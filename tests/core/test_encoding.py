@@ -416,6 +416,54 @@ def test_random_bytes_decode_strictly_or_raise_canonical_error(data):
     check_strict(data)
 
 
+
+def _accepted_by_reencoding_sorted(data: bytes) -> bool:
+    """The profile's decoding as the spec states it: decode, check every item, encode again with
+    every map sorted (cbor2's ``canonical=True``) and compare byte for byte."""
+    try:
+        v = cbor2.loads(data, tag_hook=encoding._reject_tag)
+        encoding.check_value(v)
+    except (CanonicalError, cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError):
+        return False
+    return cbor2.dumps(v, canonical=True) == data
+
+
+def _accepted(data: bytes) -> bool:
+    try:
+        encoding.decode(data)
+    except CanonicalError:
+        return False
+    return True
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values, st.randoms(use_true_random=False), st.lists(mutation, max_size=3))
+def test_decoding_accepts_exactly_what_reencoding_with_sorted_maps_accepts(v, rnd, ops):
+    """decode checks each map's key order as read and encodes again in that order (not sorting every
+    map again, a third of the cost of decoding a record): it must accept exactly the bytes the
+    re-encoding with sorted maps accepts, given maps in any order (their keys' encodings unsorted:
+    text keys of one length but other bytes, non-ASCII ones, integers of other widths), mutated or not."""
+    for data in (encoding.encode(v), cbor2.dumps(reordered(v, rnd))):
+        data = mutate(data, ops)
+        assert _accepted(data) == _accepted_by_reencoding_sorted(data)
+
+
+@pytest.mark.parametrize("data", [
+    "a2616201616101",  # {"b": 1, "a": 1}: one length, bytes out of order
+    "a2626161016162" "01",  # {"aa": 1, "b": 1}: the longer key first
+    "a262c3a901617801",  # {"é": 1, "x": 1}: two bytes of UTF-8 before one
+    "a2190100010101",  # {256: 1, 1: 1}
+    "a242010201410101",  # {h'0102': 1, h'01': 1}
+    "a201010101",  # {1: 1, 1: 1}: a duplicate
+])
+def test_maps_with_keys_out_of_deterministic_order_are_refused(data):
+    raw = bytes.fromhex(data)
+    assert cbor2.loads(raw) is not None  # (valid CBOR: refused for its order alone)
+    assert not _accepted_by_reencoding_sorted(raw)
+    with pytest.raises(CanonicalError, match="not deterministic CBOR"):
+        encoding.decode(raw)
+
+
 _TAG_HEADS = [b"\xc0", b"\xc1", b"\xc2", b"\xc3", b"\xc4", b"\xc5", b"\xd8\x19", b"\xd8\x1c", b"\xd8\x1d",
               b"\xd8\x1e", b"\xd8\x23", b"\xd8\x24", b"\xd8\x25", b"\xd8\x64", b"\xd9\x01\x00",
               b"\xd9\x01\x02", b"\xd9\x01\x04", b"\xd9\x01\x05", b"\xd9\x03\xec", b"\xd9\xd9\xf7"]

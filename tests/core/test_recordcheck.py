@@ -12,6 +12,7 @@ from camillo.primitives import SigningKey, random_bytes
 from camillo.records import BatchHeader, make_batch
 from camillo.session import segread
 from camillo.storage import segment_name
+from camillo.transport import pack_vault
 
 PASSPHRASE = "correct horse battery staple"
 
@@ -147,3 +148,34 @@ def test_no_child_is_started_from_an_app_frozen_into_one_executable(monkeypatch)
     """There ``sys.executable`` is the app itself: starting it would open the app again."""
     monkeypatch.setattr("sys.frozen", True, raising=False)
     assert recordcheck.start() is None
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_child_is_started_only_for_a_read_large_enough_to_repay_it(many, monkeypatch, tmp_path, packed):
+    """A read of at least START_SEGMENTS segments, or START_BYTES bytes of them (of a folder or of a
+    ``.vmem`` file, whose entries' sizes it knows), starts a child before its first segment; a
+    smaller one checks everything here and starts none (one started after a first segment of a few
+    thousand records was never ready in time, and cost a cold open of 10,000 records a tenth)."""
+    path, _name, _ = many
+    if packed:
+        path = str(tmp_path / "v.vmem")
+        pack_vault(many[0], path)
+    starts: list[int] = []
+    monkeypatch.setattr(segread, "FORCE", None)
+    monkeypatch.setattr(segread, "_cores", lambda: 2)
+    monkeypatch.setattr(recordcheck, "start", lambda: starts.append(1))  # (None: no child; read here)
+
+    def opened(**limits):
+        for name, value in limits.items():
+            monkeypatch.setattr(segread, name, value)
+        starts.clear()
+        v = Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False)
+        try:
+            assert len(v.timeline(limit=1000)) == 70
+        finally:
+            v.lock()
+        return len(starts)
+
+    assert opened(START_SEGMENTS=1000, START_BYTES=64 << 20) == 0  # (71 segments of a few KB)
+    assert opened(START_SEGMENTS=50, START_BYTES=64 << 20) == 1
+    assert opened(START_SEGMENTS=1000, START_BYTES=20_000) == 1

@@ -5,9 +5,9 @@ next segments and stages the batches already checked.
 The segments are taken in the order given and each one's batches are added in that order whether
 the child checked them or not (:meth:`Reader.add_segment` decodes in this process a batch the child
 did not pass, and every batch when no child runs), so what is read, and every problem found, is the
-same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments, or once
-:data:`START_RECORDS` records were checked here, on a machine with a second core; until it is
-ready the segments are checked here.  A function of the session's reader, which calls it.
+same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments or
+:data:`START_BYTES` bytes of them, on a machine with a second core; until it is ready the segments
+are checked here.  A function of the session's reader, which calls it.
 
 Confined to the thread that owns the vault.
 """
@@ -30,8 +30,12 @@ from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
 
+# A child repays its start (about 0.1 s before it is ready, and its end) when what is left to check
+# once it is ready takes longer than that here: a read of many segments (each also costs a file read
+# and a decryption here), or of about 20,000 records.  At 10,000 records in 6 segments a child started
+# after the first one was never ready in time and cost the open 40 ms (about a tenth).
 START_SEGMENTS = 64
-START_RECORDS = 2_000
+START_BYTES = 6 << 20
 FORCE: bool | None = None  # tests: True starts a child for every read and waits for it, False never starts one
 
 
@@ -103,22 +107,19 @@ def read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
     """Read ``names`` in order; the ids of the batches added."""
     added: list[bytes] = []
     checker: recordcheck.RecordChecker | None = None
-    may_start = _cores() > 1 if FORCE is None else FORCE
-    here = 0  # records checked in this process
     held: deque[Held] = deque()
     last_report = 0.0
     total = len(names)
     try:
+        if (_cores() > 1 and (total >= START_SEGMENTS or _at_least(reader.shelf, names, START_BYTES))
+                if FORCE is None else FORCE):
+            checker = recordcheck.start()
+            if FORCE and checker is not None:
+                checker.wait_ready(30)
         for done, name in enumerate(names):
             if reader.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
                 last_report = now
                 reader.progress(done, total)  # about 20 reports a second, whatever the segment sizes
-            if may_start and checker is None and (
-                    FORCE or total - done >= START_SEGMENTS or here >= START_RECORDS):
-                may_start = False
-                checker = recordcheck.start()
-                if FORCE and checker is not None:
-                    checker.wait_ready(30)
             opened = open_segment(reader, name)
             if opened is None:
                 continue
@@ -130,7 +131,6 @@ def read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
             while held:  # (the child died: what it held first, in order)
                 added += _take(reader, checker, held.popleft())
             added += reader.add_segment(name, *opened)
-            here += sum(len(b.records) for b in opened[2])
         while held:
             added += _take(reader, checker, held.popleft())
     finally:
