@@ -213,7 +213,7 @@ def append(session: Session, items: Sequence[NewRecord], compartment: str) -> Ch
     cid = session.compartment_id(compartment)
     raws = [encode_new(session, item, cid, actor.writer_id) for item in items]
     scheduled_epochs(session)
-    written = write_batches(session, {cid: raws}, quick=True)
+    written = write_batches(session, {cid: raws}, quick=True, encoded_here=True)  # (encode_new's: encode_record's)
     return session.reader.changes(written=tuple(r for b in written[cid] for r in b.header.records))
 
 

@@ -144,13 +144,15 @@ def key_check(session: Session) -> Callable[[], bool] | None:
 
 
 def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *,
-                  undo: Callable[[], None] | None = None, quick: bool = False) -> dict[bytes, list[Batch]]:
+                  undo: Callable[[], None] | None = None, quick: bool = False,
+                  encoded_here: bool = False) -> dict[bytes, list[Batch]]:
     """Sign, seal and durably write the records as batches (one for an interactive write; as
     many as needed for a bulk import, several per segment), then read them back in.  ``undo``
     runs if they could not be written at all (nothing of them will ever appear): the caller
     deletes the files it wrote for them.  ``quick`` (plain appends only; never a write that
     follows files this process just wrote, like a compaction's or an erasure's) lets a recent
-    scan stand in for a new one (WRITE_SCAN_AGE)."""
+    scan stand in for a new one (WRITE_SCAN_AGE).  ``encoded_here``: every record was just built
+    by :func:`~camillo.records.encode_record` (:meth:`Reader.take_written` does not check them again)."""
     session.require_writer()
     folder = session.folder()
     store = session.device_state_store
@@ -194,7 +196,7 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
     reader = session.reader
     new: list[bytes] = []
     for name, cid, epoch_id, group in sealed:
-        new += reader.take_written(name, cid, epoch_id, group)
+        new += reader.take_written(name, cid, epoch_id, group, encoded_here=encoded_here)
     if new and not reader.extend(new):
         reader.recompute()
     session.update_memory()
