@@ -5,9 +5,12 @@ reads (:func:`camillo.records.decode_record`: the id its batch header lists, the
 profile, the fields), about 40 µs a record of Python that holds the interpreter lock, and then
 stages it in the local state, about as long again.  :class:`RecordChecker` runs the checks in a child
 Python process fed through a pipe while the reading process decrypts the next segments and stages
-the records already checked: the two halves run on two cores.  The child says of each batch only
-whether every one of its records checked; the reader decodes a batch that did not in its own
-process again, to report its exact problem, so a problem reads the same with or without the child.
+the records already checked: the two halves run on two cores.  The child says of each batch whether
+every one of its records checked and, for one that did, what the local state stores of each record
+(:func:`camillo.rowfields.record_fields`, the same code the reader runs): the reader stages such a
+batch from those fields without decoding its records again.  It decodes a batch that did not check
+in its own process again, to report its exact problem, so a problem reads the same with or without
+the child; and a batch holding a control record, whose records the roster needs decoded.
 
 The records go to the child through an anonymous pipe and nothing of them reaches a disk; the child
 is a copy of this same code (the ``camillo`` package directory of the parent, without the package's
@@ -17,13 +20,17 @@ When no child can be started, or it dies, the reader checks the records itself, 
 
 Frames (little-endian ``u32``): to the child, a length, then the batch count and per batch the record
 count and per record its 32-byte expected id, a length and its bytes; from the child, one byte
-``R`` once it is ready, then per frame the batch count and a byte per batch (1: every record checked).
+``R`` once it is ready, then per frame a length and a ``marshal`` of a list with an item per batch:
+None when a record of it did not check, else the list of its records' fields.  (``marshal``: the
+child is this installation's own code at the other end of an anonymous pipe, as trusted as the
+reader itself, which takes its verdicts as they are.)
 
 Confined to the thread that owns the vault; the class's two threads only move bytes through the pipe.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
 import queue
 import struct
@@ -34,6 +41,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from .records import Batch, decode_record
+from .rowfields import Fields, record_fields
 
 _U32 = struct.Struct("<I")
 FRAME_RECORDS = 2048  # records per frame: large enough that a frame's overhead is a fraction of its checks
@@ -70,6 +78,7 @@ class RecordChecker:
         self._cond = threading.Condition()
         self._ready = self._gone = False
         self._answers: dict[int, bytes] = {}
+        self._read: dict[int, list[list[Fields] | None]] = {}  # the last frame answered, read
         self._sent = 0  # frames handed to the sender
         self._parts: list[bytes] = []  # the frame being filled
         self._batches = self._records = 0  # in it
@@ -109,9 +118,10 @@ class RecordChecker:
         with self._cond:
             return ticket[0] in self._answers or self._gone or self._sent - ticket[0] > DEPTH
 
-    def verdicts(self, ticket: Ticket) -> list[bool]:
-        """Whether every record of each batch of ``ticket`` checked, waiting for the child if need be.
-        Raises :class:`CheckerGone` when the child is gone before answering."""
+    def verdicts(self, ticket: Ticket) -> list[list[Fields] | None]:
+        """For each batch of ``ticket``, None when a record of it did not check, else the fields of its
+        records (those sent: not the erased ones), waiting for the child if need be.  Raises
+        :class:`CheckerGone` when the child is gone before answering."""
         frame, first, count = ticket
         if frame == self._sent:
             self._send()
@@ -123,7 +133,12 @@ class RecordChecker:
                 raise CheckerGone
             for old in [f for f in self._answers if f < frame]:  # (asked in order: the older ones are done)
                 del self._answers[old]
-        return [b == 1 for b in answer[first:first + count]]
+            if frame not in self._read:
+                self._read = {frame: _answer(answer)}  # (read once: a frame holds several segments' batches)
+            batches = self._read[frame]
+        if len(batches) < first + count:
+            raise CheckerGone  # (not what this frame asked: checked here)
+        return batches[first:first + count]
 
     def close(self) -> None:
         """End the child (it exits when its input closes) and wait for it."""
@@ -195,26 +210,38 @@ class RecordChecker:
                 self._cond.notify_all()
 
 
-def check_frame(body: bytes) -> bytes:
-    """The verdicts of one frame: a byte per batch, 1 when every record decoded and checked."""
+def check_frame(body: bytes) -> list[list[Fields] | None]:
+    """The verdicts of one frame: per batch, None when a record of it did not decode and check, else
+    the fields of each of its records (:func:`~camillo.rowfields.record_fields`)."""
     view = memoryview(body)
     (batches,), at = _U32.unpack_from(view, 0), 4
-    out = bytearray(batches)
-    for b in range(batches):
+    out: list[list[Fields] | None] = []
+    for _b in range(batches):
         (records,), at = _U32.unpack_from(view, at), at + 4
-        good = True
+        fields: list[Fields] | None = []
         for _ in range(records):
             rid = bytes(view[at:at + 32])
             (size,) = _U32.unpack_from(view, at + 32)
             raw = bytes(view[at + 36:at + 36 + size])
             at += 36 + size
-            if good:
+            if fields is not None:
                 try:
-                    decode_record(raw, expected_id=rid)
+                    fields.append(record_fields(decode_record(raw, expected_id=rid).fields))
                 except Exception:  # a VaultError, or anything else: the reader's own decode says what
-                    good = False
-        out[b] = good
-    return bytes(out)
+                    fields = None
+        out.append(fields)
+    return out
+
+
+def _answer(data: bytes) -> list[list[Fields] | None]:
+    """A frame's answer as :func:`check_frame` gave it (anything else: the child is not answering)."""
+    try:
+        answer = marshal.loads(data)  # noqa: S302 - this installation's own child (module docstring)
+    except (EOFError, ValueError, TypeError):
+        raise CheckerGone from None
+    if type(answer) is not list:
+        raise CheckerGone
+    return answer
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
@@ -226,7 +253,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         body = inp.read(size)
         if len(body) != size:
             return
-        answer = check_frame(body)
+        answer = marshal.dumps(check_frame(body))
         out.write(_U32.pack(len(answer)) + answer)
         out.flush()
 

@@ -67,11 +67,12 @@ from .passes import (
 )
 from .records import CONTROL_KINDS, F, Kind, Record
 from .recordviews import FactView, RecordView, shown_ts, value_text
+from .rowfields import Fields, record_fields
 
 SQLITE_INT_MAX = 2**63 - 1
 UNEXPLAINED = "removed without an erasure record"  # the reason of a null entry no applied ERASE names
 UNEXPLAINED_ROWS = "SELECT id, batch FROM records WHERE (valid = 0 OR hidden = 1) AND reason = ?"  # (its index)
-# a record's map keys and kinds as plain integers, for the loop that stages every record (State.stage)
+# a record's map keys and kinds as plain integers (State._view reads them for every record it shows)
 _KIND, _AUTHOR, _KEY, _VALUE, _CLASS = F.KIND, F.AUTHOR, F.KEY, F.VALUE, F.CLASS
 _PRED, _SOURCES, _TARGET, _META, _TS, _TYPE = F.PRED, F.SOURCES, F.TARGET, F.META, F.TS, F.TYPE
 _PUT, _NOTE = int(Kind.PUT), int(Kind.NOTE)
@@ -147,8 +148,14 @@ class State:
 
     # ------------------------------------------------------------------------------- ingest
 
-    def stage(self, view: BatchView, records: list[Record | None]) -> None:
+    def stage(self, view: BatchView, records: Sequence[Record | None]) -> None:
         """Store a newly decrypted batch's records (not yet counted: materialize decides)."""
+        self.stage_fields(view, [None if rec is None else record_fields(rec.fields) for rec in records],
+                          [None if rec is None else rec.raw for rec in records])
+
+    def stage_fields(self, view: BatchView, fields: Sequence[Fields | None], raws: Sequence[bytes | None]) -> None:
+        """:meth:`stage` of the records whose bytes are ``raws`` and whose fields :func:`record_fields`
+        read (None: erased), here or in the record-check child (:mod:`camillo.recordcheck`)."""
         rows: list[_StagedRecord] = []
         refs: list[tuple[bytes, bytes, int]] = []
         h = view.header
@@ -156,41 +163,26 @@ class State:
         # others, sort after what they saw; records of one batch keep their order.
         lamport = min(h.seq + sum(h.frontier.values()), SQLITE_INT_MAX)
         bid, cid, wid, rids = view.id, h.compartment_id, h.writer_id, h.records
-        # (the fields read from the record's map once each, not through Record's properties: a cold open
-        # stages every record of the vault, a million of them)
-        for idx, rec in enumerate(records):
+        inert = len(fields) <= 4
+        for idx, f in enumerate(fields):
             rid = rids[idx]
-            if rec is None:
+            if f is None:
                 rows.append((rid, bid, idx, cid, wid, None, None, None, None, None,
                              None, None, None, None, None, None, 0, 1, None, lamport))
                 self._staged_erased.add(bid)
+                inert = False
                 continue
-            m = rec.fields
-            kind, value, rtype = m[_KIND], m.get(_VALUE), m.get(_TYPE)
-            conversation = role = None
-            text = value_text(value) if kind in (_PUT, _NOTE) else ""
-            if isinstance(value, dict):
-                c = value.get("conversation")
-                conversation = c if isinstance(c, str) else None
-                r = value.get("role")
-                role = r if isinstance(r, str) else None
-                if rtype == "conversation" and isinstance(title := value.get("title"), str):
-                    text = title
-            pred, sources, target = m.get(_PRED), m.get(_SOURCES), m.get(_TARGET)
-            meta = m.get(_META)
-            import_key = meta.get("import") if meta else None
-            authority, ts = m.get(_CLASS), m.get(_TS)
-            rows.append((rid, bid, idx, cid, wid, m[_AUTHOR], kind, rtype, m.get(_KEY), authority, authority,
-                         shown_ts(ts), conversation, role, text,
-                         rec.raw, 1 if pred or sources or target else 0, 0,
-                         import_key if isinstance(import_key, str) else None, lamport))
+            author, kind, rtype, key, authority, ts, conversation, role, text, pred, sources, target, import_key = f
+            rows.append((rid, bid, idx, cid, wid, author, kind, rtype, key, authority, authority, ts, conversation,
+                         role, text, raws[idx], 1 if pred or sources or target else 0, 0, import_key, lamport))
             if pred:
                 refs += [(rid, p, REF_PRED) for p in pred]
             if sources:
                 refs += [(rid, s, REF_SOURCE) for s in sources]
             if target:
                 refs.append((rid, target, REF_TARGET))
-        if len(rows) <= 4 and not refs and all((r[6] == _NOTE or r[6] in CONTROL_KINDS) and r[8] is None for r in rows):
+            inert = inert and (kind == _NOTE or kind in CONTROL_KINDS) and key is None
+        if inert and not refs:
             self._inert.add(bid)  # (an append's: keyless notes and control records without references)
         self._rows += rows  # (buffered: one statement per table for many batches; an open stages thousands)
         self._refs += refs

@@ -9,7 +9,8 @@ import cbor2
 import pytest
 from camillo import NewRecord, Unlock, Vault, ids, recordcheck, segments
 from camillo.primitives import SigningKey, random_bytes
-from camillo.records import BatchHeader, make_batch
+from camillo.records import CONTROL_KINDS, BatchHeader, decode_record, make_batch
+from camillo.rowfields import record_fields
 from camillo.session import segread
 from camillo.storage import segment_name
 from camillo.transport import pack_vault
@@ -118,11 +119,12 @@ def test_check_frame_passes_good_batches_and_fails_a_batch_with_one_bad_record()
         assert checker.wait_ready(30)
         t1 = checker.add([batch(good), batch(good, bad), wrong_id])
         t2 = checker.add([batch(good, good)])
-        assert checker.verdicts(t1) == [True, False, False]
-        assert checker.verdicts(t2) == [True]
+        fields = record_fields(decode_record(good).fields)
+        assert checker.verdicts(t1) == [[fields], None, None]
+        assert checker.verdicts(t2) == [[fields, fields]]
     # the same verdicts in this process
     frame = b"".join(recordcheck._U32.pack(n) for n in (1, 1)) + ids.record_id(bad) + recordcheck._U32.pack(len(bad)) + bad
-    assert recordcheck.check_frame(frame) == b"\x00"
+    assert recordcheck.check_frame(frame) == [None]
 
 
 def test_a_checker_whose_child_is_gone_says_so():
@@ -179,3 +181,53 @@ def test_a_child_is_started_only_for_a_read_large_enough_to_repay_it(many, monke
     assert opened(START_SEGMENTS=1000, START_BYTES=64 << 20) == 0  # (71 segments of a few KB)
     assert opened(START_SEGMENTS=50, START_BYTES=64 << 20) == 1
     assert opened(START_SEGMENTS=1000, START_BYTES=20_000) == 1
+
+
+_ROW = ("id, batch, idx, compartment, writer, author, kind, type, key, class, effective, ts, conversation, role, text, "
+        "raw, has_refs, erased, import_key, lamport, valid, reason, hidden")
+
+
+def test_batches_the_child_checked_are_staged_from_what_it_read_as_this_process_stages_them(new_vault, monkeypatch):
+    """The child sends back, with its verdict, what the local state stores of each record it checked
+    (camillo.rowfields.record_fields); the reader stages a batch without a control record from that,
+    without decoding its records again.  Every row and reference is what a read checking everything
+    here stores: messages in conversations, a conversation's title, a fact and its new value (pred),
+    a fact with sources, an import key, an erased record."""
+    from camillo.session import reader as reader_mod
+
+    path, vault, _ = new_vault
+    first = vault.append([NewRecord(type="message", text="hello", conversation="c1", role="user"),
+                          NewRecord(type="conversation", title="Trip planning", conversation="c1")]).written
+    city = vault.append([NewRecord(type="fact", key="user/city", value="Porto", sources=[first[0]])]).written
+    vault.append([NewRecord(type="fact", key="user/city", value="Lisbon")])
+    vault.append([NewRecord(type="message", text=f"line {i}", conversation="c2", role="assistant",
+                            meta={"import": f"chat-{i}"}) for i in range(40)])
+    gone = vault.append([NewRecord(type="message", text="to be erased", conversation="c2", role="user")]).written
+    vault.erase(gone)
+    assert city
+    vault.lock()
+
+    def rows(force):
+        monkeypatch.setattr(segread, "FORCE", force)
+        decoded: list[bytes] = []
+        real, real_decode = reader_mod.validated_record, reader_mod.decode_record
+        monkeypatch.setattr(reader_mod, "validated_record", lambda raw, rid: decoded.append(raw) or real(raw, rid))
+        monkeypatch.setattr(reader_mod, "decode_record", lambda raw, **kw: decoded.append(raw) or real_decode(raw, **kw))
+        v = Vault.open(path, Unlock.passphrase(PASSPHRASE), register=False, cache=False)
+        try:
+            db = v.session.reader.materialized.db
+            return (db.execute(f"SELECT {_ROW} FROM records ORDER BY id").fetchall(),
+                    sorted(db.execute("SELECT record, ref, how FROM refs").fetchall()),
+                    v.session.reader.checked_apart, len(decoded))
+        finally:
+            v.lock()
+
+    here, apart = rows(False), rows(True)
+    assert apart[2] > 0, "the child checked the batches"
+    assert here[0] == apart[0] and here[1] == apart[1]
+    assert len(here[0]) > 40 and any(r[14] == "Trip planning" for r in here[0]) and here[1]
+    assert any(r[17] == 1 for r in here[0]), "the erased record's row"
+    control = {r[1] for r in here[0] if r[6] in CONTROL_KINDS}
+    plain = sum(1 for r in here[0] if r[1] not in control and r[15] is not None)
+    assert here[3] >= sum(1 for r in here[0] if r[15] is not None)  # (no child: every record decoded here)
+    assert plain > 40 and apart[3] <= here[3] - plain, "the batches without a control record were not decoded here"

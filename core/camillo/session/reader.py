@@ -27,7 +27,7 @@ from .. import cache as cache_mod
 from .. import encoding, envelopes, ids, keys, segments
 from ..cache import Cache, Connection, DatabaseError
 from ..changes import Changes
-from ..control import BatchView, Roster, build_roster, grant_trust
+from ..control import BatchView, Roster, build_roster
 from ..erased import purge
 from ..errors import StorageError, VaultError
 from ..log import (
@@ -40,7 +40,7 @@ from ..log import (
 )
 from ..memos import EnvelopeMemo, SignatureMemo
 from ..names import kind_of
-from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256, verify_signature
+from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256
 from ..records import (
     Batch,
     Record,
@@ -48,11 +48,13 @@ from ..records import (
     validated_record,
     verify_batch_signature,
 )
+from ..rowfields import Fields, plain_fields
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
 from . import copies, listing, resume, segread
 from .changed import control_changes
+from .grantchain import trusted_epoch_keys
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
@@ -594,34 +596,22 @@ class Reader:
         return (chained and self.follow_grant_chain()) or found
 
     def follow_grant_chain(self) -> bool:
-        """An append grant cannot read the roster: it trusts the epoch keys signed by the owners its
-        grant file names, or by an owner certified by them, in a chain of certificates delivered to
-        it (spec §16.2; :func:`~camillo.control.grant_trust`), so nobody else (say, a reader of the
-        compartment, or a revoked device) can make it seal to a key of theirs.  The epoch public keys
-        it holds are recomputed from every such envelope read; True when they changed."""
+        """The epoch public keys an append grant holds, recomputed from every envelope of its chain
+        of trust read (:mod:`camillo.session.grantchain`); True when they changed."""
         if self.grant_trusted is None:
             return False
-        kinds = envelopes.EnvelopeKind
-        held = [self.grant_chain[n] for n in sorted(self.grant_chain)]
-        trusted = grant_trust(self.vault_id, self.grant_trusted,
-                              [p.key for p in held if p.kind == kinds.OWNER_CERT],
-                              [(p.key, p.signatures, p.message) for p in held if p.kind == kinds.OWNER_REVOKED])
+        good, untrusted = trusted_epoch_keys(self.vault_id, self.grant_trusted, self.grant_chain)
         before = dict(self.keyring.epoch_publics)
         for ref in before:
             self.keyring.envelope_sources.pop(ref, None)
         self.keyring.epoch_publics.clear()
-        for p in held:
-            if p.kind != kinds.EPOCH_PUBLIC:
-                continue
-            if any(isinstance(s, list) and len(s) == 3 and isinstance(s[0], bytes) and s[0] in trusted
-                   and type(s[1]) is int and isinstance(s[2], bytes)
-                   and verify_signature(s[1], trusted[s[0]], p.message, s[2]) for s in p.signatures):
-                self.segment_problems.pop(p.file, None)
-                self.keyring.learn(p)
-            else:
-                self.segment_problems[p.file] = Problem(
-                    "untrusted", p.file, f"envelope {p.file} gives an epoch key signed by no owner this grant "
-                    "trusts; it is not used")
+        for p in good:
+            self.segment_problems.pop(p.file, None)
+            self.keyring.learn(p)
+        for file in untrusted:
+            self.segment_problems[file] = Problem(
+                "untrusted", file, f"envelope {file} gives an epoch key signed by no owner this grant trusts; "
+                "it is not used")
         return self.keyring.epoch_publics != before
 
     def read_segment(self, name: str) -> list[bytes]:
@@ -633,10 +623,8 @@ class Reader:
         """What :meth:`read_segment` returns for a segment this actor has just sealed and written,
         taken from the batches it sealed: no read, no decryption, and no signature check (they are
         its own, just made; its name, the hash of bytes sealed under a fresh key, is new).
-        ``encoded_here``: every record was built by :func:`~camillo.records.encode_record` in this
-        process, which checked its map as :func:`~camillo.records.decode_record` checks a record
-        read, and encoded it deterministically: not decoded and checked again (a tenth of an
-        import's time)."""
+        ``encoded_here``: every record was built by :func:`~camillo.records.encode_record`, which
+        checks a map as decode_record does: not checked again (a tenth of an import)."""
         checked = [True] * len(batches) if encoded_here else None
         added = self.add_segment(name, compartment_id, epoch_id, batches, checked, new=True)  # (this writer's next)
         for bid in added:
@@ -644,9 +632,11 @@ class Reader:
         return added
 
     def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
-                    checked: Sequence[bool] | None = None, *, new: bool = False) -> list[bytes]:
-        """Take a segment's batches (``checked[i]``: every record of ``batches[i]`` was decoded and
-        checked already, by :mod:`camillo.recordcheck`; ``new``: none of them can be held already)."""
+                    checked: Sequence[bool] | None = None, fields: Sequence[list[Fields] | None] | None = None,
+                    *, new: bool = False) -> list[bytes]:
+        """Take a segment's batches (``checked[i]``: every record of ``batches[i]`` was checked, by
+        :mod:`camillo.recordcheck` or this process's encoder; ``fields[i]``: what the child read of
+        them, which a plain batch is staged from; ``new``: none of them can be held already)."""
         added: list[bytes] = []
         rows: list[tuple[Any, ...]] = []  # (their rows, one statement for the segment's batches)
         for i, batch in enumerate(batches):
@@ -659,8 +649,9 @@ class Reader:
                 self._store_batches(rows)
                 copies.offer(self, name, existing, batch)
                 continue
+            read = plain_fields(batch.records, fields[i]) if fields is not None else None
             try:
-                records: list[Record | None] = [
+                records: list[Record | None] = [] if read is not None else [
                     None if raw is None else validated_record(raw, rid) if checked is not None and checked[i]
                     else decode_record(raw, expected_id=rid) for rid, raw in zip(batch.header.records, batch.records)]
             except VaultError as exc:
@@ -677,7 +668,10 @@ class Reader:
                 self.batches.add(batch.id, view)
             else:
                 self.batches[batch.id] = view
-            self.materialized.stage(view, records)
+            if read is None:
+                self.materialized.stage(view, records)
+            else:  # (staged from what the child read: not decoded here again)
+                self.materialized.stage_fields(view, read, batch.records)
             rows.append((batch.id, name, epoch_id,  # (checked when decoded: encoded without a walk)
                          encoding.encode_own([batch.header_bytes, [list(x) for x in batch.sigs]]),
                          encoding.encode_own([r.raw if r is not None else None for r in view.records]),

@@ -25,6 +25,7 @@ from .. import recordcheck, segments
 from ..cache import Cache, DatabaseError, is_scratch
 from ..errors import StorageError, VaultError
 from ..records import Batch
+from ..rowfields import Fields
 from ..state import State
 from ..storage import FolderShelf, PackShelf, hash_matches
 from ..values import Problem
@@ -57,7 +58,8 @@ class Reader(Protocol):
     segment_batches: MutableMapping[str, list[bytes]]
 
     def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
-                    checked: Sequence[bool] | None = None) -> list[bytes]: ...
+                    checked: Sequence[bool] | None = None,
+                    fields: Sequence[list[Fields] | None] | None = None) -> list[bytes]: ...
 
 
 def _cores() -> int:
@@ -186,5 +188,7 @@ def _take(reader: Reader, checker: recordcheck.RecordChecker | None, item: Held)
         verdicts = checker.verdicts(ticket) if checker is not None else None
     except recordcheck.CheckerGone:
         verdicts = None
-    reader.checked_apart += sum(verdicts or ())
-    return reader.add_segment(name, compartment_id, epoch_id, batches, verdicts)
+    if verdicts is None:
+        return reader.add_segment(name, compartment_id, epoch_id, batches)
+    reader.checked_apart += sum(v is not None for v in verdicts)
+    return reader.add_segment(name, compartment_id, epoch_id, batches, [v is not None for v in verdicts], verdicts)
