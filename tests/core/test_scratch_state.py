@@ -62,6 +62,24 @@ def test_a_large_read_without_local_state_goes_to_an_encrypted_scratch_database_
     assert not os.path.exists(os.path.dirname(file)), "the scratch database outlived its session"
 
 
+
+def test_a_large_read_of_a_vmem_file_goes_to_a_scratch_database_too(new_vault, tmp_path, small_limit):
+    """A ``.vmem`` file's shelf knows its entries' sizes (PackShelf.size): a large read of one goes to
+    a scratch database as a folder's does, not to memory (it said None, so a packed vault of a
+    million records was read into memory)."""
+    from camillo.transport import pack_vault
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    with _open(path, cache=False, register=False) as v:
+        expected = fingerprint(v)
+    packed = str(tmp_path / "v.vmem")
+    pack_vault(path, packed)
+    with _open(packed, cache=False, register=False) as v:
+        assert cache.is_scratch(v.session.materialized.cache_db)
+        assert fingerprint(v) == expected
+
 def test_a_scratch_database_a_killed_process_left_is_deleted_by_the_next(new_vault, small_limit):
     path, vault, _ = new_vault
     _fill(vault)
