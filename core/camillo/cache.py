@@ -73,6 +73,11 @@ PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays
 # ... while a refresh reads many segments (a merge, a month of another device's batches), until its
 # commit: their rows go to random pages of the indexes of ids (30,000 pages for a merge of 5,000)
 WIDE_PAGE_CACHE_KIB = 128 * 1024
+# ... and while a cold load writes a vault's rows into an empty state, as wide as the index of ids they
+# make (about 55 bytes a row, less than half of this), from 32 MiB up to WIDE_PAGE_CACHE_KIB: a load of
+# a million records held 128 MiB of pages at its peak, of which about 40 MiB it never read again
+LOAD_CACHE_BYTES_PER_ROW = 96
+LOAD_CACHE_MIN_KIB = 32 * 1024
 WIDE_SEGMENTS = 1000  # from this many segments read at once
 AUTOCHECKPOINT_PAGES = 1000  # SQLite's default: a commit that leaves a longer log copies it (wal_autocheckpoint)
 _EXPORTING = ".exporting"

@@ -39,6 +39,8 @@ import cbor2
 from . import encoding
 from .cache import (
     AUTOCHECKPOINT_PAGES,
+    LOAD_CACHE_BYTES_PER_ROW,
+    LOAD_CACHE_MIN_KIB,
     PAGE_CACHE_KIB,
     SEARCH_BODY,
     SEARCH_KEY,
@@ -124,6 +126,8 @@ class State:
         self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
         self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (defer_indexes)
         self._presumed = False  # rows are written valid until a validity pass over every record (loading)
+        self._load_rows = 0  # rows a wide cold load wrote so far, and its page cache (KiB; not one: <= 0)
+        self._load_kib = 0
         # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
         self._forgotten: set[bytes] = set()
         self._forgotten_keys: set[tuple[bytes, str]] = set()
@@ -147,6 +151,8 @@ class State:
         self._roster, self._views = roster, views
 
     # ------------------------------------------------------------------------------- ingest
+
+    _FLUSH_ROWS = 20_000  # staged rows written at once
 
     def stage(self, view: BatchView, records: Sequence[Record | None]) -> None:
         """Store a newly decrypted batch's records (not yet counted: materialize decides)."""
@@ -186,7 +192,7 @@ class State:
             self._inert.add(bid)  # (an append's: keyless notes and control records without references)
         self._rows += rows  # (buffered: one statement per table for many batches; an open stages thousands)
         self._refs += refs
-        if len(self._rows) >= 20_000:
+        if len(self._rows) >= self._FLUSH_ROWS:
             self.flush()
 
     @property
@@ -211,8 +217,20 @@ class State:
             yield
             return
         self._presumed = True
+        if self._wide:  # (its page cache grows with the rows written: _load_cache)
+            self._load_rows, self._load_kib = 0, 0
+            self._load_cache()
         with indexes_deferred(self._db, self._loaded, self.defer_indexes):
             yield
+
+    def _load_cache(self) -> None:
+        """A wide cold load's page cache: :data:`~camillo.cache.LOAD_CACHE_BYTES_PER_ROW` for each row
+        written so far (the index of ids its rows go to at random pages, with room to spare), from
+        :data:`~camillo.cache.LOAD_CACHE_MIN_KIB` up to :data:`~camillo.cache.WIDE_PAGE_CACHE_KIB`."""
+        kib = min(WIDE_PAGE_CACHE_KIB, max(LOAD_CACHE_MIN_KIB, self._load_rows * LOAD_CACHE_BYTES_PER_ROW >> 10))
+        if kib != self._load_kib:
+            self._load_kib = kib
+            self._db.execute(f"PRAGMA cache_size = -{kib}")
 
     def _loaded(self) -> None:
         """A cold load's last rows are written: its page cache is narrowed again (``_wide`` stays, for
@@ -220,6 +238,7 @@ class State:
         and the validity pass after it read the table in order, and each build sorts its entries in
         memory beside the cache (at a million records the open's peak memory, 704 -> 616 MiB)."""
         self.flush()
+        self._load_kib = -1  # (grown no more)
         self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         self._db.execute("PRAGMA shrink_memory")
 
@@ -252,6 +271,9 @@ class State:
             rows,
         )
         self._db.executemany("INSERT INTO refs(record, ref, how) VALUES(?,?,?)", refs)
+        if self._load_kib > 0:  # (a wide cold load's rows: its page cache grows with them)
+            self._load_rows += len(rows)
+            self._load_cache()
 
     # The full-text index is built when first needed (a search, closing, a deletion), not by an open.
     _INDEX_CHUNK = 50_000  # It indexes a PUT's or a NOTE's text, key and type (runs of spaces are ignored).

@@ -137,8 +137,9 @@ def test_an_installation_whose_cache_cannot_be_written_reads_in_memory(new_vault
 def test_a_large_cold_load_into_the_local_state_widens_its_page_cache_until_the_commit(new_vault, monkeypatch):
     """A registered device without its local state (deleted, damaged) loads every segment into a new
     one: from SCRATCH_SEGMENT_BYTES of segments its page cache is wide while its rows are written (they
-    go to random pages of the index of ids), narrow again once they are (State._loaded), and its commit
-    is a wide one (the checkpoint left to a thread of its own); a small load keeps the narrow one."""
+    go to random pages of the index of ids: at least LOAD_CACHE_MIN_KIB, growing with the rows), narrow
+    again once they are (State._loaded), and its commit is a wide one (the checkpoint left to a thread of
+    its own); a small load keeps the narrow one."""
     from camillo import state as state_mod
 
     path, vault, _ = new_vault
@@ -160,7 +161,7 @@ def test_a_large_cold_load_into_the_local_state_widens_its_page_cache_until_the_
 
     monkeypatch.setattr(state_mod.State, "commit", commit)
     monkeypatch.setattr(state_mod.State, "_loaded", last_rows)
-    for limit, expected in ((1 << 40, -cache.PAGE_CACHE_KIB), (1, -cache.WIDE_PAGE_CACHE_KIB)):
+    for limit, expected in ((1 << 40, -cache.PAGE_CACHE_KIB), (1, -cache.LOAD_CACHE_MIN_KIB)):
         monkeypatch.setattr(cache, "SCRATCH_SEGMENT_BYTES", limit)
         for f in glob.glob(store + "*"):
             os.remove(f)
@@ -172,7 +173,7 @@ def test_a_large_cold_load_into_the_local_state_widens_its_page_cache_until_the_
             assert sizes == [expected]
             assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB  # (narrowed after the rows)
             v.session.materialized.commit()
-            assert wide[0] == (expected == -cache.WIDE_PAGE_CACHE_KIB)
+            assert wide[0] == (limit == 1)
             assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB  # (narrow again)
 
 

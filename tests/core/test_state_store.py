@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import os
 import random
 import shutil
@@ -154,7 +155,7 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
         assert dropped and dropped[0] == wanted  # dropped during the load
         assert loaded[0] == validity  # those over validity not yet built when the load ends
         assert wanted <= indexes(v.session.materialized.db)  # and all built once it was computed
-        assert widths == [(-cache.WIDE_PAGE_CACHE_KIB, -cache.PAGE_CACHE_KIB)]
+        assert widths == [(-cache.LOAD_CACHE_MIN_KIB, -cache.PAGE_CACHE_KIB)]  # (a small load's: the least)
         deferred = fingerprint(v)
     monkeypatch.setattr(state_mod, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
@@ -1829,3 +1830,39 @@ def test_the_search_index_of_rows_not_in_time_order_is_written_as_one_segment():
     assert _fts5_segments(state.db) == 1
     assert {r for (r,) in state.db.execute("SELECT rowid FROM search WHERE search MATCH 'note'")} == {
         (ts << 30) | row for row, ts in state.db.execute("SELECT rowid, ts FROM records")}
+
+
+def test_a_cold_loads_page_cache_grows_with_the_rows_it_writes_up_to_the_wide_one(new_vault, monkeypatch):
+    """A wide cold load's page cache holds the index of ids its rows go to at random pages: it starts
+    at LOAD_CACHE_MIN_KIB and grows by LOAD_CACHE_BYTES_PER_ROW for each row written, never past
+    WIDE_PAGE_CACHE_KIB (128 MiB held from the first row was 30 MiB of a million records' peak it never
+    needed), and is narrowed once the rows are written; the state is the one a load gives."""
+    from camillo import cache
+    from camillo import state as state_mod
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        expected = fingerprint(v)
+    per_row = (cache.WIDE_PAGE_CACHE_KIB << 10) // 12  # (the widest after 12 rows)
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 1)  # (this small load is a wide one)
+    monkeypatch.setattr(state_mod.State, "_FLUSH_ROWS", 4)
+    monkeypatch.setattr(state_mod, "LOAD_CACHE_BYTES_PER_ROW", per_row)
+    widths: list[tuple[int, int]] = []  # (rows written, page cache) after each write of rows
+    real_flush = state_mod.State.flush
+
+    def flush(self):
+        real_flush(self)
+        widths.append((self._load_rows, self._db.execute("PRAGMA cache_size").fetchone()[0]))
+
+    monkeypatch.setattr(state_mod.State, "flush", flush)
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        assert v.session.materialized.db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB
+        assert fingerprint(v) == expected
+    during = list(itertools.takewhile(lambda e: e[1] != cache.PAGE_CACHE_KIB,  # (until it was narrowed)
+                                      [(rows, -width) for rows, width in widths if rows]))
+    assert len(during) > 3 and during[-1][0] > 12
+    for rows, kib in during:
+        assert kib == min(cache.WIDE_PAGE_CACHE_KIB, max(cache.LOAD_CACHE_MIN_KIB, rows * per_row >> 10))
+    assert during[0][1] < cache.WIDE_PAGE_CACHE_KIB == during[-1][1]
