@@ -476,7 +476,7 @@ class Cache:
         """A new, empty database (any previous one is deleted first), under a new random page key."""
         self._delete_files()
         try:
-            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            make_dirs_durable(os.path.dirname(self.path), mode=0o700)
             self._seal_key(random_bytes(KEY_LEN))
             db = self._connect()
             db.execute("CREATE TABLE cache_meta(key TEXT PRIMARY KEY, value BLOB)")
@@ -492,7 +492,7 @@ class Cache:
         self._delete_files()
         staged = self.path + _EXPORTING  # complete before it takes the database's name: a process killed
         try:                              # while exporting leaves no half-made database to be resumed
-            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            make_dirs_durable(os.path.dirname(self.path), mode=0o700)
             self._seal_key(random_bytes(KEY_LEN))
             source.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             source.commit()
@@ -523,7 +523,7 @@ class Cache:
         meanwhile leaves either the old database (deleted with the old key) or this one, complete."""
         self._delete_files()
         try:
-            make_dirs_durable(os.path.dirname(self.path), 0o700)
+            make_dirs_durable(os.path.dirname(self.path), mode=0o700)
             db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             db.commit()
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # the whole database in its main file
@@ -581,7 +581,7 @@ class Cache:
             return True
         directory = os.path.dirname(self.path)
         try:
-            make_dirs_durable(directory, 0o700)
+            make_dirs_durable(directory, mode=0o700)
             fd = os.open(os.path.join(directory, "state.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             return False  # a read-only home: work in memory

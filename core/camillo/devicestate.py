@@ -201,7 +201,7 @@ class DeviceStateStore:
                 self._held -= 1
             return
         try:
-            make_dirs_durable(os.path.dirname(self.path), 0o700)  # (the copies' entries need it durable)
+            make_dirs_durable(os.path.dirname(self.path), mode=0o700)  # (the copies' entries need it durable)
         except OSError as exc:
             raise StorageError(f"cannot make the directory of local state {self.path}: {exc.strerror}") from None
         fd = os.open(os.path.join(os.path.dirname(self.path), "write.lock"), os.O_RDWR | os.O_CREAT, 0o600)

@@ -66,7 +66,7 @@ def atomic_write(path: str, data: bytes | Iterable[bytes], mode: int = 0o600) ->
     """Replace ``path`` durably with ``data`` (bytes, or pieces written one after the other)."""
     directory = os.path.dirname(path)
     try:
-        make_dirs_durable(directory, 0o700)
+        make_dirs_durable(directory, mode=0o700)
         tmp = os.path.join(directory, f".tmp-{random_bytes(8).hex()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
@@ -200,7 +200,7 @@ class VaultLocal:
         another process holds it.  The lock goes with the process, so a crashed one holds nothing."""
         path = os.path.join(self.dir, "operation.lock")
         try:
-            make_dirs_durable(self.dir, 0o700)
+            make_dirs_durable(self.dir, mode=0o700)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(f"cannot write this installation's local state {path} ({exc.strerror}): make it "

@@ -62,6 +62,7 @@ from .errors import (
 )
 from .localstate import data_root
 from .names import kind_of
+from .packshelf import PackShelf, open_shelf
 from .s3direct import DirectRequests
 from .s3listing import lean_listing, timestamp
 from .s3location import ENDPOINT_ENV as ENDPOINT_ENV  # re-exported
@@ -73,11 +74,9 @@ from .s3location import with_endpoint as with_endpoint  # re-exported
 from .storage import (
     DIRECTORIES,
     FolderShelf,
-    PackShelf,
     content_hash_of,
     hash_matches,
     make_dirs_durable,
-    open_shelf,
 )
 from .storepacks import StorePacks
 
@@ -319,9 +318,7 @@ class ObjectShelf(FolderShelf):
         if create:
             shutil.rmtree(root, ignore_errors=True)  # a mirror of an earlier vault at this place
         try:
-            make_dirs_durable(root, 0o700)
-            for d in DIRECTORIES:
-                make_dirs_durable(os.path.join(root, d), 0o700)
+            make_dirs_durable(root, *(os.path.join(root, d) for d in DIRECTORIES), mode=0o700)
         except OSError as exc:
             raise StorageError(f"cannot create the local mirror {root} of {self.store.display}: {exc.strerror}") from None
         super().__init__(root)

@@ -109,8 +109,7 @@ class FolderShelf:
                     raise StorageError(f"{self.location} already holds a vault; choose an empty folder" if os.path.exists(
                         os.path.join(self.location, "VMEM")) else f"{self.location} holds part of a vault (files but no "
                         "VMEM descriptor: an unpack or a copy cut short?); choose an empty folder, or delete this one")
-                for d in DIRECTORIES:
-                    make_dirs_durable(os.path.join(self.location, d))
+                make_dirs_durable(*(os.path.join(self.location, d) for d in DIRECTORIES))
             except OSError as exc:
                 raise StorageError(f"cannot create the vault folder {self.location}: {exc.strerror}") from None
         elif not os.path.isdir(self.location):
@@ -611,8 +610,7 @@ class FolderShelf:
                 if whole is not None and directories:
                     whole(directories)
                 else:
-                    for directory in sorted(directories):
-                        fsync_dir(directory)
+                    fsync_dirs(directories)
             except OSError as exc:
                 raise StorageError(f"cannot write to {exc.filename or self.location}: {exc.strerror}") from None
 
@@ -667,8 +665,8 @@ class FolderShelf:
         0.15 s)."""
         if not files:
             return []
-        for directory in sorted({os.path.dirname(self._path(name)) for name, _ in files}):
-            make_dirs_durable(directory)  # before the threads: each made (and its parent synced) once
+        # (before the threads: each made, and the parents of those made synced, once)
+        make_dirs_durable(*sorted({os.path.dirname(self._path(name)) for name, _ in files}))
         staged: builtins.list[tuple[str, str]] = []
         failure: BaseException | None = None
         with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(files))) as pool:
@@ -820,77 +818,38 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def make_dirs_durable(directory: str, mode: int = DIRECTORY_MODE) -> None:
-    """``os.makedirs`` whose result survives a power cut: a new directory's entry lives in its
-    parent, so each directory created here is followed by an fsync of its parent (POSIX makes a
-    directory entry durable only then; a file fsynced inside a directory that is not is lost)."""
-    missing = []
-    d = os.path.abspath(directory)
-    while not os.path.isdir(d):
-        missing.append(d)
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, mode)
-        except FileExistsError:
-            pass  # another process made it; its entry may not be durable yet, so fsync anyway
-        fsync_dir(os.path.dirname(d))
+def make_dirs_durable(*directories: str, mode: int = DIRECTORY_MODE) -> None:
+    """``os.makedirs`` of each, whose result survives a power cut: a new directory's entry lives in
+    its parent, so the parent of each directory created here is fsynced, once, before this returns
+    (POSIX makes a directory entry durable only then; a file fsynced inside a directory that is not
+    is lost).  A key change's segments go to new directories of one parent: one fsync, not one each."""
+    parents: set[str] = set()
+    for directory in directories:
+        missing = []
+        d = os.path.abspath(directory)
+        while not os.path.isdir(d):
+            missing.append(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, mode)
+            except FileExistsError:
+                pass  # another process made it; its entry may not be durable yet, so fsync anyway
+            parents.add(os.path.dirname(d))
+    fsync_dirs(parents)
 
 
-class PackShelf:
-    """A ``.vmem`` file opened read-only: every entry is readable under its folder name."""
-
-    writable = False
-
-    def __init__(self, path: str) -> None:
-        self.location = os.path.abspath(path)
-        self._reader = PackReader(self.location)
-
-    def list(self) -> list[str]:
-        return sorted(e.name for e in self._reader.entries)
-
-    def changes(self) -> tuple[set[str], set[str], set[str]]:
-        """As :meth:`FolderShelf.changes`: a .vmem file never changes once open."""
-        names = {e.name for e in self._reader.entries}
-        first = not getattr(self, "_listed", False)
-        self._listed = True
-        return names, (set(names) if first else set()), set()
-
-    def exists(self, name: str) -> bool:
-        return name in self._reader.by_name
-
-    def size(self, name: str) -> int | None:
-        """The packed file's length in bytes (what a read of it weighs: whether it goes to a scratch
-        database and is checked in a child process, :mod:`camillo.session.segread`), or None if the
-        file holds no such entry.  Nothing is ever compacted in a ``.vmem`` file: it is read-only."""
-        entry = self._reader.by_name.get(name)
-        return None if entry is None else entry.length
-
-    def read(self, name: str) -> bytes:
-        try:
-            return self._reader.read(name)
-        except KeyError:
-            raise FileNotFoundError(name) from None
-
-    def write(self, name: str, data: bytes) -> bool:
-        raise ReadOnlyVault(f"{os.path.basename(self.location)} is a .vmem file and opens read-only; unpack it to change it")
-
-    def delete(self, name: str) -> None:
-        self.write(name, b"")
-
-    def after_write(self, *, all_due: bool = False) -> None:
-        """Nothing: a ``.vmem`` file is never written."""
-
-    def close(self) -> None:
-        self._reader.close()
-
-
-def open_shelf(path: str) -> FolderShelf | PackShelf:
-    if os.path.isdir(path):
-        return FolderShelf(path)
-    if os.path.isfile(path):
-        return PackShelf(path)
-    raise NotAVault(f"{path} does not exist; give a vault folder or a .vmem file")
+def fsync_dirs(directories: Iterable[str]) -> None:
+    """:func:`fsync_dir` of each, at once on several threads when there are several (each waits on
+    the disk, not the processor: a key change syncs a dozen directories one after the other)."""
+    todo = sorted(set(directories))
+    if len(todo) < 2:
+        for directory in todo:
+            fsync_dir(directory)
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(todo))) as pool:
+        for job in [pool.submit(fsync_dir, directory) for directory in todo]:
+            job.result()  # (the first failure raised once all are done)

@@ -11,7 +11,7 @@ import stat
 import time
 
 import pytest
-from camillo import bulksync, descriptor, encoding, packs, storage
+from camillo import bulksync, descriptor, encoding, packs, packshelf, storage
 from camillo.errors import DamagedFile, NotAVault, ReadOnlyVault, StorageError, UnsupportedVersion
 from camillo.primitives import sha256
 from hypothesis import HealthCheck, given, settings
@@ -451,7 +451,7 @@ def test_open_missing_folder(tmp_path):
     with pytest.raises(NotAVault):
         storage.FolderShelf(str(tmp_path / "nope"))
     with pytest.raises(NotAVault):
-        storage.open_shelf(str(tmp_path / "nope"))
+        packshelf.open_shelf(str(tmp_path / "nope"))
 
 
 def test_write_read_exists_delete(shelf):
@@ -608,6 +608,25 @@ def test_stage_all_stages_files_together_with_each_directory_synced_once_and_lea
         shelf.stage_all(more)
     assert not [f for f in _all_files(shelf.location) if "/.tmp-" in f], "a failed stage_all left temp files"
 
+
+
+def test_stage_all_into_new_directories_syncs_their_parent_once(shelf, monkeypatch):
+    """A key change's segments go to new directories of one parent: each new directory's entry is
+    made durable by one fsync of that parent, not one per directory, before anything is staged in
+    it; each new directory is then synced once for the files staged in it."""
+    entries = [seg_entry(700 + i, 300) for i in range(6)]
+    dirs = {os.path.join(shelf.location, os.path.dirname(n)) for n, _ in entries}
+    parents = {os.path.dirname(d) for d in dirs}
+    assert len(dirs) > 1 and len(parents) == 1 and not any(os.path.isdir(d) for d in dirs)
+    synced: list[str] = []
+    real = storage.fsync_dir
+    monkeypatch.setattr(storage, "fsync_dir", lambda d: (synced.append(d), real(d)))
+    staged = shelf.stage_all(entries)
+    assert sorted(synced) == sorted(parents | dirs)  # (each once: the parent for all of its new directories)
+    assert synced.index(next(iter(parents))) < min(synced.index(d) for d in dirs)
+    for name, tmp in staged:
+        assert shelf.commit(name, tmp)
+    assert all(shelf.read(n) == d for n, d in entries)
 
 def test_write_all_of_many_files_syncs_their_file_system_once_before_any_name_appears(shelf, monkeypatch):
     """From SYNC_WHOLE_FILES files on (a merge's copies), where the system has syncfs(2) (Linux 5.8 and
@@ -888,9 +907,9 @@ def test_pack_shelf_is_read_only(tmp_path):
     entries = [DESC, seg_entry(80), env_entry(81)]
     path = tmp_path / "v.vmem"
     path.write_bytes(pack_bytes(entries))
-    shelf = storage.open_shelf(str(path))
+    shelf = packshelf.open_shelf(str(path))
     try:
-        assert isinstance(shelf, storage.PackShelf)
+        assert isinstance(shelf, packshelf.PackShelf)
         assert shelf.list() == sorted(n for n, _ in entries)
         for name, data in entries:
             assert shelf.exists(name) and shelf.read(name) == data
@@ -903,7 +922,7 @@ def test_pack_shelf_is_read_only(tmp_path):
             shelf.delete(entries[1][0])
     finally:
         shelf.close()
-    folder = storage.open_shelf(str(tmp_path))
+    folder = packshelf.open_shelf(str(tmp_path))
     assert isinstance(folder, storage.FolderShelf)
     folder.close()
 
@@ -912,4 +931,4 @@ def test_pack_shelf_on_garbage(tmp_path):
     path = tmp_path / "junk.vmem"
     path.write_bytes(b"not a pack at all, just some text" * 10)
     with pytest.raises(NotAVault, match="does not start with VMEMPACK"):
-        storage.open_shelf(str(path))
+        packshelf.open_shelf(str(path))

@@ -372,10 +372,10 @@ def test_a_folder_that_is_not_a_vault_shows_a_specific_message(qtbot, client, tm
 
 
 def test_a_vmem_of_a_newer_format_shows_a_specific_message(qtbot, client, demo_vault, tmp_path):
-    from camillo import descriptor, storage
+    from camillo import descriptor, packshelf, storage
     from camillo.packs import write_pack
 
-    shelf = storage.open_shelf(demo_vault.path)
+    shelf = packshelf.open_shelf(demo_vault.path)
     entries = []
     for name in shelf.list():
         if storage.kind_of(name) in ("descriptor", "slot", "envelope", "segment"):

@@ -39,10 +39,11 @@ from ..errors import (
 from ..localstate import VaultLocal
 from ..log import Alert, CausalLog, check_memory
 from ..names import kind_of
+from ..packshelf import PackShelf
 from ..primitives import KdfParams, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
 from ..state import State
-from ..storage import FolderShelf, PackShelf
+from ..storage import FolderShelf
 from ..values import Notice, Problem
 from .grantfile import GrantFile
 from .keyring import KeyRing

@@ -40,6 +40,7 @@ from ..log import (
 )
 from ..memos import EnvelopeMemo, SignatureMemo
 from ..names import kind_of
+from ..packshelf import PackShelf
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256
 from ..records import (
     Batch,
@@ -50,7 +51,7 @@ from ..records import (
 )
 from ..rowfields import Fields, plain_fields
 from ..state import State
-from ..storage import FolderShelf, PackShelf, hash_matches
+from ..storage import FolderShelf, hash_matches
 from ..values import Problem
 from . import copies, listing, resume, segread
 from .changed import control_changes

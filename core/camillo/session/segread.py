@@ -24,10 +24,11 @@ from .. import cache as cache_mod
 from .. import recordcheck, segments
 from ..cache import Cache, DatabaseError, is_scratch
 from ..errors import StorageError, VaultError
+from ..packshelf import PackShelf
 from ..records import Batch
 from ..rowfields import Fields
 from ..state import State
-from ..storage import FolderShelf, PackShelf, hash_matches
+from ..storage import FolderShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
 

@@ -44,8 +44,9 @@ from ..errors import (
     WrongCredential,
 )
 from ..objectstore import open_location
+from ..packshelf import PackShelf
 from ..primitives import CryptoFailure, KdfParams, SecretBytes
-from ..storage import FolderShelf, PackShelf
+from ..storage import FolderShelf
 from ..values import Notice, Unlock
 from .core import Session
 from .grantfile import read_grant_file
