@@ -605,6 +605,15 @@ def _shared(value: bytes) -> bytes:
     return held
 
 
+def _decoded_header(m: dict[int, Any], deps: Sequence[bytes], frontier: dict[bytes, int], records: Iterable[bytes],
+                    heads: dict[bytes, dict[bytes, int]]) -> BatchHeader:
+    """A header decoded from map ``m`` (checked, or stored by this installation), its repeated ids shared
+    and its record ids held as one byte string."""
+    return BatchHeader(_shared(m[H.VAULT]), _shared(m[H.COMPARTMENT]), _shared(m[H.WRITER]), m[H.SEQ], m.get(H.PREV),
+                       tuple(deps), {_shared(w): s for w, s in frontier.items()}, RecordIds(records), m[H.TS],
+                       tuple(m[H.SIG_ALGS]), heads)
+
+
 def _header_from_map(m: Any) -> BatchHeader:
     version = m.get(H.V) if isinstance(m, dict) else None
     if type(version) is int and version > 1:
@@ -654,8 +663,7 @@ def _header_from_map(m: Any) -> BatchHeader:
     if not algs or any(type(a) is not int or a < 0 for a in algs):
         raise CanonicalError("sig_algs must list algorithm ids")
     heads = _heads(m.get(H.HEADS))
-    return BatchHeader(_shared(vault), _shared(comp), _shared(writer), seq, prev, tuple(deps),
-                       {_shared(w): s for w, s in frontier.items()}, RecordIds(records), ts, tuple(algs), heads)
+    return _decoded_header(m, deps, frontier, records, heads)
 
 
 MAX_HEADS_COMPARTMENTS = 256
@@ -747,9 +755,7 @@ def cached_batch(batch_id: bytes, header_bytes: bytes, sigs: Sequence[Sequence[A
     frontier = m[H.FRONTIER]
     if type(frontier) is not dict or type(m[H.SEQ]) is not int:
         raise TypeError("a stored batch header is not one this installation wrote")
-    header = BatchHeader(_shared(m[H.VAULT]), _shared(m[H.COMPARTMENT]), _shared(m[H.WRITER]), m[H.SEQ], m[H.PREV],
-                         tuple(m[H.DEPS]), {_shared(w): s for w, s in frontier.items()}, RecordIds(m[H.RECORDS]),
-                         m[H.TS], tuple(m[H.SIG_ALGS]), {c: dict(per) for c, per in heads.items()} if heads else {})
+    header = _decoded_header(m, m[H.DEPS], frontier, m[H.RECORDS], {c: dict(per) for c, per in heads.items()} if heads else {})
     return Batch(batch_id, header_bytes, header, tuple((a, s) for a, s in sigs), (None,) * len(header.records))
 
 

@@ -68,16 +68,13 @@ from .passes import (
     static_check,
 )
 from .records import CONTROL_KINDS, F, Kind, Record
-from .recordviews import FactView, RecordView, shown_ts, value_text
+from .recordviews import FactView, RecordView
 from .rowfields import Fields, record_fields
 
 SQLITE_INT_MAX = 2**63 - 1
 UNEXPLAINED = "removed without an erasure record"  # the reason of a null entry no applied ERASE names
 UNEXPLAINED_ROWS = "SELECT id, batch FROM records WHERE (valid = 0 OR hidden = 1) AND reason = ?"  # (its index)
-# a record's map keys and kinds as plain integers (State._view reads them for every record it shows)
-_KIND, _AUTHOR, _KEY, _VALUE, _CLASS = F.KIND, F.AUTHOR, F.KEY, F.VALUE, F.CLASS
-_PRED, _SOURCES, _TARGET, _META, _TS, _TYPE = F.PRED, F.SOURCES, F.TARGET, F.META, F.TS, F.TYPE
-_PUT, _NOTE = int(Kind.PUT), int(Kind.NOTE)
+_VALUE, _META, _NOTE = F.VALUE, F.META, int(Kind.NOTE)  # (as plain integers: read for every record)
 _KIND_NAMES = {int(k): k.name for k in Kind}
 # the fields a record's view knows (others are shown as unknown)
 _KNOWN_FIELDS = frozenset(int(f) for f in (F.V, F.KIND, F.AUTHOR, F.SALT, F.KEY, F.VALUE, F.CLASS, F.PRED, F.SOURCES,
@@ -571,24 +568,16 @@ class State:
                               (), (), None, {}, batch, "signature", False, reason, bool(hidden), True)
         # (the record's map read directly, as validated_record would give it: checked when first read)
         m: dict[int, Any] = cbor2.loads(raw)
-        rkind, value, rtype = m[_KIND], m.get(_VALUE), m.get(_TYPE)
-        conversation = role = None
-        if isinstance(value, dict):
-            c, r = value.get("conversation"), value.get("role")
-            conversation = c if isinstance(c, str) else None
-            role = r if isinstance(r, str) else None
-        text = value_text(value) if rkind in (_PUT, _NOTE) else ""
-        if rtype == "conversation" and isinstance(value, dict) and isinstance(value.get("title"), str):
-            text = value["title"]
+        # (its kind, text, conversation and role as the state stores them: camillo.rowfields)
+        _author, rkind, rtype, key, claimed, ts, conversation, role, text, pred, sources, target, _ = record_fields(m)
         kind_name = _KIND_NAMES.get(rkind) or f"UNKNOWN({rkind})"
         unknown = tuple(sorted(m.keys() - _KNOWN_FIELDS))
         return RecordView(
             id=rid, kind=rkind, kind_name=kind_name, type=rtype, compartment_id=comp,
             compartment=roster.compartment_name(comp), writer_id=writer, writer=writer_name,
-            writer_kind=writer_kind, ts=shown_ts(m.get(_TS)), key=m.get(_KEY), value=value, text=text,
-            conversation=conversation, role=role, claimed_class=m.get(_CLASS), effective_class=effective,
-            sources=tuple(m.get(_SOURCES, ())), pred=tuple(m.get(_PRED, ())), target=m.get(_TARGET),
-            meta=dict(m.get(_META, {})),
+            writer_kind=writer_kind, ts=ts, key=key, value=m.get(_VALUE), text=text,
+            conversation=conversation, role=role, claimed_class=claimed, effective_class=effective,
+            sources=tuple(sources or ()), pred=tuple(pred or ()), target=target, meta=dict(m.get(_META, {})),
             batch_id=batch, verified="compaction" if self._vouched(batch, stored_vouched) else "signature",
             valid=bool(valid), reason=reason, hidden=bool(hidden), erased=bool(erased), unknown_fields=unknown,
         )
