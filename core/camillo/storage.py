@@ -15,22 +15,24 @@ Rules every shelf follows:
 * Deleting is only done by compaction, erasure and enrollment clean-up.
 * Segments inside ``packs/*.pack`` are listed and read as if they were loose files.
 
-A shelf is confined to the thread that uses the vault; ``FolderShelf.write_all`` stages an operation's files on a
-small pool of threads of its own (writes and fsyncs only), joined before it returns.
+A shelf is confined to the thread that uses the vault; ``FolderShelf.write_all`` stages an operation's files on
+the process's pool of writing threads (:mod:`camillo.iopool`: writes and fsyncs only), and waits for them before
+it returns.
 """
 
 from __future__ import annotations
 
 import builtins
-import concurrent.futures
 import contextlib
 import errno
+import functools
 import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
+from . import iopool
 from .bulksync import WholeSync, file_system_sync
 from .errors import (
     DamagedFile,
@@ -669,16 +671,12 @@ class FolderShelf:
         make_dirs_durable(*sorted({os.path.dirname(self._path(name)) for name, _ in files}))
         staged: builtins.list[tuple[str, str]] = []
         failure: BaseException | None = None
-        with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(files))) as pool:
-            jobs = [(name, pool.submit(self.stage, name, data, sync=whole is None)) for name, data in files]
-            for name, job in jobs:
-                try:
-                    tmp = job.result()
-                except BaseException as exc:  # the first failure is raised once all are done
-                    failure = failure or exc
-                    continue
-                if tmp is not None:
-                    staged.append((name, tmp))
+        results = iopool.run_all([functools.partial(self.stage, name, data, sync=whole is None) for name, data in files])
+        for (name, _data), tmp in zip(files, results):
+            if isinstance(tmp, BaseException):  # the first failure is raised once all are done
+                failure = failure or tmp
+            elif tmp is not None:
+                staged.append((name, tmp))
         if whole is not None and failure is None:  # every temp file written: synced at once
             try:
                 whole({os.path.dirname(self._path(name)) for name, _ in files})
@@ -804,7 +802,6 @@ _NO_HARD_LINKS = frozenset(e for e in (getattr(errno, n, None) for n in ("EPERM"
                            if e is not None)
 
 FILE_MODE = 0o600  # vault files, before the umask (spec §4.4)
-WRITERS = 8  # threads writing (and fsyncing) the files of one operation at once (write_all)
 SYNC_WHOLE_FILES = 64  # write_all syncs the file system once, not each file, from this many files on
 DIRECTORY_MODE = 0o700  # directories a writer creates in or for a vault, before the umask
 
@@ -845,11 +842,6 @@ def make_dirs_durable(*directories: str, mode: int = DIRECTORY_MODE) -> None:
 def fsync_dirs(directories: Iterable[str]) -> None:
     """:func:`fsync_dir` of each, at once on several threads when there are several (each waits on
     the disk, not the processor: a key change syncs a dozen directories one after the other)."""
-    todo = sorted(set(directories))
-    if len(todo) < 2:
-        for directory in todo:
-            fsync_dir(directory)
-        return
-    with concurrent.futures.ThreadPoolExecutor(min(WRITERS, len(todo))) as pool:
-        for job in [pool.submit(fsync_dir, directory) for directory in todo]:
-            job.result()  # (the first failure raised once all are done)
+    for outcome in iopool.run_all([functools.partial(fsync_dir, directory) for directory in sorted(set(directories))]):
+        if isinstance(outcome, BaseException):
+            raise outcome  # (the first failure, once all are done)

@@ -122,3 +122,45 @@ def test_the_change_does_not_touch_the_records(new_vault):
     assert segments_before <= segments_after
     assert len(segments_after - segments_before) <= len(vault.compartments) + 1
     assert changes.files_written < 30
+
+
+def _vault_files(path: str) -> set[str]:
+    return {os.path.relpath(f, path) for f in glob.glob(os.path.join(path, "**", "*"), recursive=True)
+            if os.path.isfile(f) and not os.path.basename(f).startswith(".")}
+
+
+def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_nothing(new_vault, monkeypatch):
+    """The new passphrase's Argon2id runs on another thread while this one rolls the keys and writes
+    the files that do not depend on it; if the derivation fails, those files are deleted again and the
+    vault is as it was (the old passphrase opens it, nothing new is announced)."""
+    import threading
+
+    from camillo.ops import credentials as ops_credentials
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text="kept")])
+    before = _vault_files(path)
+    seen: dict[str, object] = {}
+    real = ops_credentials.from_passphrase
+
+    def derive(passphrase, kdf):
+        seen["thread"] = threading.current_thread()
+        seen["files while deriving"] = _vault_files(path) - before  # (written by the other thread, or not yet)
+        raise MemoryError("no memory for Argon2id")
+
+    monkeypatch.setattr(ops_credentials, "from_passphrase", derive)
+    with pytest.raises(MemoryError):
+        vault.change_passphrase(NEW_PASSPHRASE)
+    assert seen["thread"] is not threading.main_thread()
+    assert _vault_files(path) == before  # the roll's files written meanwhile were deleted again
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        assert [r.text for r in v.timeline()] == ["kept"] and v.problems() == []
+
+    monkeypatch.setattr(ops_credentials, "from_passphrase", real)
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        v.change_passphrase(NEW_PASSPHRASE)
+    with pytest.raises(WrongCredential):
+        Vault.open(path, Unlock.passphrase(PASSPHRASE))
+    with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
+        assert [r.text for r in v.timeline()] == ["kept"] and v.problems() == []

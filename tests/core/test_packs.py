@@ -628,6 +628,40 @@ def test_stage_all_into_new_directories_syncs_their_parent_once(shelf, monkeypat
         assert shelf.commit(name, tmp)
     assert all(shelf.read(n) == d for n, d in entries)
 
+
+def test_write_all_reuses_the_process_writing_threads_and_a_nested_write_runs_inline(shelf):
+    """An operation's files are written on the process's pool of writing threads (camillo.iopool),
+    started once and kept, not a pool started and joined for each operation (a passphrase change
+    started a dozen threads); a job that itself writes files runs them inline, so the pool's threads
+    never all wait on one another."""
+    import threading
+
+    from camillo import iopool
+
+    def io_threads() -> set[int]:
+        return {t.ident or 0 for t in threading.enumerate() if t.name.startswith("camillo-io")}
+
+    shelf.write_all([seg_entry(400 + i, 256) for i in range(iopool.WORKERS)])
+    first = io_threads()
+    assert first
+    shelf.write_all([seg_entry(500 + i, 256) for i in range(iopool.WORKERS)])
+    assert io_threads() == first, "a write started threads of its own"
+
+    done: list[int] = []
+
+    def nested(k: int) -> int:
+        return sum(iopool.run_all([lambda j=j: (done.append(j), j)[1] for j in range(3)])) + k  # type: ignore[misc]
+
+    outer = threading.Thread(target=lambda: done.append(sum(iopool.run_all(
+        [lambda k=k: nested(k) for k in range(iopool.WORKERS * 2)]))))
+    outer.start()
+    outer.join(30)
+    assert not outer.is_alive(), "nested writes deadlocked the pool"
+    assert done[-1] == iopool.WORKERS * 2 * 3 + sum(range(iopool.WORKERS * 2))
+    failed = iopool.run_all([lambda: 1, lambda: 1 // 0, lambda: 3])
+    assert failed[0] == 1 and isinstance(failed[1], ZeroDivisionError) and failed[2] == 3
+
+
 def test_write_all_of_many_files_syncs_their_file_system_once_before_any_name_appears(shelf, monkeypatch):
     """From SYNC_WHOLE_FILES files on (a merge's copies), where the system has syncfs(2) (Linux 5.8 and
     later): no fsync of each file, but one sync of the file system once every temp file is written and

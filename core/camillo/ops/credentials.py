@@ -14,6 +14,8 @@ Confined to the thread that owns the vault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import slots
@@ -81,14 +83,19 @@ def change_passphrase(session: Session, new_passphrase: str, *, kdf: tuple[int, 
                       reauth: Unlock | None = None) -> Changes:
     """Replace the passphrase credential and roll the keys (see :func:`replace_credential`).  Needs
     the current passphrase or the recovery phrase (the credential the vault was unlocked with, or
-    ``reauth``): a device key alone cannot mint a passphrase."""
+    ``reauth``): a device key alone cannot mint a passphrase.
+
+    The new passphrase's Argon2id runs on a worker thread (it releases the interpreter lock) while
+    this thread rolls the keys and writes the files that do not depend on it."""
     if not new_passphrase:
         raise UsageError("the new passphrase is empty")
-    new = from_passphrase(new_passphrase, KdfParams.fresh(kdf))
-    if new.kdf is None:
-        raise AssertionError("a passphrase credential without KDF parameters")
-    changes = replace_credential(session, new, "passphrase changed", reauth,
-                                 {2: [new.kdf.memory_kib, new.kdf.time_cost, new.kdf.parallelism, new.kdf.salt]})
+    params = KdfParams.fresh(kdf)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="camillo-argon2id") as pool:
+        derived = pool.submit(from_passphrase, new_passphrase, params)
+        changes = replace_credential(session, CredentialKind.PASSPHRASE, derived.result, "passphrase changed",
+                                     reauth, {2: [params.memory_kib, params.time_cost, params.parallelism,
+                                                  params.salt]})
+        new = derived.result()
     if session.unlocking is not None and session.unlocking.kind == CredentialKind.PASSPHRASE:
         session.unlocking = new
     return changes
@@ -98,24 +105,28 @@ def reissue_recovery(session: Session, *, reauth: Unlock | None = None) -> Recov
     """A new recovery phrase replaces the old one and the keys roll (see :func:`replace_credential`)."""
     phrase = new_recovery_phrase()
     new = from_recovery_phrase(phrase)
-    changes = replace_credential(session, new, "recovery phrase re-issued", reauth,
+    changes = replace_credential(session, CredentialKind.RECOVERY, lambda: new, "recovery phrase re-issued", reauth,
                                  {3: proof_of_possession(session.vault_id, new)})
     return RecoveryPhrase(phrase, changes)
 
 
-def replace_credential(session: Session, new: Credential, reason: str, reauth: Unlock | None,
-                       anchor_fields: dict[int, Any]) -> Changes:
-    """Replace the user's passphrase or recovery phrase with ``new``: a CRED_ANCHOR for it (signed by
-    it, by the credential that authorised the change and by this device) and a REVOKE of the old one
-    in every compartment; and, as for any revoked user credential, the vault master secret rolls to a
-    random one and every compartment starts a new epoch (spec §16.7).  So the old credential, even
-    with every old file a host kept, opens only the old generation: it reads what was written before
-    the change and nothing after.  Old data is not re-encrypted: the cost is the number of
-    compartments, slots and grants, never the number of records."""
+def replace_credential(session: Session, kind: CredentialKind, derive: Callable[[], Credential], reason: str,
+                       reauth: Unlock | None, anchor_fields: dict[int, Any]) -> Changes:
+    """Replace the user's passphrase or recovery phrase (``kind``) with the credential ``derive``
+    returns: a CRED_ANCHOR for it (signed by it, by the credential that authorised the change and by
+    this device) and a REVOKE of the old one in every compartment; and, as for any revoked user
+    credential, the vault master secret rolls to a random one and every compartment starts a new
+    epoch (spec §16.7).  So the old credential, even with every old file a host kept, opens only the
+    old generation: it reads what was written before the change and nothing after.  Old data is not
+    re-encrypted: the cost is the number of compartments, slots and grants, never the number of
+    records.
+
+    ``derive`` is called once the roll's own files are written (the new passphrase's Argon2id may
+    still be running): if it fails, or anything before the control records does, those files are
+    deleted again (nothing announces them)."""
     actor = session.require_owner("changing a credential")
     newest_view(session)
     cred = authenticate(session, reauth)
-    kind = new.kind
     roster = session.roster
     label = "passphrase" if kind == CredentialKind.PASSPHRASE else "recovery phrase"
     waiting = keys_not_here(session)
@@ -123,16 +134,6 @@ def replace_credential(session: Session, new: Credential, reason: str, reauth: U
         raise Incomplete(f"{waiting}: changing the {label} now would leave part of the vault readable only with "
                          "the old keys. Nothing was changed: let the sync finish, then try again")
     old = [p for p in roster.principals.values() if p.kind == kind and p.writer_id not in roster.revocations]
-    anchor = encode_record(
-        Kind.CRED_ANCHOR, new.writer_id,
-        body={0: owner_entry(kind, new.signer.public, new.recipient.public, label, ""),
-              1: old[0].writer_id if old else None, **anchor_fields},
-        signers=[new.signer, cred.signer, actor.signer],
-    )
-    # a recovery phrase that authorised its own replacement: its successor signs the revocation
-    itself = kind == CredentialKind.RECOVERY and cred.kind == CredentialKind.RECOVERY
-    signers = [new.signer, actor.signer] if itself else [new.signer, cred.signer, actor.signer]
-    revokes = [session.revoke_record(p.writer_id, reason, signers=signers) for p in old]
     exclude = {p.writer_id for p in old}
     rekey = Rekey(session)
     roll_keyring(session, rekey, exclude=exclude)
@@ -140,11 +141,29 @@ def replace_credential(session: Session, new: Credential, reason: str, reauth: U
     new_epochs_everywhere(session, rekey, everywhere, reason, exclude=exclude)
     if rekey.new_vms is None or rekey.new_generation is None:
         raise AssertionError("the keyring did not roll")
-    rekey.files.append(session.build_slot(new.recipient.public, SLOT_TYPE[kind], label, kdf=new.kdf,
-                                          generation=rekey.new_generation, vms=rekey.new_vms))
-    rekey.add_records(everywhere, anchor, *revokes)
-    apply(session, rekey)
-    return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete), note=reason)
+    early = session.write_files(rekey.files)  # (while the new credential may still be derived)
+    rekey.files = []
+    try:
+        new = derive()
+        anchor = encode_record(
+            Kind.CRED_ANCHOR, new.writer_id,
+            body={0: owner_entry(kind, new.signer.public, new.recipient.public, label, ""),
+                  1: old[0].writer_id if old else None, **anchor_fields},
+            signers=[new.signer, cred.signer, actor.signer],
+        )
+        # a recovery phrase that authorised its own replacement: its successor signs the revocation
+        itself = kind == CredentialKind.RECOVERY and cred.kind == CredentialKind.RECOVERY
+        signers = [new.signer, actor.signer] if itself else [new.signer, cred.signer, actor.signer]
+        revokes = [session.revoke_record(p.writer_id, reason, signers=signers) for p in old]
+        rekey.files.append(session.build_slot(new.recipient.public, SLOT_TYPE[kind], label, kdf=new.kdf,
+                                              generation=rekey.new_generation, vms=rekey.new_vms))
+        rekey.add_records(everywhere, anchor, *revokes)
+    except BaseException:
+        session.delete_quietly(reversed(early))
+        raise
+    apply(session, rekey, written_before=early)
+    return session.reader.changes(files_written=len(early) + len(rekey.files), files_removed=len(rekey.delete),
+                                  note=reason)
 
 
 def finish_credential_changes(session: Session) -> int:

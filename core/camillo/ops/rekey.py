@@ -369,13 +369,19 @@ def new_epochs_everywhere(session: Session, rekey: Rekey, compartments: list[byt
             rekey.files += grant_envelopes(session, g, cid, eid, secret, prev.epoch_id if prev else None)
 
 
-def apply(session: Session, rekey: Rekey) -> None:
+def apply(session: Session, rekey: Rekey, *, written_before: list[str] | None = None) -> None:
     """Write new key files (with what append grants need to keep trusting the owners' keys), then
-    the control records, then switch keys in memory, then delete."""
-    pending = list(dict.fromkeys(raw for raws in rekey.records.values() for raw in raws))
-    rekey.files += trust_files(session, pending=pending, everything=rekey.new_vms is not None,
-                               exclude=rekey.excluded)
-    written = session.write_files(rekey.files)
+    the control records, then switch keys in memory, then delete.  ``written_before``: new files of
+    this change the caller wrote already (deleted with these if the records cannot be written)."""
+    before = written_before or []
+    try:
+        pending = list(dict.fromkeys(raw for raws in rekey.records.values() for raw in raws))
+        rekey.files += trust_files(session, pending=pending, everything=rekey.new_vms is not None,
+                                   exclude=rekey.excluded)
+        written = [*before, *session.write_files(rekey.files)]
+    except BaseException:
+        session.delete_quietly(reversed(before))  # nothing announces them
+        raise
     if rekey.new_vms is not None and rekey.new_generation is not None:
         seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # before the records: crash safety
     if rekey.records:
