@@ -164,3 +164,27 @@ def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_
         Vault.open(path, Unlock.passphrase(PASSPHRASE))
     with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
         assert [r.text for r in v.timeline()] == ["kept"] and v.problems() == []
+
+
+def test_a_key_roll_seals_this_devices_key_once_before_its_records_and_rewrites_it_once_after(new_vault,
+                                                                                               monkeypatch):
+    """The device key sealed locally under the new master secret before the roll's control records (a
+    crash right after them must find it) is not sealed a second time after them: only the seals under
+    older master secrets are dropped then (spec §16.10 rule 10).  The device keeps its key."""
+    from camillo.session import installation
+
+    path, vault, _ = new_vault
+    writer = vault.writer_id
+    key_file = vault.session.local.device_key_path
+    writes: list[str] = []
+    real = installation.atomic_write
+    monkeypatch.setattr(installation, "atomic_write", lambda p, data: (writes.append(p), real(p, data))[1])
+    vault.change_passphrase(NEW_PASSPHRASE)
+    assert writes.count(key_file) == 2, writes  # sealed before the records; older seals dropped after
+    generation = vault.session.keyring.generation
+    assert sorted(installation._read_seals(vault.session)) == list(range(generation, generation + 4))
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
+        assert v.writer_id == writer and v.session.key_from_seal
+        v.append([NewRecord(type="message", text="still this device")])
+        assert v.problems() == []

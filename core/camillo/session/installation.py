@@ -24,6 +24,7 @@ from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState
 from ..errors import KeychainError, VaultError, WrongCredential
 from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
+from ..primitives import constant_time_equal
 from ..values import Notice
 from .core import Session
 
@@ -244,6 +245,28 @@ def save_local_device_key(session: Session, cred: Credential, vms: bytes | None 
     atomic_write(session.local.device_key_path, encoding.encode(table))
 
 
+def _sealed_ahead(session: Session, cred: Credential) -> bool:
+    """Whether this installation's seals already hold ``cred``'s key under the current master secret
+    and the ones the next erasures would derive from it, as :func:`save_local_device_key` seals it."""
+    table = _read_seals(session)
+    vms, generation = session.keyring.master_secret(), session.keyring.generation
+    payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
+    for _ in range(DERIVED_AHEAD + 1):
+        blob = table.get(generation)
+        if blob is None:
+            return False
+        try:
+            raw = open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
+                             session.local.device_key_path)
+        except VaultError:
+            return False
+        if not constant_time_equal(raw, payload):
+            return False
+        generation += 1
+        vms = keys.next_master(vms, session.vault_id, generation)
+    return True
+
+
 def seal_device_key_for(session: Session, vms: bytes, generation: int) -> None:
     """Before the control records that make master-secret ``generation`` current are written:
     an installation that keeps its device key sealed locally must be able to read it at that
@@ -264,7 +287,8 @@ def after_generation_roll(session: Session) -> None:
     if actor is not None and actor.kind == CredentialKind.DEVICE:
         inst = session.local.load_installation()
         if inst is not None and inst.keystore == "local":
-            save_local_device_key(session, actor)
+            if not _sealed_ahead(session, actor):  # (sealed already before the roll's records: seal_device_key_for)
+                save_local_device_key(session, actor)
             if not session.carried:
                 forget_older_seals(session)
     session.reader.dirty = True
