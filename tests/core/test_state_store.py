@@ -1105,6 +1105,55 @@ def test_a_tampered_state_is_discarded_and_rebuilt_from_the_vault(new_vault):
         assert fingerprint(v) == expected
 
 
+def test_the_state_pages_are_authenticated_by_hmac_sha256_and_an_earlier_versions_sha512_state_still_opens(
+        new_vault):
+    """The local state's pages carry HMAC-SHA256 tags (as strong as SQLCipher's default HMAC-SHA512,
+    twice as fast with the processor's SHA-256 instructions: every page a warm open, a search or a
+    commit touches): a reader with SHA-512 cannot open it.  A state an earlier version wrote, with
+    HMAC-SHA512 pages, is opened in place (not rebuilt from the vault) and keeps its pages."""
+    from camillo import cache as cache_mod
+    from sqlcipher3 import dbapi2 as sqlite
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    store = vault.session.reader.store
+    file, key = store.path, store.page_key
+    vault.lock()
+    expected = from_scratch(path)
+
+    def reader(at: str, hmac: str):
+        db = sqlite.connect(at)
+        db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+        db.execute(f"PRAGMA cipher_hmac_algorithm = {hmac}")
+        return db
+
+    assert reader(file, "HMAC_SHA256").execute("SELECT count(*) FROM records").fetchone()[0] > 30
+    with pytest.raises(cache_mod.DatabaseError):
+        reader(file, "HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()
+
+    # the same state as an earlier version wrote it: HMAC-SHA512 pages
+    legacy = file + ".legacy"
+    db = reader(file, "HMAC_SHA256")
+    db.execute("ATTACH DATABASE ? AS old KEY ?", (legacy, f"x'{key.hex()}'"))
+    db.execute("PRAGMA old.cipher_hmac_algorithm = HMAC_SHA512")
+    db.execute("SELECT sqlcipher_export('old')").fetchall()
+    db.execute("DETACH DATABASE old")
+    db.close()
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(file + suffix)
+    os.replace(legacy, file)
+    with pytest.raises(cache_mod.DatabaseError):
+        reader(file, "HMAC_SHA256").execute("SELECT count(*) FROM records").fetchone()
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0, "the earlier version's state was rebuilt, not opened"
+        assert fingerprint(v) == expected
+        v.append([NewRecord(type="message", text="one more garden note")])
+    assert reader(file, "HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()[0] > 30
+    with open_vault(path) as v:
+        assert v.session.reader.decryptions == 0 and "one more garden note" in {r.text for r in v.timeline()}
+
+
 def test_a_damaged_page_met_after_the_open_is_never_used(new_vault):
     """A page read for the first time by a later query: the query fails naming the local state, the
     database is deleted on lock, and the next open reads the vault's files."""
@@ -1147,6 +1196,7 @@ def test_a_foreign_state_is_discarded(new_vault, tmp_path, monkeypatch):
 def test_a_state_with_a_half_made_schema_is_discarded(new_vault):
     """What a process killed while the state database was being made left (a CI failure: the full-text
     index's shadow table without the index): discarded and rebuilt, never an error."""
+    from camillo import cache as cache_mod
     from sqlcipher3 import dbapi2 as sqlite
 
     path, vault, _ = new_vault
@@ -1156,6 +1206,7 @@ def test_a_state_with_a_half_made_schema_is_discarded(new_vault):
     vault.lock()
     db = sqlite.connect(store.path)
     db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+    db.execute(f"PRAGMA cipher_hmac_algorithm = {cache_mod.STATE_HMAC}")
     db.execute("DROP TABLE search")
     db.execute("CREATE TABLE search_data(id INTEGER PRIMARY KEY, block BLOB)")
     db.commit()

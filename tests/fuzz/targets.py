@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import cbor2
 import pytest
 from camillo import descriptor, encoding, envelopes, ids, keys, packs, sealed, segments, slots, transport
-from camillo.cache import Cache
+from camillo.cache import STATE_HMAC, Cache
 from camillo.credentials import Credential, CredentialKind
 from camillo.devicestate import DeviceState, DeviceStateStore
 from camillo.errors import VaultError
@@ -565,6 +565,7 @@ def plain_state_image(cache: Cache) -> bytes:
     src = sqlcipher.connect(cache.path)
     try:
         src.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+        src.execute(f"PRAGMA cipher_hmac_algorithm = {STATE_HMAC}")
         src.execute("ATTACH DATABASE ? AS plain KEY ''", (plain,))
         src.execute("SELECT sqlcipher_export('plain')").fetchall()
         src.execute("DETACH DATABASE plain")
