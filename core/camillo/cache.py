@@ -4,8 +4,8 @@ The state (records, facts, the full-text index, semantic vectors, and what the r
 to resume: each batch's header, signatures and control records, and which segment files were
 processed) lives in one SQLite database encrypted page by page with SQLCipher 4 (the ``sqlcipher3``
 wheels): every 4 KiB page is AES-256-CBC with a random IV and an HMAC-SHA256 over the page, its
-number and the IV (HMAC-SHA512 in a state an earlier version wrote, still opened as it is), under a
-random 256-bit page key, never a key of the vault.  The page key is sealed
+number and the IV (HMAC-SHA512 in a state an earlier version wrote: the next open copies it once into
+one with HMAC-SHA256 pages), under a random 256-bit page key, never a key of the vault.  The page key is sealed
 beside the database (``state.db.key``) under a key derived from the actor's own seed and the vault id
 (:func:`camillo.keys.local_key`, purpose ``state-db-key``; a database of an earlier version has none,
 and its page key is derived from the seed, purpose ``state-db``).  When this installation's key
@@ -67,8 +67,9 @@ FORMAT = 8
 # 10 = the batches' index by writer (cache_batches_writer) and that of those vouched for (cache_batches_vouched);
 # 11 = the index of the accepted batches' ids (cache_batches_accepted); 12 = that of the batches a warm open of an
 # unchanged folder reads, with their flags (cache_batches_special_flags, in place of cache_batches_special);
-# 13 = the index of the records that refer to others (records_with_refs)
-REVISION = 13
+# 13 = the index of the records that refer to others (records_with_refs); 14 = pages authenticated by
+# HMAC-SHA256, not SQLCipher's default HMAC-SHA512 (STATE_HMAC: an older state is copied once, Cache._reauthenticated)
+REVISION = 14
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 # ... while a refresh reads many segments (a merge, a month of another device's batches), until its
@@ -447,6 +448,8 @@ class Cache:
             db = None
             try:
                 db = self._connect()
+                if db.execute("PRAGMA cipher_hmac_algorithm").fetchone()[0] == LEGACY_HMAC:
+                    db = self._reauthenticated(db)
                 # (by key: the stored causal log beside them is megabytes at a million records, read
                 # where the reader asks for it)
                 meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key IN "
@@ -497,23 +500,38 @@ class Cache:
             self._seal_key(random_bytes(KEY_LEN))
             source.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", self._meta(generation))
             source.commit()
-            source.execute("ATTACH DATABASE ? AS store KEY ?", (staged, f"x'{self.page_key.hex()}'"))
-            try:
-                source.execute(f"PRAGMA store.cipher_hmac_algorithm = {STATE_HMAC}")
-                source.execute("SELECT sqlcipher_export('store')").fetchall()
-            finally:
-                source.execute("DETACH DATABASE store")
-            fd = os.open(staged, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _export(source, staged, self.page_key)
             os.replace(staged, self.path)
             storage.fsync_dir(os.path.dirname(self.path))
             return self._connect()
         except (OSError, sqlite.OperationalError) as exc:
             self._delete_files()
             raise self._unwritable(exc) from None
+
+    def _reauthenticated(self, db: Connection) -> Connection:
+        """The database ``db``, which an earlier version wrote with HMAC-SHA512 pages (revision 13 and
+        before), copied once into one whose pages carry HMAC-SHA256 tags (:data:`STATE_HMAC`), under
+        the same page key, which takes its name when complete: a process killed meanwhile leaves the
+        old one, which the next open converts.  ``db`` is closed."""
+        staged = self.path + _EXPORTING
+        try:
+            for left in (staged, staged + "-journal"):  # (by a process killed while it converted)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(left)
+            _export(db, staged, self.page_key)
+            db.close()  # (its write-ahead log checkpointed and deleted; what it held is in the copy)
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path + suffix)
+            os.replace(staged, self.path)
+            storage.fsync_dir(os.path.dirname(self.path))
+        except (OSError, sqlite.OperationalError) as exc:
+            with contextlib.suppress(Exception):
+                db.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            raise self._unwritable(exc) from None
+        return self._connect()
 
     def take_over(self, old: Cache, db: Connection, generation: int) -> Connection:
         """The database of the key this installation replaced (``old``, open as ``db``), taken over in
@@ -622,7 +640,7 @@ class Cache:
 # The local state's pages are authenticated by HMAC-SHA256: as strong a tag as SQLCipher's default
 # HMAC-SHA512, and twice as fast where the processor computes SHA-256 itself (every page a warm open,
 # a search or a commit reads or writes).  A state an earlier version wrote has HMAC-SHA512 pages: it is
-# still opened as it is (LEGACY_HMAC), and a rebuilt or exported one is written with HMAC-SHA256.
+# copied once into a database with HMAC-SHA256 pages by the next open (Cache._reauthenticated).
 STATE_HMAC = "HMAC_SHA256"
 LEGACY_HMAC = "HMAC_SHA512"
 
@@ -647,6 +665,23 @@ def _connect(path: str, key: bytes, existing: bool = False) -> Connection:
             raise exc from None
     os.chmod(path, 0o600)
     return db
+
+
+def _export(source: Connection, staged: str, key: bytes) -> None:
+    """A copy of the database ``source`` into a new file ``staged`` (page key ``key``, pages
+    authenticated by :data:`STATE_HMAC`), encrypted page by page on the way (``sqlcipher_export``),
+    and durable when this returns."""
+    source.execute("ATTACH DATABASE ? AS store KEY ?", (staged, f"x'{key.hex()}'"))
+    try:
+        source.execute(f"PRAGMA store.cipher_hmac_algorithm = {STATE_HMAC}")
+        source.execute("SELECT sqlcipher_export('store')").fetchall()
+    finally:
+        source.execute("DETACH DATABASE store")
+    fd = os.open(staged, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _keyed(db: Connection, key: bytes, *, journal: str, synchronous: str, hmac: str = "") -> Connection:

@@ -1105,12 +1105,13 @@ def test_a_tampered_state_is_discarded_and_rebuilt_from_the_vault(new_vault):
         assert fingerprint(v) == expected
 
 
-def test_the_state_pages_are_authenticated_by_hmac_sha256_and_an_earlier_versions_sha512_state_still_opens(
-        new_vault):
+def test_the_state_pages_are_authenticated_by_hmac_sha256_and_an_earlier_versions_state_is_converted_once(
+        new_vault, monkeypatch):
     """The local state's pages carry HMAC-SHA256 tags (as strong as SQLCipher's default HMAC-SHA512,
     twice as fast with the processor's SHA-256 instructions: every page a warm open, a search or a
     commit touches): a reader with SHA-512 cannot open it.  A state an earlier version wrote, with
-    HMAC-SHA512 pages, is opened in place (not rebuilt from the vault) and keeps its pages."""
+    HMAC-SHA512 pages, is copied once by the next open into one with HMAC-SHA256 pages (under the same
+    page key, nothing read from the vault again), and not again after."""
     from camillo import cache as cache_mod
     from sqlcipher3 import dbapi2 as sqlite
 
@@ -1121,20 +1122,19 @@ def test_the_state_pages_are_authenticated_by_hmac_sha256_and_an_earlier_version
     vault.lock()
     expected = from_scratch(path)
 
-    def reader(at: str, hmac: str):
-        db = sqlite.connect(at)
+    def reader(hmac: str):
+        db = sqlite.connect(file)
         db.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
         db.execute(f"PRAGMA cipher_hmac_algorithm = {hmac}")
         return db
 
-    assert reader(file, "HMAC_SHA256").execute("SELECT count(*) FROM records").fetchone()[0] > 30
+    assert reader("HMAC_SHA256").execute("SELECT count(*) FROM records").fetchone()[0] > 30
     with pytest.raises(cache_mod.DatabaseError):
-        reader(file, "HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()
+        reader("HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()
 
     # the same state as an earlier version wrote it: HMAC-SHA512 pages
-    legacy = file + ".legacy"
-    db = reader(file, "HMAC_SHA256")
-    db.execute("ATTACH DATABASE ? AS old KEY ?", (legacy, f"x'{key.hex()}'"))
+    db = reader("HMAC_SHA256")
+    db.execute("ATTACH DATABASE ? AS old KEY ?", (file + ".legacy", f"x'{key.hex()}'"))
     db.execute("PRAGMA old.cipher_hmac_algorithm = HMAC_SHA512")
     db.execute("SELECT sqlcipher_export('old')").fetchall()
     db.execute("DETACH DATABASE old")
@@ -1142,16 +1142,26 @@ def test_the_state_pages_are_authenticated_by_hmac_sha256_and_an_earlier_version
     for suffix in ("-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(file + suffix)
-    os.replace(legacy, file)
-    with pytest.raises(cache_mod.DatabaseError):
-        reader(file, "HMAC_SHA256").execute("SELECT count(*) FROM records").fetchone()
+    os.replace(file + ".legacy", file)
+    assert reader("HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()[0] > 30
+    with open(file + cache_mod._EXPORTING, "wb") as fh:  # what a process killed while converting left
+        fh.write(os.urandom(3 * PAGE))
+    converted: list[str] = []
+    real = cache_mod.Cache._reauthenticated
+    monkeypatch.setattr(cache_mod.Cache, "_reauthenticated", lambda self, db: (converted.append(self.path),
+                                                                              real(self, db))[1])
     with open_vault(path) as v:
-        assert v.session.reader.decryptions == 0, "the earlier version's state was rebuilt, not opened"
+        assert v.session.reader.decryptions == 0, "the earlier version's state was rebuilt, not converted"
         assert fingerprint(v) == expected
         v.append([NewRecord(type="message", text="one more garden note")])
-    assert reader(file, "HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()[0] > 30
+    assert converted == [file]
+    with pytest.raises(cache_mod.DatabaseError):
+        reader("HMAC_SHA512").execute("SELECT count(*) FROM records").fetchone()
+    assert not os.path.exists(file + cache_mod._EXPORTING)
     with open_vault(path) as v:
         assert v.session.reader.decryptions == 0 and "one more garden note" in {r.text for r in v.timeline()}
+        assert fingerprint(v) == from_scratch(path)
+    assert converted == [file], "converted again"
 
 
 def test_a_damaged_page_met_after_the_open_is_never_used(new_vault):
