@@ -136,11 +136,12 @@ def reopen(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 
 @op("append")
 def append(params: dict[str, Any], scratch: str) -> dict[str, Any]:
-    """Interactive appends of one message each, on the lived-in vault; per-append latency.  At most
-    ``count`` appends or ``seconds`` of them (at least 30), after 5 unmeasured ones."""
+    """Interactive appends of one message each, on the lived-in vault (``fixture``: another, the
+    compacted one); per-append latency.  At most ``count`` appends or ``seconds`` of them (at least
+    30), after 5 unmeasured ones."""
     from camillo.vault import NewRecord
 
-    fx = _clone(params, "loose", scratch)
+    fx = _clone(params, params.get("fixture", "loose"), scratch)
     if not params.get("fsync", True):
         _no_fsync()
     count, warmup, budget = params.get("count", 200), 5, params.get("seconds", 6.0)

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 300
 EXPECTED = {
     "append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
-    "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
+    "append_compacted_nofsync_p50", "append_compacted_nofsync_p99", "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
     "merge", "merge_copy", "pack", "unpack", "compaction", "erasure", "revoke", "gui_launch", "gui_open",
     "gui_open_stall", "gui_open_stall_cpu", "gui_search", "gui_search_stall", "gui_search_stall_cpu", "peak_rss",
     "gui_thread_open", "gui_thread_page", "gui_thread_open_stall", "gui_thread_scroll_stall",
@@ -28,6 +28,7 @@ EXPECTED = {
     "attach", "attachment_fetch",
 }
 WITH_FLOOR = {"append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
+              "append_compacted_nofsync_p50", "append_compacted_nofsync_p99",
               "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "merge", "merge_copy",
               "pack", "unpack", "compaction", "erasure", "revoke", "gui_open", "peak_rss", "s3_append_p50",
               "s3_warm_open", "attach", "attachment_fetch"}

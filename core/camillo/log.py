@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,8 +318,20 @@ class Alert:
     message: str
 
 
+class Vouched(Container[bytes]):
+    """The batches that signed manifests vouch for (``batches`` of each compaction or erasure manifest),
+    asked about one at a time: no set of them all is made (a compacted vault of a million records
+    lists 100,000 batches in its manifests, and a set of them took an append 6 ms)."""
+
+    def __init__(self, per_manifest: Iterable[Container[bytes]]) -> None:
+        self._per = list(per_manifest)
+
+    def __contains__(self, bid: object) -> bool:
+        return any(bid in batches for batches in self._per)
+
+
 def check_memory(remembered: dict[bytes, dict[bytes, tuple[int, bytes]]], first_missing: dict[bytes, int],
-                 remembered_generation: int, log: CausalLog | StoredLog, covered: set[bytes], generation: int,
+                 remembered_generation: int, log: CausalLog | StoredLog, covered: Container[bytes], generation: int,
                  now: int, remembered_epochs: dict[bytes, bytes] | None = None,
                  known_epochs: set[tuple[bytes, bytes]] | None = None, mine: bytes | None = None,
                  ) -> tuple[list[Alert], dict[bytes, dict[bytes, tuple[int, bytes]]], dict[bytes, int]]:

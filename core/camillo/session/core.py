@@ -37,7 +37,7 @@ from ..errors import (
     VaultError,
 )
 from ..localstate import VaultLocal
-from ..log import Alert, CausalLog, check_memory
+from ..log import Alert, CausalLog, Vouched, check_memory
 from ..names import kind_of
 from ..packshelf import PackShelf
 from ..primitives import KdfParams, SigningKey, verify_signature
@@ -487,7 +487,7 @@ class Session:
         if store is None and (mine := self.reader_memory()) is not None:
             store, ds = mine
             me = self.unlocking.writer_id if self.unlocking is not None else None
-        covered = {b for m in self.roster.manifests.values() for b in m.batches}
+        covered = Vouched(m.batches for m in self.roster.manifests.values())
         known = set(self.roster.epochs) if self.roster.genesis is not None else None
         on_file = self.local.load_generation()
         seen_generation = max(ds.generation, on_file)
