@@ -32,6 +32,7 @@ from ..errors import AccessDenied, Incomplete, UsageError, WrongCredential
 from ..primitives import KdfParams, new_recovery_phrase
 from ..records import Kind, encode_record
 from ..session import Session
+from ..session.installation import seal_device_key_for
 from ..values import RecoveryPhrase, Unlock
 from .rekey import (
     SLOT_TYPE,
@@ -144,6 +145,8 @@ def replace_credential(session: Session, kind: CredentialKind, derive: Callable[
     early = session.write_files(rekey.files)  # (while the new credential may still be derived)
     rekey.files = []
     try:
+        seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # (before the records, as apply would)
+        rekey.device_key_sealed = True
         new = derive()
         anchor = encode_record(
             Kind.CRED_ANCHOR, new.writer_id,

@@ -60,6 +60,7 @@ class Rekey:
     new_vms: bytes | None = field(default=None, repr=False)
     new_generation: int | None = None
     excluded: set[bytes] = field(default_factory=set)  # grants and credentials this change leaves out
+    device_key_sealed: bool = False  # this device's key is sealed under new_vms already (seal_device_key_for)
 
     def add_records(self, compartments: list[bytes], *raws: bytes) -> None:
         for c in compartments:
@@ -382,10 +383,11 @@ def apply(session: Session, rekey: Rekey, *, written_before: list[str] | None = 
     except BaseException:
         session.delete_quietly(reversed(before))  # nothing announces them
         raise
-    if rekey.new_vms is not None and rekey.new_generation is not None:
+    if rekey.new_vms is not None and rekey.new_generation is not None and not rekey.device_key_sealed:
         seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # before the records: crash safety
-    if rekey.records:
-        write_batches(session, rekey.records, undo=lambda: session.delete_quietly(reversed(written)))
+    if rekey.records:  # (what this device remembers is checked once, when the new keys are read below)
+        write_batches(session, rekey.records, undo=lambda: session.delete_quietly(reversed(written)),
+                      remember=False)
     if rekey.new_vms is not None:
         session.keyring.set_master(rekey.new_vms, rekey.new_generation or session.keyring.generation)
         after_generation_roll(session)

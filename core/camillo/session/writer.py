@@ -145,14 +145,16 @@ def key_check(session: Session) -> Callable[[], bool] | None:
 
 def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *,
                   undo: Callable[[], None] | None = None, quick: bool = False,
-                  encoded_here: bool = False) -> dict[bytes, list[Batch]]:
+                  encoded_here: bool = False, remember: bool = True) -> dict[bytes, list[Batch]]:
     """Sign, seal and durably write the records as batches (one for an interactive write; as
     many as needed for a bulk import, several per segment), then read them back in.  ``undo``
     runs if they could not be written at all (nothing of them will ever appear): the caller
     deletes the files it wrote for them.  ``quick`` (plain appends only; never a write that
     follows files this process just wrote, like a compaction's or an erasure's) lets a recent
     scan stand in for a new one (WRITE_SCAN_AGE).  ``encoded_here``: every record was just built
-    by :func:`~camillo.records.encode_record` (:meth:`Reader.take_written` does not check them again)."""
+    by :func:`~camillo.records.encode_record` (:meth:`Reader.take_written` does not check them again).
+    ``remember`` False: the caller checks the vault against this device's memory itself afterwards
+    (:meth:`Session.update_memory`; a key change does when it reads the new keys)."""
     session.require_writer()
     folder = session.folder()
     store = session.device_state_store
@@ -199,7 +201,8 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         new += reader.take_written(name, cid, epoch_id, group, encoded_here=encoded_here)
     if new and not reader.extend(new):
         reader.recompute()
-    session.update_memory()
+    if remember:
+        session.update_memory()
     folder.after_write()
     return written
 
