@@ -509,8 +509,8 @@ class RecordIds(Sequence[bytes]):
 
     __slots__ = ("_ids",)
 
-    def __init__(self, ids: Iterable[bytes]) -> None:
-        self._ids = b"".join(ids)
+    def __init__(self, ids: Iterable[bytes] = (), *, joined: bytes = b"") -> None:
+        self._ids = joined or b"".join(ids)  # (``joined``: the ids one after the other, as __bytes__ gives them)
 
     def __len__(self) -> int:
         return len(self._ids) >> 5
@@ -547,6 +547,13 @@ class RecordIds(Sequence[bytes]):
     def __bytes__(self) -> bytes:
         """The ids one after the other."""
         return self._ids
+
+    @classmethod
+    def from_bytes(cls, ids: bytes) -> RecordIds:
+        """The ids :meth:`__bytes__` gave (ValueError: not a whole number of ids)."""
+        if type(ids) is not bytes or len(ids) & 31:
+            raise ValueError("record ids that are not a whole number of 32-byte ids")
+        return cls(joined=ids)
 
     def __repr__(self) -> str:
         return f"RecordIds({tuple(self)!r})"

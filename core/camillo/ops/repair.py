@@ -131,7 +131,7 @@ def rescue_batches(session: Session) -> Changes:
     for m in roster.manifests.values():
         if m.kind == Kind.ERASURE_MANIFEST:
             for seg in m.removed:
-                replaced[seg] = replaced.get(seg, frozenset()) | m.batches
+                replaced[seg] = replaced.get(seg, frozenset()).union(m.batches)
     erased = roster.erased_records()
     candidates = sorted((name, ref) for name, ref in reader.segments_under(destroyed).items()
                         if ref[1] in kept.get(ref[0], {}) or name in kept_segments)

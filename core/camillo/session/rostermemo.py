@@ -43,7 +43,7 @@ from .. import ids
 from ..cache import Connection
 from ..control import Roster
 from ..primitives import sha256
-from ..records import Record, validated_record
+from ..records import Record, RecordIds, validated_record
 
 VERSION = 1  # raised when the builder's rules change what it computes from the same batches
 META_KEY = "roster_kept"  # (cache_meta's "roster" is the fingerprint the state was computed with)
@@ -92,6 +92,8 @@ def _encode(value: Any) -> Any:
         return int(value) if isinstance(value, enum.IntEnum) else value
     if isinstance(value, Record):
         return value.raw
+    if isinstance(value, RecordIds):  # (one byte string, read back as one: a manifest's 100,000 batch ids)
+        return bytes(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [_encode(getattr(value, name)) for name, _h in _fields(type(value))]
     if isinstance(value, dict):
@@ -139,6 +141,8 @@ def _make_decoder(hint: Any) -> Callable[[Any], Any]:
         return lambda value: tuple(d(v) for d, v in zip(eds, _sized(value, len(eds), "tuple"), strict=True))
     if hint is Record:
         return _record
+    if hint is RecordIds:
+        return RecordIds.from_bytes
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         cls, fields = hint, _fields(hint)
         names = [name for name, _h in fields]
