@@ -188,9 +188,9 @@ class ManifestInfo:
     kind: Kind
     record_id: bytes
     compartment_id: bytes
-    removed: frozenset[bytes]
+    removed: RecordIds  # (sorted, one byte string each: at a million records the compaction's manifests
     added: frozenset[bytes]
-    batches: RecordIds  # (sorted, one byte string: 100,000 ids in a compacted vault of a million records)
+    batches: RecordIds  # list 100,000 old segments and 100,000 batches)
     signer: bytes
     ts: int
 
@@ -697,8 +697,8 @@ class _Builder:
             self.r.erasures[rec.id] = ErasureInfo(rec.id, cid, targets, epochs, rec.ts or 0)
             return True
         if kind in (Kind.ERASURE_MANIFEST, Kind.COMPACTION):
-            cid = _bytes(body.get(0), 16, "compartment id")
-            removed, added = _id_set(body.get(1) or [], 32, "removed segments"), _id_set(body.get(2) or [], 32, "added segments")
+            cid, added = _bytes(body.get(0), 16, "compartment id"), _id_set(body.get(2) or [], 32, "added segments")
+            removed = RecordIds(sorted(_id_set(body.get(1) or [], 32, "removed segments")))
             batches = RecordIds(sorted(_id_set(body.get(3) or [], 32, "batch ids")))
             self.r.manifests[rec.id] = ManifestInfo(Kind(kind), rec.id, cid, removed, added, batches, signers[0], rec.ts or 0)
             self.manifest_carriers[rec.id] = (rec, view)

@@ -49,8 +49,8 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
     # prune: neither those nor its new segments are compacted again, which would give their
     # batches a third copy.  Once pruned, its new segments are ordinary segments again.
     present = {segment_id(n) for n in session.reader.segment_batches}
-    replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and m.removed & present
-                for sid in m.removed | m.added}
+    replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and not present.isdisjoint(m.removed)
+                for sid in (*m.removed, *m.added)}
     control = session.all_compartments()[0]
     erased = r.erased_records()
     for cid in session.all_compartments():
