@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = 300
 EXPECTED = {
     "append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
-    "append_compacted_nofsync_p50", "append_compacted_nofsync_p99", "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
+    "append_compacted_nofsync_p50", "append_compacted_nofsync_p99", "warm_open_compacted", "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "search_p50", "search_p99",
     "merge", "merge_copy", "pack", "unpack", "compaction", "erasure", "revoke", "gui_launch", "gui_open",
     "gui_open_stall", "gui_open_stall_cpu", "gui_search", "gui_search_stall", "gui_search_stall_cpu", "peak_rss",
     "gui_thread_open", "gui_thread_page", "gui_thread_open_stall", "gui_thread_scroll_stall",
@@ -28,7 +28,7 @@ EXPECTED = {
     "attach", "attachment_fetch",
 }
 WITH_FLOOR = {"append_nofsync_p50", "append_nofsync_p99", "append_fsync_p50", "append_fsync_p99", "bulk_import",
-              "append_compacted_nofsync_p50", "append_compacted_nofsync_p99",
+              "append_compacted_nofsync_p50", "append_compacted_nofsync_p99", "warm_open_compacted",
               "cold_open_bulk", "cold_open_loose", "cold_open_compacted", "warm_open", "reopen", "merge", "merge_copy",
               "pack", "unpack", "compaction", "erasure", "revoke", "gui_open", "peak_rss", "s3_append_p50",
               "s3_warm_open", "attach", "attachment_fetch"}
@@ -175,7 +175,8 @@ def test_a_long_operation_runs_once_and_its_cold_open_counts_the_fixture(tmp_pat
     result = json.loads((out / f"bench-{RECORDS}.json").read_text())
     assert result["runs"] == 2
     assert {k: len(v) for k, v in result["raw"].items()} == {
-        "cold_open_bulk": 1, "cold_open_loose": 1, "cold_open_compacted": 1, "warm_open": 1, "reopen": 1, "erasure": 1}
+        "cold_open_bulk": 1, "cold_open_loose": 1, "cold_open_compacted": 1, "warm_open": 1, "reopen": 1, "erasure": 1,
+        "warm_open_compacted": 1}
     assert all("counts" not in r for runs in result["raw"].values() for r in runs)
     for name in ("bulk", "loose", "compacted"):
         c = result["counts"][name]
