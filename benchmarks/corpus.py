@@ -194,6 +194,17 @@ def warm(fx: Fixture, who: str = "desktop") -> None:
         pass
 
 
+def state_format() -> str:
+    """What the fixtures' local states are stamped with: the state's format and revision, and the layout
+    of the roster it keeps (a fixture whose kept roster has another layout computes it again at every
+    open of every clone, which the warm open's untimed first open then pays, and its peak memory shows)."""
+    from camillo.cache import FORMAT, REVISION
+    from camillo.primitives import sha256
+    from camillo.session.rostermemo import shape
+
+    return f"{FORMAT}.{REVISION}.{sha256(shape()).hex()[:8]}"
+
+
 class Corpus:
     """The fixtures of one size under ``work``; built on first use, reused afterwards."""
 
@@ -287,9 +298,7 @@ class Corpus:
                     "build_seconds": round(time.perf_counter() - t0, 2),
                     "parent_built": dep.meta["built"] if dep else None, **(extra or {})}
             meta["fingerprint"] = tree_fingerprint(fx.vault)
-            from camillo.cache import FORMAT, REVISION
-
-            meta["state_format"] = f"{FORMAT}.{REVISION}"
+            meta["state_format"] = state_format()
             with open(meta_path, "w") as fh:
                 json.dump(meta, fh, indent=1)
             self.say(f"  built in {meta['build_seconds']} s")
@@ -302,9 +311,7 @@ class Corpus:
     def _upgrade_local_state(self, fx: Fixture, meta_path: str) -> None:
         """A fixture built before the local state database (or an older format of it): the simulated
         installations' local state is made what building it now would leave (the vault is unchanged)."""
-        from camillo.cache import FORMAT, REVISION
-
-        current = f"{FORMAT}.{REVISION}"  # (an open completes a state of an older revision in place: once)
+        current = state_format()  # (an open completes a state of an older revision in place: once)
         if str(fx.meta.get("state_format")) == current and self._has_state_db(fx):
             return
         self.say(f"making the local state of the {fx.name} corpus current (format {current})")
