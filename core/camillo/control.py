@@ -188,9 +188,9 @@ class ManifestInfo:
     kind: Kind
     record_id: bytes
     compartment_id: bytes
-    removed: RecordIds  # (sorted, one byte string each: at a million records the compaction's manifests
+    removed: RecordIds  # (sorted, one byte string: a compaction at a million records lists 100,000 old segments)
     added: frozenset[bytes]
-    batches: RecordIds  # list 100,000 old segments and 100,000 batches)
+    batches: RecordIds  # (sorted, one byte string: and 100,000 batches)
     signer: bytes
     ts: int
 

@@ -134,6 +134,7 @@ def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_
     the files that do not depend on it; if the derivation fails, those files are deleted again and the
     vault is as it was (the old passphrase opens it, nothing new is announced)."""
     import threading
+    import time
 
     from camillo.ops import credentials as ops_credentials
 
@@ -145,13 +146,17 @@ def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_
 
     def derive(passphrase, kdf):
         seen["thread"] = threading.current_thread()
-        seen["files while deriving"] = _vault_files(path) - before  # (written by the other thread, or not yet)
+        deadline = time.monotonic() + 10  # (the roll's files appear while this derivation is still pending)
+        while not (written := _vault_files(path) - before) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen["written while deriving"] = written
         raise MemoryError("no memory for Argon2id")
 
     monkeypatch.setattr(ops_credentials, "from_passphrase", derive)
     with pytest.raises(MemoryError):
         vault.change_passphrase(NEW_PASSPHRASE)
     assert seen["thread"] is not threading.main_thread()
+    assert any(f.startswith("env/") for f in seen["written while deriving"]), "the roll waited for the derivation"
     assert _vault_files(path) == before  # the roll's files written meanwhile were deleted again
     vault.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
