@@ -1,35 +1,42 @@
-"""The records of many batches checked in a process of their own, beside the read that opened them.
+"""The segments of a large read decoded and checked in a process of their own, beside the read that decrypts them.
 
-A cold open (or a merge, or a re-open after many new batches) decodes and checks every record it
-reads (:func:`camillo.records.decode_record`: the id its batch header lists, the deterministic CBOR
-profile, the fields), about 40 µs a record of Python that holds the interpreter lock, and then
-stages it in the local state, about as long again.  :class:`RecordChecker` runs the checks in a child
-Python process fed through a pipe while the reading process decrypts the next segments and stages
-the records already checked: the two halves run on two cores.  The child says of each batch whether
-every one of its records checked and, for one that did, what the local state stores of each record
-(:func:`camillo.rowfields.record_fields`, the same code the reader runs): the reader stages such a
-batch from those fields without decoding its records again.  It decodes a batch that did not check
-in its own process again, to report its exact problem, so a problem reads the same with or without
-the child; and a batch holding a control record, whose records the roster needs decoded.
+A cold open (or a merge, or a re-open after many new batches) decodes every segment it reads
+strictly (the deterministic CBOR profile of the payload and of each batch header, the header's
+fields: about 50 µs a batch) and every record (:func:`camillo.records.decode_record`: the id its
+batch header lists, the profile, the fields), Python that holds the interpreter lock, and then stages
+the records in the local state, about as long again.  :class:`RecordChecker` runs the decoding and the
+checks in a child Python process fed through a pipe while the reading process decrypts the next
+segments and stages the batches already checked: the two halves run on two cores.  For each segment
+the child sends back whether its payload and every batch header decoded (:func:`camillo.segments.decode_payload`),
+and then, per batch, its id, its header's fields (:func:`camillo.records.header_parts`) and, when every
+one of its records checked, what the local state stores of each record
+(:func:`camillo.rowfields.record_fields`, the same code the reader runs).  The reader rebuilds the
+batches from a plain decoding of the payload and those fields (:func:`camillo.records.checked_batch`)
+and stages a batch from its records' fields without decoding them again.  It decodes again in its own
+process a segment the child refused and a batch with a record that did not check, to report the exact
+problem, so a problem reads the same with or without the child; and a batch holding a control record,
+whose records the roster needs decoded.
 
-The records go to the child through an anonymous pipe and nothing of them reaches a disk; the child
+The payloads go to the child through an anonymous pipe and nothing of them reaches a disk; the child
 is a copy of this same code (the ``camillo`` package directory of the parent, without the package's
 ``__init__``, under ``python -I``), started when a read has enough records to repay its start (about
 0.1 s, 30 MB) and ended with the read: it exits when the pipe closes, so it never outlives its parent.
-When no child can be started, or it dies, the reader checks the records itself, as it did before.
+When no child can be started, or it dies, the reader checks the segments itself, as it did before.
 
-Frames (little-endian ``u32``): to the child, a length, then the batch count and per batch the record
-count and per record its 32-byte expected id, a length and its bytes; from the child, one byte
-``R`` once it is ready, then per frame a length and a ``marshal`` of a list with an item per batch:
-None when a record of it did not check, else the list of its records' fields.  (``marshal``: the
-child is this installation's own code at the other end of an anonymous pipe, as trusted as the
-reader itself, which takes its verdicts as they are.)
+Frames (little-endian ``u32``): to the child, a length, then the segment count and per segment a
+length and its decrypted payload; from the child, one byte ``R`` once it is ready, then per frame a
+length and a ``marshal`` of a list with an item per segment: None when its payload or a batch header
+did not decode, else a list with per batch (id, header fields, None when a record of it did not
+check, else the list of its records' fields).  (``marshal``: the child is this installation's own code
+at the other end of an anonymous pipe, as trusted as the reader itself, which takes its verdicts as
+they are.)
 
 Confined to the thread that owns the vault; the class's two threads only move bytes through the pipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import queue
@@ -37,14 +44,19 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from .records import Batch, decode_record
+try:
+    import fcntl
+except ImportError:  # (Windows: pipes keep their size)
+    fcntl = None  # type: ignore[assignment]
+
+from .records import HeaderParts, decode_record, header_parts
 from .rowfields import Fields, record_fields
+from .segments import decode_payload
 
 _U32 = struct.Struct("<I")
-FRAME_RECORDS = 2048  # records per frame: large enough that a frame's overhead is a fraction of its checks
+FRAME_BYTES = 512 << 10  # payload bytes per frame (about 2,000 records): large enough that a frame's overhead is a fraction of its checks
 DEPTH = 3  # frames sent and not answered before the reader waits for the oldest
 
 # The child: the package's modules without its __init__ (which imports every face of Camillo).
@@ -60,7 +72,9 @@ class CheckerGone(Exception):
     """The child process is gone (it could not start, or it died): check in this process."""
 
 
-Ticket = tuple[int, int, int]  # (frame, first batch in the frame, batches)
+Ticket = tuple[int, int]  # (frame, the segment's place in it)
+BatchAnswer = tuple[bytes, HeaderParts, "list[Fields] | None"]  # (id, header fields, records' fields)
+SegmentAnswer = list[BatchAnswer] | None
 
 
 class RecordChecker:
@@ -74,14 +88,16 @@ class RecordChecker:
             [sys.executable, *flags, "-c", _BOOT, package],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
             creationflags=no_window)
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            _widen(pipe)
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         self._cond = threading.Condition()
         self._ready = self._gone = False
         self._answers: dict[int, bytes] = {}
-        self._read: dict[int, list[list[Fields] | None]] = {}  # the last frame answered, read
+        self._read: dict[int, list[SegmentAnswer]] = {}  # the last frame answered, read
         self._sent = 0  # frames handed to the sender
         self._parts: list[bytes] = []  # the frame being filled
-        self._batches = self._records = 0  # in it
+        self._segments = self._bytes = 0  # in it
         for target in (self._send_loop, self._receive_loop):
             threading.Thread(target=target, name="camillo-recordcheck", daemon=True).start()
 
@@ -96,18 +112,13 @@ class RecordChecker:
             self._cond.wait_for(lambda: self._ready or self._gone, timeout)
             return self.ready
 
-    def add(self, batches: Sequence[Batch]) -> Ticket:
-        """Queue the records of ``batches`` (erased ones are not sent); their verdicts by :meth:`verdicts`."""
-        parts = self._parts
-        for batch in batches:
-            records = [(rid, raw) for rid, raw in zip(batch.header.records, batch.records) if raw is not None]
-            parts.append(_U32.pack(len(records)))
-            for rid, raw in records:
-                parts += (rid, _U32.pack(len(raw)), raw)
-            self._records += len(records)
-        ticket = (self._sent, self._batches, len(batches))
-        self._batches += len(batches)
-        if self._records >= FRAME_RECORDS:
+    def add(self, payload: bytes) -> Ticket:
+        """Queue a decrypted segment payload; what the child read of it by :meth:`verdicts`."""
+        self._parts += (_U32.pack(len(payload)), payload)
+        ticket = (self._sent, self._segments)
+        self._segments += 1
+        self._bytes += len(payload)
+        if self._bytes >= FRAME_BYTES:
             self._send()
         return ticket
 
@@ -118,11 +129,12 @@ class RecordChecker:
         with self._cond:
             return ticket[0] in self._answers or self._gone or self._sent - ticket[0] > DEPTH
 
-    def verdicts(self, ticket: Ticket) -> list[list[Fields] | None]:
-        """For each batch of ``ticket``, None when a record of it did not check, else the fields of its
-        records (those sent: not the erased ones), waiting for the child if need be.  Raises
-        :class:`CheckerGone` when the child is gone before answering."""
-        frame, first, count = ticket
+    def verdicts(self, ticket: Ticket) -> SegmentAnswer:
+        """What the child read of the segment of ``ticket`` (None: its payload or a batch header did
+        not decode; else per batch its id, header fields and records' fields, None when a record of it
+        did not check), waiting for the child if need be.  Raises :class:`CheckerGone` when the child
+        is gone before answering."""
+        frame, at = ticket
         if frame == self._sent:
             self._send()
         with self._cond:
@@ -134,11 +146,11 @@ class RecordChecker:
             for old in [f for f in self._answers if f < frame]:  # (asked in order: the older ones are done)
                 del self._answers[old]
             if frame not in self._read:
-                self._read = {frame: _answer(answer)}  # (read once: a frame holds several segments' batches)
-            batches = self._read[frame]
-        if len(batches) < first + count:
+                self._read = {frame: _answer(answer)}  # (read once: a frame holds several segments)
+            segments = self._read[frame]
+        if len(segments) <= at:
             raise CheckerGone  # (not what this frame asked: checked here)
-        return batches[first:first + count]
+        return segments[at]
 
     def close(self) -> None:
         """End the child (it exits when its input closes) and wait for it."""
@@ -161,12 +173,12 @@ class RecordChecker:
     # ------------------------------------------------------------------------------ the pipe
 
     def _send(self) -> None:
-        if not self._batches:
+        if not self._segments:
             return
-        body = b"".join([_U32.pack(self._batches), *self._parts])
+        body = b"".join([_U32.pack(self._segments), *self._parts])
         self._outbox.put(_U32.pack(len(body)) + body)
         self._sent += 1
-        self._parts, self._batches, self._records = [], 0, 0
+        self._parts, self._segments, self._bytes = [], 0, 0
 
     def _send_loop(self) -> None:
         pipe = self._proc.stdin
@@ -210,30 +222,52 @@ class RecordChecker:
                 self._cond.notify_all()
 
 
-def check_frame(body: bytes) -> list[list[Fields] | None]:
-    """The verdicts of one frame: per batch, None when a record of it did not decode and check, else
-    the fields of each of its records (:func:`~camillo.rowfields.record_fields`)."""
+PIPE_BYTES = 1 << 20
+
+
+def _widen(pipe: IO[bytes] | None) -> None:
+    """Make a pipe hold :data:`PIPE_BYTES` (Linux; elsewhere, or above the system's limit, it stays as
+    it is).  The receiving thread reads an answer of several megabytes as the pipe fills, taking the
+    interpreter lock from the reading thread for each part: with the default 64 KiB, about eighty
+    times an answer, each a wait of up to the switch interval while the child, its output full, waits too."""
+    if pipe is None or fcntl is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
+def check_frame(body: bytes) -> list[SegmentAnswer]:
+    """What the child reads of the segments of one frame (:meth:`RecordChecker.verdicts`)."""
     view = memoryview(body)
-    (batches,), at = _U32.unpack_from(view, 0), 4
-    out: list[list[Fields] | None] = []
-    for _b in range(batches):
-        (records,), at = _U32.unpack_from(view, at), at + 4
-        fields: list[Fields] | None = []
-        for _ in range(records):
-            rid = bytes(view[at:at + 32])
-            (size,) = _U32.unpack_from(view, at + 32)
-            raw = bytes(view[at + 36:at + 36 + size])
-            at += 36 + size
-            if fields is not None:
-                try:
-                    fields.append(record_fields(decode_record(raw, expected_id=rid).fields))
-                except Exception:  # a VaultError, or anything else: the reader's own decode says what
-                    fields = None
-        out.append(fields)
+    (count,), at = _U32.unpack_from(view, 0), 4
+    out: list[SegmentAnswer] = []
+    for _ in range(count):
+        (size,) = _U32.unpack_from(view, at)
+        out.append(check_segment(bytes(view[at + 4:at + 4 + size])))
+        at += 4 + size
     return out
 
 
-def _answer(data: bytes) -> list[list[Fields] | None]:
+def check_segment(payload: bytes) -> SegmentAnswer:
+    """A decrypted segment's payload decoded strictly (None: it or a batch header does not decode),
+    and per batch its id, its header's fields and, when every record decodes and checks, their fields."""
+    try:
+        batches = decode_payload(payload, "")
+    except Exception:  # a VaultError, or anything else: the reader's own decoding says what
+        return None
+    out: list[BatchAnswer] = []
+    for batch in batches:
+        fields: list[Fields] | None
+        try:
+            fields = [record_fields(decode_record(raw, expected_id=rid).fields)
+                      for rid, raw in zip(batch.header.records, batch.records) if raw is not None]  # (erased: None)
+        except Exception:  # a VaultError, or anything else: the reader's own decode says what
+            fields = None
+        out.append((batch.id, header_parts(batch.header), fields))
+    return out
+
+
+def _answer(data: bytes) -> list[SegmentAnswer]:
     """A frame's answer as :func:`check_frame` gave it (anything else: the child is not answering)."""
     try:
         answer = marshal.loads(data)  # noqa: S302 - this installation's own child (module docstring)
