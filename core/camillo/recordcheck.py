@@ -23,11 +23,16 @@ is a copy of this same code (the ``camillo`` package directory of the parent, wi
 0.1 s, 30 MB) and ended with the read: it exits when the pipe closes, so it never outlives its parent.
 When no child can be started, or it dies, the reader checks the segments itself, as it did before.
 
+The two halves are kept even: while the child has :data:`BEHIND` frames or more to answer, the
+reader decodes the segments it sends next, and their batch headers, strictly itself (as it does
+every segment without a child), and the child only checks those segments' records.
+
 Frames (little-endian ``u32``): to the child, a length, then the segment count and per segment a
-length and its decrypted payload; from the child, one byte ``R`` once it is ready, then per frame a
-length and a ``marshal`` of a list with an item per segment: None when its payload or a batch header
-did not decode, else a list with per batch (id, header fields, None when a record of it did not
-check, else the list of its records' fields).  (``marshal``: the child is this installation's own code
+mode byte (0: decode it whole, 1: the reader decoded it, check its records), a length and its
+decrypted payload; from the child, one byte ``R`` once it is ready, then per frame a length and a
+``marshal`` of a list with an item per segment: None when its payload or a batch header did not
+decode, else a list with per batch (id, header fields, None when a record of it did not check, else
+the list of its records' fields); id and header fields are empty for a segment of mode 1.  (``marshal``: the child is this installation's own code
 at the other end of an anonymous pipe, as trusted as the reader itself, which takes its verdicts as
 they are.)
 
@@ -44,20 +49,26 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from typing import IO, BinaryIO
+
+import cbor2
 
 try:
     import fcntl
 except ImportError:  # (Windows: pipes keep their size)
     fcntl = None  # type: ignore[assignment]
 
-from .records import HeaderParts, decode_record, header_parts
+from .records import H, HeaderParts, decode_record, header_parts
 from .rowfields import Fields, record_fields
 from .segments import decode_payload
 
 _U32 = struct.Struct("<I")
+_MODE = struct.Struct("<BI")  # a segment's mode and length
 FRAME_BYTES = 512 << 10  # payload bytes per frame (about 2,000 records): large enough that a frame's overhead is a fraction of its checks
 DEPTH = 3  # frames sent and not answered before the reader waits for the oldest
+BEHIND = 2  # frames sent and not answered from which the reader decodes segments itself
+_WHOLE, _DECODED = 0, 1  # a segment of a frame: decode it whole, or check its records only
 
 # The child: the package's modules without its __init__ (which imports every face of Camillo).
 _BOOT = ("import sys, types\n"
@@ -73,7 +84,8 @@ class CheckerGone(Exception):
 
 
 Ticket = tuple[int, int]  # (frame, the segment's place in it)
-BatchAnswer = tuple[bytes, HeaderParts, "list[Fields] | None"]  # (id, header fields, records' fields)
+# (id, header fields, records' fields); id and header fields empty for a segment decoded by the reader
+BatchAnswer = tuple[bytes, "HeaderParts | None", "list[Fields] | None"]
 SegmentAnswer = list[BatchAnswer] | None
 
 
@@ -96,6 +108,7 @@ class RecordChecker:
         self._answers: dict[int, bytes] = {}
         self._read: dict[int, list[SegmentAnswer]] = {}  # the last frame answered, read
         self._sent = 0  # frames handed to the sender
+        self._received = 0  # frames answered
         self._parts: list[bytes] = []  # the frame being filled
         self._segments = self._bytes = 0  # in it
         for target in (self._send_loop, self._receive_loop):
@@ -112,15 +125,25 @@ class RecordChecker:
             self._cond.wait_for(lambda: self._ready or self._gone, timeout)
             return self.ready
 
-    def add(self, payload: bytes) -> Ticket:
-        """Queue a decrypted segment payload; what the child read of it by :meth:`verdicts`."""
-        self._parts += (_U32.pack(len(payload)), payload)
+    def add(self, payload: bytes, *, decoded: bool = False) -> Ticket:
+        """Queue a decrypted segment payload; what the child read of it by :meth:`verdicts`.
+        ``decoded``: the reader decoded it and its batch headers strictly itself (:meth:`behind`), and
+        the child checks only its records."""
+        self._parts += (_MODE.pack(_DECODED if decoded else _WHOLE, len(payload)), payload)
         ticket = (self._sent, self._segments)
         self._segments += 1
         self._bytes += len(payload)
         if self._bytes >= FRAME_BYTES:
             self._send()
         return ticket
+
+    @property
+    def behind(self) -> bool:
+        """The child is the slower half of the read: :data:`BEHIND` frames or more wait for its answer.
+        The reader then decodes the next segments and their batch headers itself (``add(decoded=True)``),
+        which slows it and lets the child catch up: on two cores each half does about as much."""
+        with self._cond:
+            return self._sent - self._received >= BEHIND
 
     def due(self, ticket: Ticket) -> bool:
         """Time to take the verdicts of ``ticket`` (the oldest the reader holds): they are here, the
@@ -210,10 +233,11 @@ class RecordChecker:
                 answer = pipe.read(count)
                 if len(answer) != count:
                     return
-                with self._cond:
-                    self._answers[frame] = answer
-                    self._cond.notify_all()
                 frame += 1
+                with self._cond:
+                    self._answers[frame - 1] = answer
+                    self._received = frame
+                    self._cond.notify_all()
         except (OSError, ValueError):
             pass
         finally:
@@ -242,10 +266,21 @@ def check_frame(body: bytes) -> list[SegmentAnswer]:
     (count,), at = _U32.unpack_from(view, 0), 4
     out: list[SegmentAnswer] = []
     for _ in range(count):
-        (size,) = _U32.unpack_from(view, at)
-        out.append(check_segment(bytes(view[at + 4:at + 4 + size])))
-        at += 4 + size
+        mode, size = _MODE.unpack_from(view, at)
+        payload = bytes(view[at + 5:at + 5 + size])
+        out.append(check_records(payload) if mode == _DECODED else check_segment(payload))
+        at += 5 + size
     return out
+
+
+def check_records(payload: bytes) -> SegmentAnswer:
+    """The records of a payload the reader decoded strictly itself (read plainly here): per batch,
+    their fields when every one decodes and checks (None: the payload is not what the reader read)."""
+    try:
+        items = cbor2.loads(payload)
+        return [(b"", None, _fields(cbor2.loads(header)[H.RECORDS], raws)) for header, _sigs, raws in items]
+    except Exception:  # (not a payload the reader decoded: it checks the records itself)
+        return None
 
 
 def check_segment(payload: bytes) -> SegmentAnswer:
@@ -255,16 +290,16 @@ def check_segment(payload: bytes) -> SegmentAnswer:
         batches = decode_payload(payload, "")
     except Exception:  # a VaultError, or anything else: the reader's own decoding says what
         return None
-    out: list[BatchAnswer] = []
-    for batch in batches:
-        fields: list[Fields] | None
-        try:
-            fields = [record_fields(decode_record(raw, expected_id=rid).fields)
-                      for rid, raw in zip(batch.header.records, batch.records) if raw is not None]  # (erased: None)
-        except Exception:  # a VaultError, or anything else: the reader's own decode says what
-            fields = None
-        out.append((batch.id, header_parts(batch.header), fields))
-    return out
+    return [(batch.id, header_parts(batch.header), _fields(batch.header.records, batch.records)) for batch in batches]
+
+
+def _fields(rids: Sequence[bytes], raws: Sequence[bytes | None]) -> list[Fields] | None:
+    """The fields of a batch's records (the erased ones left out), or None when one does not check."""
+    try:
+        return [record_fields(decode_record(raw, expected_id=rid).fields) for rid, raw in zip(rids, raws)
+                if raw is not None]
+    except Exception:  # a VaultError, or anything else: the reader's own decode says what
+        return None
 
 
 def _answer(data: bytes) -> list[SegmentAnswer]:

@@ -115,8 +115,33 @@ def test_segments_the_child_decoded_are_not_decoded_here_again(many, monkeypatch
     assert len(decoded) >= 72
     decoded.clear()
     monkeypatch.setattr(segread, "FORCE", True)
+    monkeypatch.setattr(recordcheck, "BEHIND", 10**9)  # (never behind: every segment goes to it whole)
     assert _cold(path)[:2] == here[:2]
     assert len(decoded) == 1, decoded
+
+
+def test_while_the_child_is_behind_the_reader_decodes_segments_itself_and_the_child_checks_their_records(
+        many, monkeypatch):
+    """The two halves kept even: a segment sent while the child is behind is decoded here, payload and
+    headers, and the child checks its records only; what is read is the same."""
+    path, _name, _ = many
+    decoded: list[str] = []
+    real = segments.decode_payload
+
+    def counted(payload, name):
+        decoded.append(name)
+        return real(payload, name)
+
+    monkeypatch.setattr(segments, "decode_payload", counted)
+    monkeypatch.setattr(segread, "FORCE", False)
+    here = _cold(path)
+    decoded.clear()
+    monkeypatch.setattr(segread, "FORCE", True)
+    monkeypatch.setattr(recordcheck, "BEHIND", 0)  # (always behind)
+    texts, problems, apart = _cold(path)
+    assert (texts, problems) == here[:2]
+    assert len(decoded) >= 72  # every segment decoded here
+    assert apart >= 70  # and its records checked there
 
 
 def test_a_child_that_dies_half_way_leaves_the_rest_to_this_process(many, monkeypatch):
@@ -188,8 +213,11 @@ def test_the_child_reads_each_segment_as_this_process_reads_it():
             assert (theirs.id, theirs.header_bytes, theirs.header, theirs.sigs, theirs.records) == (
                 mine.id, mine.header_bytes, mine.header, mine.sigs, mine.records)
     # the same verdicts in this process
-    frame = recordcheck._U32.pack(2) + b"".join(recordcheck._U32.pack(len(p)) + p for p in (second, refused))
+    frame = recordcheck._U32.pack(2) + b"".join(recordcheck._MODE.pack(0, len(p)) + p for p in (second, refused))
     assert recordcheck.check_frame(frame) == answers[1:]
+    # a segment the reader decoded itself: its records only
+    frame = recordcheck._U32.pack(2) + b"".join(recordcheck._MODE.pack(1, len(p)) + p for p in (first, second))
+    assert recordcheck.check_frame(frame) == [[(b"", None, f) for _, _, f in a] for a in answers[:2]]
 
 
 def test_a_checker_whose_child_is_gone_says_so():

@@ -73,7 +73,8 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-Held = tuple[str, bytes, bytes, bytes, recordcheck.Ticket]  # (name, compartment, epoch, payload, ticket)
+# (name, compartment, epoch, its payload or the batches decoded here, ticket)
+Held = tuple[str, bytes, bytes, "bytes | list[Batch]", recordcheck.Ticket]
 
 
 def state_for(reader: Reader, todo: Sequence[str]) -> State:
@@ -139,7 +140,12 @@ def _read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
                 opened = decrypt_segment(reader, name)
                 if opened is None:
                     continue
-                held.append((name, *opened, checker.add(opened[2])))
+                if checker.behind:  # (the child is the slower half: this segment is decoded here)
+                    decoded = _decoded(reader, name, opened[2])
+                    if decoded is not None:
+                        held.append((name, opened[0], opened[1], decoded, checker.add(opened[2], decoded=True)))
+                else:
+                    held.append((name, *opened, checker.add(opened[2])))
                 while held and checker.due(held[0][4]):
                     added += _take(reader, checker, held.popleft())
                 continue
@@ -219,23 +225,37 @@ def _damaged(reader: Reader, name: str, exc: VaultError) -> None:
 
 
 def _take(reader: Reader, checker: recordcheck.RecordChecker | None, item: Held) -> list[bytes]:
-    """Add a segment the child was sent: from what it read of it when it decoded it (its batches'
-    ids and headers, its records' fields), else (the child refused it, or is gone) decoded here."""
-    name, compartment_id, epoch_id, payload, ticket = item
+    """Add a segment the child was sent: from what it read of it (its batches' ids and headers, unless
+    they were decoded here, and its records' fields), else (the child refused it, or is gone) decoded
+    here."""
+    name, compartment_id, epoch_id, read, ticket = item
     try:
         answer = checker.verdicts(ticket) if checker is not None else None
     except recordcheck.CheckerGone:
         answer = None
-    batches = fields = None
-    if answer is not None:
-        try:  # (a plain decoding: the child decoded this payload strictly)
-            items = cbor2.loads(payload)
-            batches = [checked_batch(bid, entry, parts) for entry, (bid, parts, _) in zip(items, answer, strict=True)]
-            fields = [f for _, _, f in answer]
-        except (cbor2.CBORError, ValueError, TypeError):  # (not what the child read: decoded here)
-            batches = None
-    if batches is None or fields is None:
-        batches = _decoded(reader, name, payload)
-        return [] if batches is None else reader.add_segment(name, compartment_id, epoch_id, batches)
+    if isinstance(read, list):
+        batches = read
+    else:
+        rebuilt = _from_child(read, answer) if answer is not None else None
+        if rebuilt is None:
+            answer, rebuilt = None, _decoded(reader, name, read)
+            if rebuilt is None:
+                return []
+        batches = rebuilt
+    if answer is None or len(answer) != len(batches):
+        return reader.add_segment(name, compartment_id, epoch_id, batches)
+    fields = [f for _, _, f in answer]
     reader.checked_apart += sum(f is not None for f in fields)
     return reader.add_segment(name, compartment_id, epoch_id, batches, [f is not None for f in fields], fields)
+
+
+def _from_child(payload: bytes, answer: list[recordcheck.BatchAnswer]) -> list[Batch] | None:
+    """A payload's batches rebuilt from a plain decoding of it and the ids and header fields the child
+    sent when it decoded it strictly (None: they do not match; it is decoded here)."""
+    try:
+        items = cbor2.loads(payload)
+        if len(items) != len(answer) or any(parts is None for _, parts, _ in answer):
+            return None
+        return [checked_batch(bid, entry, parts) for entry, (bid, parts, _) in zip(items, answer) if parts is not None]
+    except (cbor2.CBORError, ValueError, TypeError):
+        return None
