@@ -98,10 +98,8 @@ def test_a_read_checked_in_a_child_process_finds_what_one_checked_here_finds(man
     assert any("batch header" in m and "deterministic" in m for f, m in here[1] if f != name), here[1]
 
 
-def test_segments_the_child_decoded_are_not_decoded_here_again(many, monkeypatch):
-    """The child decodes each payload and batch header strictly and sends back the batches' ids and
-    header fields: this process decodes again only the segment the child refused (the planted header)."""
-    path, _name, _ = many
+def _count_decodings(monkeypatch) -> list[str]:
+    """The names of the segments this process decodes from now on (segments.decode_payload)."""
     decoded: list[str] = []
     real = segments.decode_payload
 
@@ -110,6 +108,14 @@ def test_segments_the_child_decoded_are_not_decoded_here_again(many, monkeypatch
         return real(payload, name)
 
     monkeypatch.setattr(segments, "decode_payload", counted)
+    return decoded
+
+
+def test_segments_the_child_decoded_are_not_decoded_here_again(many, monkeypatch):
+    """The child decodes each payload and batch header strictly and sends back the batches' ids and
+    header fields: this process decodes again only the segment the child refused (the planted header)."""
+    path, _name, _ = many
+    decoded = _count_decodings(monkeypatch)
     monkeypatch.setattr(segread, "FORCE", False)
     here = _cold(path)
     assert len(decoded) >= 72
@@ -125,14 +131,7 @@ def test_while_the_child_is_behind_the_reader_decodes_segments_itself_and_the_ch
     """The two halves kept even: a segment sent while the child is behind is decoded here, payload and
     headers, and the child checks its records only; what is read is the same."""
     path, _name, _ = many
-    decoded: list[str] = []
-    real = segments.decode_payload
-
-    def counted(payload, name):
-        decoded.append(name)
-        return real(payload, name)
-
-    monkeypatch.setattr(segments, "decode_payload", counted)
+    decoded = _count_decodings(monkeypatch)
     monkeypatch.setattr(segread, "FORCE", False)
     here = _cold(path)
     decoded.clear()
