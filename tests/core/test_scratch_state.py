@@ -180,7 +180,8 @@ def test_a_large_cold_load_into_the_local_state_widens_its_page_cache_until_the_
 def test_a_scratch_database_authenticates_each_page_with_hmac_sha256(tmp_path, monkeypatch):
     """The scratch database's pages are authenticated by HMAC-SHA256 (as strong a tag as SQLCipher's
     default HMAC-SHA512, twice as fast with the processor's SHA-256 instructions: a cold load writes
-    and reads each page several times): a byte changed in a page of its file is refused, not read."""
+    and reads each page several times) and are 16 KiB (a page's cipher and tag have a fixed cost): a
+    byte changed in a page of its file is refused, not read."""
     key = bytes(range(32))
     monkeypatch.setattr(cache, "random_bytes", lambda n: key[:n])
     db = cache.scratch_database(str(tmp_path / "scratch"))
@@ -189,17 +190,21 @@ def test_a_scratch_database_authenticates_each_page_with_hmac_sha256(tmp_path, m
     db.executemany("INSERT INTO t VALUES(?)", [(f"{MARKER} {i}" * 20,) for i in range(200)])
     db.commit()
 
-    def reader(hmac: str):
+    def reader(hmac: str, page: int = cache.SCRATCH_PAGE_BYTES):
         other = cache.sqlite.connect(file)
         other.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
         other.execute(f"PRAGMA cipher_hmac_algorithm = {hmac}")
+        other.execute(f"PRAGMA cipher_page_size = {page}")
         return other
 
+    assert cache.SCRATCH_PAGE_BYTES == 16384 and os.path.getsize(file) % 16384 == 0
     assert reader("HMAC_SHA256").execute("SELECT count(*) FROM t").fetchone() == (200,)
     with pytest.raises(cache.DatabaseError):
         reader("HMAC_SHA512").execute("SELECT count(*) FROM t").fetchone()
+    with pytest.raises(cache.DatabaseError):
+        reader("HMAC_SHA256", 4096).execute("SELECT count(*) FROM t").fetchone()
     data = bytearray(open(file, "rb").read())
-    data[3 * 4096 + 100] ^= 1  # (a byte of a page of the table)
+    data[2 * 16384 + 100] ^= 1  # (a byte of a page of the table)
     open(file, "wb").write(bytes(data))
     with pytest.raises(cache.DatabaseError):
         reader("HMAC_SHA256").execute("SELECT a FROM t").fetchall()
