@@ -1,11 +1,13 @@
-"""Reading segments: one (:func:`open_segment`: read, match its name, decrypt), and many at once (a
-cold open, a merge, a re-open after many new batches: :func:`read_segments`), with their records checked in a process of their own (:mod:`camillo.recordcheck`) while this one decrypts the
-next segments and stages the batches already checked.
+"""Reading segments: one (:func:`open_segment`: read, match its name, decrypt, decode), and many at once
+(a cold open, a merge, a re-open after many new batches: :func:`read_segments`), decoded and their
+records checked in a process of their own (:mod:`camillo.recordcheck`) while this one decrypts the
+next segments and stages the batches already checked; while the child is the slower half, this
+process decodes the segments it sends next itself and the child checks only their records.
 
 The segments are taken in the order given and each one's batches are added in that order whether
-the child checked them or not (:meth:`Reader.add_segment` decodes in this process a batch the child
-did not pass, and every batch when no child runs), so what is read, and every problem found, is the
-same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments or
+the child read them or not (a segment the child refused is decoded here, :meth:`Reader.add_segment`
+decodes in this process a batch the child did not pass, and every batch when no child runs), so
+what is read, and every problem found, is the same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments or
 :data:`START_BYTES` bytes of them, on a machine with a second core; until it is ready the segments
 are checked here.  A function of the session's reader, which calls it.
 
