@@ -616,9 +616,16 @@ def _decoded_header(m: dict[int, Any], deps: Sequence[bytes], frontier: dict[byt
                     heads: dict[bytes, dict[bytes, int]]) -> BatchHeader:
     """A header decoded from map ``m`` (checked, or stored by this installation), its repeated ids shared
     and its record ids held as one byte string."""
-    return BatchHeader(_shared(m[H.VAULT]), _shared(m[H.COMPARTMENT]), _shared(m[H.WRITER]), m[H.SEQ], m.get(H.PREV),
-                       tuple(deps), {_shared(w): s for w, s in frontier.items()}, RecordIds(records), m[H.TS],
-                       tuple(m[H.SIG_ALGS]), heads)
+    return _shared_header(m[H.VAULT], m[H.COMPARTMENT], m[H.WRITER], m[H.SEQ], m.get(H.PREV), deps, frontier,
+                          RecordIds(records), m[H.TS], m[H.SIG_ALGS], heads)
+
+
+def _shared_header(vault: bytes, comp: bytes, writer: bytes, seq: int, prev: bytes | None, deps: Sequence[bytes],
+                   frontier: dict[bytes, int], records: RecordIds, ts: int, algs: Sequence[int],
+                   heads: dict[bytes, dict[bytes, int]]) -> BatchHeader:
+    """A decoded header's fields as one header, the ids headers repeat shared (:func:`_shared`)."""
+    return BatchHeader(_shared(vault), _shared(comp), _shared(writer), seq, prev, tuple(deps),
+                       {_shared(w): s for w, s in frontier.items()}, records, ts, tuple(algs), heads)
 
 
 def _header_from_map(m: Any) -> BatchHeader:
@@ -786,8 +793,7 @@ def checked_batch(bid: bytes, item: Sequence[Any], parts: HeaderParts) -> Batch:
     the header is neither decoded nor checked a second time (about 40 µs a batch)."""
     header_bytes, sigs, raws = item
     vault, comp, writer, seq, prev, deps, frontier, recs, ts, algs, heads = parts
-    header = BatchHeader(_shared(vault), _shared(comp), _shared(writer), seq, prev, tuple(deps),
-                         {_shared(w): s for w, s in frontier.items()}, RecordIds(joined=recs), ts, tuple(algs), heads)
+    header = _shared_header(vault, comp, writer, seq, prev, deps, frontier, RecordIds(joined=recs), ts, algs, heads)
     return Batch(bid, header_bytes, header, tuple((a, s) for a, s in sigs), tuple(raws))
 
 
