@@ -360,7 +360,6 @@ class Reader:
     def write_flags(self) -> None:
         """Write what the roster and the log decided of each batch (all of them after a
         recomputation, else those read since), with the roster's fingerprint."""
-        db = self.materialized.db
         flagged = self.batches.items() if self.flags_all else (
             (b, self.batches[b]) for b in self.flags_new if b in self.batches)
         accepted = self.last_accepted
@@ -370,11 +369,10 @@ class Reader:
             if bits != v.stored_flags:
                 rows.append((bits & 1, bits >> 1 & 1, bits >> 2, bid))
                 v.stored_flags = bits
+        self.materialized.write_flags(rows)
         if rows:
             self._drop_stored_log()
-        rows.sort(key=lambda row: row[3])  # in the order of the id index: each of its pages read once
-        db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
-        db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
+        self.materialized.cache_db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
                        [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
                         ("erasures", encoding.encode(sorted(self.erasures_seen)))])
         self.flags_all, self.flags_new = False, set()
@@ -849,6 +847,8 @@ class Reader:
             self.flags_all = True  # the roster may have signed, vouched or excluded any batch
         else:  # only those it was computed from, and those the log accepted or rejected since
             self.flags_new |= touched | moved
+        if self.materialized.flag_indexes_unbuilt:  # a cold load's: its flags written now, then the indexes over them
+            self.write_flags()
         self.settle(force=bool(result.scrubbed or new_erasure), index=False)
         if result.scrubbed or new_erasure:  # what was erased leaves no trace on disk either
             purge(self.materialized)
