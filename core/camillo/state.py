@@ -223,6 +223,11 @@ class State:
         with indexes_deferred(self._db, self._loaded, self.defer_indexes):
             yield
 
+    @property
+    def cold_loading(self) -> bool:
+        """Batches are being loaded into an empty state (:meth:`loading`), none judged yet."""
+        return self._presumed
+
     def _load_cache(self) -> None:
         """A wide cold load's page cache: :data:`~camillo.cache.LOAD_CACHE_BYTES_PER_ROW` for each row
         written so far (the index of ids its rows go to at random pages, with room to spare), from

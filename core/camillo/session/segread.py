@@ -27,6 +27,7 @@ import cbor2
 from .. import cache as cache_mod
 from .. import recordcheck, segments
 from ..cache import Cache, DatabaseError, is_scratch
+from ..control import BatchView
 from ..errors import StorageError, VaultError
 from ..packshelf import PackShelf
 from ..records import Batch, checked_batch
@@ -36,6 +37,7 @@ from ..storage import FolderShelf, hash_matches
 from ..values import Problem
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
+from .views import lean_views
 
 # A child repays its start (about 0.1 s before it is ready, and its end) when what is left to check
 # once it is ready takes longer than that here: a read of many segments (each also costs a file read
@@ -62,6 +64,7 @@ class Reader(Protocol):
     incomplete: set[str]
     unreadable: dict[str, EpochRef]
     segment_batches: MutableMapping[str, list[bytes]]
+    batches: MutableMapping[bytes, BatchView]
 
     def add_segment(self, name: str, compartment_id: bytes, epoch_id: bytes, batches: list[Batch],
                     checked: Sequence[bool] | None = None,
@@ -112,6 +115,9 @@ def _at_least(shelf: FolderShelf | PackShelf, names: Sequence[str], limit: int) 
     return False
 
 
+LEAN_EVERY = 256  # batches added between two passes of lean_views over those added since
+
+
 def read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
     """Read ``names`` in order; the ids of the batches added.  Python's cyclic garbage collector is
     paused meanwhile (:func:`~camillo.session.resume.collector_paused`): the read makes a view of
@@ -128,6 +134,9 @@ def _read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
     held: deque[Held] = deque()
     last_report = 0.0
     total = len(names)
+    # a cold load's views of plain batches are kept lean as it goes, from the rows it wrote (views.lean_views)
+    lean, leaned = reader.materialized.cold_loading, 0
+    state_db = lambda: reader.materialized.cache_db  # noqa: E731 - one for every view's StoredIds
     try:
         if (_cores() > 1 and (total >= START_SEGMENTS or _at_least(reader.shelf, names, START_BYTES))
                 if FORCE is None else FORCE):
@@ -135,6 +144,9 @@ def _read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
             if FORCE and checker is not None:
                 checker.wait_ready(30)
         for done, name in enumerate(names):
+            if lean and len(added) - leaned >= LEAN_EVERY:
+                lean_views(reader.batches, added[leaned:], state_db)
+                leaned = len(added)
             if reader.progress is not None and (now := time.monotonic()) - last_report >= 0.05:
                 last_report = now
                 reader.progress(done, total)  # about 20 reports a second, whatever the segment sizes
@@ -158,6 +170,8 @@ def _read_segments(reader: Reader, names: Sequence[str]) -> list[bytes]:
                 added += reader.add_segment(name, *read)
         while held:
             added += _take(reader, checker, held.popleft())
+        if lean:
+            lean_views(reader.batches, added[leaned:], state_db)
     finally:
         if checker is not None:
             checker.close()
