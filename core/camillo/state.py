@@ -168,8 +168,7 @@ class State:
         lamport = min(h.seq + sum(h.frontier.values()), SQLITE_INT_MAX)
         bid, cid, wid, rids = view.id, h.compartment_id, h.writer_id, h.records
         inert = len(fields) <= 4
-        for idx, f in enumerate(fields):
-            rid = rids[idx]
+        for idx, (rid, f) in enumerate(zip(rids, fields)):  # (an iterator of the ids, not an index into them each time)
             if f is None:
                 rows.append((rid, bid, idx, cid, wid, None, None, None, None, None,
                              None, None, None, None, None, None, 0, 1, None, lamport))

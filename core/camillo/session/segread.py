@@ -9,7 +9,9 @@ the child read them or not (a segment the child refused is decoded here, :meth:`
 decodes in this process a batch the child did not pass, and every batch when no child runs), so
 what is read, and every problem found, is the same either way.  A child is started for a read of at least :data:`START_SEGMENTS` segments or
 :data:`START_BYTES` bytes of them, on a machine with a second core; until it is ready the segments
-are checked here.  A function of the session's reader, which calls it.
+are checked here.  A cold load keeps the views of the plain batches it adds lean as it goes
+(:func:`~camillo.session.views.lean_views`, every :data:`LEAN_EVERY` batches).  A function of the
+session's reader, which calls it.
 
 Confined to the thread that owns the vault.
 """

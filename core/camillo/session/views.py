@@ -12,6 +12,10 @@ recognised without decoding).  Its header and signatures (73 MB at a million rec
 database and decoded the first time something asks for them (``fetch``; the reader reads the rest at
 once after a number of such reads, for a pass over every batch), its control records likewise.
 
+A cold load keeps the views of the plain batches it reads (they are shed once the open is done) lean as
+it goes (:func:`lean_views`): without their record ids, read back from the batch's stored row when asked
+for (:class:`StoredIds`), and with the batch ids their headers name shared with those batches' own.
+
 The bytes come from this installation's own, authenticated database (a page that does not
 authenticate is refused whole); one that does not decode is reported as a damaged local state
 (:class:`~camillo.cache.DatabaseError`, which the session turns into "rebuilt from the vault").
