@@ -303,7 +303,7 @@ _DEFERRED_INDEXES = [line.split()[5] for line in _INDEX_DDL]  # CREATE INDEX IF 
 # entry out of one of them and into another).
 VALIDITY_INDEX_DDL = [ddl for ddl in _INDEX_DDL if re.search(r"\b(valid|hidden)\b", ddl)]
 # Those over the batches' flags (sig_ok, vouched, accepted), which a cold load writes for every batch once
-# its roster and log are computed: built after that (State.flags_written), not before it (each of the
+# its roster and log are computed: built after that (State.write_flags), not before it (each of the
 # 100,000 updates of a million records' load moved entries of four indexes at random pages, and its row at
 # a random page of the table: 5.8 s of a 38 s cold open).
 FLAG_INDEX_DDL = [ddl for ddl in BATCH_INDEXES if re.search(r"\b(sig_ok|vouched|accepted)\b", ddl)]
@@ -316,8 +316,9 @@ def indexes_deferred(db: Connection, flush: Callable[[], None],
     references and the batches are dropped for the load and built once after it, after ``flush``
     wrote the last staged rows (a sorted build instead of a B-tree update per row); those of
     :data:`VALIDITY_INDEX_DDL` and :data:`FLAG_INDEX_DDL` are handed to ``later`` (the state builds
-    them once its validity is computed, and once the batches' flags are written).  A process killed meanwhile leaves a database without them, which the next open's
-    schema (``CREATE INDEX IF NOT EXISTS``) completes.  A state that holds records is loaded as it is."""
+    them once its validity is computed, and once the batches' flags are written).  A process killed
+    meanwhile leaves a database without them, which the next open's schema (``CREATE INDEX IF NOT
+    EXISTS``) completes.  A state that holds records is loaded as it is."""
     if db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
         yield
         return

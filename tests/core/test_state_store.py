@@ -162,7 +162,7 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
     """Issue 19 item 2: until the open sheds them, a cold load keeps a view of every batch it read; that
     of a plain batch is kept without its record ids, read back from the batch's stored row when asked
     for (views.StoredIds), and with the ids its header names of batches held here shared with their
-    own (at a million records the open's peak, 480 -> 434 MiB).  Each header equals the one read whole,
+    own (at a million records the open's peak, about 480 -> 435 MiB).  Each header equals the one read whole,
     and the state is the one a load that keeps them whole gives."""
     from camillo.control import BatchView
     from camillo.session import segread, views
@@ -203,8 +203,9 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
 def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_gets_them_back(new_vault, monkeypatch):
     """Issue 19 item 3: a cold open stages every record into an empty state with the secondary indexes
     dropped and builds them once at the end (camillo.cache.indexes_deferred), those over validity once
-    the validity pass wrote it, those over the batches' flags once the reader wrote them; the result is the state a load with the indexes maintained row by row gives.  A database a kill left without them (committed
-    mid-load) gets them back from the schema at the next open.  The load's wide page cache is narrowed
+    the validity pass wrote it, those over the batches' flags once the reader wrote them; the result is
+    the state a load with the indexes maintained row by row gives.  A database a kill left without them
+    (committed mid-load) gets them back from the schema at the next open.  The load's wide page cache is narrowed
     once its rows are written, before the indexes are built (each sorts in memory beside it)."""
     from camillo import cache
     from camillo import state as state_mod

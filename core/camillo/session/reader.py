@@ -372,9 +372,9 @@ class Reader:
         self.materialized.write_flags(rows)
         if rows:
             self._drop_stored_log()
-        self.materialized.cache_db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)",
-                       [("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
-                        ("erasures", encoding.encode(sorted(self.erasures_seen)))])
+        self.materialized.cache_db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
+            ("roster", self.roster_fingerprint), ("generation", encoding.encode(self.keyring.generation)),
+            ("erasures", encoding.encode(sorted(self.erasures_seen)))])
         self.flags_all, self.flags_new = False, set()
 
     # ------------------------------------------------------------------------------ reading
