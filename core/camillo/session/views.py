@@ -70,6 +70,16 @@ def nones(n: int) -> tuple[None, ...]:
     return held
 
 
+def stored_batch(bid: bytes, stored: bytes) -> Batch:
+    """A batch from its stored header and signatures (``cache_batches.batch``): not checked again, this
+    installation wrote them; one that does not decode is a damaged local state."""
+    try:
+        header_bytes, sigs = cbor2.loads(stored)
+        return cached_batch(bid, header_bytes, sigs)
+    except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
+        raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
+
+
 class StoredIds(Sequence[bytes]):
     """The record ids of a plain batch a cold load read and stored, which its view keeps without them
     (:func:`lean_views`): read back from the batch's stored header when first asked for, then held.
@@ -88,10 +98,7 @@ class StoredIds(Sequence[bytes]):
             row = self._db().execute("SELECT batch FROM cache_batches WHERE id = ?", (self._bid,)).fetchone()
             if row is None:
                 raise DatabaseError("a batch read in this session is missing from the local state")
-            try:
-                self._ids = cached_batch(self._bid, *cbor2.loads(row[0])).header.records
-            except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
-                raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
+            self._ids = stored_batch(self._bid, row[0]).header.records
         return self._ids
 
     def __len__(self) -> int:
@@ -181,11 +188,7 @@ class CachedView(BatchView):
     @cached_property
     def batch(self) -> Batch:  # type: ignore[override]
         stored, self._stored = self._stored or self._fetch(self.id), b""
-        try:
-            header_bytes, sigs = cbor2.loads(stored)
-            return cached_batch(self.id, header_bytes, sigs)
-        except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
-            raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
+        return stored_batch(self.id, stored)
 
     @property
     def undecoded(self) -> bool:
@@ -251,7 +254,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
     def _make(self, row: Row) -> BatchView:
         bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp = row
         if writer is None or seq is None or comp is None:  # a state an older version wrote
-            h = cached_batch(bid, *cbor2.loads(self._fetch(bid))).header
+            h = stored_batch(bid, self._fetch(bid)).header
             writer, seq, comp = h.writer_id, h.seq, h.compartment_id
             self.filled.append((writer, seq, comp, 0 if plain_count(controls) is not None else 1, bid))
         combo = self._combos.get((writer, epoch, comp))
