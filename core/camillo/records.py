@@ -293,17 +293,20 @@ _LISTING_KINDS = frozenset({int(Kind.ERASURE_MANIFEST), int(Kind.COMPACTION)})
 class ListingRecord(Record):
     """An ERASURE_MANIFEST or a COMPACTION record: a :class:`Record` whose body, the segments and
     batches it lists, is decoded from its bytes each time it is read, never held (its ``fields`` lack
-    it: the whole map is ``cbor2.loads(raw)``).  A session holds every control record it read, and the compactions of a million records
-    listed 410,000 ids: 29 MB as Python objects, against 13 MB of their bytes; the body is read when
-    the roster is computed."""
+    it: the whole map is ``cbor2.loads(raw)``).  A session holds every control record it read, and
+    the compactions of a million records listed 410,000 ids: 29 MB as Python objects, against 13 MB
+    of their bytes.  The body is read when the roster is computed (all of them, 2.5 ms at 100,000 records)."""
 
     @property
     def body(self) -> dict[int, Any]:
         body: dict[int, Any] = cbor2.loads(self.raw).get(F.BODY, {})
         return body
 
-    @property
-    def control_message(self) -> bytes:  # (not kept: it is as long as the record)
+    @cached_property
+    def control_message(self) -> bytes:
+        """As :attr:`Record.control_message`, from the whole map (kept, as a record's is: a label and a
+        hash, which the roster asks for at every computation; all of them, made again, 6.8 ms at 100,000
+        records)."""
         return signing_message(CONTROL_SIG_LABEL, cbor2.loads(self.raw), F.SIGS, checked=True)
 
 

@@ -7,6 +7,7 @@ import threading
 import tracemalloc
 import unicodedata
 
+import cbor2
 import pytest
 from camillo import encoding, ids, records
 from camillo.errors import (
@@ -161,6 +162,7 @@ def test_a_manifest_is_held_as_its_bytes_and_its_lists_decoded_when_read(kind):
         finally:
             tracemalloc.stop()
         assert isinstance(rec, records.ListingRecord) and F.BODY not in rec.fields
+        assert rec.control_message == records.signing_message(records.CONTROL_SIG_LABEL, cbor2.loads(raw), F.SIGS)
         # what the record keeps beyond its bytes: not 4,000 ids as objects (73 bytes each)
         assert held < 20_000, held
 
