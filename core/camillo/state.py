@@ -150,7 +150,7 @@ class State:
 
     # ------------------------------------------------------------------------------- ingest
 
-    _FLUSH_ROWS = 20_000  # staged rows written at once
+    _FLUSH_ROWS = 5_000  # staged rows written at once (their records' bytes held until then)
 
     def stage(self, view: BatchView, records: Sequence[Record | None]) -> None:
         """Store a newly decrypted batch's records (not yet counted: materialize decides)."""

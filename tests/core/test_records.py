@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import os
 import threading
 import tracemalloc
@@ -548,6 +549,16 @@ def test_batch_round_trip():
     assert records.verify_batch_signature(again, SIGNER.public)
     for raw, rid in zip(again.records, again.header.records):
         records.decode_record(raw, expected_id=rid)
+
+
+def test_decoded_headers_without_heads_share_one_empty_map():
+    """A cold open keeps a header of every batch: those without heads (all but control batches'), decoded
+    here or rebuilt from what the record-check child sent, hold one empty map, not one each."""
+    first, second = reparse(make(_raws(2))), reparse(make(_raws(3), seq=2, prev=RID[0]))
+    child = marshal.loads(marshal.dumps(records.header_parts(second.header)))  # noqa: S302 - its own bytes
+    rebuilt = records.checked_batch(second.id, [second.header_bytes, list(second.sigs), list(second.records)], child)
+    assert rebuilt.header == second.header
+    assert first.header.heads == {} and first.header.heads is second.header.heads is rebuilt.header.heads
 
 
 def test_batch_with_erased_record_still_verifies():
