@@ -423,7 +423,8 @@ def validated_record(raw: bytes, rid: bytes) -> Record:
 
 
 def _record(raw: bytes, rid: bytes, m: dict[int, Any]) -> Record:
-    if m[F.KIND] in _LISTING_KINDS:
+    """The record of bytes ``raw`` decoded to ``m``: a :class:`ListingRecord` for a manifest or a compaction."""
+    if type(m) is dict and m.get(F.KIND) in _LISTING_KINDS:
         return ListingRecord(raw, rid, {k: v for k, v in m.items() if k != F.BODY})
     return Record(raw, rid, m)
 
