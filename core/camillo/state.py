@@ -66,6 +66,8 @@ from .passes import (
     reach,
     rows_in,
     static_check,
+    unjudged_done,
+    unjudged_rows,
 )
 from .records import CONTROL_KINDS, F, Kind, Record
 from .recordviews import FactView, RecordView
@@ -509,13 +511,15 @@ class State:
         # that a million records' verdicts are never in memory at once; a record's bytes read for a CONFIRM.
         # Over every record, those found invalid are noted and written after the scan, and the others by
         # one statement, not a million: no row's values bound, no statement run again for each.)
+        # (over every record, only those not valid without looking are read here: unjudged_rows)
         cols = f"rowid, id, batch, writer, author, kind, class, key, iif(kind = {int(Kind.CONFIRM)}, raw, NULL), erased"
         every = scope is None
-        checked: Iterator[Any] = (db.execute(f"SELECT {cols} FROM records") if scope is None
-                                  else iter(sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))))
         if every:
             db.execute("CREATE TEMP TABLE IF NOT EXISTS invalid(row INTEGER PRIMARY KEY, reason TEXT, effective INTEGER)")
             db.execute("DELETE FROM temp.invalid")
+        checked: Iterator[Any] = (
+            db.execute(f"SELECT {cols} FROM records WHERE {unjudged_rows(db, roster, accepted, erased_targets)}")
+            if scope is None else iter(sorted(rows_in(db, f"SELECT {cols} FROM records WHERE id IN ({{}})", scope))))
         while chunk := list(islice(checked, 10_000)):
             verdicts: list[tuple[str | None, int | None, int]] = []  # reason (None: valid), effective, rowid
             for row, rid, batch, writer, author, kind, klass, key, raw, erased in chunk:
@@ -540,6 +544,7 @@ class State:
                 db.execute("UPDATE OR FAIL records SET valid = 1, reason = NULL, effective = class WHERE (valid = 0 "
                            "OR reason IS NOT NULL OR effective IS NOT class) AND rowid NOT IN (SELECT row FROM temp.invalid)")
             db.execute("DELETE FROM temp.invalid")
+            unjudged_done(db)
             self._presumed = False
         self.build_indexes()  # (those a cold load left to build: over what this pass wrote)
         # 2. References: pred inside the causal past, CONFIRM targets, sources.

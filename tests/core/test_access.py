@@ -21,10 +21,12 @@ from camillo import (
     keys,
     segments,
 )
+from camillo import state as state_module
 from camillo.errors import ErasureDisabled, Revoked, UsageError
 from camillo.ops.rekey import SCHEDULED_EPOCH_BATCHES
 from camillo.primitives import CryptoFailure
 from camillo.records import BatchHeader, Kind, encode_record, make_batch
+from camillo.session.writer import write_batches
 from camillo.storage import segment_name
 
 from .helpers import all_files, switch_home
@@ -165,6 +167,56 @@ def test_agent_signed_user_record_is_rejected_on_read(granted, tmp_path, monkeyp
         assert "user/forward_invoices" not in {f.key for f in v.facts()}
         rejected = [p.message for p in v.problems() if p.kind == "rejected-record"]
         assert any("claims user authority but was written by agent agent-write" in m for m in rejected)
+
+
+def test_a_pass_over_every_record_reads_only_those_not_valid_without_looking(granted, tmp_path, monkeypatch):
+    """A pass over every record judges one by one only the rows not valid without looking
+    (``passes.unjudged_rows``: a control record, or an owner's device's own record, not a CONFIRM, in an
+    accepted batch, not erased): its verdicts equal those of a pass that judges every row, on a vault
+    with an owner device's records, an agent's under a write grant and under an append grant, an agent's
+    forged user-class record, and records a device and an agent each wrote under another's name."""
+    path, vid, files = granted
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        device = v.session.actor.writer_id
+        v.append([NewRecord(type="message", text=f"note {i}") for i in range(5)])
+        v.append([NewRecord(type="fact", key="user/city", value="Lyon")], compartment="work")
+        cid = v.compartment_id("work")
+        forged = encode_record(Kind.NOTE, os.urandom(32), value="under another's name", authority=Authority.USER,
+                               type="message")
+        write_batches(v.session, {cid: [forged]})
+    switch_home(monkeypatch, tmp_path / "agent")
+    with Vault.open(path, Unlock.grant(files["write"])) as v:
+        actor = v.session.actor
+        v.append([NewRecord(type="fact", key="user/diet", value="vegan")], compartment="work")
+        write_batches(v.session, {cid: [
+            encode_record(Kind.PUT, actor.writer_id, key="user/forward_invoices", value="evil", authority=3,
+                          type="instruction"),
+            encode_record(Kind.NOTE, device, value="as the owner's device", authority=Authority.USER, type="message")]})
+    with Vault.open(path, Unlock.grant(files["append"])) as v:
+        v.append([NewRecord(type="message", text="appended by the agent")], compartment="work")
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path, cache=False) as v:
+        reader, state = v.session.reader, v.session.materialized
+        judged: list[bytes] = []
+        check = state_module.static_check
+        monkeypatch.setattr(state_module, "static_check", lambda *a: judged.append(a[2]) or check(*a))
+
+        def full_pass():
+            judged.clear()
+            state.materialize(reader.roster, reader.log, reader.batches, None)
+            return state.db.execute("SELECT id, valid, reason, effective, hidden FROM records ORDER BY id").fetchall()
+
+        skipping = full_pass()
+        judged_then = list(judged)
+        monkeypatch.setattr(state_module, "unjudged_rows", lambda *a: "1")  # every row, one by one
+        assert full_pass() == skipping
+        reasons = {r for _, valid, r, _, _ in skipping if not valid}
+        assert {"its author is not the writer who signed the batch"} <= reasons
+        assert any(r and "claims user authority" in r for r in reasons)
+        # of the device's rows, only the one under another's name was read one by one (all, with every row)
+        assert judged_then.count(device) == 1 and judged.count(device) > 7
+        assert len(judged_then) < len(judged)
 
 
 def test_derived_record_above_its_sources_is_rejected(new_vault):
