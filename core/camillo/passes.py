@@ -46,7 +46,9 @@ _CHUNK = 500  # ids per ``IN (…)`` list (SQLite's limit on bound parameters is
 def static_check(roster: Roster, view: BatchView, writer: bytes, author: bytes | None, kind: int | None,
                  klass: int | None, key: str | None, raw: bytes | None) -> str | None:
     """Why a record of an accepted batch is not valid by itself (None: it is): the authority rules
-    that need only the record and its writer (``raw``: read for a CONFIRM alone)."""
+    that need only the record and its writer (``raw``: read for a CONFIRM alone).  A pass over every
+    record calls it only for the rows :func:`unjudged_rows` gives, whose condition states the rows this
+    returns None for without looking: a rule added here that can fault such a row must narrow it too."""
     if kind is None:
         return None
     if kind >= 16:
