@@ -162,8 +162,9 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
     """Issue 19 item 2: until the open sheds them, a cold load keeps a view of every batch it read; that
     of a plain batch is kept without its record ids, read back from the batch's stored row when asked
     for (views.StoredIds), and with the ids its header names of batches held here shared with their
-    own (at a million records the open's peak, about 480 -> 435 MiB).  Each header equals the one read whole,
-    and the state is the one a load that keeps them whole gives."""
+    own (at a million records the open's peak, about 480 -> 435 MiB).  Each header and signature list
+    equals the one read whole; the views hold no dict of their own and the headers share one list of
+    signature algorithms (380 -> 365 MiB).  The state is the one a load that keeps them whole gives."""
     from camillo.control import BatchView
     from camillo.session import segread, views
 
@@ -183,6 +184,7 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
     monkeypatch.setattr(segread, "lean_views", lambda *args: None)
     with open_vault(path, cache=False) as v:
         whole = {bid: view.header for bid, view in held[-1].items()}
+        whole_sigs = {bid: view.batch.sigs for bid, view in held[-1].items()}
         expected = fingerprint(v)
     monkeypatch.setattr(segread, "lean_views", real_lean)
     with open_vault(path, cache=False) as v:
@@ -191,6 +193,9 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
         assert len(plain) >= 30 and len(plain) < len(lean)  # (those holding a control record kept whole)
         assert all(isinstance(view.header.records, views.StoredIds) for view in plain.values())
         assert not any(isinstance(view.header.records, views.StoredIds) for bid, view in lean.items() if bid not in plain)
+        assert all(view.batch.sigs == whole_sigs[bid] for bid, view in lean.items())
+        assert not any(hasattr(view, "__dict__") for view in lean.values())  # (slots: no dict a view)
+        assert len({id(view.header.sig_algs) for view in lean.values()}) == 1
         assert all(view.header == whole[bid] and tuple(view.header.records) == tuple(whole[bid].records)
                    for bid, view in lean.items())
         # (a batch read before the one naming it is held when that one is kept lean: segments are read in order)

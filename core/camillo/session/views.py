@@ -124,7 +124,8 @@ def lean_views(batches: Mapping[bytes, BatchView], added: Iterable[bytes], db: C
     """Keep the views of these plain batches, which a cold load read and whose rows it wrote, without
     their record ids (:class:`StoredIds`), and with the ids their headers name of batches held here
     (``prev``, ``deps``) shared with those batches' own: at a million records, 100,000 views held
-    until the open sheds them: the open's peak, about 480 -> 435 MiB."""
+    until the open sheds them: the open's peak, about 480 -> 435 MiB.  (Their signatures are kept: the
+    roster verifies those of the batches no compaction vouches for, on a pool of threads.)"""
     held = batches.held if isinstance(batches, BatchViews) else batches
     for bid in added:
         view = held.get(bid)
@@ -147,6 +148,8 @@ class ReadView(BatchView):
     so that those a cold open or a refresh verified are not verified again by the warm opens after
     it (at a million records the first warm open after one verified 50 again: 10 ms)."""
 
+    __slots__ = ("_memo",)
+
     def __init__(self, batch: Batch, segment: str, epoch_id: bytes, records: list[Record | None],
                  memo: SignatureMemo) -> None:
         super().__init__(batch, segment, epoch_id, records)
@@ -161,7 +164,8 @@ class CachedView(BatchView):
     every batch is asked for are set now, ``batch``, ``header`` and ``records`` when first read.  Its
     control records' inner signatures are checked with the state's memo of those verified before."""
 
-    _memo: SignatureMemo | None = None  # (set only on a view holding a control record)
+    # (its own attributes in slots as the base's; ``__dict__`` only for what is decoded when first read)
+    __slots__ = ("__dict__", "_controls", "_fetch", "_memo", "_stored")
 
     def __init__(self, bid: bytes, segment: str, epoch_id: bytes, writer_id: bytes, seq: int, compartment_id: bytes,
                  fetch: Callable[[bytes], bytes], controls: bytes, flags: int,
@@ -172,6 +176,7 @@ class CachedView(BatchView):
         self.sig_ok, self.vouched, self.signed = bool(flags & 1), bool(flags & 2), False
         self.stored_flags = flags
         self._fetch, self._stored = fetch, b""
+        self._memo: SignatureMemo | None = None  # (set only on a view holding a control record)
         plain = plain_count(controls)
         if plain is not None:
             self.has_control, self._controls = False, b""
