@@ -152,7 +152,7 @@ def build_log(views: Mapping[bytes, BatchView], signed: set[bytes], roster: Rost
                 break
         chain: dict[int, bytes] = {}  # in seq order
         # Frontiers never go backwards along one writer's chain.
-        last_frontier: dict[bytes, int] = {}
+        last_frontier: Mapping[bytes, int] = {}
         for seq in seqs:
             if fork_seq is not None and seq >= fork_seq:
                 for forked in by_seq[seq]:

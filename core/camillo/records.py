@@ -19,7 +19,7 @@ import concurrent.futures
 import os
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
@@ -599,7 +599,7 @@ class BatchHeader:
     seq: int
     prev: bytes | None
     deps: tuple[bytes, ...]
-    frontier: dict[bytes, int] = field(hash=False)
+    frontier: Mapping[bytes, int] = field(hash=False)  # (a dict; packed in a cold load's lean views)
     records: Sequence[bytes]  # (a tuple as written, RecordIds as decoded)
     ts: int
     sig_algs: tuple[int, ...] = (SIG_ED25519,)
@@ -824,7 +824,8 @@ HeaderParts = tuple[bytes, bytes, bytes, int, "bytes | None", tuple[bytes, ...],
 def header_parts(h: BatchHeader) -> HeaderParts:
     """What :func:`checked_batch` rebuilds ``h`` from (``h`` decoded by :func:`batch_from_cbor`)."""
     recs = bytes(h.records) if isinstance(h.records, RecordIds) else b"".join(h.records)
-    return (h.vault_id, h.compartment_id, h.writer_id, h.seq, h.prev, h.deps, h.frontier, recs, h.ts, h.sig_algs, h.heads)
+    frontier = h.frontier if type(h.frontier) is dict else dict(h.frontier)
+    return (h.vault_id, h.compartment_id, h.writer_id, h.seq, h.prev, h.deps, frontier, recs, h.ts, h.sig_algs, h.heads)
 
 
 def checked_batch(bid: bytes, item: Sequence[Any], parts: HeaderParts) -> Batch:

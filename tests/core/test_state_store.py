@@ -161,10 +161,11 @@ def test_a_cold_loads_flags_are_written_in_one_pass_before_the_indexes_over_them
 def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_vault, monkeypatch):
     """Issue 19 item 2: until the open sheds them, a cold load keeps a view of every batch it read; that
     of a plain batch is kept without its record ids, read back from the batch's stored row when asked
-    for (views.StoredIds), and with the ids its header names of batches held here shared with their
-    own (at a million records the open's peak, about 480 -> 435 MiB).  Each header and signature list
-    equals the one read whole; the views hold no dict of their own and the headers share one list of
-    signature algorithms (380 -> 365 MiB).  The state is the one a load that keeps them whole gives."""
+    for (views.StoredIds), with its frontier packed (views.PackedFrontier), and with the ids its header
+    names of batches held here shared with their own (at a million records the open's peak, about 480
+    -> 435 MiB).  Each header and signature list equals the one read whole; the views hold no dict of
+    their own and the headers share one list of signature algorithms (380 -> 370 MiB).  The state is
+    the one a load that keeps them whole gives."""
     from camillo.control import BatchView
     from camillo.session import segread, views
 
@@ -195,6 +196,9 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
         assert not any(isinstance(view.header.records, views.StoredIds) for bid, view in lean.items() if bid not in plain)
         assert all(view.batch.sigs == whole_sigs[bid] for bid, view in lean.items())
         assert not any(hasattr(view, "__dict__") for view in lean.values())  # (slots: no dict a view)
+        assert all(isinstance(view.header.frontier, views.PackedFrontier) for view in plain.values()
+                   if view.header.frontier)
+        assert all(dict(view.header.frontier.items()) == whole[bid].frontier for bid, view in lean.items())
         assert len({id(view.header.sig_algs) for view in lean.values()}) == 1
         assert all(view.header == whole[bid] and tuple(view.header.records) == tuple(whole[bid].records)
                    for bid, view in lean.items())
@@ -203,6 +207,32 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
                  and lean[view.header.prev].segment < view.segment]
         assert named and all(view.header.prev is lean[view.header.prev].id for view in named)
         assert fingerprint(v) == expected
+
+
+def test_a_packed_frontier_is_the_mapping_it_was_made_from():
+    """views.PackedFrontier (a cold load's lean views): equal to its dict whatever is asked of it, its
+    writers' tuple shared between frontiers naming the same writers; a frontier it cannot pack (empty,
+    too many writers, a seq beyond 8 bytes) is left as it is."""
+    import gc
+
+    from camillo.session.views import PackedFrontier, packed
+
+    a, b, c = b"a" * 32, b"b" * 32, b"c" * 32
+    plain = {a: 7, b: 300, c: 2**64 - 1}
+    p = packed(plain)
+    assert isinstance(p, PackedFrontier)
+    assert p == plain and plain == p and dict(p) == plain and len(p) == 3 and list(p) == [a, b, c]
+    assert dict(p.items()) == plain and sorted(p.values()) == sorted(plain.values())
+    assert p[b] == 300 and p.get(c) == 2**64 - 1 and p.get(b"d" * 32, 0) == 0 and p.get(b"d" * 32) is None
+    assert b in p and b"d" * 32 not in p
+    with pytest.raises(KeyError):
+        p[b"d" * 32]
+    q = packed({a: 1, b: 2, c: 3})
+    writers = [[x for x in gc.get_referents(f) if type(x) is tuple] for f in (p, q)]
+    assert isinstance(q, PackedFrontier) and writers[0][0] is writers[1][0]  # (one tuple for the same writers)
+    assert packed(p) is p and sum(q.values()) == 6
+    for unpackable in ({}, {bytes([i]) * 32: i for i in range(17)}, {a: 2**64}):
+        assert packed(unpackable) is unpackable
 
 
 def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_gets_them_back(new_vault, monkeypatch):
