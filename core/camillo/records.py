@@ -630,14 +630,17 @@ class BatchHeader:
 
 # One object for each id that headers repeat (the vault's, a compartment's, a writer's and those of the
 # writers a frontier lists) and each list of signature algorithms they name, not a copy in each header: a
-# cold open of a million records keeps 100,000 headers (40 MB of copies of ids, 4.8 MB of the lists).
-# Bounded: values a hostile folder invents only empty it sooner.
+# cold open of a million records keeps 100,000 headers (40 MB of copies of ids, 4.8 MB of the lists); and
+# for each segment's (compartment, epoch) (camillo.session.segread: 100,000 segments in a loose vault of a
+# million records, 15 MB).  Bounded: values a hostile folder invents only empty it sooner.
 _SHARED: dict[Any, Any] = {}
 _SHARED_MAX = 4096
-_V = TypeVar("_V", bytes, tuple[int, ...])
+_V = TypeVar("_V", bytes, tuple[int, ...], tuple[bytes, bytes])
 
 
-def _shared(value: _V) -> _V:
+def shared(value: _V) -> _V:
+    """One object for each value (an id, a list of algorithms, a segment's compartment and epoch):
+    the one held, or this one, now held."""
     held = _SHARED.get(value)
     if held is None:
         if len(_SHARED) >= _SHARED_MAX:
@@ -657,10 +660,10 @@ def _decoded_header(m: dict[int, Any], deps: Sequence[bytes], frontier: dict[byt
 def _shared_header(vault: bytes, comp: bytes, writer: bytes, seq: int, prev: bytes | None, deps: Sequence[bytes],
                    frontier: dict[bytes, int], records: RecordIds, ts: int, algs: Sequence[int],
                    heads: dict[bytes, dict[bytes, int]]) -> BatchHeader:
-    """A decoded header's fields as one header, the ids headers repeat shared (:func:`_shared`), and
+    """A decoded header's fields as one header, the ids headers repeat shared (:func:`shared`), and
     one empty map for the heads that all but control batches' headers lack (:data:`_NO_HEADS`)."""
-    return BatchHeader(_shared(vault), _shared(comp), _shared(writer), seq, prev, tuple(deps),
-                       {_shared(w): s for w, s in frontier.items()}, records, ts, _shared(tuple(algs)), heads or _NO_HEADS)
+    return BatchHeader(shared(vault), shared(comp), shared(writer), seq, prev, tuple(deps),
+                       {shared(w): s for w, s in frontier.items()}, records, ts, shared(tuple(algs)), heads or _NO_HEADS)
 
 
 

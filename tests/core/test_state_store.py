@@ -164,8 +164,9 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
     for (views.StoredIds), with its frontier packed (views.PackedFrontier), and with the ids its header
     names of batches held here shared with their own (at a million records the open's peak, about 480
     -> 435 MiB).  Each header and signature list equals the one read whole; the views hold no dict of
-    their own and the headers share one list of signature algorithms (380 -> 370 MiB).  The state is
-    the one a load that keeps them whole gives."""
+    their own and the headers share one list of signature algorithms (380 -> 370 MiB), and the segments
+    sealed under one epoch share one (compartment, epoch) pair.  The state is the one a load that keeps
+    them whole gives."""
     from camillo.control import BatchView
     from camillo.session import segread, views
 
@@ -200,6 +201,10 @@ def test_a_cold_load_keeps_its_plain_batches_views_without_their_record_ids(new_
                    if view.header.frontier)
         assert all(dict(view.header.frontier.items()) == whole[bid].frontier for bid, view in lean.items())
         assert len({id(view.header.sig_algs) for view in lean.values()}) == 1
+        # (one (compartment, epoch) pair, and one copy of its ids, for all the segments sealed under it)
+        refs = v.session.reader.segment_epochs
+        assert len(refs) > len(set(refs.values())) and len({id(r) for r in refs.values()}) == len(set(refs.values()))
+        assert len({id(view.epoch_id) for view in lean.values()}) == len({view.epoch_id for view in lean.values()})
         assert all(view.header == whole[bid] and tuple(view.header.records) == tuple(whole[bid].records)
                    for bid, view in lean.items())
         # (a batch read before the one naming it is held when that one is kept lean: segments are read in order)

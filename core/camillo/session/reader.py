@@ -42,13 +42,7 @@ from ..memos import EnvelopeMemo, SignatureMemo
 from ..names import kind_of
 from ..packshelf import PackShelf
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, sha256
-from ..records import (
-    Batch,
-    Record,
-    decode_record,
-    validated_record,
-    verify_batch_signature,
-)
+from ..records import Batch, Record, decode_record, shared, validated_record, verify_batch_signature
 from ..rowfields import Fields, plain_fields
 from ..state import State
 from ..storage import FolderShelf, hash_matches
@@ -683,7 +677,7 @@ class Reader:
             self.unreported.append(batch.id)
         self._store_batches(rows)
         self.segment_batches[name] = [b.id for b in batches]
-        self.segment_epochs[name] = (compartment_id, epoch_id)
+        self.segment_epochs[name] = shared((compartment_id, epoch_id))  # (one pair for every segment under it)
         self.materialized.cache_db.execute(
             "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
             (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))

@@ -32,7 +32,7 @@ from ..cache import Cache, DatabaseError, is_scratch
 from ..control import BatchView
 from ..errors import StorageError, VaultError
 from ..packshelf import PackShelf
-from ..records import Batch, checked_batch
+from ..records import Batch, checked_batch, shared
 from ..rowfields import Fields
 from ..state import State
 from ..storage import FolderShelf, hash_matches
@@ -225,7 +225,8 @@ def decrypt_segment(reader: Reader, name: str) -> tuple[bytes, bytes, bytes] | N
         _damaged(reader, name, exc)
         return None
     reader.decryptions += 1
-    return header.compartment_id, header.epoch_id, payload
+    return *shared((header.compartment_id, header.epoch_id)), payload  # (records.shared)
+
 
 
 def _decoded(reader: Reader, name: str, payload: bytes) -> list[Batch] | None:
