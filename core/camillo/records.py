@@ -666,7 +666,6 @@ def _shared_header(vault: bytes, comp: bytes, writer: bytes, seq: int, prev: byt
                        {shared(w): s for w, s in frontier.items()}, records, ts, shared(tuple(algs)), heads or _NO_HEADS)
 
 
-
 # The heads of every decoded header that has none (a header's maps are never changed once it is made): a
 # cold open of a million records keeps 100,000 headers, and an empty map each was 6.4 MB.
 _NO_HEADS: dict[bytes, dict[bytes, int]] = {}

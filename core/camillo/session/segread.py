@@ -228,7 +228,6 @@ def decrypt_segment(reader: Reader, name: str) -> tuple[bytes, bytes, bytes] | N
     return *shared((header.compartment_id, header.epoch_id)), payload  # (records.shared)
 
 
-
 def _decoded(reader: Reader, name: str, payload: bytes) -> list[Batch] | None:
     """A decrypted segment's batches, decoded and checked here (None: its problem noted)."""
     try:

@@ -195,10 +195,10 @@ def packed(frontier: Mapping[bytes, int]) -> Mapping[bytes, int]:
 def lean_views(batches: Mapping[bytes, BatchView], added: Iterable[bytes], db: Callable[[], Connection]) -> None:
     """Keep the views of these plain batches, which a cold load read and whose rows it wrote, without
     their record ids (:class:`StoredIds`), with their frontiers packed (:class:`PackedFrontier`), and
-    with the ids their headers name of batches held here
-    (``prev``, ``deps``) shared with those batches' own: at a million records, 100,000 views held
-    until the open sheds them: the open's peak, about 480 -> 435 MiB.  (Their signatures are kept: the
-    roster verifies those of the batches no compaction vouches for, on a pool of threads.)"""
+    with the ids their headers name of batches held here (``prev``, ``deps``) shared with those
+    batches' own: at a million records, 100,000 views held until the open sheds them: the open's peak,
+    about 480 -> 435 MiB.  (Their signatures are kept: the roster verifies those of the batches no
+    compaction vouches for, on a pool of threads.)"""
     held = batches.held if isinstance(batches, BatchViews) else batches
     for bid in added:
         view = held.get(bid)
