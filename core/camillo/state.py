@@ -36,7 +36,7 @@ from typing import Any
 
 import cbor2
 
-from . import encoding
+from . import encoding, heap
 from .cache import (
     AUTOCHECKPOINT_PAGES,
     LOAD_CACHE_BYTES_PER_ROW,
@@ -353,6 +353,7 @@ class State:
             if widen:
                 db.execute(f"PRAGMA cache_size = {width}")
                 db.execute("PRAGMA shrink_memory")
+                heap.release()  # (the pages it held, freed, back to the system)
 
     def forget_batches(self, batch_ids: Iterable[bytes]) -> None:
         """Remove batches (their segments went away).  The next :meth:`materialize` reaches from
@@ -416,6 +417,7 @@ class State:
             self._wide = False
             self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
             self._db.execute("PRAGMA shrink_memory")
+            heap.release()  # (the pages it held, freed, back to the system)
 
     def is_empty(self) -> bool:
         """No record is staged or stored (a first read, a cold load, goes into it)."""
