@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from camillo import NewRecord, Unlock, Vault, heap
 from camillo.session.views import BatchViews
 
