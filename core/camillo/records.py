@@ -19,7 +19,7 @@ import concurrent.futures
 import os
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
@@ -632,15 +632,16 @@ class BatchHeader:
 # writers a frontier lists) and each list of signature algorithms they name, not a copy in each header: a
 # cold open of a million records keeps 100,000 headers (40 MB of copies of ids, 4.8 MB of the lists); and
 # for each segment's (compartment, epoch) (camillo.session.segread: 100,000 segments in a loose vault of a
-# million records, 15 MB).  Bounded: values a hostile folder invents only empty it sooner.
+# million records, 15 MB) and the writers of each packed frontier (camillo.session.views.PackedFrontier).
+# Bounded: values a hostile folder invents only empty it sooner.
 _SHARED: dict[Any, Any] = {}
 _SHARED_MAX = 4096
-_V = TypeVar("_V", bytes, tuple[int, ...], tuple[bytes, bytes])
+_V = TypeVar("_V", bound=Hashable)
 
 
 def shared(value: _V) -> _V:
-    """One object for each value (an id, a list of algorithms, a segment's compartment and epoch):
-    the one held, or this one, now held."""
+    """One object for each value (an id, a list of algorithms, a segment's compartment and epoch, the
+    writers a packed frontier names): the one held, or this one, now held."""
     held = _SHARED.get(value)
     if held is None:
         if len(_SHARED) >= _SHARED_MAX:

@@ -46,7 +46,7 @@ from ..cache import SPECIAL_BATCHES, Connection, DatabaseError
 from ..control import BatchView
 from ..errors import VaultError
 from ..memos import SignatureMemo, Verify
-from ..records import Batch, BatchHeader, Record, RecordIds, cached_batch, validated_record
+from ..records import Batch, BatchHeader, Record, RecordIds, cached_batch, shared, validated_record
 
 _NULL = 0xF6  # CBOR null
 
@@ -170,7 +170,6 @@ class PackedFrontier(Mapping[bytes, int]):
 
 _PACKED_MAX = 16  # writers a packed frontier holds at most (a lookup scans them; a longer one stays a dict)
 _PACKS = [struct.Struct(f"<{n}Q") for n in range(_PACKED_MAX + 1)]
-_WRITERS: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}  # (bounded: emptied when a hostile folder fills it)
 
 
 def packed(frontier: Mapping[bytes, int]) -> Mapping[bytes, int]:
@@ -183,13 +182,7 @@ def packed(frontier: Mapping[bytes, int]) -> Mapping[bytes, int]:
         seqs = _PACKS[n].pack(*frontier.values())
     except struct.error:
         return frontier
-    writers = tuple(frontier)
-    held = _WRITERS.get(writers)
-    if held is None:
-        if len(_WRITERS) >= 4096:
-            _WRITERS.clear()
-        held = _WRITERS[writers] = writers
-    return PackedFrontier(held, seqs)
+    return PackedFrontier(shared(tuple(frontier)), seqs)  # (records.shared: one tuple for the same writers)
 
 
 def lean_views(batches: Mapping[bytes, BatchView], added: Iterable[bytes], db: Callable[[], Connection]) -> None:
