@@ -43,6 +43,7 @@ from .cache import (
     LOAD_CACHE_MIN_KIB,
     PAGE_CACHE_KIB,
     SEARCH_BODY,
+    SEARCH_BUILD_CACHE_KIB,
     SEARCH_KEY,
     SEARCH_ROW_MASK,
     WIDE_PAGE_CACHE_KIB,
@@ -335,9 +336,9 @@ class State:
         if top > SEARCH_ROW_MASK:  # (a billion records written into one state: SEARCH_KEY has no room)
             raise DatabaseError("the local state has used up its record numbers for the search index")
         width = db.execute("PRAGMA cache_size").fetchone()[0]  # (-KiB: a cold load's is narrow again, _loaded)
-        widen = top - self._indexed > self._INDEX_CHUNK and width > -WIDE_PAGE_CACHE_KIB
+        widen = top - self._indexed > self._INDEX_CHUNK and width > -SEARCH_BUILD_CACHE_KIB
         if widen:  # (many rows: the pages of the index they make stay in memory while it is built)
-            db.execute(f"PRAGMA cache_size = -{WIDE_PAGE_CACHE_KIB}")
+            db.execute(f"PRAGMA cache_size = -{SEARCH_BUILD_CACHE_KIB}")
         try:
             while self._indexed < top:
                 upto = min(top, self._indexed + self._INDEX_CHUNK)
