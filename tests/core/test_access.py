@@ -23,6 +23,7 @@ from camillo import (
 )
 from camillo import state as state_module
 from camillo.errors import ErasureDisabled, Revoked, UsageError
+from camillo.ops.erasure import segment_id
 from camillo.ops.rekey import SCHEDULED_EPOCH_BATCHES
 from camillo.primitives import CryptoFailure
 from camillo.records import BatchHeader, Kind, encode_record, make_batch
@@ -446,6 +447,89 @@ def test_compaction_reduces_files_and_keeps_everything(new_vault):
         assert v.problems() == [] and v.problems(full=True) == []
 
 
+
+def _many_small_segments(new_vault, monkeypatch, count: int = 40) -> str:
+    """A vault of ``count`` messages in its own small segment each, and compaction settings that
+    make several new segments of them, each written as soon as it is sealed."""
+    from camillo.ops import compaction, erasure
+
+    path, vault, _ = new_vault
+    for i in range(count):
+        vault.append([NewRecord(type="message", text=f"m{i} " + "words " * 80)])
+    vault.lock()
+    monkeypatch.setattr(erasure, "COMPACT_PAYLOAD", 8192)
+    monkeypatch.setattr(compaction, "WRITE_BYTES", 1)
+    return path
+
+
+def test_compaction_seals_as_it_reads_in_the_order_of_writer_and_seq(new_vault, monkeypatch):
+    """A compaction reads each small segment when its order (writer id, then seq: spec §16.5) reaches
+    the segment's batches, and writes each new segment once it is sealed: what it holds at once is
+    about one new segment's batches, not the compartment's (at a million records it held every batch
+    and every new segment, 1.1 GiB).  Every batch lands in one new segment, in that order across them,
+    and each COMPACTION names the old segments its batches came from."""
+    path = _many_small_segments(new_vault, monkeypatch)
+    events: list[tuple[str, object]] = []
+    with open_vault(path) as v:
+        reader, session = v.session.reader, v.session
+        personal = v.compartment_id("personal")
+        small = {n: list(reader.segment_batches[n]) for n, (c, _e) in reader.segment_epochs.items() if c == personal}
+        read, write = reader.batches_of_segment, session.write_files
+        monkeypatch.setattr(reader, "batches_of_segment", lambda name: (events.append(("read", name)), read(name))[1])
+        monkeypatch.setattr(session, "write_files", lambda files: (events.append(("write", [n for n, _ in files])),
+                                                                   write(files))[1])
+        report = v.compact(prune_now=True)
+        new = [n for kind, names in events if kind == "write" for n in names]
+        assert report.segments_written == len(new) >= 4
+        reads = [i for i, (kind, _) in enumerate(events) if kind == "read"]
+        writes = [i for i, (kind, _) in enumerate(events) if kind == "write"]
+        assert len(reads) == len(small) and writes[0] < reads[-1], "every segment was read before one was written"
+        order = [bid for n in new for bid in reader.segment_batches[n]]
+        assert sorted(order) == sorted(b for bids in small.values() for b in bids)  # each batch once
+        keys = [(session.batches[b].header.writer_id, session.batches[b].header.seq) for b in order]
+        assert keys == sorted(keys)
+        held_by = {b: n for n, bids in small.items() for b in bids}
+        compactions = [m for m in session.roster.manifests.values() if m.kind == Kind.COMPACTION]
+        assert len(compactions) == len(new)
+        for m in compactions:
+            (added,) = m.added
+            (name,) = [n for n in new if segment_id(n) == added]
+            assert sorted(m.removed) == sorted({segment_id(held_by[b]) for b in reader.segment_batches[name]})
+        assert len(v.timeline()) == 40 and v.problems() == []
+
+
+@pytest.mark.parametrize("failing", ["write", "read"])
+def test_a_compaction_that_fails_midway_leaves_the_vault_as_it_was(new_vault, monkeypatch, failing):
+    """A new segment that cannot be written (the disk is full), or a small segment that cannot be read,
+    after some new segments were written: those are deleted again (nothing announces them), the error
+    names what failed, and the vault is as it was."""
+    from camillo.errors import StorageError
+
+    path = _many_small_segments(new_vault, monkeypatch)
+    before = all_files(path)
+    with open_vault(path) as v:
+        reader, session = v.session.reader, v.session
+        calls = {"read": 0, "write": 0}
+        read, write = reader.batches_of_segment, session.write_files
+
+        def counted(kind, real):
+            def call(arg):
+                calls[kind] += 1
+                if kind == failing and calls[kind] == (3 if kind == "write" else 30):
+                    raise StorageError(f"cannot {kind} the segment: no space left on the device")
+                return real(arg)
+            return call
+
+        monkeypatch.setattr(reader, "batches_of_segment", counted("read", read))
+        monkeypatch.setattr(session, "write_files", counted("write", write))
+        with pytest.raises(StorageError, match="no space left"):
+            v.compact(prune_now=True)
+        assert calls["write"] >= 2, "no new segment was written before the failure"
+        assert all_files(path) == before
+    with open_vault(path, cache=False) as v:
+        assert len(v.timeline()) == 40 and v.problems() == []
+
+
 def _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch) -> str:
     """Two devices: the laptop writes one message, then the home device (left current) ten."""
     path, vault, _ = new_vault
@@ -478,6 +562,29 @@ def test_compaction_waits_for_other_devices(new_vault, tmp_path, monkeypatch):
         texts = {r.text for r in v.timeline()}
         assert {f"m{i}" for i in range(10)} | {"laptop", "laptop saw the compaction"} <= texts
         assert v.problems() == []
+
+
+def test_the_prune_finds_a_compactions_carriers_without_reading_every_batch(new_vault, tmp_path, monkeypatch):
+    """Whether the other devices acknowledged a compaction is read from the batches carrying its
+    records, found among those holding a control record, and from the top of each device's chain: a
+    warm open's prune makes no view of any other plain batch (a pass over every batch's records held a
+    million records decoded for the rest of the session)."""
+    from camillo.ops import compaction
+
+    path = _laptop_then_ten_messages_at_home(new_vault, tmp_path, monkeypatch)
+    with open_vault(path) as v:
+        assert v.compact(prune_now=True).pending > 0  # (the laptop has not seen it)
+    with open_vault(path) as v:
+        batches = v.session.batches
+        total = len(batches)
+        held = set(batches.held)
+        deleted, pending = compaction.prune(v.session, prune_now=True)
+        assert deleted == 0 and pending > 0  # (still not acknowledged)
+        made = {b for b in set(batches.held) - held if not batches.held[b].has_control}
+        log = v.session.log
+        tops = {chain[log.tops[key]] for key, chain in log.chains.items() if key in log.tops}
+        assert not batches.every and made <= tops, "a plain batch was read that is no chain's top"
+        assert len(batches.held) < total
 
 
 def test_compacting_again_before_the_prune_copies_nothing_twice(new_vault, tmp_path, monkeypatch):

@@ -4,9 +4,12 @@ Every interactive write is its own small segment, so a vault that lives for year
 hundreds of thousands of files, and a cold open pays one HPKE open and one signature check per
 batch.  Compaction, run by an owner device:
 
-1. reads the compartment's small segments (below :data:`SMALL`) and verifies every batch in them;
+1. reads the compartment's small segments (below :data:`SMALL`) whose batches are all accepted;
 2. re-encrypts those batches, unchanged, into segments of up to 4 MiB sealed under the
-   compartment's *current* epoch (so old epoch keys stop opening future copies of the vault);
+   compartment's *current* epoch (so old epoch keys stop opening future copies of the vault),
+   reading each small segment when the order of writer and seq reaches it and writing each new
+   segment once sealed: what it holds at once is about one new segment's batches, whatever the
+   vault's size (none of the new segments stays if one cannot be read or written);
 3. writes one signed COMPACTION record per new segment, listing the old segments it replaces and the
    batch ids it verified; readers accept those batches on that signature instead of checking every
    batch signature again (``camillo verify --full`` still checks them all);
@@ -22,18 +25,21 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from ..control import BatchView, ManifestInfo
 from ..records import Batch, Kind, encode_record
 from ..session import Session
 from ..session.copies import kept_signatures, merge_entries
+from ..session.views import with_control
 from ..session.writer import write_batches
 from ..values import CompactionReport
 from .attachments import collect_garbage
-from .erasure import reseal, segment_id
+from .erasure import Sealer, segment_id
 
 SMALL = 64 * 1024
 GRACE_SECONDS = 7 * 86400
+WRITE_BYTES = 16 * 1024 * 1024  # new segments written together (each directory fsynced once a write)
 
 
 def compact(session: Session, *, prune_now: bool = False, now: float | None = None) -> CompactionReport:
@@ -44,7 +50,8 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
     written = 0
     compacted = 0
     records: dict[bytes, list[bytes]] = {}
-    new_files: list[tuple[str, bytes]] = []
+    new_files: list[tuple[str, bytes]] = []  # (sealed, not yet written)
+    files: list[str] = []  # (written)
     # An earlier compaction (by this device or another) whose old segments still wait for their
     # prune: neither those nor its new segments are compacted again, which would give their
     # batches a third copy.  Once pruned, its new segments are ordinary segments again.
@@ -53,57 +60,106 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
                 for sid in (*m.removed, *m.added)}
     control = session.all_compartments()[0]
     erased = r.erased_records()
-    for cid in session.all_compartments():
-        epoch = r.current_epoch(cid)
-        if epoch is None or (cid, epoch.epoch_id) not in session.keyring.epoch_keys:
-            continue
-        small = sorted(
-            name for name, (c, _e) in session.reader.segment_epochs.items()
-            if c == cid and name not in session.reader.unreadable and segment_id(name) not in replaced
-            and session.shelf.exists(name)
-            and len(session.reader.segment_batches.get(name, [])) > 0 and _size(session, name) <= SMALL
-            and all(b in session.log.accepted for b in session.reader.segment_batches[name])
-        )
-        if len(small) < 2:
-            continue
-        before += len(small)
-        batches: dict[bytes, Batch] = {}
-        for name in small:
-            for b in session.reader.batches_of_segment(name):
-                prior = batches.setdefault(b.id, b)
-                if prior is not b and (prior.sigs != b.sigs or prior.records != b.records):
-                    # (two copies: the signatures that verified, the bytes either holds that no erasure names)
-                    batches[b.id] = Batch(prior.id, prior.header_bytes, prior.header,
-                                          kept_signatures(session.batches, prior, b),
-                                          merge_entries(prior.header.records, prior.records, b.records, erased))
-        ordered = sorted(batches.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-        replaced_by_batch: dict[bytes, list[str]] = {}  # (a batch found in two of them: both are replaced)
-        for name in small:
-            for bid in session.reader.segment_batches[name]:
-                replaced_by_batch.setdefault(bid, []).append(name)
-        resealed = reseal(session, cid, epoch.epoch_id, epoch.public, ordered)
-        new_files += [(name, data) for name, data, _ in resealed]
-        for name, data, bids in resealed:
-            written += 1
-            compacted += len(bids)
-            old = sorted({n for bid in bids for n in replaced_by_batch[bid]})
-            rec = encode_record(
-                Kind.COMPACTION, actor.writer_id,
-                body={0: cid, 1: sorted(segment_id(n) for n in old), 2: [segment_id(name)], 3: sorted(bids)},
-                signers=[actor.signer],
+    try:
+        for cid in session.all_compartments():
+            epoch = r.current_epoch(cid)
+            if epoch is None or (cid, epoch.epoch_id) not in session.keyring.epoch_keys:
+                continue
+            small = sorted(
+                name for name, (c, _e) in session.reader.segment_epochs.items()
+                if c == cid and name not in session.reader.unreadable and segment_id(name) not in replaced
+                and session.shelf.exists(name)
+                and len(session.reader.segment_batches.get(name, [])) > 0 and _size(session, name) <= SMALL
+                and all(b in session.log.accepted for b in session.reader.segment_batches[name])
             )
-            records.setdefault(control, []).append(rec)
-            if cid != control:
-                records.setdefault(cid, []).append(rec)
+            if len(small) < 2:
+                continue
+            before += len(small)
+            for name, data, bids, old in _sealed(session, cid, epoch.epoch_id, epoch.public, small, erased):
+                new_files.append((name, data))
+                written += 1
+                compacted += len(bids)
+                rec = encode_record(
+                    Kind.COMPACTION, actor.writer_id,
+                    body={0: cid, 1: sorted(segment_id(n) for n in old), 2: [segment_id(name)], 3: sorted(bids)},
+                    signers=[actor.signer],
+                )
+                records.setdefault(control, []).append(rec)
+                if cid != control:
+                    records.setdefault(cid, []).append(rec)
+                if sum(len(d) for _n, d in new_files) >= WRITE_BYTES:  # (written as they are sealed)
+                    files += session.write_files(new_files)
+                    new_files = []
+        if records:  # every new segment, or none, before the records listing them
+            files += session.write_files(new_files)
+    except BaseException:  # (a segment that cannot be read or written: none of the new ones stays)
+        session.delete_quietly(reversed(files))
+        raise
     if records:
-        files = session.write_files(new_files)  # every new segment, or none, before the records listing them
         write_batches(session, records, undo=lambda: session.delete_quietly(reversed(files)))
     deleted, pending = prune(session, prune_now=prune_now, now=now)
     deleted += collect_garbage(session, now=now)  # chunk files no attachment names (after the grace period)
     now_r = session.roster
     alone = not any(p.writer_id not in now_r.revocations and p.writer_id != actor.writer_id for p in now_r.devices())
-    changes = session.reader.changes(files_written=len(new_files) if records else 0, files_removed=deleted)
+    changes = session.reader.changes(files_written=len(files) if records else 0, files_removed=deleted)
     return CompactionReport(before, written, deleted, compacted, pending, alone, changes)
+
+
+def _sealed(session: Session, cid: bytes, eid: bytes, epk: bytes, small: list[str],
+            erased: frozenset[bytes] | set[bytes]) -> Iterator[tuple[str, bytes, list[bytes], list[str]]]:
+    """The batches of these small segments sealed again into large ones, ordered by writer id then
+    seq (spec §16.5), as (name, bytes, batch ids, the small segments holding those batches): each
+    small segment is read when the order reaches its first batch, and its batches are held only until
+    they are sealed, so what is held at once is about one segment's worth, not the compartment (at a
+    million records a compaction held every batch and every new segment: 1.2 GiB).  The order comes
+    from the causal log's chains (every batch here is accepted), without reading a segment; a batch
+    found in two of them is sealed once, with the signatures of the copy kept and the bytes either
+    holds of a record no erasure names (§9.3), and both segments are replaced."""
+    holders: dict[bytes, list[str]] = {}  # batch id -> the small segments holding it
+    for name in small:
+        for bid in session.reader.segment_batches[name]:
+            holders.setdefault(bid, []).append(name)
+    order = sorted((w, seq, bid) for (w, c), chain in session.log.chains.items() if c == cid
+                   for seq, bid in chain.items() if bid in holders)
+    pool: dict[bytes, Batch] = {}  # read, not yet sealed
+    read: set[str] = set()
+    done: set[bytes] = set()  # sealed
+    sealer = Sealer(session, cid, eid, epk)
+
+    def take(name: str) -> None:
+        read.add(name)
+        for b in session.reader.batches_of_segment(name):
+            if b.id in done or b.id not in holders:  # (sealed already, or not listed for this segment)
+                continue
+            prior = pool.setdefault(b.id, b)
+            if prior is not b and (prior.sigs != b.sigs or prior.records != b.records):
+                pool[b.id] = Batch(prior.id, prior.header_bytes, prior.header,
+                                   kept_signatures(session.batches, prior, b),
+                                   merge_entries(prior.header.records, prior.records, b.records, erased))
+
+    def seal(bid: bytes) -> list[tuple[str, bytes, list[bytes], list[str]]]:
+        if bid in done:
+            return []
+        for name in holders[bid]:  # (every copy read before the batch is sealed)
+            if name not in read:
+                take(name)
+        done.add(bid)
+        batch = pool.pop(bid, None)  # (None: not in the segments that listed it, as read now)
+        return [] if batch is None else [with_old(s) for s in sealer.add(batch)]
+
+    def with_old(sealed: tuple[str, bytes, list[bytes]]) -> tuple[str, bytes, list[bytes], list[str]]:
+        return (*sealed, sorted({n for bid in sealed[2] for n in holders[bid]}))
+
+    for _w, _seq, bid in order:
+        yield from seal(bid)
+    # (a batch the chains do not give, which cannot happen for accepted batches: sealed after them, in
+    # the same order, read from its segment)
+    for name in small:
+        if name not in read:
+            take(name)
+    for b in sorted(pool.values(), key=lambda b: (b.header.writer_id, b.header.seq)):
+        yield from seal(b.id)
+    yield from (with_old(s) for s in sealer.finish())
 
 
 def _size(session: Session, name: str) -> int:
@@ -113,10 +169,11 @@ def _size(session: Session, name: str) -> int:
 
 def _carriers(session: Session, record_ids: set[bytes]) -> dict[bytes, dict[bytes, BatchView]]:
     """For each of these control records, the accepted batch carrying it in each compartment (one
-    pass over the batches, however many manifests there are)."""
+    pass over the batches holding a control record, however many manifests there are: a pass over
+    every batch's records decoded the whole vault, a million records held until the session ended)."""
     out: dict[bytes, dict[bytes, BatchView]] = {}
     accepted = session.log.accepted
-    for v in session.batches.values():
+    for v in with_control(session.batches):
         for rec in v.records:
             if rec is not None and rec.id in record_ids and v.id in accepted:
                 out.setdefault(rec.id, {}).setdefault(v.header.compartment_id, v)

@@ -98,30 +98,46 @@ def without_erased(batch: Batch, erased: set[bytes] | frozenset[bytes]) -> Batch
     return Batch(batch.id, batch.header_bytes, batch.header, batch.sigs, records)
 
 
+class Sealer:
+    """Packs batches, given one at a time, into segments of up to :data:`COMPACT_PAYLOAD`, sealed to
+    one epoch key: :meth:`add` returns the segments a batch filled, :meth:`finish` the last one; each
+    (name, bytes, batch ids).  What it holds at once is one segment's batches (a compaction of a million
+    records seals them as it reads them, :mod:`camillo.ops.compaction`).  ``keep`` receives each
+    segment's own key by name (spec §16.10 rule 2)."""
+
+    def __init__(self, session: Session, cid: bytes, eid: bytes, epk: bytes, *,
+                 keep: dict[str, bytes] | None = None) -> None:
+        self._session, self._cid, self._eid, self._epk, self._keep = session, cid, eid, epk, keep
+        self._group: list[Batch] = []
+        self._size = 0
+
+    def add(self, batch: Batch) -> list[tuple[str, bytes, list[bytes]]]:
+        n = len(encoding.encode(batch.to_cbor()))
+        out = self._seal() if self._group and self._size + n > COMPACT_PAYLOAD else []
+        self._group.append(batch)
+        self._size += n
+        return out
+
+    def finish(self) -> list[tuple[str, bytes, list[bytes]]]:
+        return self._seal() if self._group else []
+
+    def _seal(self) -> list[tuple[str, bytes, list[bytes]]]:
+        group, self._group, self._size = self._group, [], 0
+        seg, key = segments.seal_segment_keyed(self._session.vault_id, self._cid, self._eid, self._epk,
+                                               segments.encode_payload(group))
+        name = segment_name(seg)
+        if self._keep is not None:
+            self._keep[name] = key
+        return [(name, seg, [x.id for x in group])]
+
+
 def reseal(session: Session, cid: bytes, eid: bytes, epk: bytes, batches: list[Batch], *,
            keep: dict[str, bytes] | None = None) -> list[tuple[str, bytes, list[bytes]]]:
     """Pack batches into as few segments as fit, sealed to one epoch key; (name, bytes, batch ids).
     ``keep`` receives each segment's own key by name (spec §16.10 rule 2)."""
-    out = []
-    group: list[Batch] = []
-    size = 0
-
-    def seal() -> None:
-        seg, key = segments.seal_segment_keyed(session.vault_id, cid, eid, epk, segments.encode_payload(group))
-        out.append((segment_name(seg), seg, [x.id for x in group]))
-        if keep is not None:
-            keep[out[-1][0]] = key
-
-    for b in batches:
-        n = len(encoding.encode(b.to_cbor()))
-        if group and size + n > COMPACT_PAYLOAD:
-            seal()
-            group, size = [], 0
-        group.append(b)
-        size += n
-    if group:
-        seal()
-    return out
+    sealer = Sealer(session, cid, eid, epk, keep=keep)
+    out = [sealed for b in batches for sealed in sealer.add(b)]
+    return out + sealer.finish()
 
 
 def rotation_records(session: Session, old: Credential, new: Credential) -> list[bytes]:

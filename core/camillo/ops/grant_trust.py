@@ -31,7 +31,7 @@ from ..credentials import Credential
 from ..errors import VaultError
 from ..records import Kind, Record, decode_record
 from ..session import Session
-from ..session.views import BatchViews
+from ..session.views import with_control
 
 FileList = list[tuple[str, bytes]]
 CERT_KINDS = (Kind.DEVICE_CERT, Kind.CRED_ANCHOR)
@@ -58,8 +58,7 @@ def certificate_chain(session: Session, pending: Sequence[Record] = ()) -> list[
     """The certificates an append grant needs to trust every active owner credential: theirs, and
     those of the credentials that certified them, back to the genesis (whose owners have none)."""
     r, batches = session.roster, session.batches
-    holding = batches.with_control() if isinstance(batches, BatchViews) else [
-        v for v in batches.values() if v.has_control]
+    holding = with_control(batches)
     by_id = {rec.id: rec.raw for v in holding for rec in v.records if rec is not None and rec.kind in CERT_KINDS}
     by_id.update({rec.id: rec.raw for rec in pending if rec.kind in CERT_KINDS})
     todo = [p.writer_id for p in r.principals.values() if p.is_owner and p.writer_id not in r.revocations]

@@ -463,3 +463,12 @@ class BatchViews(MutableMapping[bytes, BatchView]):
             self._count = n - sum(1 for b in self._gone if b not in self.held and db.execute(
                 "SELECT 1 FROM cache_batches WHERE id = ?", (b,)).fetchone() is not None)
         return self._count
+
+
+def with_control(batches: Mapping[bytes, BatchView]) -> list[BatchView]:
+    """The batches holding a control record: a local state's from its index (:meth:`BatchViews.with_control`:
+    no view is made of a plain batch, nor its records decoded), a map of views by a pass over them."""
+    if isinstance(batches, BatchViews):
+        return batches.with_control()
+    return [v for v in batches.values() if v.has_control]
+
