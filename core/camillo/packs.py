@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import BinaryIO, NamedTuple
 
 from . import encoding
@@ -52,15 +52,22 @@ def entry_type(name: str) -> int:
 
 
 def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_vault: bool) -> tuple[int, bytes]:
-    """Write a pack to the binary file ``out``; return (size, SHA-256 of the whole pack).  An entry
-    shorter than any writer makes one of its kind is refused (DamagedFile): a reader refuses the
-    whole pack for it."""
-    ordered = sorted(((entry_type(n), n, d) for n, d in entries), key=lambda e: (e[0], e[1]))
-    for typ, name, data in ordered:
-        if len(data) < MIN_ENTRY[typ]:
-            raise DamagedFile(f"{name} is {len(data)} bytes, shorter than any {kind_of(name)} file; it is damaged "
-                              "or not a vault file: run 'camillo verify', and move it out of the vault before "
-                              "packing", file=name)
+    """Write a pack of these entries to the binary file ``out``; return (size, SHA-256 of the whole
+    pack).  An entry shorter than any writer makes one of its kind is refused (DamagedFile) before
+    anything is written: a reader refuses the whole pack for it."""
+    held = dict(entries)
+    for name, data in held.items():
+        _check_length(name, len(data))
+    return stream_pack(held, held.__getitem__, out, complete_vault=complete_vault)
+
+
+def stream_pack(names: Iterable[str], read: Callable[[str], bytes], out: BinaryIO, *,
+                complete_vault: bool) -> tuple[int, bytes]:
+    """:func:`write_pack` of the files these names give, each read (``read``) when its turn comes and
+    let go once written: what is held at once is one file, not the vault (a ``.vmem`` of a million
+    records held its 511 MB).  An entry too short for its kind raises DamagedFile when it is met: the
+    caller discards what was written (a pack without its trailer is refused anyway)."""
+    ordered = sorted((entry_type(n), n) for n in names)
     before_trailer = hashlib.sha256()
 
     def emit(chunk: bytes) -> None:
@@ -70,7 +77,9 @@ def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_
     emit(MAGIC + (1).to_bytes(2, "big") + (FLAG_COMPLETE_VAULT if complete_vault else 0).to_bytes(2, "big"))
     offset = HEADER_LEN
     index = []
-    for typ, name, data in ordered:
+    for typ, name in ordered:
+        data = read(name)
+        _check_length(name, len(data))
         index.append([typ, name, offset, len(data)])
         emit(data)
         offset += len(data)
@@ -87,6 +96,13 @@ def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_
     whole = before_trailer.copy()
     whole.update(trailer)
     return offset + len(index_bytes) + TRAILER_LEN, whole.digest()
+
+
+def _check_length(name: str, length: int) -> None:
+    if length < MIN_ENTRY[entry_type(name)]:
+        raise DamagedFile(f"{name} is {length} bytes, shorter than any {kind_of(name)} file; it is damaged "
+                          "or not a vault file: run 'camillo verify', and move it out of the vault before "
+                          "packing", file=name)
 
 
 class PackEntry(NamedTuple):

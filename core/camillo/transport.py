@@ -17,7 +17,7 @@ from . import descriptor
 from .errors import DamagedFile, NotAVault, StorageError, UsageError
 from .names import kind_of
 from .objectstore import open_location
-from .packs import PackReader, write_pack
+from .packs import PackReader, stream_pack
 from .places import PATH_ERRNOS, check_new_file
 from .primitives import random_bytes
 from .storage import DIRECTORIES, FolderShelf, Shelf, hash_matches
@@ -35,34 +35,40 @@ def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, 
         if not shelf.exists(descriptor.NAME):
             raise NotAVault(f"{path} is not a VMEM vault (no VMEM descriptor)")
         descriptor.decode(shelf.read(descriptor.NAME))
-        entries = []
-        for name in shelf.list():
-            if kind_of(name) in ("descriptor", "slot", "envelope", "segment", "blob"):
-                data = shelf.read(name)
-                if hash_matches(name, data) is False:
-                    raise DamagedFile(f"{name} does not match its name; run 'camillo verify' before packing", file=name)
-                entries.append((name, data))
+        names = [n for n in shelf.list() if kind_of(n) in ("descriptor", "slot", "envelope", "segment", "blob")]
+
+        def read(name: str) -> bytes:  # (each file read when its turn comes: one held at a time)
+            data = shelf.read(name)
+            if hash_matches(name, data) is False:
+                raise DamagedFile(f"{name} does not match its name; run 'camillo verify' before packing", file=name)
+            return data
+
+        directory = os.path.dirname(os.path.abspath(out_path))
+        tmp = os.path.join(directory, f".{os.path.basename(out_path)}.{random_bytes(6).hex()}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                size, digest = stream_pack(names, read, fh, complete_vault=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, out_path)
+        except BaseException as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if not isinstance(exc, OSError) or not _ours(exc, tmp, out_path):  # (an entry refused, the vault's
+                raise  # own read failing, or an interruption: as they are)
+            if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault: say where to write instead
+                raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to") from None
+            raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None
     finally:
         shelf.close()
-    directory = os.path.dirname(os.path.abspath(out_path))
-    tmp = os.path.join(directory, f".{os.path.basename(out_path)}.{random_bytes(6).hex()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            size, digest = write_pack(entries, fh, complete_vault=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out_path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if not isinstance(exc, OSError):  # (an entry write_pack refuses, or an interruption)
-            raise
-        if exc.errno in PATH_ERRNOS:  # the place chosen, not the vault: say where to write instead
-            raise UsageError(f"cannot write {out_path} ({exc.strerror}); choose a folder you can write to") from None
-        raise StorageError(f"cannot write {out_path}: {exc.strerror}") from None
     return size, digest
+
+
+def _ours(exc: OSError, *paths: str) -> bool:
+    """Whether this error is about writing the pack (the file made or its place), not reading the vault."""
+    return exc.filename is None or exc.filename in paths
 
 
 def unpack_vault(pack_path: str, directory: str) -> int:

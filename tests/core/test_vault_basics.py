@@ -133,6 +133,30 @@ def test_pack_is_deterministic_and_opens_read_only(new_vault, tmp_path):
     assert (tmp_path / "c.vmem").read_bytes() == a.read_bytes()
 
 
+
+def test_a_pack_holds_one_file_at_a_time_not_the_vault(new_vault, tmp_path):
+    """Packing reads each file when its turn in the pack comes and lets it go once written: with a
+    vault of 12 MB (an attachment's chunks), what the process allocates at its peak is about one
+    chunk, not the vault (a .vmem of a million records held its 511 MB)."""
+    import tracemalloc
+
+    path, vault, _ = new_vault
+    vault.attach([os.urandom(1 << 20) for _ in range(12)], name="big.bin")
+    vault.lock()
+    total = sum(os.path.getsize(f) for f in all_files(path))
+    assert total > 12 << 20
+    tracemalloc.start()
+    try:
+        pack_vault(path, str(tmp_path / "v.vmem"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"packing {total} bytes allocated {peak} at once"
+    with Vault.open(str(tmp_path / "v.vmem"), Unlock.passphrase(PASSPHRASE)) as v:
+        (view,) = [r for r in v.timeline() if r.type == "attachment"]
+        assert v.attachment_bytes(view.id, 13 << 20)[1][:8]
+
+
 def test_a_file_too_short_for_its_kind_is_named_and_no_pack_is_left(new_vault, tmp_path):
     """A planted segment whose name matches its bytes but that is shorter than any segment: a pack
     with it would not open (its reader refuses such an entry), so packing refuses it, names it, and
