@@ -498,6 +498,22 @@ def test_compaction_seals_as_it_reads_in_the_order_of_writer_and_seq(new_vault, 
         assert len(v.timeline()) == 40 and v.problems() == []
 
 
+
+def test_a_refresh_meeting_a_copy_of_every_batch_keeps_no_view_of_them(new_vault, monkeypatch):
+    """The refresh after a compaction (this device's, or another's read by every other device) meets
+    a second copy of every batch it compacted: it compares each with the stored one and lets the view
+    go (it kept one for each, 100,000 at a million records, for the rest of the session)."""
+    path = _many_small_segments(new_vault, monkeypatch)
+    with open_vault(path) as v:
+        batches = v.session.batches
+        before = set(batches.held)
+        report = v.compact()  # (one device, within the grace period: both copies stay)
+        assert report.batches >= 40 and report.pending > 0
+        kept = {b for b in set(batches.held) - before if not batches.held[b].has_control}
+        assert len(kept) < 5, f"{len(kept)} views of plain batches kept after the compaction's refresh"
+        assert len(v.timeline()) == 40 and v.problems() == []
+
+
 @pytest.mark.parametrize("failing", ["write", "read"])
 def test_a_compaction_that_fails_midway_leaves_the_vault_as_it_was(new_vault, monkeypatch, failing):
     """A new segment that cannot be written (the disk is full), or a small segment that cannot be read,

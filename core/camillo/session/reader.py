@@ -53,7 +53,7 @@ from .grantchain import trusted_epoch_keys
 from .keyring import EpochRef, KeyRing
 from .resume import collector_paused
 from .segmap import SegmentBatches, SegmentEpochs
-from .views import ROW, BatchViews, CachedView, ReadView, nones
+from .views import ROW, BatchViews, CachedView, ReadView, held_or_unkept, nones
 
 Progress = Callable[[int, int], None]
 
@@ -637,7 +637,7 @@ class Reader:
             if problem:
                 self.segment_problems[f"{name}#{batch.id.hex()[:12]}"] = Problem("damaged", name, problem)
                 continue
-            existing = None if new else self.batches.get(batch.id)
+            existing = None if new else held_or_unkept(self.batches, batch.id)
             if existing is not None:  # (same header and record ids, each checked: signatures or erasures differ)
                 self._store_batches(rows)
                 copies.offer(self, name, existing, batch)

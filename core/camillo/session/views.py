@@ -322,7 +322,7 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         self.filled: list[tuple[bytes, int, bytes, int, bytes]] = []  # rows of an older version completed
         self.every = False  # a view of every batch is held (a pass over all of them read every row)
 
-    def _make(self, row: Row) -> BatchView:
+    def _make(self, row: Row, *, keep: bool = True) -> BatchView:
         bid, segment, epoch, controls, sig_ok, vouched, acc, writer, seq, comp = row
         if writer is None or seq is None or comp is None:  # a state an older version wrote
             h = stored_batch(bid, self._fetch(bid)).header
@@ -333,7 +333,8 @@ class BatchViews(MutableMapping[bytes, BatchView]):
             combo = self._combos[writer, epoch, comp] = (writer, epoch, comp)
         view = CachedView(bid, segment, combo[1], combo[0], seq, combo[2], self._fetch, controls,
                           _flags(sig_ok, vouched, acc), self.signatures)
-        self.held[bid] = view
+        if keep:
+            self.held[bid] = view
         return view
 
     def _views(self, where: str = "", args: tuple[object, ...] = ()) -> list[BatchView]:
@@ -429,6 +430,17 @@ class BatchViews(MutableMapping[bytes, BatchView]):
                 return self._make(row)
         raise KeyError(bid)
 
+    def unkept(self, bid: bytes) -> BatchView | None:
+        """The view of this batch held, else one made from its row and not kept (None: not here).  A
+        refresh that meets another copy of a batch compares the two and lets the view go: after another
+        device's compaction it meets a copy of every batch, and kept a view of each (100,000 at a
+        million records) for the rest of the session."""
+        view = self.held.get(bid)
+        if view is not None or bid in self._gone:
+            return view
+        row = self._db().execute(f"SELECT {ROW} FROM cache_batches WHERE id = ?", (bid,)).fetchone()
+        return None if row is None else self._make(row, keep=False)
+
     def __contains__(self, bid: object) -> bool:
         if bid in self.held:
             return True
@@ -471,4 +483,10 @@ def with_control(batches: Mapping[bytes, BatchView]) -> list[BatchView]:
     if isinstance(batches, BatchViews):
         return batches.with_control()
     return [v for v in batches.values() if v.has_control]
+
+
+def held_or_unkept(batches: Mapping[bytes, BatchView], bid: bytes) -> BatchView | None:
+    """``batches.get(bid)``, except that a local state's view made from its row is not kept
+    (:meth:`BatchViews.unkept`)."""
+    return batches.unkept(bid) if isinstance(batches, BatchViews) else batches.get(bid)
 
