@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import BinaryIO, NamedTuple
 
 from . import encoding
@@ -55,19 +56,19 @@ def write_pack(entries: Iterable[tuple[str, bytes]], out: BinaryIO, *, complete_
     """Write a pack of these entries to the binary file ``out``; return (size, SHA-256 of the whole
     pack).  An entry shorter than any writer makes one of its kind is refused (DamagedFile) before
     anything is written: a reader refuses the whole pack for it."""
-    held = dict(entries)
-    for name, data in held.items():
+    held = list(entries)
+    for name, data in held:
         _check_length(name, len(data))
-    return stream_pack(held, held.__getitem__, out, complete_vault=complete_vault)
+    return stream_pack([(name, partial(bytes, data)) for name, data in held], out, complete_vault=complete_vault)
 
 
-def stream_pack(names: Iterable[str], read: Callable[[str], bytes], out: BinaryIO, *,
+def stream_pack(entries: Iterable[tuple[str, Callable[[], bytes]]], out: BinaryIO, *,
                 complete_vault: bool) -> tuple[int, bytes]:
-    """:func:`write_pack` of the files these names give, each read (``read``) when its turn comes and
-    let go once written: what is held at once is one file, not the vault (a ``.vmem`` of a million
-    records held its 511 MB).  An entry too short for its kind raises DamagedFile when it is met: the
-    caller discards what was written (a pack without its trailer is refused anyway)."""
-    ordered = sorted((entry_type(n), n) for n in names)
+    """:func:`write_pack` of entries given as a name and what reads its bytes, each read when its turn
+    comes and let go once written: what is held at once is one file, not the vault (a ``.vmem`` of a
+    million records held its 511 MB).  An entry too short for its kind raises DamagedFile when it is
+    met: the caller discards what was written (a pack without its trailer is refused anyway)."""
+    ordered = sorted(((entry_type(n), n, read) for n, read in entries), key=lambda e: (e[0], e[1]))
     before_trailer = hashlib.sha256()
 
     def emit(chunk: bytes) -> None:
@@ -77,8 +78,8 @@ def stream_pack(names: Iterable[str], read: Callable[[str], bytes], out: BinaryI
     emit(MAGIC + (1).to_bytes(2, "big") + (FLAG_COMPLETE_VAULT if complete_vault else 0).to_bytes(2, "big"))
     offset = HEADER_LEN
     index = []
-    for typ, name in ordered:
-        data = read(name)
+    for typ, name, read in ordered:
+        data = read()
         _check_length(name, len(data))
         index.append([typ, name, offset, len(data)])
         emit(data)

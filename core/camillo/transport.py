@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from functools import partial
 
 from . import descriptor
 from .errors import DamagedFile, NotAVault, StorageError, UsageError
@@ -47,7 +48,7 @@ def pack_vault(path: str, out_path: str, *, replace: bool = True) -> tuple[int, 
         tmp = os.path.join(directory, f".{os.path.basename(out_path)}.{random_bytes(6).hex()}.tmp")
         try:
             with open(tmp, "wb") as fh:
-                size, digest = stream_pack(names, read, fh, complete_vault=True)
+                size, digest = stream_pack([(n, partial(read, n)) for n in names], fh, complete_vault=True)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, out_path)

@@ -489,4 +489,3 @@ def held_or_unkept(batches: Mapping[bytes, BatchView], bid: bytes) -> BatchView 
     """``batches.get(bid)``, except that a local state's view made from its row is not kept
     (:meth:`BatchViews.unkept`)."""
     return batches.unkept(bid) if isinstance(batches, BatchViews) else batches.get(bid)
-
