@@ -166,6 +166,59 @@ def test_portable_memory_export_is_valid_complete_and_deterministic(new_vault, t
         run_export(vault, "portable-memory", str(out))
 
 
+
+def test_a_portable_memory_export_holds_a_page_of_records_not_the_vault(new_vault, tmp_path, monkeypatch):
+    """The episodes are read a page of records at a time and their lines sorted on disk (a temporary
+    database in the export's folder, gone afterwards): with 3,000 messages of 1 KB, what the export
+    allocates at its peak is about one page, not the vault (100,000 records held 974 MiB)."""
+    import tracemalloc
+
+    from camillo import exporters
+
+    path, vault, _ = new_vault
+    for start in range(0, 3000, 500):
+        vault.append([NewRecord(type="message", text=f"message {i} " + "words " * 170, conversation="c", role="user")
+                      for i in range(start, start + 500)])
+    monkeypatch.setattr(exporters, "PAGE", 100)
+    out = tmp_path / "export.mem"
+    tracemalloc.start()
+    try:
+        summary = run_export(vault, "portable-memory", str(out))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert summary["episode"] == 3000
+    assert peak < 2_500_000, f"the export allocated {peak} bytes at once"
+    lines = (out / "items" / "episode.jsonl").read_text().splitlines()
+    assert len(lines) == 3000 and lines == sorted(lines)
+    assert sorted(p.name for p in out.iterdir()) == ["CHECKSUMS", "items", "manifest.json"]  # (no sorting left)
+
+
+def test_the_forgotten_records_are_read_from_the_hidden_rows_alone(new_vault, monkeypatch):
+    """What an export's tombstones (and the desktop's forgotten list) are made from: the hidden rows,
+    found by their index, not a view of every record of the timeline, twice."""
+    from camillo import state as state_module
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text=f"m{i}") for i in range(50)])
+    gone = vault.timeline()[:3]
+    for v in gone:
+        vault.forget(record=v.id)
+    asked: list[int] = []
+    real = state_module.State.records
+
+    def counted(self, ids):
+        ids = list(ids)
+        asked.append(len(ids))
+        return real(self, ids)
+
+    monkeypatch.setattr(state_module.State, "records", counted)
+    forgotten = vault.forgotten()
+    assert sorted(v.id for v, _ in forgotten) == sorted(v.id for v in gone)
+    assert all(when is not None for _, when in forgotten)
+    assert sum(asked) <= 3, f"views of {sum(asked)} records made for 3 forgotten ones"
+
+
 def test_pam_export_is_valid_complete_and_deterministic(new_vault, tmp_path):
     path, vault, _ = new_vault
     build(vault)

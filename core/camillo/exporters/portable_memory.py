@@ -23,6 +23,9 @@ external 0.5).  ``createdAt`` in the manifest is the newest record's time (not t
 bundle is byte-for-byte reproducible.  The conformance level declared is ``L0`` (a valid,
 checksum-clean bundle).
 
+The episodes are read a page of records at a time and their lines sorted in a temporary database in
+the export's folder (deleted before the export returns), so the export holds a page, not the vault.
+
 Pure reading of the vault and writing of files: runs on the thread that owns the vault.
 """
 
@@ -35,12 +38,14 @@ from ..importers.safety import first_line, iso, slug
 from ..values import Kind
 from . import (
     ExportSummary,
+    SortedLines,
     canonical_json,
     confidence,
     generator,
     prepare_out,
     record_text,
     snapshot,
+    visible_notes,
     vmem_info,
     write_file,
 )
@@ -109,42 +114,65 @@ def _tombstone(v: RecordView, when: int | None) -> dict[str, Any]:
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault)
+    snap = snapshot(vault, notes=False)  # (the notes are read a page at a time below)
     prepare_out(out)
-    items: dict[str, list[dict[str, Any]]] = {}
-    episodes = [_episode(v) for v in snap.notes]
-    items["episode"] = episodes
-    exported = {e["id"] for e in episodes}
-    for v, status in snap.facts:
-        kind, line = _keyed(v, status, exported)
-        items.setdefault(kind, []).append(line)
-    # A preference is keyed by its key; a key present now is not tombstoned.
-    live_prefs = {line["key"] for line in items.get("preference", [])}
-    tombstones = [_tombstone(v, when) for v, when in snap.hidden
-                  if not (v.type == "preference" and v.key in live_prefs)]
-    compartments = sorted({v.compartment for v in snap.notes} | {v.compartment for v, _ in snap.facts})
-    times = [v.ts for v in snap.notes if v.ts] + [v.ts for v, _ in snap.facts if v.ts]
-    first_ts: dict[str, int] = {}
-    for v in snap.notes + [v for v, _ in snap.facts]:
-        if v.ts and (v.compartment not in first_ts or v.ts < first_ts[v.compartment]):
-            first_ts[v.compartment] = v.ts
-    items["context"] = [{"archived": False, "createdAt": iso(first_ts.get(c)), "id": context_id(c), "label": c}
-                        for c in compartments]
+    sources = {s for v, _ in snap.facts for s in v.sources}
+    exported: set[str] = set()  # the episodes among the facts' sources
+    compartments = {v.compartment for v, _ in snap.facts}
+    newest = 0  # the newest record's time (the bundle's createdAt: not the clock's)
+    first_ts: dict[str, int] = {}  # each compartment's first record's time
+
+    def dated(v: RecordView) -> None:
+        nonlocal newest
+        if v.ts:
+            newest = max(newest, v.ts)
+            if v.compartment not in first_ts or v.ts < first_ts[v.compartment]:
+                first_ts[v.compartment] = v.ts
+
+    for v, _ in snap.facts:
+        dated(v)
+    span: list[str] = []  # the first and the last episode's eventTime
     files: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
+    with SortedLines(out) as episodes:
+        for v in visible_notes(vault):
+            line = _episode(v)
+            episodes.add(canonical_json(line))
+            when = line["eventTime"]
+            span = [min(span[0], when), max(span[1], when)] if span else [when, when]
+            if v.id in sources:
+                exported.add(line["id"])
+            compartments.add(v.compartment)
+            dated(v)
+        items: dict[str, list[dict[str, Any]]] = {"episode": []}
+        for v, status in snap.facts:
+            kind, row = _keyed(v, status, exported)
+            items.setdefault(kind, []).append(row)
+        # A preference is keyed by its key; a key present now is not tombstoned.
+        live_prefs = {row["key"] for row in items.get("preference", [])}
+        tombstones = [_tombstone(v, when) for v, when in snap.hidden
+                      if not (v.type == "preference" and v.key in live_prefs)]
+        items["context"] = [{"archived": False, "createdAt": iso(first_ts.get(c)), "id": context_id(c), "label": c}
+                            for c in sorted(compartments)]
 
-    def put(rel: str, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        lines = sorted(canonical_json(r) for r in rows)
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        write_file(out, rel, data)
-        files.append({"bytes": len(data), "path": rel, "sha256": hashlib.sha256(data).hexdigest()})
+        def put(rel: str, rows: list[dict[str, Any]]) -> None:
+            if not rows:
+                return
+            lines = sorted(canonical_json(r) for r in rows)
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            write_file(out, rel, data)
+            files.append({"bytes": len(data), "path": rel, "sha256": hashlib.sha256(data).hexdigest()})
 
-    for kind in sorted(items):
-        put(f"items/{kind}.jsonl", items[kind])
-        if items[kind]:
-            counts[kind] = len(items[kind])
+        for kind in sorted(items):
+            if kind == "episode":
+                entry = episodes.write(out, "items/episode.jsonl")
+                files += [entry] if entry is not None else []
+                n = episodes.count
+            else:
+                put(f"items/{kind}.jsonl", items[kind])
+                n = len(items[kind])
+            if n:
+                counts[kind] = n
     put("audit/tombstones.jsonl", tombstones)
     if tombstones:
         counts["tombstone"] = len(tombstones)
@@ -156,7 +184,7 @@ def export(vault: Vault, out: str) -> ExportSummary:
         "capabilities": ["ext", "tombstones"],
         "conformanceLevel": "L0",
         "counts": counts,
-        "createdAt": iso(max(times) if times else 0),
+        "createdAt": iso(newest),
         "embeddingDim": 0,
         "embeddingModel": "none",
         "embeddingsIncluded": False,
@@ -167,9 +195,8 @@ def export(vault: Vault, out: str) -> ExportSummary:
         "schemaVersion": 1,
         "specURL": SPEC_URL,
     }
-    if episodes:
-        when = sorted(e["eventTime"] for e in episodes)
-        manifest["coverage"] = {"from": when[0], "to": when[-1]}
+    if span:
+        manifest["coverage"] = {"from": span[0], "to": span[1]}
     if compartments:
         manifest["scopes"] = sorted(context_id(c) for c in compartments)
     write_file(out, "manifest.json", canonical_json(manifest).encode("utf-8"))
