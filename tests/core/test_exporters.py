@@ -167,31 +167,56 @@ def test_portable_memory_export_is_valid_complete_and_deterministic(new_vault, t
 
 
 
+def _messages_and_peak(vault, kind: str, out, conversation) -> tuple[dict, int]:
+    """3,000 messages of 1 KB (``conversation(i)`` gives each one's) appended, then exported as
+    ``kind`` to ``out``: the summary, and the most the export allocated at once (tracemalloc)."""
+    import tracemalloc
+
+    for start in range(0, 3000, 500):
+        vault.append([NewRecord(type="message", text=f"message {i} " + "words " * 170, conversation=conversation(i),
+                                role="user") for i in range(start, start + 500)])
+    tracemalloc.start()
+    try:
+        summary = run_export(vault, kind, str(out))
+        return summary, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_portable_memory_export_holds_a_page_of_records_not_the_vault(new_vault, tmp_path, monkeypatch):
     """The episodes are read a page of records at a time and their lines sorted on disk (a temporary
     database in the export's folder, gone afterwards): with 3,000 messages of 1 KB, what the export
     allocates at its peak is about one page, not the vault (100,000 records held 974 MiB)."""
-    import tracemalloc
-
     from camillo import exporters
 
     path, vault, _ = new_vault
-    for start in range(0, 3000, 500):
-        vault.append([NewRecord(type="message", text=f"message {i} " + "words " * 170, conversation="c", role="user")
-                      for i in range(start, start + 500)])
     monkeypatch.setattr(exporters, "PAGE", 100)
     out = tmp_path / "export.mem"
-    tracemalloc.start()
-    try:
-        summary = run_export(vault, "portable-memory", str(out))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    summary, peak = _messages_and_peak(vault, "portable-memory", out, lambda i: "c")
     assert summary["episode"] == 3000
     assert peak < 2_500_000, f"the export allocated {peak} bytes at once"
     lines = (out / "items" / "episode.jsonl").read_text().splitlines()
     assert len(lines) == 3000 and lines == sorted(lines)
     assert sorted(p.name for p in out.iterdir()) == ["CHECKSUMS", "items", "manifest.json"]  # (no sorting left)
+
+
+def test_a_pam_export_holds_a_conversation_not_the_vault(new_vault, tmp_path, monkeypatch):
+    """A PAM export reads the notes a page at a time to find the conversations, then each
+    conversation's messages for its file and lets them go: with 3,000 messages of 1 KB in 30
+    conversations (and 50 without one), what it allocates at its peak is about one conversation, not
+    the vault (100,000 records held 439 MiB)."""
+    from camillo import exporters
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text=f"loose {i}", role="user") for i in range(50)])
+    monkeypatch.setattr(exporters, "PAGE", 100)
+    out = tmp_path / "pam"
+    summary, peak = _messages_and_peak(vault, "pam", out, lambda i: f"c{i % 30}")
+    assert summary["conversations"] == 31
+    assert peak < 2_500_000, f"the export allocated {peak} bytes at once"
+    files = sorted((out / "conversations").iterdir())
+    counts = sorted(len(json.loads(f.read_text())["messages"]) for f in files)
+    assert counts == [50] + [100] * 30
 
 
 def test_the_forgotten_records_are_read_from_the_hidden_rows_alone(new_vault, monkeypatch):

@@ -191,13 +191,17 @@ def snapshot(vault: Vault, *, notes: bool = True) -> Snapshot:
 PAGE = 1000  # records read at once by an export
 
 
-def visible_notes(vault: Vault, page: int | None = None) -> Iterator[RecordView]:
+def paged(vault: Vault, ids: list[bytes]) -> Iterator[RecordView]:
+    """The views of these records, read :data:`PAGE` at a time."""
+    for at in range(0, len(ids), PAGE):
+        yield from vault.records(ids[at:at + PAGE])
+
+
+def visible_notes(vault: Vault) -> Iterator[RecordView]:
     """The notes the timeline shows, a page of records at a time (in time order): what an export holds
     at once is one page, not the vault (an export of 100,000 records held them all, and every line made
     of them: 974 MiB)."""
-    ids, page = vault.timeline_ids(), page or PAGE
-    for at in range(0, len(ids), page):
-        yield from (v for v in vault.records(ids[at:at + page]) if v.kind == Kind.NOTE)
+    return (v for v in paged(vault, vault.timeline_ids()) if v.kind == Kind.NOTE)
 
 
 class SortedLines:

@@ -27,6 +27,10 @@ memory from a conversation that is exported names it in ``provenance.conversatio
 conversation's index entry lists it in ``derived_memories`` (both directions, as the validator
 checks).  PAM has no deletion record: hidden and erased records are simply absent.
 
+The notes are read a page of records at a time, and each conversation's messages again for its
+file: the export holds one conversation, and the memories (the keyed records and the notes that are
+no conversation's), not the vault.
+
 Runs on the thread that owns the vault.
 """
 
@@ -45,9 +49,11 @@ from . import (
     confidence,
     generator,
     jcs,
+    paged,
     prepare_out,
     record_text,
     snapshot,
+    visible_notes,
     vmem_info,
     write_file,
 )
@@ -143,22 +149,38 @@ def _attachments(vault: Vault, notes: list[RecordView], out: str) -> dict[str, l
     return by_message
 
 
+def _messages(vault: Vault, conversation: str | None, unthreaded: list[bytes]) -> list[RecordView]:
+    """The messages the timeline shows of one conversation (of every compartment), or those without
+    one: read for its file, a page at a time, and let go once it is written."""
+    ids = vault.timeline_ids(conversation=conversation) if conversation is not None else unthreaded
+    return [v for v in paged(vault, ids) if v.kind == Kind.NOTE and v.type == "message" and v.conversation == conversation]
+
+
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault)
+    snap = snapshot(vault, notes=False)  # (the notes are read a page at a time below)
     prepare_out(out)
-    threads: dict[str | None, dict[str, Any]] = {}
-    for v in snap.notes:
-        if v.type not in CONVERSATION_TYPES or v.kind != Kind.NOTE:
+    # each conversation (by its id, across compartments, as a PAM conversation file), with the id of its
+    # first conversation record (the smallest) if it has one; the messages without a conversation; the
+    # notes that are no conversation's (memories, attachments): read now, the messages again per file
+    threads: dict[str | None, bytes | None] = {}
+    unthreaded: list[bytes] = []
+    others: list[RecordView] = []
+    newest = max((v.ts for v, _ in snap.facts if v.ts), default=0)
+    for v in visible_notes(vault):
+        newest = max(newest, v.ts or 0)
+        if v.type not in CONVERSATION_TYPES:
+            others.append(v)
             continue
-        t = threads.setdefault(v.conversation, {"record": None, "messages": []})
-        if v.type == "conversation" and t["record"] is None:
-            t["record"] = v
-        elif v.type == "message":
-            t["messages"].append(v)
+        first = threads.setdefault(v.conversation, None)
+        if v.type == "conversation" and (first is None or v.id < first):
+            threads[v.conversation] = v.id
+        elif v.type == "message" and v.conversation is None:
+            unthreaded.append(v.id)
+    others.sort(key=lambda v: v.id)
     exported = set(threads)
-    files = _attachments(vault, snap.notes, out)
+    files = _attachments(vault, others, out)
     memories = [_memory(v, status, exported) for v, status in snap.facts]
-    memories += [_memory(v, None, exported) for v in snap.notes if v.type not in CONVERSATION_TYPES]
+    memories += [_memory(v, None, exported) for v in others]
     memories.sort(key=lambda m: m["id"])
     derived: dict[str, list[str]] = {}
     for m in memories:
@@ -168,9 +190,9 @@ def export(vault: Vault, out: str) -> ExportSummary:
     index: list[dict[str, Any]] = []
     written = 0
     for conv in sorted(threads, key=lambda c: (c is not None, c or "")):
-        t = threads[conv]
-        rec: RecordView | None = t["record"]
-        msgs = sorted(t["messages"], key=lambda v: (v.ts or 0, v.id))
+        first = threads[conv]
+        rec = vault.record(first) if first is not None else None
+        msgs = sorted(_messages(vault, conv, unthreaded), key=lambda v: (v.ts or 0, v.id))
         fid = conversation_file_id(conv)
         times = [v.ts for v in msgs if v.ts] + ([rec.ts] if rec is not None and rec.ts else [])
         created, updated = (min(times), max(times)) if times else (0, 0)
@@ -199,7 +221,6 @@ def export(vault: Vault, out: str) -> ExportSummary:
                       "temporal": {"created_at": iso(created), "updated_at": iso(updated)}, "tags": [],
                       "derived_memories": sorted(derived.get(fid, [])),
                       "storage": {"type": "file", "ref": f"conversations/{fid}.json", "format": "json"}})
-    all_ts = [v.ts for v in snap.notes if v.ts] + [v.ts for v, _ in snap.facts if v.ts]
     checksum = "sha256:" + hashlib.sha256(jcs(memories)).hexdigest()
     store: dict[str, Any] = {
         "schema": "portable-ai-memory",
@@ -208,7 +229,7 @@ def export(vault: Vault, out: str) -> ExportSummary:
         "export_id": str(uuid.UUID(bytes=hashlib.sha256((snap.vault_id + checksum).encode()).digest()[:16],
                                     version=4)),
         "exported_by": generator(),
-        "export_date": iso(max(all_ts) if all_ts else 0),
+        "export_date": iso(newest),
         "owner": {"id": snap.vault_id},
         "memories": memories,
         "relations": [],
