@@ -163,20 +163,16 @@ def jcs(obj: Any) -> bytes:
 
 @dataclass
 class Snapshot:
-    """What an export carries, read once from the vault (sorted, so exports are deterministic)."""
+    """What an export holds whole, read once from the vault (sorted, so exports are deterministic): the
+    keyed records and the forgotten ones.  The notes are read a page at a time (:func:`visible_notes`)."""
 
     vault_id: str
-    notes: list[RecordView] = field(default_factory=list)
     facts: list[tuple[RecordView, str]] = field(default_factory=list)  # binding value or proposal, status
     hidden: list[tuple[RecordView, int | None]] = field(default_factory=list)  # forgotten record, when
 
 
-def snapshot(vault: Vault, *, notes: bool = True) -> Snapshot:
-    """The vault's notes (unless ``notes`` is False: an exporter that reads them a page at a time,
-    :func:`visible_notes`), facts and forgotten records."""
+def snapshot(vault: Vault) -> Snapshot:
     snap = Snapshot(vault.vault_id.hex())
-    if notes:
-        snap.notes = sorted((v for v in vault.timeline() if v.kind == Kind.NOTE), key=lambda v: v.id)
     for f in vault.facts():
         if f.status in ("ok", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
             snap.facts.append((f.current, f.status))

@@ -157,7 +157,7 @@ def _messages(vault: Vault, conversation: str | None, unthreaded: list[bytes]) -
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault, notes=False)  # (the notes are read a page at a time below)
+    snap = snapshot(vault)  # (the notes are read a page at a time below)
     prepare_out(out)
     # each conversation (by its id, across compartments, as a PAM conversation file), with the id of its
     # first conversation record (the smallest) if it has one; the messages without a conversation; the

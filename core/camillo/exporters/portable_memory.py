@@ -114,7 +114,7 @@ def _tombstone(v: RecordView, when: int | None) -> dict[str, Any]:
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault, notes=False)  # (the notes are read a page at a time below)
+    snap = snapshot(vault)  # (the notes are read a page at a time below)
     prepare_out(out)
     sources = {s for v, _ in snap.facts for s in v.sources}
     exported: set[str] = set()  # the episodes among the facts' sources

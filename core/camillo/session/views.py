@@ -421,25 +421,21 @@ class BatchViews(MutableMapping[bytes, BatchView]):
         return self.held.get(bid)
 
     def __getitem__(self, bid: bytes) -> BatchView:
-        view = self.held.get(bid)
-        if view is not None:
-            return view
-        if bid not in self._gone:
-            row = self._db().execute(f"SELECT {ROW} FROM cache_batches WHERE id = ?", (bid,)).fetchone()
-            if row is not None:
-                return self._make(row)
-        raise KeyError(bid)
+        view = self.unkept(bid, keep=True)
+        if view is None:
+            raise KeyError(bid)
+        return view
 
-    def unkept(self, bid: bytes) -> BatchView | None:
-        """The view of this batch held, else one made from its row and not kept (None: not here).  A
-        refresh that meets another copy of a batch compares the two and lets the view go: after another
-        device's compaction it meets a copy of every batch, and kept a view of each (100,000 at a
-        million records) for the rest of the session."""
+    def unkept(self, bid: bytes, *, keep: bool = False) -> BatchView | None:
+        """The view of this batch held, else one made from its row and (unless ``keep``) not kept; None:
+        not here.  A refresh that meets another copy of a batch compares the two and lets the view go:
+        after another device's compaction it meets a copy of every batch, and kept a view of each
+        (100,000 at a million records) for the rest of the session."""
         view = self.held.get(bid)
         if view is not None or bid in self._gone:
             return view
         row = self._db().execute(f"SELECT {ROW} FROM cache_batches WHERE id = ?", (bid,)).fetchone()
-        return None if row is None else self._make(row, keep=False)
+        return None if row is None else self._make(row, keep=keep)
 
     def __contains__(self, bid: object) -> bool:
         if bid in self.held:
