@@ -32,7 +32,9 @@ from .objectstore import object_store_url as object_store_url
 from .objectstore import remember_object_store_keys as remember_object_store_keys
 from .objectstore import with_endpoint as with_endpoint
 
-# where a face must not write plaintext or secrets: a vault folder travels to every host it syncs to
+# where a face must not write plaintext or secrets (a vault folder travels to every host it syncs to), and
+# the errors of writing a new file that are about the place chosen, not the disk (a face says where instead)
+from .places import PATH_ERRNOS as PATH_ERRNOS
 from .places import vault_folder_holding as vault_folder_holding
 from .records import (
     KEYED_TYPES,

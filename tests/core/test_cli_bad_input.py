@@ -390,6 +390,34 @@ def test_add_from_a_text_stream_in_place_of_standard_input(vault, monkeypatch):
     assert "from text" in out, err
 
 
+
+def test_an_export_to_any_place_exits_with_a_code_of_its_own(vault, tmp_path):
+    """Any place given for an export (a file's path, a device, a name too long, a folder inside a file,
+    the vault itself, the root): exit 0 with the export written, or a refusal naming the place (exit
+    2-4), never an internal error; a place refused gets nothing written.  By hand on 2026-12-06:
+    /dev/null/x and /proc/x gave internal errors."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    assert cli("add", vault, stdin=line(type="message", text="private", conversation="c", role="user"))[0] == 0
+    (tmp_path / "a-file").write_text("x")
+    fixed = ["/dev/null/x", "/proc/x", "/", str(tmp_path / "a-file"), str(tmp_path / "a-file" / "x"),
+             str(tmp_path / ("n" * 300)), vault, str(tmp_path)]
+    names = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1, max_size=40)
+    place = st.one_of(st.sampled_from(fixed), names.map(lambda n: str(tmp_path / "out" / n)))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(kind=st.sampled_from(["pam", "portable-memory"]), out=place)
+    def check(kind: str, out: str) -> None:
+        existed = os.path.exists(out)
+        code, _, err = cli("export", kind, vault, out)
+        assert code in (0, 2, 3, 4) and "internal error" not in err and "Traceback" not in err, (out, code, err)
+        if code != 0 and not existed:
+            assert not os.path.isdir(out) or not os.listdir(out), (out, err)
+
+    check()
+
+
 def test_export_never_inside_a_vault_folder(vault, tmp_path):
     """An export is the memory in plaintext: inside the vault folder it would travel to the sync
     service.  Refused with exit 2 naming the folder; nothing is written."""

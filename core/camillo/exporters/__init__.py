@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
-from ..values import Authority, Kind, RecordView, vault_folder_holding
+from ..errors import StorageError, UsageError
+from ..values import PATH_ERRNOS, Authority, Kind, RecordView, vault_folder_holding
 
 if TYPE_CHECKING:
     from ..vault import Vault
@@ -329,4 +329,11 @@ def run_export(vault: Vault, kind: str, out: str) -> ExportSummary:
     if module is None:
         raise UsageError(f"unknown export format '{kind}'; use one of {', '.join(KINDS)}")
     writer: Callable[[Vault, str], ExportSummary] = importlib.import_module(module).export
-    return writer(vault, out)
+    try:
+        return writer(vault, out)
+    except OSError as exc:  # (the vault's own reads raise its errors: this is the export's folder or its disk)
+        if exc.errno in PATH_ERRNOS:  # the place chosen: say where to write instead
+            raise UsageError(f"cannot write the export to {out} ({exc.strerror}); choose a new folder you can "
+                             "write to") from None
+        raise StorageError(f"cannot write the export to {out}: {exc.strerror}; free some space or choose "
+                           "another place, and delete what was written there") from None
