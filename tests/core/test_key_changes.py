@@ -1011,6 +1011,12 @@ op = st.one_of(
 @example(ops=[("write", "desktop", 13), ("write", "desktop", 86), ("erase", "desktop", 26),
               ("sync", 0.6745913758662787, 377), ("erase", "desktop", 87), ("erase", "laptop", 35),
               ("write", "laptop", 46)])
+# and one that left, in about 3 runs of 32 (the random file names decide what each partial sync carries), a
+# segment under the second erasure's destroyed epoch nobody could open: the laptop had sealed its write
+# again without that epoch's secret and its key rotation forgot the segment's key (the two tests below)
+@example(ops=[("write", "laptop", 50), ("sync", 0.355382458239534, 685), ("erase", "desktop", 38),
+              ("write", "laptop", 30), ("sync", 0.5808116478411223, 3702), ("sync", 0.355382458239534, 685),
+              ("write", "laptop", 18), ("erase", "desktop", 38), ("write", "desktop", 87)])
 def test_writes_and_erasures_in_any_interleaving_converge_and_lose_nothing(tmp_path_factory, ops):
     """Two devices write and erase while partial syncs carry some files (deletions always): after a
     full exchange both show the same state, in which every acknowledged write is readable unless it
@@ -1150,3 +1156,120 @@ def test_a_write_sealed_without_the_epochs_secret_survives_the_erasure_that_dest
             assert v.problems() == [], who
     with open_("laptop") as v:
         assert not v.session.device_state.kept_segments, "the laptop still keeps keys it no longer needs"
+
+
+def _epoch_envelope(root: str, session, ref: tuple[bytes, bytes]) -> str:
+    """The key file in folder ``root`` that delivers epoch ``ref``'s secret to the current owner key."""
+    from camillo import envelopes, ids, keys
+
+    owner = keys.owner_kem(session.keyring.master_secret(), session.vault_id, session.keyring.generation)
+    for rel in sorted(FolderSync.files(root)):
+        if rel.startswith("env/"):
+            with open(os.path.join(root, rel), "rb") as f:
+                data = f.read()
+            if envelopes.is_for(data, ids.recipient_id(owner.public)):
+                payload = envelopes.open_envelope(data, rel, session.vault_id, owner)
+                if payload.kind == envelopes.EnvelopeKind.EPOCH_SECRET and payload.epoch_id == ref[1]:
+                    return rel
+    raise AssertionError("no key file delivers that epoch")
+
+
+def _two_to_erase(sync: FolderSync, open_) -> tuple[bytes, bytes]:
+    """Two records the desktop writes, synced to both, to be erased one after the other."""
+    with open_("desktop") as v:
+        first, second = v.append([NewRecord(type="message", text="erased first"),
+                                  NewRecord(type="message", text="erased second")]).written
+    sync.sync()
+    return first, second
+
+
+def _erase_again_then_settle(sync: FolderSync, open_, second: bytes, written: bytes, erased: set[bytes]) -> None:
+    """The desktop erases ``second`` before anything of the laptop's arrives (destroying the epoch the
+    laptop sealed ``written`` again to, a segment only the laptop can open), opens again (nothing of its
+    own left to seal again, it forgets the epoch), then full exchanges: both devices show ``written``,
+    nothing of ``erased``, and no problem."""
+    with open_("desktop") as v:
+        v.erase([second])
+    with open_("desktop") as v:
+        assert not any(ref in v.session.roster.destroyed_epochs() for ref in
+                       ((c, e) for c, per in v.session.device_state.kept.items() for e in per))
+    sync.last = FolderSync.files(sync.a) & FolderSync.files(sync.b)  # (the deletions were carried by hand)
+    settle(sync, open_, rounds=4)
+    for who in ("laptop", "desktop"):
+        with open_(who) as v:
+            shown = {r.id for r in v.timeline()}
+            assert written in shown, f"{who} lost the laptop's acknowledged write"
+            assert not erased & shown
+            assert serious(v) == [], who
+
+
+def test_a_write_sealed_again_survives_a_second_erasure_after_its_writer_rotated_its_key(two_devices):
+    """Found by the interleaving test above (about 3 runs in 32 of one interleaving): the laptop wrote
+    while the desktop erased, and read the erasure before the key file of the erasure's new epoch had
+    arrived.  It sealed its write again to that epoch without its secret, keeping the new segment's own
+    key (spec §16.10 rule 2), then rotated its key (the erasure seen), and the rotation's new device state
+    kept the secrets of the old one but not the segment keys.  When the desktop, which had not received
+    that segment, erased again and destroyed the epoch, nobody could open it: both devices reported it
+    unreadable for good, and the laptop's write was lost wherever the desktop had no copy of it."""
+    from camillo import segments
+
+    sync, open_ = two_devices
+    a, b = sync.a, sync.b
+    first, second = _two_to_erase(sync, open_)
+    with open_("laptop") as v:  # not synced before the desktop erases
+        written = v.append([NewRecord(type="message", text="written meanwhile")]).written[0]
+    laptop_before, desktop_before = FolderSync.files(a), FolderSync.files(b)
+    with open_("desktop") as v:
+        v.erase([first])
+        personal = v.session.roster.compartment_id("personal")
+        withheld = _epoch_envelope(b, v.session, (personal, v.session.roster.current_epoch(personal).epoch_id))
+    # the laptop receives the erasure but not yet its new epoch's key file; the desktop receives nothing
+    carried = FolderSync.files(b) - desktop_before - {withheld}
+    for rel in carried:
+        _carry(b, a, rel)
+    for rel in desktop_before - FolderSync.files(b):
+        if os.path.exists(os.path.join(a, rel)):
+            os.unlink(os.path.join(a, rel))
+    with open_("laptop") as v:
+        epoch = v.session.roster.current_epoch(personal).epoch_id
+        assert v.session.keyring.secret((personal, epoch)) is None, \
+            "the laptop holds the key it seals to: this is not the case the test is for"
+        kept = v.session.device_state.kept_segments.keys()
+    sealed_here = []  # its write sealed again, and its key's rotation: to the epoch whose secret it lacks
+    for rel in FolderSync.files(a) - laptop_before - carried:
+        if rel.startswith("segments/"):
+            with open(os.path.join(a, rel), "rb") as f:
+                header = segments.read_header(f.read(), rel)
+            if (header.compartment_id, header.epoch_id) == (personal, epoch):
+                sealed_here.append(rel)
+    assert len(sealed_here) >= 2, "the laptop did not seal its write again: this is not the case the test is for"
+    assert set(sealed_here) <= kept, "the laptop's new key forgot the keys of the segments it sealed to that epoch"
+    _erase_again_then_settle(sync, open_, second, written, {first, second})
+
+
+def test_a_write_sealed_again_at_a_refresh_keeps_the_secret_of_the_epoch_it_was_sealed_to(two_devices):
+    """Sealing again is sealing (spec §16.10 rule 2): the laptop, open while the desktop's erasure
+    arrives, seals its write again at the refresh to the erasure's new epoch, whose secret it holds,
+    and writes nothing else to that epoch.  It keeps that secret: when the desktop, which never received
+    the write, erases again and destroys the epoch, the laptop alone can open that segment."""
+    sync, open_ = two_devices
+    a, b = sync.a, sync.b
+    first, second = _two_to_erase(sync, open_)
+    desktop_before = FolderSync.files(b)
+    with open_("laptop") as lap:
+        written = lap.append([NewRecord(type="message", text="written meanwhile")]).written[0]
+        with open_("desktop") as v:
+            v.erase([first])
+        for rel in FolderSync.files(b) - desktop_before:  # the desktop's erasure arrives; nothing goes back
+            _carry(b, a, rel)
+        for rel in desktop_before - FolderSync.files(b):
+            if os.path.exists(os.path.join(a, rel)):
+                os.unlink(os.path.join(a, rel))
+        lap.refresh()
+        personal = lap.session.roster.compartment_id("personal")
+        epoch = lap.session.roster.current_epoch(personal).epoch_id
+        assert lap.session.keyring.secret((personal, epoch)) is not None
+        assert any(n.kind == "sealed-again" for n in lap.notices()), "this is not the case the test is for"
+        assert epoch in lap.session.device_state.kept.get(personal, {}), \
+            "the laptop sealed its write again without keeping the epoch's secret"
+    _erase_again_then_settle(sync, open_, second, written, {first, second})

@@ -166,12 +166,15 @@ def rescue_batches(session: Session) -> Changes:
     for cid, found in sorted(rescue.items()):
         eid, epk = sealing_key(session, cid)
         ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-        # sealed to an epoch whose secret is not here either: each new segment's key is kept (and
-        # durable) before the segment is written, as a write keeps it
-        keep: dict[str, bytes] | None = {} if session.keyring.secret((cid, eid)) is None else None
+        # kept as a write keeps what it seals to (rule 2), durably before the new segments are written:
+        # a later erasure made where they have not arrived yet destroys this epoch too, and they are
+        # then sealed again in turn (its secret not kept, nobody could open them or delete them for
+        # good); sealed to an epoch whose secret is not here either: each new segment's own key
+        secret = session.keyring.secret((cid, eid))
+        keep: dict[str, bytes] | None = {} if secret is None else None
         files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered, keep=keep)]
-        if keep:
-            _update_kept_segments(session, add=keep)
+        if keep or secret is not None:
+            _update_kept_segments(session, add=keep, add_epochs=None if secret is None else {(cid, eid): secret})
         written += len(session.write_files(files))
     if written:
         session.refresh()

@@ -353,12 +353,13 @@ def switch_key(session: Session, new: Credential, *, seen_manifests: Sequence[by
         save_local_device_key(session, new)
     session.actor = new
     session.local.save_installation(Installation(new.writer_id, keystore, int(time.time()), old.writer_id))
-    kept = session.device_state.kept  # the old key's batches may still need sealing again (spec §16.10)
+    # the old key's batches may still need sealing again (spec §16.10): the secrets and segment keys kept
+    kept, kept_segments = session.device_state.kept, session.device_state.kept_segments
     session.keep_state_for(new)
     session.open_device_state()
     session.save_device_state(DeviceState(generation=session.keyring.generation,
                                           manifests=sorted({*session.erasure_manifests(), *seen_manifests}),
-                                          kept=kept))
+                                          kept=kept, kept_segments=kept_segments))
     return old
 
 
