@@ -109,6 +109,14 @@ class Reading:
         return self.session.materialized.facts(**filters)
 
     @checked
+    def fact_value_ids(self) -> list[tuple[bytes, str]]:
+        """Each fact's binding value (or a conflict's preferred candidate) and each proposal waiting
+        beside it, as (record id, ``ok`` | ``conflict`` | ``pending``): what an export reads a page
+        at a time (the value only when it is a PUT), rather than every fact's history at once."""
+        self.session.require_read()
+        return self.session.materialized.fact_value_ids()
+
+    @checked
     def fact(self, key: str, compartment: str | None = None) -> FactView:
         self.session.require_read()
         return curation.find_fact(self.session, key, compartment)

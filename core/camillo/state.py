@@ -792,6 +792,19 @@ class State:
         ).fetchall()
         return [self._fact(r[0], r[1], r[2:]) for r in rows]
 
+    def fact_value_ids(self) -> list[tuple[bytes, str]]:
+        """What an export takes of each fact, as ids (read a page at a time by the caller): the binding
+        value, or a conflict's preferred candidate, with the status (``ok``, ``conflict``; the caller
+        keeps it only when it is a PUT, as :meth:`facts` shows it), and each proposal waiting beside it,
+        marked ``pending``; by key, then compartment."""
+        out: list[tuple[bytes, str]] = []
+        for status, current, proposed in self.db.execute(
+                "SELECT status, current, proposed FROM facts ORDER BY key, compartment"):
+            if status in ("ok", "conflict") and current is not None:
+                out.append((current, status))
+            out += [(rid, "pending") for rid in encoding.decode(proposed)]
+        return out
+
     def import_keys(self, prefix: str = "") -> set[str]:
         """The ``meta.import`` keys of every valid record (importers use them to add nothing twice)."""
         rows = self.db.execute("SELECT import_key FROM records WHERE import_key IS NOT NULL AND import_key LIKE ? "

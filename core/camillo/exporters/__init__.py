@@ -26,6 +26,7 @@ Runs on the thread that owns the vault.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -34,7 +35,8 @@ import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from json.encoder import encode_basestring
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import StorageError, UsageError
 from ..values import PATH_ERRNOS, Authority, Kind, RecordView, vault_folder_holding
@@ -51,6 +53,7 @@ NOTE_TEXT_KEYS = frozenset({"text", "conversation", "role", "title"})
 ExportSummary = dict[str, str | int]
 
 
+@functools.cache  # (each memory names it: looking the version up took 2 ms, most of a PAM export's time)
 def generator() -> str:
     from importlib import metadata
 
@@ -121,7 +124,9 @@ def _es_number(x: float | int) -> str:
 
 
 def jcs(obj: Any) -> bytes:
-    """RFC 8785 JSON Canonicalization Scheme (what PAM's ``integrity.checksum`` hashes)."""
+    """RFC 8785 JSON Canonicalization Scheme (what PAM's ``integrity.checksum`` hashes).  Strings are
+    escaped as ``json.dumps(s, ensure_ascii=False)`` escapes them (its own function, without the call's
+    set-up, which took most of a PAM export's time)."""
     out: list[str] = []
 
     def emit(v: Any) -> None:
@@ -134,7 +139,7 @@ def jcs(obj: Any) -> bytes:
         elif isinstance(v, (int, float)):
             out.append(_es_number(v))
         elif isinstance(v, str):
-            out.append(json.dumps(v, ensure_ascii=False))
+            out.append(encode_basestring(v))
         elif isinstance(v, (list, tuple)):
             out.append("[")
             for i, item in enumerate(v):
@@ -147,7 +152,7 @@ def jcs(obj: Any) -> bytes:
             for i, key in enumerate(sorted(v, key=lambda s: s.encode("utf-16-be"))):
                 if i:
                     out.append(",")
-                out.append(json.dumps(key, ensure_ascii=False))
+                out.append(encode_basestring(key))
                 out.append(":")
                 emit(v[key])
             out.append("}")
@@ -164,20 +169,15 @@ def jcs(obj: Any) -> bytes:
 @dataclass
 class Snapshot:
     """What an export holds whole, read once from the vault (sorted, so exports are deterministic): the
-    keyed records and the forgotten ones.  The notes are read a page at a time (:func:`visible_notes`)."""
+    forgotten records.  The notes and the keyed records are read a page at a time (:func:`visible_notes`,
+    :func:`fact_values`)."""
 
     vault_id: str
-    facts: list[tuple[RecordView, str]] = field(default_factory=list)  # binding value or proposal, status
     hidden: list[tuple[RecordView, int | None]] = field(default_factory=list)  # forgotten record, when
 
 
 def snapshot(vault: Vault) -> Snapshot:
     snap = Snapshot(vault.vault_id.hex())
-    for f in vault.facts():
-        if f.status in ("ok", "conflict") and f.current is not None and f.current.kind == Kind.PUT:
-            snap.facts.append((f.current, f.status))
-        snap.facts += [(p, "pending") for p in f.proposed]  # beside the value, marked, never in its place
-    snap.facts.sort(key=lambda p: p[0].id)
     for v, when in vault.forgotten():
         snap.hidden.append((v, when if when is not None else v.ts))
     snap.hidden.sort(key=lambda p: p[0].id)
@@ -198,6 +198,21 @@ def visible_notes(vault: Vault) -> Iterator[RecordView]:
     at once is one page, not the vault (an export of 100,000 records held them all, and every line made
     of them: 974 MiB)."""
     return (v for v in paged(vault, vault.timeline_ids()) if v.kind == Kind.NOTE)
+
+
+def fact_values(vault: Vault) -> Iterator[tuple[RecordView, str]]:
+    """The binding value of each fact whose status is ``ok`` or ``conflict`` (a PUT; a conflict's
+    preferred candidate), and beside it each proposal still waiting (``pending``, never in its place),
+    with that status: read a page of records at a time (an export of a vault of facts held every fact's
+    history at once), by key.  Each exporter sorts what it writes."""
+    pairs = vault.fact_value_ids()
+    for at in range(0, len(pairs), PAGE):
+        page = pairs[at:at + PAGE]
+        views = {v.id: v for v in vault.records([rid for rid, _ in page])}
+        for rid, status in page:
+            v = views.get(rid)
+            if v is not None and (status == "pending" or v.kind == Kind.PUT):
+                yield v, status
 
 
 class SortedLines:
@@ -239,7 +254,7 @@ class SortedLines:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path)
 
-    def __enter__(self) -> SortedLines:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

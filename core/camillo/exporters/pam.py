@@ -27,9 +27,10 @@ memory from a conversation that is exported names it in ``provenance.conversatio
 conversation's index entry lists it in ``derived_memories`` (both directions, as the validator
 checks).  PAM has no deletion record: hidden and erased records are simply absent.
 
-The notes are read a page of records at a time, and each conversation's messages again for its
-file: the export holds one conversation, and the memories (the keyed records and the notes that are
-no conversation's), not the vault.
+The notes and the keyed records are read a page of records at a time, each conversation's messages
+again for its file, and the memories (the keyed records and the notes that are no conversation's) are
+held on their way to ``memory-store.json`` in a temporary database in the export's folder (deleted
+before the export returns), which also sums them: the export holds one conversation, not the vault.
 
 Runs on the thread that owns the vault.
 """
@@ -46,13 +47,14 @@ from ..importers.safety import digest, iso
 from ..values import Authority, Kind
 from . import (
     ExportSummary,
+    SortedLines,
     confidence,
+    fact_values,
     generator,
     jcs,
     paged,
     prepare_out,
     record_text,
-    snapshot,
     visible_notes,
     vmem_info,
     write_file,
@@ -67,6 +69,8 @@ DOCUMENT_TYPES = {"application/pdf", "application/msword", "application/rtf",
 PLATFORM = "camillo"
 MEMORY_TYPES = {"fact": "fact", "preference": "preference", "instruction": "instruction", "event": "context"}
 CONVERSATION_TYPES = frozenset({"message", "conversation"})
+STORE_INDENT = "    "  # a memory's lines in memory-store.json (an item of the top-level "memories" list)
+MEMORIES_HERE = "\x00memories\x00"  # where the memories go in memory-store.json, streamed from the database
 
 
 def content_hash(text: str) -> str:
@@ -128,25 +132,68 @@ def _attachment_kind(media_type: str) -> str:
     return "document" if media_type in DOCUMENT_TYPES or top == "text" else "file"
 
 
-def _attachments(vault: Vault, notes: list[RecordView], out: str) -> dict[str, list[dict[str, Any]]]:
-    """The files attached to messages, written once each to ``attachments/<sha256>`` in the export
-    (their exact bytes, checked), as PAM message attachments by the message's id (hex)."""
-    by_message: dict[str, list[dict[str, Any]]] = {}
-    for v in notes:
-        value = v.value if isinstance(v.value, dict) else {}
-        of, digest = value.get("of"), value.get("sha256")
-        if v.type != "attachment" or not isinstance(of, str) or not isinstance(digest, str):
-            continue
-        ref = f"attachments/{digest}"
-        path = os.path.join(out, *ref.split("/"))
-        if not os.path.exists(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            vault.save_attachment(v.id, path)
-        media = str(value.get("media_type") or "application/octet-stream")
-        by_message.setdefault(of, []).append({
-            "type": _attachment_kind(media), "name": value.get("name"), "mime_type": media,
-            "size_bytes": value.get("size"), "ref": ref, "provider_id": v.id.hex()})
-    return by_message
+def _attach(vault: Vault, v: RecordView, out: str, by_message: dict[str, list[dict[str, Any]]]) -> None:
+    """A file attached to a message: written once to ``attachments/<sha256>`` in the export (its exact
+    bytes, checked), and listed as a PAM message attachment under the message's id (hex)."""
+    value = v.value if isinstance(v.value, dict) else {}
+    of, digest = value.get("of"), value.get("sha256")
+    if v.type != "attachment" or not isinstance(of, str) or not isinstance(digest, str):
+        return
+    ref = f"attachments/{digest}"
+    path = os.path.join(out, *ref.split("/"))
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        vault.save_attachment(v.id, path)
+    media = str(value.get("media_type") or "application/octet-stream")
+    by_message.setdefault(of, []).append({
+        "type": _attachment_kind(media), "name": value.get("name"), "mime_type": media,
+        "size_bytes": value.get("size"), "ref": ref, "provider_id": v.id.hex()})
+
+
+class _Memories(SortedLines):
+    """The memories on their way to ``memory-store.json``, held in the export's temporary database: each
+    one's id, the conversation file it is derived from, its lines as the store shows them and its RFC
+    8785 form, read back in the order of their ids (an export of a million facts holds none of them)."""
+
+    def __init__(self, out: str) -> None:
+        super().__init__(out)
+        self._db.execute("CREATE TABLE memories(id TEXT NOT NULL, conversation TEXT, doc BLOB NOT NULL, "
+                         "canon BLOB NOT NULL)")
+        self._db.execute("CREATE INDEX by_conversation ON memories(conversation, id)")
+
+    def put(self, mem: dict[str, Any]) -> None:
+        doc = json.dumps(mem, ensure_ascii=False, sort_keys=True, indent=2)  # at the depth the store puts it
+        self._db.execute("INSERT INTO memories VALUES(?, ?, ?, ?)",
+                         (mem["id"], mem["provenance"].get("conversation_ref"),
+                          "\n".join(STORE_INDENT + line for line in doc.split("\n")).encode("utf-8"), jcs(mem)))
+        self.count += 1
+
+    def derived(self, conversation_file: str) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT id FROM memories WHERE conversation = ? ORDER BY id",
+                                                (conversation_file,))]
+
+    def checksum(self) -> str:
+        """SHA-256 over the RFC 8785 form of the memories sorted by id (a JSON array of them)."""
+        h = hashlib.sha256(b"[")
+        for i, (canon,) in enumerate(self._db.execute("SELECT canon FROM memories ORDER BY id")):
+            h.update(b"," + canon if i else canon)
+        h.update(b"]")
+        return "sha256:" + h.hexdigest()
+
+    def write_store(self, root: str, store: dict[str, Any]) -> None:
+        """``memory-store.json``: ``store`` as indented JSON, its ``memories`` the rows, by id."""
+        text = json.dumps({**store, "memories": MEMORIES_HERE}, ensure_ascii=False, sort_keys=True, indent=2) + "\n"
+        head, tail = text.split('\n  "memories": ' + json.dumps(MEMORIES_HERE), 1)
+        with open(os.path.join(root, "memory-store.json"), "wb") as fh:
+            fh.write((head + '\n  "memories": ').encode("utf-8"))
+            if not self.count:
+                fh.write(b"[]")
+            else:
+                for i, (doc,) in enumerate(self._db.execute("SELECT doc FROM memories ORDER BY id")):
+                    fh.write(b",\n" if i else b"[\n")
+                    fh.write(doc)
+                fh.write(b"\n  ]")
+            fh.write(tail.encode("utf-8"))
 
 
 def _messages(vault: Vault, conversation: str | None, unthreaded: list[bytes]) -> list[RecordView]:
@@ -157,86 +204,84 @@ def _messages(vault: Vault, conversation: str | None, unthreaded: list[bytes]) -
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault)  # (the notes are read a page at a time below)
+    vault_id = vault.vault_id.hex()
     prepare_out(out)
     # each conversation (by its id, across compartments, as a PAM conversation file), with the id of its
     # first conversation record (the smallest) if it has one; the messages without a conversation; the
-    # notes that are no conversation's (memories, attachments): read now, the messages again per file
+    # notes that are no conversation's (memories, attachments): their ids, read again once every
+    # conversation is known, as the messages are per file
     threads: dict[str | None, bytes | None] = {}
     unthreaded: list[bytes] = []
-    others: list[RecordView] = []
-    newest = max((v.ts for v, _ in snap.facts if v.ts), default=0)
+    others: list[bytes] = []
+    files: dict[str, list[dict[str, Any]]] = {}  # the attachments of each message (hex id)
+    newest = 0
     for v in visible_notes(vault):
         newest = max(newest, v.ts or 0)
         if v.type not in CONVERSATION_TYPES:
-            others.append(v)
+            others.append(v.id)
+            _attach(vault, v, out, files)
             continue
         first = threads.setdefault(v.conversation, None)
         if v.type == "conversation" and (first is None or v.id < first):
             threads[v.conversation] = v.id
         elif v.type == "message" and v.conversation is None:
             unthreaded.append(v.id)
-    others.sort(key=lambda v: v.id)
+    for listed in files.values():
+        listed.sort(key=lambda f: f["provider_id"])
     exported = set(threads)
-    files = _attachments(vault, others, out)
-    memories = [_memory(v, status, exported) for v, status in snap.facts]
-    memories += [_memory(v, None, exported) for v in others]
-    memories.sort(key=lambda m: m["id"])
-    derived: dict[str, list[str]] = {}
-    for m in memories:
-        ref = m["provenance"].get("conversation_ref")
-        if ref is not None:
-            derived.setdefault(ref, []).append(m["id"])
-    index: list[dict[str, Any]] = []
-    written = 0
-    for conv in sorted(threads, key=lambda c: (c is not None, c or "")):
-        first = threads[conv]
-        rec = vault.record(first) if first is not None else None
-        msgs = sorted(_messages(vault, conv, unthreaded), key=lambda v: (v.ts or 0, v.id))
-        fid = conversation_file_id(conv)
-        times = [v.ts for v in msgs if v.ts] + ([rec.ts] if rec is not None and rec.ts else [])
-        created, updated = (min(times), max(times)) if times else (0, 0)
-        title = None
-        if rec is not None and isinstance(rec.value, dict) and isinstance(rec.value.get("title"), str):
-            title = rec.value["title"]
-        doc: dict[str, Any] = {
-            "schema": "portable-ai-memory-conversation",
+    with _Memories(out) as memories:
+        for v, status in fact_values(vault):
+            newest = max(newest, v.ts or 0)
+            memories.put(_memory(v, status, exported))
+        for v in paged(vault, others):
+            memories.put(_memory(v, None, exported))
+        index: list[dict[str, Any]] = []
+        written = 0
+        for conv in sorted(threads, key=lambda c: (c is not None, c or "")):
+            first = threads[conv]
+            rec = vault.record(first) if first is not None else None
+            msgs = sorted(_messages(vault, conv, unthreaded), key=lambda v: (v.ts or 0, v.id))
+            fid = conversation_file_id(conv)
+            times = [v.ts for v in msgs if v.ts] + ([rec.ts] if rec is not None and rec.ts else [])
+            created, updated = (min(times), max(times)) if times else (0, 0)
+            title = None
+            if rec is not None and isinstance(rec.value, dict) and isinstance(rec.value.get("title"), str):
+                title = rec.value["title"]
+            doc: dict[str, Any] = {
+                "schema": "portable-ai-memory-conversation",
+                "schema_version": "1.0",
+                "id": fid,
+                "provider": {"name": PLATFORM, "conversation_id": conv},
+                "title": title,
+                "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
+                "messages": [
+                    {"id": "msg-" + v.id.hex(), "role": _role(v), "content": {"type": "text", "text": record_text(v)},
+                     "created_at": iso(v.ts), "raw_metadata": {"vmem": vmem_info(v)},
+                     **({"attachments": files[v.id.hex()]} if v.id.hex() in files else {})}
+                    for v in msgs
+                ],
+                "raw_metadata": {"vmem": vmem_info(rec)} if rec is not None else {},
+            }
+            write_file(out, f"conversations/{fid}.json",
+                       (json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
+            written += 1
+            index.append({"id": fid, "platform": PLATFORM, "title": title, "message_count": len(msgs),
+                          "temporal": {"created_at": iso(created), "updated_at": iso(updated)}, "tags": [],
+                          "derived_memories": memories.derived(fid),
+                          "storage": {"type": "file", "ref": f"conversations/{fid}.json", "format": "json"}})
+        checksum = memories.checksum()
+        memories.write_store(out, {
+            "schema": "portable-ai-memory",
             "schema_version": "1.0",
-            "id": fid,
-            "provider": {"name": PLATFORM, "conversation_id": conv},
-            "title": title,
-            "temporal": {"created_at": iso(created), "updated_at": iso(updated)},
-            "messages": [
-                {"id": "msg-" + v.id.hex(), "role": _role(v), "content": {"type": "text", "text": record_text(v)},
-                 "created_at": iso(v.ts), "raw_metadata": {"vmem": vmem_info(v)},
-                 **({"attachments": files[v.id.hex()]} if v.id.hex() in files else {})}
-                for v in msgs
-            ],
-            "raw_metadata": {"vmem": vmem_info(rec)} if rec is not None else {},
-        }
-        write_file(out, f"conversations/{fid}.json",
-                   (json.dumps(doc, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
-        written += 1
-        index.append({"id": fid, "platform": PLATFORM, "title": title, "message_count": len(msgs),
-                      "temporal": {"created_at": iso(created), "updated_at": iso(updated)}, "tags": [],
-                      "derived_memories": sorted(derived.get(fid, [])),
-                      "storage": {"type": "file", "ref": f"conversations/{fid}.json", "format": "json"}})
-    checksum = "sha256:" + hashlib.sha256(jcs(memories)).hexdigest()
-    store: dict[str, Any] = {
-        "schema": "portable-ai-memory",
-        "schema_version": "1.0",
-        "spec_uri": "https://portable-ai-memory.org/spec/v1.0",
-        "export_id": str(uuid.UUID(bytes=hashlib.sha256((snap.vault_id + checksum).encode()).digest()[:16],
-                                    version=4)),
-        "exported_by": generator(),
-        "export_date": iso(newest),
-        "owner": {"id": snap.vault_id},
-        "memories": memories,
-        "relations": [],
-        "conversations_index": index,
-        "integrity": {"canonicalization": "RFC8785", "checksum": checksum, "total_memories": len(memories)},
-        "export_type": "full",
-    }
-    write_file(out, "memory-store.json",
-               (json.dumps(store, ensure_ascii=False, sort_keys=True, indent=2) + "\n").encode("utf-8"))
-    return {"format": "pam", "out": out, "memories": len(memories), "conversations": written}
+            "spec_uri": "https://portable-ai-memory.org/spec/v1.0",
+            "export_id": str(uuid.UUID(bytes=hashlib.sha256((vault_id + checksum).encode()).digest()[:16],
+                                        version=4)),
+            "exported_by": generator(),
+            "export_date": iso(newest),
+            "owner": {"id": vault_id},
+            "relations": [],
+            "conversations_index": index,
+            "integrity": {"canonicalization": "RFC8785", "checksum": checksum, "total_memories": memories.count},
+            "export_type": "full",
+        })
+        return {"format": "pam", "out": out, "memories": memories.count, "conversations": written}

@@ -23,14 +23,16 @@ external 0.5).  ``createdAt`` in the manifest is the newest record's time (not t
 bundle is byte-for-byte reproducible.  The conformance level declared is ``L0`` (a valid,
 checksum-clean bundle).
 
-The episodes are read a page of records at a time and their lines sorted in a temporary database in
-the export's folder (deleted before the export returns), so the export holds a page, not the vault.
+The episodes and the keyed records are read a page of records at a time (the keyed records twice: first
+for the sources they name) and their lines sorted in temporary databases in the export's folder (deleted
+before the export returns), so the export holds a page, not the vault.
 
 Pure reading of the vault and writing of files: runs on the thread that owns the vault.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,7 @@ from . import (
     SortedLines,
     canonical_json,
     confidence,
+    fact_values,
     generator,
     prepare_out,
     record_text,
@@ -114,11 +117,11 @@ def _tombstone(v: RecordView, when: int | None) -> dict[str, Any]:
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault)  # (the notes are read a page at a time below)
+    snap = snapshot(vault)  # (the notes and the keyed records are read a page at a time below)
     prepare_out(out)
-    sources = {s for v, _ in snap.facts for s in v.sources}
-    exported: set[str] = set()  # the episodes among the facts' sources
-    compartments = {v.compartment for v, _ in snap.facts}
+    sources: set[bytes] = set()  # the records the keyed ones name as their sources
+    exported: set[str] = set()  # the episodes among them
+    compartments: set[str] = set()
     newest = 0  # the newest record's time (the bundle's createdAt: not the clock's)
     first_ts: dict[str, int] = {}  # each compartment's first record's time
 
@@ -129,52 +132,50 @@ def export(vault: Vault, out: str) -> ExportSummary:
             if v.compartment not in first_ts or v.ts < first_ts[v.compartment]:
                 first_ts[v.compartment] = v.ts
 
-    for v, _ in snap.facts:
+    for v, _ in fact_values(vault):  # (read again below, once the episodes they name are known)
+        sources.update(v.sources)
+        compartments.add(v.compartment)
         dated(v)
     span: list[str] = []  # the first and the last episode's eventTime
     files: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
-    with SortedLines(out) as episodes:
+    with contextlib.ExitStack() as stack:
+        kinds: dict[str, SortedLines] = {}
+
+        def lines(kind: str) -> SortedLines:
+            if kind not in kinds:
+                kinds[kind] = stack.enter_context(SortedLines(out))
+            return kinds[kind]
+
         for v in visible_notes(vault):
             line = _episode(v)
-            episodes.add(canonical_json(line))
+            lines("episode").add(canonical_json(line))
             when = line["eventTime"]
             span = [min(span[0], when), max(span[1], when)] if span else [when, when]
             if v.id in sources:
                 exported.add(line["id"])
             compartments.add(v.compartment)
             dated(v)
-        items: dict[str, list[dict[str, Any]]] = {"episode": []}
-        for v, status in snap.facts:
+        live_prefs: set[str] = set()  # a preference is keyed by its key; a key present now is not tombstoned
+        for v, status in fact_values(vault):
             kind, row = _keyed(v, status, exported)
-            items.setdefault(kind, []).append(row)
-        # A preference is keyed by its key; a key present now is not tombstoned.
-        live_prefs = {row["key"] for row in items.get("preference", [])}
+            lines(kind).add(canonical_json(row))
+            if kind == "preference":
+                live_prefs.add(row["key"])
         tombstones = [_tombstone(v, when) for v, when in snap.hidden
                       if not (v.type == "preference" and v.key in live_prefs)]
-        items["context"] = [{"archived": False, "createdAt": iso(first_ts.get(c)), "id": context_id(c), "label": c}
-                            for c in sorted(compartments)]
-
-        def put(rel: str, rows: list[dict[str, Any]]) -> None:
-            if not rows:
-                return
-            lines = sorted(canonical_json(r) for r in rows)
-            data = ("\n".join(lines) + "\n").encode("utf-8")
-            write_file(out, rel, data)
-            files.append({"bytes": len(data), "path": rel, "sha256": hashlib.sha256(data).hexdigest()})
-
-        for kind in sorted(items):
-            if kind == "episode":
-                entry = episodes.write(out, "items/episode.jsonl")
-                files += [entry] if entry is not None else []
-                n = episodes.count
-            else:
-                put(f"items/{kind}.jsonl", items[kind])
-                n = len(items[kind])
-            if n:
-                counts[kind] = n
-    put("audit/tombstones.jsonl", tombstones)
+        for c in sorted(compartments):
+            lines("context").add(canonical_json({"archived": False, "createdAt": iso(first_ts.get(c)),
+                                                 "id": context_id(c), "label": c}))
+        for kind in sorted(kinds):
+            entry = kinds[kind].write(out, f"items/{kind}.jsonl")
+            if entry is not None:
+                files.append(entry)
+                counts[kind] = kinds[kind].count
     if tombstones:
+        data = ("\n".join(sorted(canonical_json(t) for t in tombstones)) + "\n").encode("utf-8")
+        write_file(out, "audit/tombstones.jsonl", data)
+        files.append({"bytes": len(data), "path": "audit/tombstones.jsonl", "sha256": hashlib.sha256(data).hexdigest()})
         counts["tombstone"] = len(tombstones)
     files.sort(key=lambda f: f["path"])
     checksums = "".join(f"{f['sha256']}  {f['path']}\n" for f in files).encode("utf-8")
