@@ -76,6 +76,7 @@ from .rowfields import Fields, record_fields
 
 SQLITE_INT_MAX = 2**63 - 1
 UNEXPLAINED = "removed without an erasure record"  # the reason of a null entry no applied ERASE names
+FACT_PAGE = 500  # facts whose records are read together
 UNEXPLAINED_ROWS = "SELECT id, batch FROM records WHERE (valid = 0 OR hidden = 1) AND reason = ?"  # (its index)
 _VALUE, _META, _NOTE = F.VALUE, F.META, int(Kind.NOTE)  # (as plain integers: read for every record)
 _KIND_NAMES = {int(k): k.name for k in Kind}
@@ -790,7 +791,22 @@ class State:
             f"WHERE {' AND '.join(where)} ORDER BY key, compartment",
             args,
         ).fetchall()
-        return [self._fact(r[0], r[1], r[2:]) for r in rows]
+        return self._facts_of(rows)
+
+    def _facts_of(self, rows: list[tuple[Any, ...]]) -> list[FactView]:
+        """The facts of these rows (compartment, key, then the columns :meth:`_fact` reads), the records
+        of :data:`FACT_PAGE` facts read together: five queries a fact took 7 s for 30,000 facts."""
+        out: list[FactView] = []
+        for at in range(0, len(rows), FACT_PAGE):
+            page = [(comp, key, status, current, *(tuple(encoding.decode(x)) for x in lists))
+                    for comp, key, status, current, *lists in rows[at:at + FACT_PAGE]]
+            wanted = dict.fromkeys(rid for p in page for rid in ((p[3],) if p[3] else ()) + sum(p[4:], ()))
+            views = {v.id: v for v in self.records(wanted)}
+            out += [FactView(self.roster.compartment_name(comp), comp, key, status,
+                             views.get(current) if current else None,
+                             *(tuple(views[r] for r in ids if r in views) for ids in (cands, disc, hist, prop)))
+                    for comp, key, status, current, cands, disc, hist, prop in page]
+        return out
 
     def fact_value_ids(self) -> list[tuple[bytes, str]]:
         """What an export takes of each fact, as ids (read a page at a time by the caller): the binding

@@ -2062,3 +2062,37 @@ def test_a_cold_loads_page_cache_grows_with_the_rows_it_writes_up_to_the_wide_on
     for rows, kib in during:
         assert kib == min(cache.WIDE_PAGE_CACHE_KIB, max(cache.LOAD_CACHE_MIN_KIB, rows * per_row >> 10))
     assert during[0][1] < cache.WIDE_PAGE_CACHE_KIB == during[-1][1]
+
+
+def test_the_facts_list_reads_the_records_of_a_page_of_facts_together(new_vault, monkeypatch):
+    """``Vault.facts()`` read each fact's value, candidates, discarded values, history and proposals in
+    five queries a fact (7 s for 30,000 facts): it reads the records of a page of facts together, each
+    once, and gives the same facts as the one-fact read."""
+    from camillo import state as state_module
+
+    _path, vault, _ = new_vault
+    vault.append([NewRecord(type="fact", key=f"user/k{i}", value=f"old {i}") for i in range(0, 60, 2)])
+    vault.append([NewRecord(type="fact", key=f"user/k{i}", value=f"value {i}") for i in range(60)])
+    calls: list[int] = []
+    real_records, real_record = state_module.State.records, state_module.State.record
+
+    def records(self, ids):
+        ids = list(ids)
+        calls.append(len(ids))
+        return real_records(self, ids)
+
+    def record(self, rid):
+        calls.append(1)
+        return real_record(self, rid)
+
+    monkeypatch.setattr(state_module.State, "records", records)
+    monkeypatch.setattr(state_module.State, "record", record)
+    facts = vault.facts()
+    assert len(facts) == 60 and len(calls) == 1 and calls[0] == 90, calls  # 60 values and 30 older ones, once
+    monkeypatch.setattr(state_module.State, "records", real_records)
+    monkeypatch.setattr(state_module.State, "record", real_record)
+    for f in facts:
+        assert f == vault.session.materialized.fact(f.compartment_id, f.key)
+        i = int(f.key.removeprefix("user/k"))
+        assert f.current.value == f"value {i}"
+        assert (f"old {i}" in {h.value for h in f.history}) == (i % 2 == 0)  # the older value, where there is one
