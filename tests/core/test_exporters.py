@@ -191,6 +191,7 @@ def test_a_portable_memory_export_holds_a_page_of_records_not_the_vault(new_vaul
 
     path, vault, _ = new_vault
     monkeypatch.setattr(exporters, "PAGE", 100)
+    monkeypatch.setattr(exporters, "RUN_BYTES", 512 * 1024)  # (what it holds of its lines: one run)
     out = tmp_path / "export.mem"
     summary, peak = _messages_and_peak(vault, "portable-memory", out, lambda i: "c")
     assert summary["episode"] == 3000
@@ -238,6 +239,7 @@ def test_an_export_of_many_facts_holds_a_page_of_them_not_every_fact(new_vault, 
                       for i in range(start, start + 500)])
     vault.append([NewRecord(type="event", text=f"event {i} " + "words " * 170) for i in range(250)])
     monkeypatch.setattr(exporters, "PAGE", 100)
+    monkeypatch.setattr(exporters, "RUN_BYTES", 512 * 1024)  # (what Portable Memory holds of its lines: one run)
     out = tmp_path / kind
     tracemalloc.start()
     try:
@@ -259,6 +261,42 @@ def test_an_export_of_many_facts_holds_a_page_of_them_not_every_fact(new_vault, 
         lines = (out / "items" / "fact.jsonl").read_text().splitlines()
         assert len(lines) == 1500 and lines == sorted(lines) and all('"object":"value ' in ln for ln in lines)
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # (no temporary database left)
+
+
+def test_sorted_lines_merge_runs_written_in_the_exports_folder_and_leave_nothing(tmp_path, monkeypatch):
+    """The lines an export sorts are sorted in runs in memory, each run written to a temporary file in
+    the export's folder and merged at the end: the file is every line once, in the order ``sorted``
+    gives (UTF-8 included), and no run is left.  (A sort in a temporary SQLite database spilled the
+    plaintext to /var/tmp, outside the export's folder.)"""
+    import random
+
+    from camillo import exporters
+
+    monkeypatch.setattr(exporters, "RUN_BYTES", 2000)
+    rng = random.Random(5)
+    lines = [canonical_json({"id": rng.randrange(10**6), "t": rng.choice(["é", "z", "a", "日本", "\n"]) * rng.randrange(9)})
+             for _ in range(400)] + ['{"same":1}'] * 3
+    rng.shuffle(lines)
+    seen: list[str] = []
+    real = exporters.tempfile.mkstemp
+
+    def mkstemp(**kw):
+        fd, path = real(**kw)
+        seen.append(path)
+        return fd, path
+
+    monkeypatch.setattr(exporters.tempfile, "mkstemp", mkstemp)
+    with exporters.SortedLines(str(tmp_path)) as sorter:
+        for line in lines:
+            sorter.add(line)
+        entry = sorter.write(str(tmp_path), "items/x.jsonl")
+    data = (tmp_path / "items" / "x.jsonl").read_bytes()
+    assert data.decode("utf-8").splitlines() == sorted(lines)
+    assert entry == {"bytes": len(data), "path": "items/x.jsonl", "sha256": hashlib.sha256(data).hexdigest()}
+    assert len(seen) > 10 and all(os.path.dirname(p) == str(tmp_path) for p in seen)  # (runs, in its folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["items"]
+    with pytest.raises(ValueError, match="newline"):
+        exporters.SortedLines(str(tmp_path)).add("two\nlines")
 
 
 def test_the_forgotten_records_are_read_from_the_hidden_rows_alone(new_vault, monkeypatch):

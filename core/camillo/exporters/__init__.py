@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -215,23 +216,64 @@ def fact_values(vault: Vault) -> Iterator[tuple[RecordView, str]]:
                 yield v, status
 
 
-class SortedLines:
-    """Lines of a file written in sorted order (as ``sorted`` sorts the text: UTF-8 sorts as its code
-    points), held on the way in a temporary SQLite database in the export's folder, whose sort spills
-    to disk: an export of a million records holds no list of its lines.  Deleted when closed."""
+class Scratch:
+    """A temporary SQLite database in the export's folder (plaintext, as the export is), deleted when
+    closed.  Its queries read in the order of an index: SQLite's own sort of more than its cache spills
+    to files in the system's temporary folder (``/var/tmp``), outside the export's."""
 
     def __init__(self, out: str) -> None:
-        fd, self._path = tempfile.mkstemp(dir=out, prefix=".sorting-", suffix=".db")
+        fd, self._path = tempfile.mkstemp(dir=out, prefix=".scratch-", suffix=".db")
         os.close(fd)
-        self._db = sqlite3.connect(self._path)
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute("CREATE TABLE lines(line BLOB NOT NULL)")
+        self.db = sqlite3.connect(self._path)
+        self.db.execute("PRAGMA journal_mode = OFF")
+        self.db.execute("PRAGMA synchronous = OFF")
+
+    def close(self) -> None:
+        self.db.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+RUN_BYTES = 8 * 1024 * 1024  # lines sorted in memory at once by SortedLines
+
+
+class SortedLines:
+    """Lines of a file written in sorted order (as ``sorted`` sorts the text: UTF-8 sorts as its code
+    points), by an external merge sort: runs of :data:`RUN_BYTES` sorted in memory, each written to a
+    temporary file in the export's folder, merged when the file is written.  An export of a million
+    records holds one run, not a list of its lines, and writes nothing outside its folder (a sort in a
+    temporary SQLite database spilled to ``/var/tmp``).  The runs are deleted when closed."""
+
+    def __init__(self, out: str) -> None:
+        self._out = out
+        self._run: list[bytes] = []
+        self._held = 0
+        self._runs: list[str] = []
         self.count = 0
 
     def add(self, line: str) -> None:
-        self._db.execute("INSERT INTO lines(line) VALUES(?)", (line.encode("utf-8"),))
+        data = line.encode("utf-8")
+        if b"\n" in data:  # (canonical JSON has none: a run holds one line a line)
+            raise ValueError("a line to sort holds a newline")
+        self._run.append(data)
+        self._held += len(data) + 64
         self.count += 1
+        if self._held >= RUN_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._run.sort()
+        fd, path = tempfile.mkstemp(dir=self._out, prefix=".sorting-", suffix=".run")
+        self._runs.append(path)
+        with os.fdopen(fd, "wb") as fh:
+            fh.writelines(line + b"\n" for line in self._run)
+        self._run, self._held = [], 0
 
     def write(self, root: str, rel: str) -> dict[str, Any] | None:
         """Write the lines, sorted, each ending in a newline, to ``rel`` under ``root``; the file's entry
@@ -240,9 +282,12 @@ class SortedLines:
             return None
         path = os.path.join(root, *rel.split("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._run.sort()
         digest, size = hashlib.sha256(), 0
-        with open(path, "wb") as fh:
-            for (line,) in self._db.execute("SELECT line FROM lines ORDER BY line"):
+        with contextlib.ExitStack() as stack:
+            runs = [stack.enter_context(open(p, "rb")) for p in self._runs]
+            fh = stack.enter_context(open(path, "wb"))
+            for line in heapq.merge(self._run, *((x[:-1] for x in run) for run in runs)):
                 chunk = line + b"\n"
                 digest.update(chunk)
                 fh.write(chunk)
@@ -250,9 +295,10 @@ class SortedLines:
         return {"bytes": size, "path": rel, "sha256": digest.hexdigest()}
 
     def close(self) -> None:
-        self._db.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path)
+        self._run = []
+        for p in self._runs:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
 
     def __enter__(self) -> Self:
         return self

@@ -47,7 +47,7 @@ from ..importers.safety import digest, iso
 from ..values import Authority, Kind
 from . import (
     ExportSummary,
-    SortedLines,
+    Scratch,
     confidence,
     fact_values,
     generator,
@@ -150,32 +150,35 @@ def _attach(vault: Vault, v: RecordView, out: str, by_message: dict[str, list[di
         "size_bytes": value.get("size"), "ref": ref, "provider_id": v.id.hex()})
 
 
-class _Memories(SortedLines):
+class _Memories(Scratch):
     """The memories on their way to ``memory-store.json``, held in the export's temporary database: each
     one's id, the conversation file it is derived from, its lines as the store shows them and its RFC
-    8785 form, read back in the order of their ids (an export of a million facts holds none of them)."""
+    8785 form, read back in the order of their ids, which an index keeps (an export of a million facts
+    holds none of them, and SQLite sorts nothing outside the export's folder)."""
 
     def __init__(self, out: str) -> None:
         super().__init__(out)
-        self._db.execute("CREATE TABLE memories(id TEXT NOT NULL, conversation TEXT, doc BLOB NOT NULL, "
-                         "canon BLOB NOT NULL)")
-        self._db.execute("CREATE INDEX by_conversation ON memories(conversation, id)")
+        self.db.execute("CREATE TABLE memories(id TEXT NOT NULL, conversation TEXT, doc BLOB NOT NULL, "
+                        "canon BLOB NOT NULL)")
+        self.db.execute("CREATE INDEX by_id ON memories(id)")
+        self.db.execute("CREATE INDEX by_conversation ON memories(conversation, id)")
+        self.count = 0
 
     def put(self, mem: dict[str, Any]) -> None:
         doc = json.dumps(mem, ensure_ascii=False, sort_keys=True, indent=2)  # at the depth the store puts it
-        self._db.execute("INSERT INTO memories VALUES(?, ?, ?, ?)",
+        self.db.execute("INSERT INTO memories VALUES(?, ?, ?, ?)",
                          (mem["id"], mem["provenance"].get("conversation_ref"),
                           "\n".join(STORE_INDENT + line for line in doc.split("\n")).encode("utf-8"), jcs(mem)))
         self.count += 1
 
     def derived(self, conversation_file: str) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT id FROM memories WHERE conversation = ? ORDER BY id",
+        return [r[0] for r in self.db.execute("SELECT id FROM memories WHERE conversation = ? ORDER BY id",
                                                 (conversation_file,))]
 
     def checksum(self) -> str:
         """SHA-256 over the RFC 8785 form of the memories sorted by id (a JSON array of them)."""
         h = hashlib.sha256(b"[")
-        for i, (canon,) in enumerate(self._db.execute("SELECT canon FROM memories ORDER BY id")):
+        for i, (canon,) in enumerate(self.db.execute("SELECT canon FROM memories ORDER BY id")):
             h.update(b"," + canon if i else canon)
         h.update(b"]")
         return "sha256:" + h.hexdigest()
@@ -189,7 +192,7 @@ class _Memories(SortedLines):
             if not self.count:
                 fh.write(b"[]")
             else:
-                for i, (doc,) in enumerate(self._db.execute("SELECT doc FROM memories ORDER BY id")):
+                for i, (doc,) in enumerate(self.db.execute("SELECT doc FROM memories ORDER BY id")):
                     fh.write(b",\n" if i else b"[\n")
                     fh.write(doc)
                 fh.write(b"\n  ]")
