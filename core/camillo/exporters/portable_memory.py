@@ -24,8 +24,9 @@ bundle is byte-for-byte reproducible.  The conformance level declared is ``L0`` 
 checksum-clean bundle).
 
 The episodes and the keyed records are read a page of records at a time (the keyed records twice: first
-for the sources they name) and their lines sorted in temporary databases in the export's folder (deleted
-before the export returns), so the export holds a page, not the vault.
+for the sources they name) and their lines sorted through temporary files in the export's folder
+(deleted before the export returns, :class:`camillo.exporters.SortedLines`), so the export holds a page
+and a run of lines, not the vault.
 
 Pure reading of the vault and writing of files: runs on the thread that owns the vault.
 """

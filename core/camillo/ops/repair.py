@@ -166,10 +166,10 @@ def rescue_batches(session: Session) -> Changes:
     for cid, found in sorted(rescue.items()):
         eid, epk = sealing_key(session, cid)
         ordered = sorted(found.values(), key=lambda b: (b.header.writer_id, b.header.seq))
-        # kept as a write keeps what it seals to (rule 2), durably before the new segments are written:
-        # a later erasure made where they have not arrived yet destroys this epoch too, and they are
-        # then sealed again in turn (its secret not kept, nobody could open them or delete them for
-        # good); sealed to an epoch whose secret is not here either: each new segment's own key
+        # The epoch's secret is kept as a write keeps it (rule 2), or, when it is not here, each new
+        # segment's own key, durably before the new segments are written: a later erasure made where
+        # they have not arrived yet may destroy this epoch too, and they are then sealed again in turn
+        # (nothing kept, nobody could open them again, nor seal them again or delete them)
         secret = session.keyring.secret((cid, eid))
         keep: dict[str, bytes] | None = {} if secret is None else None
         files = [(n, d) for n, d, _ in reseal(session, cid, eid, epk, ordered, keep=keep)]
