@@ -11,6 +11,7 @@ where standard input is the operating system's.  Runs on pytest's main thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -430,3 +431,47 @@ def test_export_never_inside_a_vault_folder(vault, tmp_path):
     assert snapshot(vault) == before
     code, _, err = cli("export", "pam", vault, str(tmp_path / "export"))
     assert code == 0, err
+
+
+def test_an_export_of_any_record_the_vault_takes_exits_0_and_is_well_formed(vault, tmp_path):
+    """Whatever keyed record or note ``camillo add`` accepted (any JSON value, any text: control
+    characters, newlines, other scripts, large and negative numbers), both exports of the vault exit 0:
+    PAM's checksum is the RFC 8785 form of the memories it wrote, and every Portable Memory file holds
+    one JSON object a line, sorted.  A record add refuses exits 2, never an internal error."""
+    from camillo.exporters import jcs
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
+    value = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | text
+                         | st.floats(allow_nan=False, allow_infinity=False),
+                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+                         max_leaves=8)
+    record = st.fixed_dictionaries({"type": st.sampled_from(["fact", "preference", "instruction", "event", "decision"]),
+                                    "key": text.map(lambda t: "user/" + t), "value": value},
+                                   optional={"text": text, "conversation": text})
+    runs = iter(range(10**6))
+    added: list[dict] = []
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(rec=record)
+    def check(rec: dict) -> None:
+        code, _, err = cli("add", vault, stdin=json.dumps(rec).encode())
+        assert code in (0, 2) and "internal error" not in err and "Traceback" not in err, (rec, code, err)
+        added.extend([rec] if code == 0 else [])
+        n = next(runs)
+        for kind in ("pam", "portable-memory"):
+            out = tmp_path / f"{kind}-{n}"
+            code, _, err = cli("export", kind, vault, str(out))
+            assert code == 0, (rec, kind, err)
+            if kind == "pam":
+                store = json.loads((out / "memory-store.json").read_text())
+                assert store["integrity"]["checksum"] == "sha256:" + hashlib.sha256(jcs(store["memories"])).hexdigest()
+                assert [m["id"] for m in store["memories"]] == sorted(m["id"] for m in store["memories"])
+            else:
+                for f in out.glob("items/*"):  # (none while the vault is empty)
+                    lines = f.read_text(encoding="utf-8").split("\n")[:-1]  # (JSON Lines: U+2028 is no line end)
+                    assert lines == sorted(lines) and all(isinstance(json.loads(x), dict) for x in lines), f
+
+    check()
+    assert added, "the vault took none of the records: nothing was exported"

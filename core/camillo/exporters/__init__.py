@@ -35,7 +35,6 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Self
 
@@ -164,25 +163,13 @@ def jcs(obj: Any) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-# ------------------------------------------------------------------------------- vault snapshot
+# ------------------------------------------------------------------------------- reading the vault
 
 
-@dataclass
-class Snapshot:
-    """What an export holds whole, read once from the vault (sorted, so exports are deterministic): the
-    forgotten records.  The notes and the keyed records are read a page at a time (:func:`visible_notes`,
-    :func:`fact_values`)."""
-
-    vault_id: str
-    hidden: list[tuple[RecordView, int | None]] = field(default_factory=list)  # forgotten record, when
-
-
-def snapshot(vault: Vault) -> Snapshot:
-    snap = Snapshot(vault.vault_id.hex())
-    for v, when in vault.forgotten():
-        snap.hidden.append((v, when if when is not None else v.ts))
-    snap.hidden.sort(key=lambda p: p[0].id)
-    return snap
+def forgotten(vault: Vault) -> list[tuple[RecordView, int | None]]:
+    """The forgotten records (held whole: only what is hidden), each with when it was forgotten (its own
+    time when that is unknown), by id so that exports are deterministic."""
+    return sorted(((v, when if when is not None else v.ts) for v, when in vault.forgotten()), key=lambda p: p[0].id)
 
 
 PAGE = 1000  # records read at once by an export

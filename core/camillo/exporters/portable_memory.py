@@ -45,10 +45,10 @@ from . import (
     canonical_json,
     confidence,
     fact_values,
+    forgotten,
     generator,
     prepare_out,
     record_text,
-    snapshot,
     visible_notes,
     vmem_info,
     write_file,
@@ -118,7 +118,7 @@ def _tombstone(v: RecordView, when: int | None) -> dict[str, Any]:
 
 
 def export(vault: Vault, out: str) -> ExportSummary:
-    snap = snapshot(vault)  # (the notes and the keyed records are read a page at a time below)
+    hidden = forgotten(vault)  # (the notes and the keyed records are read a page at a time below)
     prepare_out(out)
     sources: set[bytes] = set()  # the records the keyed ones name as their sources
     exported: set[str] = set()  # the episodes among them
@@ -163,7 +163,7 @@ def export(vault: Vault, out: str) -> ExportSummary:
             lines(kind).add(canonical_json(row))
             if kind == "preference":
                 live_prefs.add(row["key"])
-        tombstones = [_tombstone(v, when) for v, when in snap.hidden
+        tombstones = [_tombstone(v, when) for v, when in hidden
                       if not (v.type == "preference" and v.key in live_prefs)]
         for c in sorted(compartments):
             lines("context").add(canonical_json({"archived": False, "createdAt": iso(first_ts.get(c)),
