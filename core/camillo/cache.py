@@ -165,6 +165,8 @@ CREATE TABLE IF NOT EXISTS facts(
   proposed BLOB,
   PRIMARY KEY(compartment, key)
 );
+-- the facts in the order they are listed, a page at a time (State.facts: by key, then compartment)
+CREATE INDEX IF NOT EXISTS facts_by_key ON facts(key, compartment);
 CREATE TABLE IF NOT EXISTS proposals(id BLOB PRIMARY KEY, compartment BLOB NOT NULL, key TEXT NOT NULL);
 -- the full-text index: contentless, of SEARCH_BODY, its rowid the record's SEARCH_KEY (newest last); a
 -- deletion gives the indexed text again and, with FTS5's secure-delete (set by complete_schema), removes

@@ -84,6 +84,7 @@ ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_
 
 SEARCH_LIMIT = 200
 CONVERSATION_LIMIT = 1000
+FACTS_LIMIT = 1000  # the most facts one call of list_facts returns
 ATTACHMENT_LIMIT = 8 * 1024 * 1024  # bytes of one attachment returned in a result (base64: a third more)
 
 
@@ -292,6 +293,7 @@ class RecordsOut(Results):
 
 class FactsOut(Results):
     facts: list[dict[str, Any]]
+    note: NotRequired[str]
 
 
 class FactOut(Results):
@@ -553,16 +555,23 @@ def build_server(service: VaultService, grant: GrantInfo) -> MCPServer[Any]:
         subject: Annotated[str | None, Field(min_length=1, description=(
             'only keys of this subject (the part before the "/"), e.g. user'))] = None,
         compartment: str | None = None,
+        limit: Annotated[int, Field(ge=1, le=FACTS_LIMIT, description="the most facts to return")] = 200,
+        offset: Annotated[int, Field(ge=0, description="facts to skip first, to read on after a full page")] = 0,
     ) -> Annotated[CallToolResult, FactsOut]:
         """Facts, preferences and instructions by key (<subject>/<attribute>), with status ok, conflict or
-        pending (only proposals, no value), the value and its authority, and the proposals beside it."""
+        pending (only proposals, no value), the value and its authority, and the proposals beside it.
+        A full page says so in "note": read on with offset."""
 
         def fn(v: Vault) -> dict[str, Any]:
             names = reach.read(compartment)
-            filters: dict[str, Any] = {"compartments": [v.compartment_id(n) for n in names]}
+            filters: dict[str, Any] = {"compartments": [v.compartment_id(n) for n in names], "forgotten": False}
             if subject:
                 filters["subject"] = subject
-            return {"facts": [fact_json(f) for f in v.facts(**filters) if f.status != "deleted"]}
+            facts = v.facts(offset=offset, limit=limit, **filters)
+            out: dict[str, Any] = {"facts": [fact_json(f) for f in facts]}
+            if len(facts) == limit:
+                out["note"] = f"there may be more facts: call again with offset {offset + limit}"
+            return out
 
         return await service.call(fn)
 

@@ -31,13 +31,15 @@ class Reading:
 
     @checked
     def timeline(self, offset: int = 0, limit: int | None = None, *, descending: bool = False,
-                 **filters: Any) -> list[RecordView]:
+                 after: bytes | None = None, **filters: Any) -> list[RecordView]:
         """Rows ``offset`` to ``offset + limit`` of the timeline in time order (``descending``: newest
-        first), read from the state's time index: a page costs the page, whatever the vault's size.
+        first), read from the state's time index: a page costs the page, whatever the vault's size;
+        ``after`` (a record id): the rows after that record, as a listing reads on page after page.
         Filters: ``include_hidden``, ``compartments`` (ids), ``conversation``."""
         self.session.require_read()
         state = self.session.materialized
-        return state.records_at(timeline.page_rowids(state, offset=offset, limit=limit, descending=descending, **filters))
+        return state.records_at(timeline.page_rowids(state, offset=offset, limit=limit, descending=descending,
+                                                     after=after, **filters))
 
     @checked
     def timeline_count(self, **filters: Any) -> int:
@@ -104,9 +106,30 @@ class Reading:
         return reports.find_record(self.session, prefix)
 
     @checked
-    def facts(self, **filters: Any) -> list[FactView]:
+    def facts(self, *, after: tuple[str, bytes] | None = None, offset: int = 0, limit: int | None = None,
+              **filters: Any) -> list[FactView]:
+        """The facts by key, then compartment id, each with its value, history and proposals: at most
+        ``limit`` of them after the fact ``after`` (its key and compartment id) and the first ``offset``,
+        a page read from the state's index of keys (after a fact, what a page costs does not grow with
+        the vault; an offset walks the keys before it).  Filters:
+        ``compartments`` (ids), ``subject`` (the keys ``<subject>/...``), ``status``, ``proposed``
+        (with proposals waiting), ``forgotten`` (False: without the facts whose value was forgotten)."""
         self.session.require_read()
-        return self.session.materialized.facts(**filters)
+        return self.session.materialized.facts(after=after, offset=offset, limit=limit, **filters)
+
+    @checked
+    def fact_counts(self, **filters: Any) -> dict[str, int]:
+        """How many facts there are of each status (``ok``, ``conflict``, ``deleted``, ``pending``; a
+        status no fact has is absent), counted without reading a record.  Filters as :meth:`facts`."""
+        self.session.require_read()
+        return self.session.materialized.fact_counts(**filters)
+
+    @checked
+    def fact_subjects(self, **filters: Any) -> list[tuple[str, int]]:
+        """The subjects of the facts' keys (``user`` of ``user/home_city``), in order, each with how
+        many facts it has: the groups the desktop lists before it reads any of their facts."""
+        self.session.require_read()
+        return self.session.materialized.fact_subjects(**filters)
 
     @checked
     def fact_value_ids(self) -> list[tuple[bytes, str]]:

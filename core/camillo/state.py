@@ -102,6 +102,31 @@ def visible_where(include_hidden: bool = False, compartments: Iterable[bytes] | 
     return " AND ".join(where), [*(comps or []), *([conversation] if conversation is not None else [])]
 
 
+def fact_where(*, compartments: Iterable[bytes] | None = None, subject: str | None = None, status: str | None = None,
+               proposed: bool = False, forgotten: bool = True) -> tuple[str, list[Any]]:
+    """The SQL condition on the facts table for these filters, and its arguments: ``compartments`` (ids),
+    ``subject`` (keys ``<subject>/...``, a range of the index of keys: keys are compared exactly, case and
+    all), ``status``, ``proposed`` (only facts with proposals waiting beside them), ``forgotten`` (False:
+    leave out the facts whose value was forgotten)."""
+    where: list[str] = ["1"]
+    args: list[Any] = []
+    if compartments is not None:
+        comps = list(compartments)
+        where.append(f"compartment IN ({','.join('?' * len(comps))})")
+        args += comps
+    if subject is not None:  # "/" is U+002F, "0" the character after it: the keys "<subject>/..."
+        where.append("key >= ? AND key < ?")
+        args += [subject + "/", subject + "0"]
+    if status is not None:
+        where.append("status = ?")
+        args.append(status)
+    if not forgotten:
+        where.append("status != 'deleted'")
+    if proposed:
+        where.append("EXISTS (SELECT 1 FROM proposals p WHERE p.compartment = facts.compartment AND p.key = facts.key)")
+    return " AND ".join(where), args
+
+
 @dataclass
 class MaterializeResult:
     keys: set[tuple[bytes, str]] = field(default_factory=set)
@@ -760,29 +785,40 @@ class State:
             "WHERE compartment = ? AND key = ?", (compartment_id, key)).fetchone()
         return self._facts_of([row])[0] if row else None
 
-    def facts(self, *, compartments: Iterable[bytes] | None = None, subject: str | None = None,
-              status: str | None = None, proposed: bool = False) -> list[FactView]:
-        """The facts, by key; ``proposed``: only those with proposals waiting beside them."""
-        where: list[str] = ["1"]
-        args: list[bytes | str] = []
-        if compartments is not None:
-            comps = list(compartments)
-            where.append(f"compartment IN ({','.join('?' * len(comps))})")
-            args += comps
-        if subject is not None:
-            where.append("key LIKE ? ESCAPE '\\'")
-            args.append(subject.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "/%")
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        if proposed:
-            where.append("EXISTS (SELECT 1 FROM proposals p WHERE p.compartment = facts.compartment AND p.key = facts.key)")
+    def facts(self, *, after: tuple[str, bytes] | None = None, offset: int = 0, limit: int | None = None,
+              **filters: Any) -> list[FactView]:
+        """The facts, by key then compartment id: those after the fact ``after`` (its key and compartment
+        id), then past the first ``offset``, at most ``limit`` of them (a page read from the index of keys:
+        after a fact it costs the page, however many facts there are).  Filters as :func:`fact_where`."""
+        where, args = fact_where(**filters)
+        if after is not None:
+            where += " AND (key, compartment) > (?, ?)"
+            args += list(after)
         rows = self.db.execute(
             f"SELECT compartment, key, status, current, candidates, discarded, history, proposed FROM facts "
-            f"WHERE {' AND '.join(where)} ORDER BY key, compartment",
-            args,
+            f"WHERE {where} ORDER BY key, compartment LIMIT ? OFFSET ?", [*args, -1 if limit is None else limit, offset],
         ).fetchall()
         return self._facts_of(rows)
+
+    def fact_counts(self, **filters: Any) -> dict[str, int]:
+        """How many facts there are of each status (``ok``, ``conflict``, ``deleted``, ``pending``), counted
+        in the table, no record read.  Filters as :func:`fact_where`."""
+        where, args = fact_where(**filters)
+        return {status: n for status, n in self.db.execute(
+            f"SELECT status, count(*) FROM facts WHERE {where} GROUP BY status", args)}
+
+    def fact_subjects(self, **filters: Any) -> list[tuple[str, int]]:
+        """The subjects of the facts' keys (the part before the first "/"), in order, with how many facts
+        each has.  Filters as :func:`fact_where`."""
+        where, args = fact_where(**filters)
+        return [(subject, n) for subject, n in self.db.execute(
+            f"SELECT substr(key, 1, instr(key, '/') - 1) AS subject, count(*) FROM facts WHERE {where} "
+            "GROUP BY subject ORDER BY subject", args)]
+
+    def fact_keys(self, **filters: Any) -> list[str]:
+        """The keys of the facts, in order, without reading a record (a report's list of names)."""
+        where, args = fact_where(**filters)
+        return [k for k, in self.db.execute(f"SELECT key FROM facts WHERE {where} ORDER BY key, compartment", args)]
 
     def _facts_of(self, rows: list[tuple[Any, ...]]) -> list[FactView]:
         """The facts of these rows (compartment, key, status, current, then the encoded lists of candidates,

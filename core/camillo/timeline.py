@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .errors import UsageError
 from .state import State, visible_where
 
 OLDEST_FIRST = "ts, lamport, idx, id"
@@ -24,17 +25,46 @@ NEWEST_FIRST = "ts DESC, lamport DESC, idx DESC, id DESC"
 
 
 def page_rowids(state: State, *, offset: int = 0, limit: int | None = None, descending: bool = False,
-                include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
+                after: bytes | None = None, include_hidden: bool = False, compartments: Iterable[bytes] | None = None,
                 conversation: str | None = None) -> list[int]:
     """The state's row numbers of rows ``offset`` to ``offset + limit`` (all the rest when ``limit`` is
     None): the time index holds each entry's row number, so the page's records are then read at them
     (State.records_at), not looked up one by one in the index of ids (a random page of it each, at a
-    million records)."""
+    million records).  ``after`` (instead of an offset): the rows that follow that record's place in
+    this order (it need not be shown), ranges of the index however far in it is, where an offset
+    walks every row before it."""
     where, args = visible_where(include_hidden, compartments, conversation)
     order = NEWEST_FIRST if descending else OLDEST_FIRST
-    rows = state.db.execute(f"SELECT rowid FROM records WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                            [*args, -1 if limit is None else limit, offset])
-    return [r[0] for r in rows]
+    if after is None:
+        rows = state.db.execute(f"SELECT rowid FROM records WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                                [*args, -1 if limit is None else limit, offset])
+        return [r[0] for r in rows]
+    if offset:
+        raise UsageError("read the timeline from an offset or after a record, not both")
+    out: list[int] = []
+    for more, more_args in _following(state, after, descending):
+        if limit is not None and len(out) >= limit:
+            break
+        rows = state.db.execute(f"SELECT rowid FROM records WHERE {where} AND {more} ORDER BY {order} LIMIT ?",
+                                [*args, *more_args, -1 if limit is None else limit - len(out)])
+        out += [r[0] for r in rows]
+    return out
+
+
+def _following(state: State, record_id: bytes, descending: bool) -> list[tuple[str, list[Any]]]:
+    """The rows after a record in time order, as ranges of the time index in order (records without a
+    time sort first oldest-first and last newest-first, as SQL sorts NULL: a record's own class of
+    time, then the other class whole)."""
+    row = state.db.execute("SELECT ts, lamport, idx FROM records WHERE id = ?", [record_id]).fetchone()
+    if row is None:
+        raise UsageError(f"no record {record_id.hex()} in this vault to read the timeline on from; "
+                         "start from the first page")
+    ts, lamport, idx = row
+    if ts is None:
+        undated = [(f"ts IS NULL AND (lamport, idx, id) {'<' if descending else '>'} (?, ?, ?)", [lamport, idx, record_id])]
+        return undated if descending else [*undated, ("ts IS NOT NULL", [])]
+    dated = [(f"(ts, lamport, idx, id) {'<' if descending else '>'} (?, ?, ?, ?)", [ts, lamport, idx, record_id])]
+    return [*dated, ("ts IS NULL", [])] if descending else dated
 
 
 def count(state: State, **filters: Any) -> int:

@@ -76,6 +76,11 @@ def test_tools_under_a_write_grant(vault_with_grants, tmp_path):
             assert fact["status"] == "pending" and fact["value"] is None  # a proposal is never the value
             assert [(p["text"], p["authority"]["binding"]) for p in fact["proposed"]] == [("mornings", False)]
             assert fact["provenance"][0]["text"] == "I prefer meetings in the morning"
+            # the facts a page at a time: a full page says there may be more, and where to read on
+            first = payload(await c.call_tool("list_facts", {"limit": 1}))
+            assert [f["key"] for f in first["facts"]] == ["user/meeting_time"] and "offset 1" in first["note"]
+            rest = payload(await c.call_tool("list_facts", {"limit": 2, "offset": 1}))
+            assert [f["key"] for f in rest["facts"]] == ["user/reply_style"] and "note" not in rest
             # refusals name the grant and the rule; nothing is written
             text = refusal(await c.call_tool("propose", {"kind": "instruction", "key": "user/x", "value": "y",
                                                          "authority": "external", "compartment": "personal"}))

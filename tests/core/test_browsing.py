@@ -180,6 +180,18 @@ def test_the_timeline_a_page_at_a_time_with_counts_and_rows_from_the_time_index(
             assert paged == full, (filters, descending)
             for row, rid in enumerate(full):
                 assert vault.timeline_row(rid, descending=descending, **filters) == row
+            read_on: list[bytes] = []  # page after page, each after the last row of the one before
+            while len(page := vault.timeline(limit=3, after=read_on[-1] if read_on else None,
+                                             descending=descending, **filters)) == 3:
+                read_on += [v.id for v in page]
+            assert read_on + [v.id for v in page] == full, (filters, descending)
+            for row, rid in enumerate(full):  # (undated records among them)
+                assert [v.id for v in vault.timeline(after=rid, descending=descending, **filters)] == full[row + 1:]
+            # after a record the filters do not show: the rows that follow its place in the order
+            everything = vault.timeline_ids(include_hidden=True, descending=descending)
+            after = set(everything[everything.index(forgotten) + 1:])
+            assert [v.id for v in vault.timeline(after=forgotten, descending=descending, **filters)] == \
+                [rid for rid in full if rid in after]
             times = [db.execute("SELECT ts FROM records WHERE id = ?", (rid,)).fetchone()[0] for rid in full]
             for day in (T0 - DAY, T0, T0 + 2 * DAY, T0 + 3 * DAY, T0 + 9 * DAY):
                 if descending:  # the latest record before the day's end
@@ -191,11 +203,21 @@ def test_the_timeline_a_page_at_a_time_with_counts_and_rows_from_the_time_index(
     assert vault.timeline_row(forgotten, include_hidden=True) is not None
     with pytest.raises(UsageError, match="give a record or a day"):
         vault.timeline_row()
+    with pytest.raises(UsageError, match=f"no record {'ab' * 32} in this vault"):
+        vault.timeline(after=bytes.fromhex("ab" * 32))
+    with pytest.raises(UsageError, match="from an offset or after a record, not both"):
+        vault.timeline(2, after=forgotten)
     for sql in ("SELECT id FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 "
                 "ORDER BY ts DESC, lamport DESC, idx DESC, id DESC LIMIT 10 OFFSET 5",
-                "SELECT count(*) FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 AND compartment IN (?)"):
-        plan = " ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + sql, [work] if "?" in sql else []))
+                "SELECT count(*) FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 AND compartment IN (?)",
+                # a page after a record (camillo log reads on so): a range of the index, not a walk from its start
+                "SELECT rowid FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 "
+                "AND (ts, lamport, idx, id) < (?, ?, ?, ?) ORDER BY ts DESC, lamport DESC, idx DESC, id DESC LIMIT 10",
+                "SELECT rowid FROM records WHERE valid = 1 AND kind IN (1, 3) AND hidden = 0 "
+                "AND ts IS NULL AND (lamport, idx, id) > (?, ?, ?) ORDER BY ts, lamport, idx, id LIMIT 10"):
+        plan = " ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + sql, [work] * sql.count("?")))
         assert "records_by_time" in plan and "TEMP B-TREE" not in plan, plan
+        assert "lamport, idx, id) " not in sql or "SEARCH" in plan, plan  # (after a record: a range, not a walk)
 
 
 def test_the_conversations_a_page_at_a_time_equal_the_whole_list(vault, monkeypatch):

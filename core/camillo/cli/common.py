@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from ..changes import Changes
@@ -48,6 +48,22 @@ def emit(args: argparse.Namespace, items: Iterable[T], to_json: Callable[[T], ob
         text = to_text(item)
         for line in [text] if isinstance(text, str) else text:
             out(line)
+
+
+LISTING_PAGE = 500  # rows a listing reads at a time (camillo log, camillo facts)
+
+
+def pages(fetch: Callable[[T | None, int], list[T]]) -> Iterator[T]:
+    """Every row of a listing, read a page of :data:`LISTING_PAGE` at a time: ``fetch(last, limit)``
+    gives the rows after ``last`` (None: from the first), so a listing of a million rows holds one
+    page, and each page is a range of an index (not an offset walked from the first row)."""
+    last: T | None = None
+    while True:
+        page = fetch(last, LISTING_PAGE)
+        yield from page
+        if len(page) < LISTING_PAGE:
+            return
+        last = page[-1]
 
 
 def emit_one(args: argparse.Namespace, item: T, to_json: Callable[[T], object],

@@ -22,6 +22,7 @@ from .common import (
     fmt_time,
     one_line,
     open_vault,
+    pages,
     print_written,
     warn_if_incomplete,
 )
@@ -56,7 +57,8 @@ def cmd_facts(args: argparse.Namespace) -> int:
         if args.subject:
             filters["subject"] = args.subject
         warn_if_incomplete(vault)
-        emit(args, vault.facts(**filters), FactView.to_json, fact_line)
+        emit(args, pages(lambda last, n: vault.facts(limit=n, after=(last.key, last.compartment_id) if last else None,
+                                                     **filters)), FactView.to_json, fact_line)
     return 0
 
 

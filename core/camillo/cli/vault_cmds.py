@@ -23,6 +23,7 @@ from .common import (
     one_line,
     open_vault,
     out,
+    pages,
     print_written,
     warn_if_incomplete,
 )
@@ -125,7 +126,8 @@ def cmd_log(args: argparse.Namespace) -> int:
         if args.conversation:
             filters["conversation"] = args.conversation
         warn_if_incomplete(vault)
-        emit(args, vault.timeline(**filters), RecordView.to_json, timeline_line)
+        emit(args, pages(lambda last, n: vault.timeline(limit=n, after=last.id if last else None, **filters)),
+             RecordView.to_json, timeline_line)
     return 0
 
 

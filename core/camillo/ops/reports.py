@@ -299,7 +299,7 @@ def activity(session: Session, limit: int = 500) -> list[ActivityRow]:
 def health(session: Session, *, stale_days: int = 30, many_agents: int = 3) -> HealthReport:
     """What deserves the owner's attention (the KeePassXC reports idea)."""
     now = int(time.time())
-    facts = session.materialized.facts()
+    state = session.materialized
     status, details = sync_status(session)
     live_grants = [g for g in grants(session) if not g.revoked]
     stale_grants = [g for g in live_grants if (g.last_used or g.created) < now - stale_days * 86400]
@@ -312,15 +312,15 @@ def health(session: Session, *, stale_days: int = 30, many_agents: int = 3) -> H
             if level in ("read", "write"):
                 readers.setdefault(comp, []).append(g.agent)
     return HealthReport(
-        conflicts=[f.key for f in facts if f.status == "conflict"],
-        pending=[f.key for f in facts if f.proposed],
+        conflicts=state.fact_keys(status="conflict"),  # (the keys alone: no record read)
+        pending=state.fact_keys(proposed=True),
         stale_grants=[g.agent for g in stale_grants],
         stale_devices=[d.name for d in stale_devices],
         crowded_compartments={c: a for c, a in readers.items() if len(a) >= many_agents},
         sync=status, sync_details=details,
         problems=[p for p in problems(session) if p.kind not in ("waiting",)],
         erasure_enabled=session.roster.policy.erasure_enabled,
-        devices=len(live_devices), grants=len(live_grants), records=session.materialized.count(),
+        devices=len(live_devices), grants=len(live_grants), records=state.count(),
     )
 
 
