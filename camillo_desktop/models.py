@@ -766,23 +766,45 @@ class FactColumn(Column):
 
 class FactsModel(QAbstractItemModel):
     """Subject → attribute.  Internal id 0 marks a subject row; n > 0 a fact under subject n-1.  A
-    fact's row shows the :class:`FactColumn` columns; a subject's row, its name and count in bold."""
+    fact's row shows the :class:`FactColumn` columns; a subject's row, its name and count in bold.
+
+    The facts are given whole (:meth:`set_facts`) or a page at a time (:meth:`set_subjects`): the
+    subjects with how many facts each has, and the pages read of some; a subject's next page of
+    :data:`PAGE` facts is read on the worker when the view asks for it (:meth:`read_more`:
+    :class:`~camillo_desktop.views.facts.FactsView` asks when the subject is expanded and as its
+    last row read comes into sight).  Not Qt's ``canFetchMore``/``fetchMore``: QTreeView calls
+    ``fetchMore`` of every expanded parent at each layout, and each page's rows lay it out again,
+    so it would read a subject's every page, in sight or not."""
 
     columns = FactColumn
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, client: Any = None) -> None:
         super().__init__(parent)
+        self._client = client
         self._subjects: list[str] = []
-        self._facts: list[list[FactView]] = []
+        self._counts: list[int] = []  # how many facts each subject has
+        self._facts: list[list[FactView]] = []  # those read so far, in order
+        self._loading: set[int] = set()  # the subjects whose next page is being read
+        self.generation = 0  # changes with every new list: late pages of an older one are dropped
 
     def set_facts(self, facts: list[FactView]) -> None:
-        self.beginResetModel()
+        """Every fact, read already (grouped and sorted here)."""
         groups: dict[str, list[FactView]] = {}
         for f in facts:
             subject = f.key.split("/", 1)[0]
             groups.setdefault(subject, []).append(f)
-        self._subjects = sorted(groups)
-        self._facts = [sorted(groups[s], key=lambda f: (f.key, f.compartment)) for s in self._subjects]
+        self.set_subjects([(s, len(groups[s])) for s in sorted(groups)],
+                          {s: sorted(g, key=lambda f: (f.key, f.compartment)) for s, g in groups.items()})
+
+    def set_subjects(self, subjects: Sequence[tuple[str, int]], read: dict[str, list[FactView]]) -> None:
+        """The subjects in order with how many facts each has, and the facts read of some of them (the
+        first ones of the subject, in the order ``Vault.facts`` gives: the next page follows them)."""
+        self.beginResetModel()
+        self.generation += 1
+        self._subjects = [s for s, _n in subjects]
+        self._counts = [n for _s, n in subjects]
+        self._facts = [list(read.get(s, ())) for s in self._subjects]
+        self._loading = set()
         self.endResetModel()
 
     def fact(self, index: Index) -> FactView | None:
@@ -791,11 +813,69 @@ class FactsModel(QAbstractItemModel):
         return self._facts[index.internalId() - 1][index.row()]
 
     def find(self, key: str, compartment: str | None = None) -> QModelIndex:
-        for s, facts in enumerate(self._facts):
-            for r, f in enumerate(facts):
-                if f.key == key and (compartment is None or f.compartment == compartment):
-                    return self.index(r, 0, self.index(s, 0))
+        """The row of a fact among those read (invalid when it was not read, or is not there)."""
+        s = self.subject_row(key.split("/", 1)[0])
+        for r, f in enumerate(self._facts[s] if s is not None else ()):
+            if f.key == key and (compartment is None or f.compartment == compartment):
+                return self.index(r, 0, self.index(s, 0))
         return QModelIndex()
+
+    def subject_row(self, subject: str) -> int | None:
+        try:
+            return self._subjects.index(subject)
+        except ValueError:
+            return None
+
+    def total(self) -> int:
+        """How many facts there are (read or not)."""
+        return sum(self._counts)
+
+    def read(self) -> int:
+        """How many facts are held (read so far)."""
+        return sum(len(f) for f in self._facts)
+
+    @qt_virtual(False)
+    def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
+        if not parent.isValid():
+            return bool(self._subjects)
+        return parent.internalId() == 0 and parent.column() == 0 and self._counts[parent.row()] > 0
+
+    def can_read_more(self, parent: Index) -> bool:
+        """Has this subject facts not read yet (and is none of its pages being read)?"""
+        if self._client is None or not parent.isValid() or parent.internalId() != 0 or parent.column() != 0:
+            return False
+        row = parent.row()
+        return row not in self._loading and len(self._facts[row]) < self._counts[row]
+
+    def read_more(self, parent: Index) -> None:
+        """Read this subject's next page of facts on the worker (rows inserted when it arrives)."""
+        if not self.can_read_more(parent):
+            return
+        row = parent.row()
+        self._loading.add(row)
+        generation, subject, have = self.generation, self._subjects[row], self._facts[row]
+        after = (have[-1].key, have[-1].compartment_id) if have else None
+
+        def arrived(facts: list[FactView]) -> None:
+            if generation != self.generation:
+                return
+            self._loading.discard(row)
+            if len(facts) < PAGE:  # the last page (facts removed since the count: a reload follows)
+                self._counts[row] = len(self._facts[row]) + len(facts)
+            if facts:
+                at = len(self._facts[row])
+                self.beginInsertRows(self.index(row, 0), at, at + len(facts) - 1)
+                self._facts[row].extend(facts)
+                self.endInsertRows()
+            self.dataChanged.emit(self.index(row, 0), self.index(row, 0))  # (its count)
+
+        def failed(_exc: BaseException) -> None:
+            if generation == self.generation:  # (the vault locked meanwhile): no more pages of this list
+                self._loading.discard(row)
+                self._counts[row] = len(self._facts[row])
+
+        self._client.submit(lambda ctx: ctx.vault.facts(subject=subject, after=after, limit=PAGE), arrived, failed,
+                            context=self, label="reading more facts")
 
     @qt_virtual(factory=QModelIndex)
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
@@ -836,8 +916,7 @@ class FactsModel(QAbstractItemModel):
         col = index.column()
         if index.internalId() == 0:
             if role == DISPLAY and col == 0:
-                facts = self._facts[index.row()]
-                return f"{safe_text(self._subjects[index.row()], 120, single_line=True)}  ({len(facts)})"
+                return f"{safe_text(self._subjects[index.row()], 120, single_line=True)}  ({self._counts[index.row()]})"
             if role == Qt.ItemDataRole.FontRole and col == 0:
                 font = QFont()
                 font.setBold(True)

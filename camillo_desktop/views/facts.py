@@ -10,10 +10,11 @@ records: nothing is rewritten).  GUI thread only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from camillo import Changes, FactView, NewRecord, RecordView
-from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtCore import QModelIndex, Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -32,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from .. import theme
 from ..dialogs import BaseDialog
-from ..models import FactColumn, FactsModel, HistoryModel, Role, operation
+from ..models import PAGE, FactColumn, FactsModel, HistoryModel, Role, operation
 from ..text import safe_text
 from ..undo import set_value_again, undo_forget_fact_job
 from ..widgets import Badge, muted_label
@@ -46,6 +47,42 @@ STATUS_TEXT = {
     "pending": "Not set: an agent proposed a value. It does not bind until you confirm it in the Inbox.",
 }
 PROPOSED_TEXT = "An agent proposed another value (in the Inbox); yours stays until you decide."
+
+
+WHOLE = 1000  # a vault with at most this many facts lists them all, every subject open
+SELECT_PAGES = 10  # pages of a subject read at most to show a fact to select among them
+
+
+@dataclass(frozen=True)
+class FactsPage:
+    """What the Facts view shows first: the subjects with how many facts each has, the facts read of
+    some (``whole``: of all), and how many facts there are of each status."""
+
+    subjects: list[tuple[str, int]]
+    read: dict[str, list[FactView]]
+    counts: dict[str, int]
+    whole: bool
+
+
+def read_facts(vault: Any, key: str | None) -> FactsPage:
+    """On the worker: every fact of a vault of at most :data:`WHOLE`; of a larger one, the subjects and
+    the first page of the first subject and of ``key``'s (the one to select), read on until ``key``
+    is among them (at most :data:`SELECT_PAGES` pages)."""
+    subjects, counts = vault.fact_subjects(), vault.fact_counts()
+    if sum(n for _s, n in subjects) <= WHOLE:
+        read: dict[str, list[FactView]] = {}
+        for f in vault.facts():
+            read.setdefault(f.key.split("/", 1)[0], []).append(f)
+        return FactsPage(subjects, read, counts, True)
+    names = {s for s, _n in subjects}
+    wanted = dict.fromkeys([subjects[0][0], *([key.split("/", 1)[0]] if key else [])])
+    read = {}
+    for subject in (s for s in wanted if s in names):
+        facts = vault.facts(subject=subject, limit=PAGE)
+        while key and len(facts) % PAGE == 0 and facts and facts[-1].key < key and len(facts) < SELECT_PAGES * PAGE:
+            facts += vault.facts(subject=subject, after=(facts[-1].key, facts[-1].compartment_id), limit=PAGE)
+        read[subject] = facts
+    return FactsPage(subjects, read, counts, False)
 
 
 class FactsView(View):
@@ -63,7 +100,7 @@ class FactsView(View):
         self.add_button.setToolTip("Write a fact, a preference or an instruction in your own words (user authority)")
         self.add_button.clicked.connect(self.add_fact)
         self.header.addWidget(self.add_button)
-        self.model = FactsModel(self)
+        self.model = FactsModel(self, client)
         self.tree = QTreeView()
         self.tree.setModel(self.model)
         self.tree.setAlternatingRowColors(True)
@@ -73,6 +110,13 @@ class FactsView(View):
         self.tree.setAccessibleName("facts")
         self.tree.setTabKeyNavigation(False)
         self.tree.selectionModel().currentChanged.connect(self._selected)
+        # a subject's next page of facts is read when its last row read comes into sight
+        self._sight = QTimer(self)
+        self._sight.setSingleShot(True)
+        self._sight.timeout.connect(self._fetch_in_sight)
+        self.tree.expanded.connect(lambda _i: self._sight.start(0))
+        self.tree.verticalScrollBar().valueChanged.connect(lambda _v: self._sight.start(0))
+        self.model.rowsInserted.connect(lambda *_a: self._sight.start(0))
 
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -163,17 +207,24 @@ class FactsView(View):
         self._show(None)
 
     def load(self) -> None:
-        def done(facts: list[FactView]) -> None:
-            key = self._select_key or (self._fact.key if self._fact else None)
-            comp = self._fact.compartment if self._fact and not self._select_key else None
+        key = self._select_key or (self._fact.key if self._fact else None)
+        comp = self._fact.compartment if self._fact and not self._select_key else None
+
+        def done(page: FactsPage) -> None:
             self._select_key = None
-            self.model.set_facts(facts)
-            self.tree.expandAll()
-            counts = {s: sum(1 for f in facts if f.status == s) for s in ("conflict", "pending")}
-            self.title_label.setText(f"Facts  ({len(facts)})")
-            if counts["conflict"] or counts["pending"]:
-                self.subtitle.setText(f"{counts['conflict']} in conflict, {counts['pending']} waiting for your "
-                                      "confirmation. Each value keeps its history and its provenance.")
+            if page.whole:
+                self.model.set_facts([f for facts in page.read.values() for f in facts])
+                self.tree.expandAll()
+            else:  # (the subjects whose facts were read; the others open as the person expands them)
+                self.model.set_subjects(page.subjects, page.read)
+                for subject in page.read:
+                    self.tree.expand(self.model.index(self.model.subject_row(subject) or 0, 0))
+            total = self.model.total()
+            self.title_label.setText(f"Facts  ({total:,})")
+            conflict, pending = page.counts.get("conflict", 0), page.counts.get("pending", 0)
+            if conflict or pending:
+                self.subtitle.setText(f"{conflict:,} in conflict, {pending:,} waiting for your confirmation. "
+                                      "Each value keeps its history and its provenance.")
             if key:
                 self.select_fact(key, comp)
             elif self.model.rowCount():
@@ -183,7 +234,7 @@ class FactsView(View):
             self.moved.shown()
             self.loaded.emit()
 
-        self.client.submit(lambda ctx: ctx.vault.facts(), done, self.window_.show_error, context=self,
+        self.client.submit(lambda ctx: read_facts(ctx.vault, key), done, self.window_.show_error, context=self,
                            label="loading facts")
 
     def select_fact(self, key: str, compartment: str | None = None) -> None:
@@ -191,6 +242,22 @@ class FactsView(View):
         if idx.isValid():
             self.tree.setCurrentIndex(idx)
             self.tree.scrollTo(idx)
+            return
+        if self.model.read() < self.model.total():  # not among the facts read: its detail, read on its own
+            self.tree.clearSelection()
+            self.client.submit(lambda ctx: ctx.vault.fact(key, compartment), self._show, lambda _exc: None,
+                               context=self, label="reading a fact")  # (gone meanwhile: nothing to show)
+
+    def _fetch_in_sight(self) -> None:
+        """Ask for the next page of each expanded subject whose last row read is in sight."""
+        sight = self.tree.viewport().rect()
+        for row in range(self.model.rowCount()):
+            subject = self.model.index(row, 0)
+            if not self.model.can_read_more(subject) or not self.tree.isExpanded(subject):
+                continue
+            n = self.model.rowCount(subject)
+            if self.tree.visualRect(self.model.index(n - 1, 0, subject) if n else subject).intersects(sight):
+                self.model.read_more(subject)
 
     def show_argument(self, argument: Any) -> None:
         if isinstance(argument, str):

@@ -662,6 +662,53 @@ def test_facts_view_lists_the_demo_facts_with_their_status(qtbot, demo_window):
     assert view.authority_badge.text() == "inferred"
 
 
+def test_a_vault_of_many_facts_lists_them_a_page_at_a_time(qtbot, client, demo_window, monkeypatch):
+    """Above WHOLE facts, the Facts view reads the subjects with their counts and a page of the first
+    subject's facts; the next pages are read as the person scrolls to the last row read, another
+    subject's as they open it; a fact far down a subject is shown in the detail all the same."""
+    from camillo_desktop.models import PAGE
+    from camillo_desktop.views import facts as facts_view
+
+    monkeypatch.setattr(facts_view, "WHOLE", 100)
+    call(qtbot, client, lambda ctx: ctx.vault.append(
+        [NewRecord(type="fact", key=f"user/zz{i:04}", value=f"value {i}") for i in range(2 * PAGE + 50)]))
+    view = show_facts(qtbot, demo_window)
+    model, tree = view.model, view.tree
+    user, work = (model.index(model.subject_row(s), 0) for s in ("user", "work"))
+    total = 10 + 2 * PAGE + 50
+    assert model.total() == total and view.title_label.text() == f"Facts  ({total:,})"
+    assert model.data(user, DISPLAY) == f"user  ({total - 1})"
+    assert model.rowCount(user) == PAGE and tree.isExpanded(user)  # one page of the subject shown
+    assert model.rowCount(work) == 0 and model.hasChildren(work) and not tree.isExpanded(work)
+    assert "1 in conflict, 4 waiting" in view.subtitle.text()
+    qtbot.wait(300)
+    assert model.rowCount(user) == PAGE  # nothing more is read while the last row read is out of sight
+    while (n := model.rowCount(user)) < total - 1:  # the person scrolls to the end: the next page comes
+        tree.scrollToBottom()
+        qtbot.waitUntil(lambda: model.rowCount(user) > n, timeout=10_000)  # (n: this turn's)
+    qtbot.waitUntil(lambda: model.rowCount(user) == total - 1, timeout=10_000)
+    keys = [model.fact(model.index(r, 0, user)).key for r in range(model.rowCount(user))]
+    assert keys == sorted(keys) and len(set(keys)) == total - 1 and not model.can_read_more(user)
+    tree.scrollTo(work)
+    tree.expand(work)  # another subject: read when it opens
+    qtbot.waitUntil(lambda: model.rowCount(work) == 1, timeout=10_000)
+    assert model.fact(model.index(0, 0, work)).key == "work/project"
+
+    # what a load reads: a page of the first subject, or of the fact's to select, read on to it
+    page = call(qtbot, client, lambda ctx: facts_view.read_facts(ctx.vault, None))
+    assert not page.whole and list(page.read) == ["user"] and len(page.read["user"]) == PAGE
+    page = call(qtbot, client, lambda ctx: facts_view.read_facts(ctx.vault, "user/zz0440"))
+    assert len(page.read["user"]) == total - 1 and "user/zz0440" in [f.key for f in page.read["user"]]
+    monkeypatch.setattr(facts_view, "SELECT_PAGES", 1)
+    view.clear()  # a fresh list: a fact beyond the pages read is shown in the detail
+    tree.scrollToTop()
+    view.load()
+    qtbot.waitUntil(lambda: model.total() == total, timeout=10_000)
+    view.select_fact("user/zz0440")
+    qtbot.waitUntil(lambda: view.key_label.text().startswith("user/zz0440"), timeout=10_000)
+    assert view.value_label.text() == "value 440" and model.rowCount(model.index(model.subject_row("user"), 0)) == PAGE
+
+
 def test_selecting_a_fact_shows_its_history(qtbot, demo_window):
     view = show_facts(qtbot, demo_window)
     view.select_fact("work/project")

@@ -155,6 +155,14 @@ def test_facts_model(qtbot, qtmodeltester, client, open_demo):
     meeting = model.find("user/meeting_time")
     assert model.data(meeting.siblingAtColumn(FactColumn.STATUS), DISPLAY) == "pending"
     assert model.fact(model.index(0, 0)) is None  # a subject row is not a fact
+    # read a page at a time: the subjects with their counts, some facts of some (the others not read)
+    user = [f for f in facts if f.key.startswith("user/")]
+    model.set_subjects([("user", len(user)), ("work", 1)], {"user": user[:3]})
+    qtmodeltester.check(model)
+    assert [model.data(model.index(r, 0), DISPLAY) for r in range(2)] == ["user  (9)", "work  (1)"]
+    assert model.rowCount(model.index(0, 0)) == 3 and model.rowCount(model.index(1, 0)) == 0
+    assert model.hasChildren(model.index(1, 0)) and (model.read(), model.total()) == (3, 10)
+    assert model.find(user[2].key).isValid() and not model.find(user[5].key).isValid()
     model.set_facts([])
     qtmodeltester.check(model)
 
