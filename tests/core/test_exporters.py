@@ -263,6 +263,30 @@ def test_an_export_of_many_facts_holds_a_page_of_them_not_every_fact(new_vault, 
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # (no temporary database left)
 
 
+@pytest.mark.parametrize("kind", ["pam", "portable-memory"])
+def test_an_export_reads_the_notes_page_after_page_not_every_id_first(new_vault, tmp_path, monkeypatch, kind):
+    """The notes are read a page after the last record of the one before (Vault.timeline after a record),
+    never by listing the whole timeline's ids first (a million ids held at once); a conversation's
+    own ids (PAM's file of it) are listed, as it is written.  The same notes, in the same order."""
+    from camillo import exporters
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="event", text=f"event {i}") for i in range(25)]
+                 + [NewRecord(type="message", conversation="c", role="user", text=f"hello {i}") for i in range(5)])
+    whole = [v.id for v in vault.timeline() if v.kind_name == "NOTE"]
+    monkeypatch.setattr(exporters, "PAGE", 4)
+    assert [v.id for v in exporters.visible_notes(vault)] == whole
+    real = Vault.timeline_ids
+
+    def timeline_ids(self, **filters):
+        assert filters.get("conversation") is not None, "every id of the timeline listed at once"
+        return real(self, **filters)
+
+    monkeypatch.setattr(Vault, "timeline_ids", timeline_ids)
+    summary = run_export(vault, kind, str(tmp_path / kind))
+    assert summary.get("memories", summary.get("episode")) == (25 if kind == "pam" else 30)  # (PM: messages too)
+
+
 def test_sorted_lines_merge_runs_written_in_the_exports_folder_and_leave_nothing(tmp_path, monkeypatch):
     """The lines an export sorts are sorted in runs in memory, each run written to a temporary file in
     the export's folder and merged at the end: the file is every line once, in the order ``sorted``

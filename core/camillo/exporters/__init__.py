@@ -184,8 +184,14 @@ def paged(vault: Vault, ids: list[bytes]) -> Iterator[RecordView]:
 def visible_notes(vault: Vault) -> Iterator[RecordView]:
     """The notes the timeline shows, a page of records at a time (in time order): what an export holds
     at once is one page, not the vault (an export of 100,000 records held them all, and every line made
-    of them: 974 MiB)."""
-    return (v for v in paged(vault, vault.timeline_ids()) if v.kind == Kind.NOTE)
+    of them: 974 MiB), each page after the last record of the one before (not every record's id at once)."""
+    last: bytes | None = None
+    while True:
+        page = vault.timeline(limit=PAGE, after=last)
+        yield from (v for v in page if v.kind == Kind.NOTE)
+        if len(page) < PAGE:
+            return
+        last = page[-1].id
 
 
 def fact_values(vault: Vault) -> Iterator[tuple[RecordView, str]]:
