@@ -427,6 +427,36 @@ def segment_inputs(name: str) -> dict[str, Any]:
             "epoch_id": EPOCH_ID.hex(), "epoch_secret": EPOCH_SECRET.hex()}
 
 
+def envelope_vector(out: Out, name: str, description: str, recipient: RecipientKey, owner: SigningKey,
+                    owner_id: bytes, kind: envelopes.EnvelopeKind, key: bytes,
+                    epoch: tuple[bytes, bytes] | None = None, extra: dict[str, Any] | None = None) -> None:
+    """An ``open-envelope`` vector: an envelope of ``kind`` carrying ``key`` (about ``epoch``, a compartment
+    and epoch id, for kinds 1 and 2), its artefact ``<name>.env``, and what opening it yields."""
+    rid = ids.recipient_id(recipient.public)
+    cid, eid = epoch if epoch is not None else (None, None)
+    env = envelopes.build_envelope(vault_id=VAULT_ID, kind=kind, compartment_id=cid, epoch_id=eid,
+                                   recipient_public=recipient.public, recipient_id=rid, key=key, signer=owner,
+                                   signer_id=owner_id)
+    env_key = hpke_unwrap(recipient, env[12 : 12 + WRAP_LEN], labelled("vmem/v1/wrap/envelope", VAULT_ID))
+    env_raw = sealed.open_sealed(env_key, envelopes.LABEL, VAULT_ID, env, envelopes.HEADER_LEN)
+    out.vector(
+        name, description, "open-envelope",
+        {"artefact": out.artefact(f"{name}.env", env), "name": envelopes.file_name(env),
+         "recipient_xwing_seed": RECIPIENT_SEED.hex(), "vault_id": VAULT_ID.hex(), "signer_public": owner.public.hex()},
+        expected={
+            "recipient_id": rid.hex(),
+            "tag": env[8:12].hex(),
+            "envelope_key": env_key.hex(),
+            "payload_cbor": env_raw.hex(),
+            "payload": {"kind": int(kind), "vault_id": VAULT_ID.hex(), "compartment_id": cid.hex() if cid else "",
+                        "epoch_id": eid.hex() if eid else "", "recipient_id": rid.hex(), "key": key.hex(),
+                        "prev_epoch": None, "keys": sorted(encoding.decode(env_raw)),
+                        "signer_ids": [owner_id.hex()], **(extra or {})},
+            "signatures_verify": True,
+        },
+    )
+
+
 def objects_and_negatives(out: Out) -> None:
     writer = SigningKey.from_seed(WRITER_SEED)
     owner = SigningKey.from_seed(OWNER_SEED)
@@ -490,32 +520,18 @@ def objects_and_negatives(out: Out) -> None:
 
     # -- envelope
     recipient = RecipientKey.from_seed(RECIPIENT_SEED)
-    rid = ids.recipient_id(recipient.public)
-    env = envelopes.build_envelope(
-        vault_id=VAULT_ID, kind=envelopes.EnvelopeKind.EPOCH_SECRET, compartment_id=COMPARTMENT_ID, epoch_id=EPOCH_ID,
-        recipient_public=recipient.public, recipient_id=rid, key=EPOCH_SECRET, signer=owner, signer_id=owner_id,
-    )
-    env_key = hpke_unwrap(recipient, env[12 : 12 + WRAP_LEN], labelled("vmem/v1/wrap/envelope", VAULT_ID))
-    env_raw = sealed.open_sealed(env_key, envelopes.LABEL, VAULT_ID, env, envelopes.HEADER_LEN)
-    out.vector(
-        "object-envelope",
+    envelope_vector(
+        out, "object-envelope",
         "An envelope opened with the recipient's X-Wing seed and the vault id yields an owner-signed payload "
         "carrying the epoch secret of one compartment and epoch, with key 6 (previous epoch) present and null.",
-        "open-envelope",
-        {"artefact": out.artefact("object-envelope.env", env), "name": envelopes.file_name(env),
-         "recipient_xwing_seed": RECIPIENT_SEED.hex(), "vault_id": VAULT_ID.hex(), "signer_public": owner.public.hex()},
-        expected={
-            "recipient_id": rid.hex(),
-            "tag": env[8:12].hex(),
-            "envelope_key": env_key.hex(),
-            "payload_cbor": env_raw.hex(),
-            "payload": {"kind": 1, "vault_id": VAULT_ID.hex(), "compartment_id": COMPARTMENT_ID.hex(),
-                        "epoch_id": EPOCH_ID.hex(), "recipient_id": rid.hex(), "key": EPOCH_SECRET.hex(),
-                        "prev_epoch": None, "keys": sorted(encoding.decode(env_raw)),
-                        "signer_ids": [owner_id.hex()]},
-            "signatures_verify": True,
-        },
-    )
+        recipient, owner, owner_id, envelopes.EnvelopeKind.EPOCH_SECRET, EPOCH_SECRET, (COMPARTMENT_ID, EPOCH_ID))
+    previous = [(7, fixed("conformance vms of generation 7")), (6, fixed("conformance vms of generation 6"))]
+    envelope_vector(
+        out, "object-envelope-previous-masters",
+        "An envelope of kind 5, which a random roll addresses to its new owner KEM key (spec §16.6 step 5): "
+        "keys 2, 3 and 6 absent; key 5 two entries u32(generation) || VMS, newest first.",
+        recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_MASTERS, envelopes.pack_previous_masters(previous),
+        extra={"previous_masters": [[g, vms.hex()] for g, vms in previous]})
 
     # -- segment and batches
     chain = make_chain(writer, 3)

@@ -250,17 +250,20 @@ def op_open_envelope(inp: dict[str, Any]) -> dict[str, Any]:
     signer = _b(inp["signer_public"])
     verifies = all(ids.writer_id(alg, signer) == wid and verify_signature(alg, signer, payload.message, sig)
                    for wid, alg, sig in payload.signatures)
+    fields = {"kind": int(payload.kind), "vault_id": encoding.decode(raw)[1].hex(),
+              "compartment_id": payload.compartment_id.hex(), "epoch_id": payload.epoch_id.hex(),
+              "recipient_id": payload.recipient_id.hex(), "key": payload.key.hex(),
+              "prev_epoch": None if payload.prev_epoch is None else payload.prev_epoch.hex(),
+              "keys": sorted(encoding.decode(raw)),
+              "signer_ids": [s[0].hex() for s in payload.signatures]}
+    if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS:
+        fields["previous_masters"] = [[g, vms.hex()] for g, vms in envelopes.previous_masters(payload.key)]
     return {
         "recipient_id": rid.hex(),
         "tag": data[8:12].hex(),
         "envelope_key": key.hex(),
         "payload_cbor": raw.hex(),
-        "payload": {"kind": int(payload.kind), "vault_id": encoding.decode(raw)[1].hex(),
-                    "compartment_id": payload.compartment_id.hex(), "epoch_id": payload.epoch_id.hex(),
-                    "recipient_id": payload.recipient_id.hex(), "key": payload.key.hex(),
-                    "prev_epoch": None if payload.prev_epoch is None else payload.prev_epoch.hex(),
-                    "keys": sorted(encoding.decode(raw)),
-                    "signer_ids": [s[0].hex() for s in payload.signatures]},
+        "payload": fields,
         "signatures_verify": verifies,
     }
 

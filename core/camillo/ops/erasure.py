@@ -260,6 +260,29 @@ def _not_reachable_yet(session: Session, cid: bytes, views: list[tuple[bytes, by
             "arrived. Nothing was changed: let the sync finish, then erase it")
 
 
+def _wait_for_announcing_batches(session: Session, cid: bytes, affected: set[bytes]) -> None:
+    """Raise Incomplete when an epoch this erasure would destroy was announced in the control compartment
+    but the batch of ``cid`` that carries the same EPOCH record (its maker's first batch there, sealed under
+    that epoch: an erasure's own batch, with its ERASE and key rotation) has not arrived (spec §16.10 rule
+    2).  Destroyed now, that batch could be sealed again only by its writer, from the secret it kept; a key
+    that writer loses to a roll it did not foresee (no keychain, a concurrent passphrase change and the
+    join that follows) takes that secret with it, and the segment stays unreadable on every device."""
+    roster, log, batches = session.roster, session.log, session.batches
+    for eid in sorted(affected):
+        info = roster.epochs.get((cid, eid))
+        where = session.materialized.record_location(info.record_id) if info is not None else None
+        view = batches.get(where[0]) if where is not None else None
+        if info is None or view is None:
+            continue
+        chain = log.chains.get((view.header.writer_id, cid), {})
+        if any((b := batches.get(bid)) is not None and info.record_id in b.header.records for bid in chain.values()):
+            continue
+        raise Incomplete(
+            f"the batch that {roster.writer_name(view.header.writer_id)} wrote into compartment "
+            f"{roster.compartment_name(cid)} when it started the key this erasure would destroy has not arrived "
+            "here yet (it is sealed under that key). Nothing was changed: let the sync finish, then erase again")
+
+
 def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = None,
           follow_up: bool = False) -> ReachReport:
     """Erase records for real.  ``follow_up``: complete an erasure the vault already records (its
@@ -301,6 +324,7 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
         raise UsageError("the records to erase are not in any readable segment here (already erased?)")
     if not follow_up and session.materialized.erased(record_ids) == set(record_ids):
         raise UsageError("these records are already erased")
+    _wait_for_announcing_batches(session, cid, affected)
     old_segments = sorted(name for name, (c, e) in reader.segment_epochs.items()
                           if c == cid and e in affected and name not in reader.unreadable)
     targets = set(record_ids)

@@ -30,7 +30,7 @@ from ..errors import VaultError
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, random_bytes, verify_signature
 from ..records import Kind, encode_record
 from ..session import Session
-from ..session.installation import after_generation_roll, seal_device_key_for
+from ..session.installation import after_generation_roll, previous_masters, seal_device_key_for
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import FolderShelf
@@ -196,6 +196,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         for g in grants:
             rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev if info else None,
                                            current=is_current)
+    if not derived:  # hand the master secrets before it to the new one (spec §16.6)
+        rekey.files.append(previous_masters_envelope(session, owner.public, branches, join=join))
     kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
     for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
         for h in headers:
@@ -232,6 +234,25 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 continue
             if not envelopes.is_for(data, new_owner) and not any(envelopes.is_for(data, o) for o in unread):
                 rekey.delete.append(name)  # (an unread other roll's stay, with the older slots)
+
+
+def previous_masters_envelope(session: Session, owner_public: bytes, branches: list[tuple[bytes, RecipientKey]],
+                              *, join: bool = False) -> tuple[str, bytes]:
+    """The envelope of kind 5 a random roll or a join addresses to its new owner key (spec §16.6): the
+    current master secret (and every other one of this generation this device opens: a join's), then,
+    for a random roll, those the current one was handed, back to the last roll that was derived: a device
+    without an OS keychain, closed meanwhile, finds its key sealed under one of them, and with it what it
+    kept to seal its own writes again (§16.10).  An erasure's derived roll writes none, and deletes the one
+    before it: what an erasure destroyed must stay out of reach of the current credentials, and no master
+    secret before an erasure's roll is handed on (the erasure's own derived one delivers nothing it
+    destroyed).  A join hands on only the master secrets it joins: one of them may be an erasure's, and
+    what came before that one must not follow."""
+    keyring = session.keyring
+    entries = [(keyring.generation, keyring.master_secret()), *((keyring.generation, vms) for vms, _ in branches),
+               *([] if join else previous_masters(session))]
+    unique = list(dict.fromkeys(entries))[:envelopes.PREVIOUS_MAX]
+    return envelope(session, envelopes.EnvelopeKind.PREVIOUS_MASTERS, b"", b"", owner_public,
+                    envelopes.pack_previous_masters(unique))
 
 
 def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:

@@ -55,6 +55,7 @@ from .rekey import (
     envelope,
     grant_envelopes,
     new_epochs_everywhere,
+    other_branch_secrets,
     other_branches,
     roll_keyring,
     roll_read,
@@ -260,6 +261,10 @@ def wrap_missing_epochs(session: Session) -> Changes:
     roster, keyring = session.roster, session.keyring
     destroyed = destroyed_epochs(session)
     offered: dict[EpochRef, bytes] = dict(session.carried)
+    if session.previous_owners:  # the key was found under master secrets a random roll handed on (spec §16.6)
+        offered.update((ref, s) for ref, s in other_branch_secrets(session, session.previous_owners).items()
+                       if ref not in offered)
+        session.previous_owners = []
     for cid, per in session.device_state.kept.items():
         for eid, secret in per.items():
             offered.setdefault((cid, eid), secret)

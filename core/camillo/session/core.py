@@ -40,7 +40,7 @@ from ..localstate import VaultLocal
 from ..log import Alert, CausalLog, Vouched, check_memory
 from ..names import kind_of
 from ..packshelf import PackShelf
-from ..primitives import KdfParams, SigningKey, verify_signature
+from ..primitives import KdfParams, RecipientKey, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
 from ..state import State
 from ..storage import FolderShelf
@@ -93,6 +93,8 @@ class Session:
         # this installation's key came from its local seal under the master secret of this session's
         # unlock (which the seal's AEAD authenticates): see unlock.check_unlocking_credential
         self.key_from_seal = False
+        self.key_from_previous = False  # found under a master secret a random roll handed on (spec §16.6)
+        self.previous_owners: list[RecipientKey] = []  # the owner keys of those master secrets (to hand over)
 
     def __repr__(self) -> str:
         return f"Session({self.vault_id.hex()[:12]}, {self.shelf.location!r})"
@@ -127,7 +129,8 @@ class Session:
         self.refused_slots = set()
         self.known_slot_files = None
         self.keychain_problem = self.key_waiting = ""
-        self.key_from_seal = False
+        self.key_from_seal = self.key_from_previous = False
+        self.previous_owners = []
 
     def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False) -> None:
         """Envelopes changed (a new keyring): read every epoch key again, then what the new keys may

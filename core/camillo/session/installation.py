@@ -19,12 +19,13 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from .. import encoding, keychain, keys, slots
+from .. import encoding, envelopes, ids, keychain, keys, slots
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState
 from ..errors import KeychainError, VaultError, WrongCredential
 from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
-from ..primitives import constant_time_equal
+from ..primitives import CryptoFailure, constant_time_equal
+from ..storage import FolderShelf
 from ..values import Notice
 from .core import Session
 
@@ -120,6 +121,11 @@ def confirm_actor(session: Session) -> None:
     if actor.writer_id not in roster.principals or actor.writer_id in roster.revocations:
         session.discard_cache()
         session.actor = None
+        return
+    inst = session.local.load_installation()
+    if session.key_from_previous and not session.read_only and inst is not None and inst.writer_id == actor.writer_id:
+        save_local_device_key(session, actor)  # (found under a master secret handed to the current one; the
+        session.key_from_previous = False     # older seals go once nothing is left to hand over, repair)
 
 
 # ---------------------------------------------------------------------------------- the local seal
@@ -153,7 +159,7 @@ def load_local_device_key(session: Session) -> Credential | None:
     try:
         blob = table.get(generation)
         if blob is None:
-            return None
+            return _through_previous_masters(session, table)
         raw = open_local(_blob_key(session, session.keyring.master_secret(), generation), "device-key",
                          session.vault_id, blob, session.local.device_key_path)
         m = encoding.decode(raw, "device key")
@@ -161,6 +167,9 @@ def load_local_device_key(session: Session) -> Credential | None:
         session.key_from_seal = True
         return cred
     except (VaultError, KeyError, TypeError, AttributeError):
+        found = _through_previous_masters(session, table)
+        if found is not None:
+            return found
         if _another_master_secret(session, generation):
             # Sealed under the other master secret of this generation (two key changes made at once,
             # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
@@ -171,6 +180,54 @@ def load_local_device_key(session: Session) -> Credential | None:
                 "joins them (opening the vault on the other device does it)")
             session.notices.append(Notice("waiting-for-join", session.key_waiting))
         return None
+
+
+def previous_masters(session: Session) -> list[tuple[int, bytes]]:
+    """The master secrets before the current one that a random roll handed to it (spec §16.6: the
+    envelope of kind 5 addressed to the current owner key), newest first: [] when the current one
+    was derived (an erasure's roll hands nothing over) or none is in the folder."""
+    owner = session.keyring.owner_kem
+    if owner is None:
+        return []
+    rid, shelf = ids.recipient_id(owner.public), session.shelf
+    names = shelf.files_in("env") if isinstance(shelf, FolderShelf) else [n for n in shelf.list() if n.startswith("env/")]
+    for name in sorted(names):
+        try:
+            data = shelf.read(name)
+            if not envelopes.is_for(data, rid):
+                continue
+            payload = envelopes.open_envelope(data, name, session.vault_id, owner)
+        except (FileNotFoundError, VaultError, CryptoFailure):
+            continue
+        if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS and payload.recipient_id == rid:
+            return envelopes.previous_masters(payload.key)
+    return []
+
+
+def _through_previous_masters(session: Session, table: dict[int, bytes]) -> Credential | None:
+    """This installation's key from its seal under a master secret a random roll handed to the current
+    one (a passphrase changed on another device while this one was closed): the seal, AEAD under a key
+    derived from that master secret, authenticates it (a planted envelope opens nothing).  Once it is
+    confirmed a current owner (:func:`confirm_actor`), the key is sealed under the current master secret;
+    the epochs those master secrets deliver that the current one lacks are handed over (spec §16.10 rule 8,
+    ``ops.repair.wrap_missing_epochs``), and then the older seals go."""
+    handed = previous_masters(session)
+    for generation, vms in handed:
+        blob = table.get(generation)
+        if blob is None:
+            continue
+        try:
+            raw = open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
+                             session.local.device_key_path)
+            m = encoding.decode(raw, "device key")
+            cred = Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+        except (VaultError, KeyError, TypeError, AttributeError):
+            continue
+        session.key_from_seal = session.key_from_previous = True
+        # what those master secrets deliver that the current one lacks is handed over (rule 8, repair)
+        session.previous_owners = [keys.owner_kem(v, session.vault_id, g) for g, v in handed]
+        return cred
+    return None
 
 
 def seal_table(session: Session) -> dict[int, bytes]:
