@@ -1385,3 +1385,37 @@ def test_an_erasure_waits_for_the_batch_that_announced_the_key_it_would_destroy(
     # (without the wait, the outcome above depends on record ids: the desktop may seal its own key rotation
     # to the destroyed epoch, keep it and seal the laptop's batch again, which readers then reject)
     assert refused, "the desktop destroyed the epoch before the batch that announced it arrived"
+
+
+
+def test_no_master_secret_that_delivered_an_erased_key_is_handed_on(two_devices):
+    """The envelope of kind 5 (spec §16.6 step 5) never hands the current credentials a master secret whose
+    envelopes delivered an epoch an erasure destroyed: the laptop erases while the desktop, before any sync,
+    changes the passphrase twice (two random rolls that never saw the erasure, each wrapping the destroyed
+    epoch and handing on the master secret before it).  Once synced, the desktop rolls again (its keys
+    delivered a destroyed epoch, §16.10 rule 9); that roll hands on nothing, so none of those master secrets,
+    nor the one before the erasure, is reachable from the current one.  (Found by the hunt: the roll again
+    handed on the whole chain.)"""
+    sync, open_ = two_devices
+    with open_("laptop") as v:
+        target = v.append([NewRecord(type="message", text="erased on the laptop")]).written[0]
+        v.erase([target])
+    tainted = []
+    with open_("desktop") as v:
+        tainted.append(v.session.keyring.master_secret())  # before the erasure
+        v.change_passphrase("the first new passphrase", reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(sync.b, Unlock.passphrase("the first new passphrase"), home=open_.homes["desktop"]) as v:
+        tainted.append(v.session.keyring.master_secret())
+        v.change_passphrase("the second new passphrase", reauth=Unlock.passphrase("the first new passphrase"))
+    with Vault.open(sync.b, Unlock.passphrase("the second new passphrase"), home=open_.homes["desktop"]) as v:
+        tainted.append(v.session.keyring.master_secret())
+    sync.sync()
+    with Vault.open(sync.b, Unlock.passphrase("the second new passphrase"), home=open_.homes["desktop"]) as v:
+        v.refresh()
+    with Vault.open(sync.b, Unlock.passphrase("the second new passphrase"), home=open_.homes["desktop"]) as v:
+        from camillo.session.installation import previous_masters
+
+        assert v.session.keyring.master_secret() not in tainted  # it rolled again
+        handed = {vms for _g, vms in previous_masters(v.session)}
+        assert not handed & set(tainted), "a master secret that delivered the erased key is handed on"
+        assert _destroyed_secrets_on_disk(sync.b, v) == set()

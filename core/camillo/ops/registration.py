@@ -26,7 +26,7 @@ from ..values import Notice
 from . import reports
 from .devices import MAX_NAME_CHARS, check_device_name, unique_name
 from .grant_trust import trust_files
-from .rekey import epochs_holding_data_not_here, reissue_slots, slots_of
+from .rekey import epochs_holding_data_not_here, reissue_slots, roll_read, slots_of
 
 REPLACED_REASON = "its installation could no longer read its key; replaced"
 
@@ -94,9 +94,12 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
         return
     inst = session.local.load_installation()
     if (not re_register and inst is not None and session.roster.active_owner(inst.writer_id)
-            and epochs_holding_data_not_here(session)):
+            and (epochs_holding_data_not_here(session) or not roll_read(session))):
         # The replacement's REVOKE pins what the old key wrote as this view accepts it (spec §14.6): on a view
-        # that cannot read some of it yet, readers would reject the rest. It waits for the sync (§16.10 rule 10).
+        # that cannot read some of it yet, readers would reject the rest. It waits for the sync (§16.10 rule 10),
+        # and for the records and key files of the roll that made the current generation (rule 8): a partial
+        # sync can bring its slots first, without the envelope of kind 5 through which this device's key,
+        # sealed under an older master secret, may still be found (§16.6), or the keys of what it wrote.
         session.key_waiting = (
             "this device's key must be replaced (it cannot be read under the vault's current keys), and keys "
             "that another device made have not arrived here yet: it reads but does not write until the sync "

@@ -151,7 +151,7 @@ def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclud
 
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                  destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
-                 derived: bool = False, join: bool = False) -> None:
+                 derived: bool = False, join: bool = False, hand_over: bool = True) -> None:
     """Roll the master secret: new slots for every remaining user credential, every surviving epoch
     secret wrapped to the new owner KEM key and the remaining grants; the older slots and the
     envelopes of the old keyring are deleted after the new ones exist.
@@ -160,7 +160,10 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     that two devices erasing concurrently from one generation roll to the same one.  Otherwise (a
     revocation) it is random: the revoked credential must not be able to compute it.  ``join``: the
     next master secret is derived from the current one and every other one of this generation this
-    device opens (spec §16.10 rule 9), so that devices joining them at once arrive at one."""
+    device opens (spec §16.10 rule 9), so that devices joining them at once arrive at one.
+    ``hand_over`` False: no envelope of kind 5 (spec §16.6 step 5), as for a derived roll: the current
+    keyring delivered an epoch an applied ERASE destroyed (a roll made before its device read a
+    concurrent erasure), so neither it nor what it was handed may follow."""
     keyring, r = session.keyring, session.roster
     rekey.excluded |= exclude
     headers = session.slot_headers()[0]
@@ -196,7 +199,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         for g in grants:
             rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev if info else None,
                                            current=is_current)
-    if not derived:  # hand the master secrets before it to the new one (spec §16.6)
+    if not derived and hand_over and not session.reader.destroyed_delivered:  # hand on those before it (§16.6)
         rekey.files.append(previous_masters_envelope(session, owner.public, branches, join=join))
     kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
     for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too

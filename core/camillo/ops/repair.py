@@ -318,9 +318,9 @@ def roll_again(session: Session) -> Changes:
     session.branch_checked = slot_files
     if not branches and not reader.destroyed_delivered:
         return Changes()
-    reader.destroyed_delivered = False
+    tainted, reader.destroyed_delivered = reader.destroyed_delivered, False
     rekey = Rekey(session)
-    roll_keyring(session, rekey, exclude=set(), join=bool(branches))
+    roll_keyring(session, rekey, exclude=set(), join=bool(branches), hand_over=not tainted)
     new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again", exclude=set())
     apply(session, rekey)
     return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete),
