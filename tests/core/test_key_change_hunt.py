@@ -98,13 +98,12 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("passwd", "desktop", 18), ("write", "laptop", 28), ("sync", 0.3333333333333333, 527),
               ("sync", 0.5674917546648084, 291), ("sync", 0.6446906483727974, 1716), ("sync", 0.75, 4067),
               ("passwd", "desktop", 94), ("sync", 0.8315802986433545, 20), ("passwd", "laptop", 88)])
-# STILL FAILS, every time (found on 2026-12-06 by a run of 40 with seed 31337; 6 of 6 replays fail on the code before
-# that day's changes too): the laptop writes and erases that record; the desktop, before any sync, changes the
-# passphrase twice (its first change sealed its own batch of the compartment under the epoch the erasure destroys).
-# Once synced, the laptop seals the desktop's batch again under its erasure's new epoch, which only the erasure's
-# master secret delivers (a generation the desktop's two random rolls never saw, and no join of one generation
-# covers); the desktop rolls again, and the laptop ends with the desktop's batches of that compartment missing
-# from its chain. Not diagnosed further.
+# failed every time (found on 2026-12-06 by a run of 40 with seed 31337; on the code before that day's changes too)
+# until a device not yet on the newest generation deleted no slot (spec §16.7; test_key_changes.py::
+# test_a_device_not_yet_on_the_newest_keys_keeps_its_way_back_to_its_key): the laptop writes and erases that record;
+# the desktop, before any sync, changes the passphrase twice. Once synced, the laptop, opened with the passphrase it
+# last used at its erasure's generation, cleared that generation's slot of the replaced passphrase, its only way back
+# to its key, and never handed over the epoch its erasure made, which the desktop's later roll lacked.
 @example(ops=[("write", "laptop", 0), ("erase", "laptop", 0), ("passwd", "desktop", 0), ("passwd", "desktop", 0)])
 # failed every time until a random roll handed its previous master secrets to the new one (spec §16.6 step 5,
 # test_key_changes.py::test_an_offline_write_survives_an_erasure_then_a_passphrase_change_on_another_device):

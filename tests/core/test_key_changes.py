@@ -554,6 +554,22 @@ def _settle_as_people(sync: FolderSync, roots: dict[str, str], homes: dict[str, 
             sync.sync()
 
 
+def _both_agree(roots: dict[str, str], homes: dict[str, str], used: list[str], *, shown: bytes, erased: bytes) -> None:
+    """Each device, opened as a person would, shows ``shown`` and not ``erased``, writes (holds its key), reports
+    no problem, delivers no destroyed key, and both show the same timeline and facts."""
+    states = {}
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            ids_shown = {r.id for r in v.timeline()}
+            assert shown in ids_shown and erased not in ids_shown, who
+            assert serious(v) == [], who
+            assert v.session.actor is not None, who
+            assert _destroyed_secrets_on_disk(roots[who], v) == set(), who
+            states[who] = _summary(v)
+    assert states["laptop"] == states["desktop"]
+
+
 def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple[Vault, str]:
     """Open with the newest passphrase that works, as a person would try them; when the vault says this
     device's key waits for the passphrase last used on it (notice key-sealed-elsewhere), try the others."""
@@ -1306,16 +1322,7 @@ def test_an_offline_write_survives_an_erasure_then_a_passphrase_change_on_anothe
         assert laptop.session.actor is not None and laptop.session.actor.kind.name == "DEVICE"
         assert "the laptop, offline" in texts(laptop)
     _settle_as_people(sync, roots, homes, used)
-    states = {}
-    for who in ("laptop", "desktop"):
-        v, _ = open_as_a_person(roots[who], homes[who], used)
-        with v:
-            shown = {r.id for r in v.timeline()}
-            assert offline in shown and target not in shown, who
-            assert serious(v) == [], who
-            assert _destroyed_secrets_on_disk(roots[who], v) == set(), who
-            states[who] = _summary(v)
-    assert states["laptop"] == states["desktop"]
+    _both_agree(roots, homes, used, shown=offline, erased=target)
 
 
 def test_an_erasure_waits_for_the_batch_that_announced_the_key_it_would_destroy(two_devices):
@@ -1419,3 +1426,29 @@ def test_no_master_secret_that_delivered_an_erased_key_is_handed_on(two_devices)
         handed = {vms for _g, vms in previous_masters(v.session)}
         assert not handed & set(tainted), "a master secret that delivered the erased key is handed on"
         assert _destroyed_secrets_on_disk(sync.b, v) == set()
+
+
+def test_a_device_not_yet_on_the_newest_keys_keeps_its_way_back_to_its_key(two_devices):
+    """Found by the key-change hunt (seed 31337; it failed every time, on the code before too): the laptop
+    writes and erases that record (its key, no OS keychain, is sealed under its erasure's master secret);
+    the desktop, before any sync, writes and changes the passphrase twice.  Once synced, the laptop opens with
+    the passphrase it last used (the slot of its erasure's generation: rule 10), seals the desktop's batch
+    again under its erasure's new epoch, which only that master secret delivers, and, still on that
+    generation (no slot of the newer ones opens for its new key), cleared that generation's slot of the
+    replaced passphrase: its only way back to its key.  The desktop then rolled again without that epoch, and
+    the laptop, keyless from then on, never handed it over: the desktop's batches stayed unreadable there.  Now
+    a device that is not on the newest generation deletes no slot; it moves on and hands the epoch over."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    used = [PASSPHRASE, "the desktop's first new passphrase", "the desktop's second new passphrase"]
+    with open_("laptop") as v:
+        target = v.append([NewRecord(type="message", text="erased on the laptop")]).written[0]
+        v.erase([target])
+    with open_("desktop") as v:
+        kept = v.append([NewRecord(type="message", text="the desktop's write")]).written[0]
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(sync.b, Unlock.passphrase(used[1]), home=homes["desktop"]) as v:
+        v.change_passphrase(used[2], reauth=Unlock.passphrase(used[1]))
+    sync.sync()
+    _settle_as_people(sync, roots, homes, used)
+    _both_agree(roots, homes, used, shown=kept, erased=target)

@@ -183,6 +183,11 @@ def finish_credential_changes(session: Session) -> int:
     r = session.roster
     if not session.is_owner:
         return 0
+    if any(h.generation > session.keyring.generation for h in session.slot_headers(ask_store=False)[0]):
+        # a newer generation is in the folder and this device has not moved to it (no slot of it opens for
+        # its key yet): the slot that unlocked it here may be the only way back to its key (spec §16.10
+        # rule 10), and what is dead at this generation is for the device that moves on to clear
+        return 0
     deleted = 0
     superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
     # run on open, after the open listed the store: a mirror's slots as that listing left them; kept while
