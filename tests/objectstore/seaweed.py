@@ -49,6 +49,20 @@ def free_port() -> int:
     raise RuntimeError("no free pair of loopback ports")
 
 
+def distinct_ports(n: int) -> list[int]:
+    """``n`` free ports whose pairs (port, port + 10000) do not overlap: each is free when chosen but none is
+    held, so two components could otherwise get the same one (the S3 gRPC port of one run was the filer's:
+    "bind: address already in use", weed exited with 255)."""
+    chosen: list[int] = []
+    taken: set[int] = set()
+    while len(chosen) < n:
+        port = free_port()
+        if not {port, port + 10000} & taken:
+            chosen.append(port)
+            taken |= {port, port + 10000}
+    return chosen
+
+
 @dataclass
 class Server:
     endpoint: str
@@ -89,7 +103,7 @@ def running(directory: str) -> Iterator[Server]:
     with open(config, "w") as fh:
         json.dump({"identities": [{"name": "camillo", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, fh)
-    master, volume, filer, s3 = (free_port() for _ in range(4))
+    master, volume, filer, s3 = distinct_ports(4)
     # a Unix socket's path is at most 107 bytes: a deep test folder (pytest-xdist adds one) is too long
     sockets = tempfile.mkdtemp(prefix="weed-", dir="/tmp")
     args = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
