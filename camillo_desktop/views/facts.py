@@ -207,16 +207,19 @@ class FactsView(View):
         self._show(None)
 
     def load(self) -> None:
-        key = self._select_key or (self._fact.key if self._fact else None)
-        comp = self._fact.compartment if self._fact and not self._select_key else None
+        def to_select() -> tuple[str | None, str | None]:
+            """The fact to select: the one asked for (perhaps while the facts were being read), else the one shown."""
+            if self._select_key:
+                return self._select_key, None
+            return (self._fact.key, self._fact.compartment) if self._fact else (None, None)
 
         def done(page: FactsPage) -> None:
+            key, comp = to_select()
             self._select_key = None
+            self.model.set_subjects(page.subjects, page.read)
             if page.whole:
-                self.model.set_facts([f for facts in page.read.values() for f in facts])
                 self.tree.expandAll()
             else:  # (the subjects whose facts were read; the others open as the person expands them)
-                self.model.set_subjects(page.subjects, page.read)
                 for subject in page.read:
                     self.tree.expand(self.model.index(self.model.subject_row(subject) or 0, 0))
             total = self.model.total()
@@ -234,7 +237,8 @@ class FactsView(View):
             self.moved.shown()
             self.loaded.emit()
 
-        self.client.submit(lambda ctx: read_facts(ctx.vault, key), done, self.window_.show_error, context=self,
+        wanted = to_select()[0]
+        self.client.submit(lambda ctx: read_facts(ctx.vault, wanted), done, self.window_.show_error, context=self,
                            label="loading facts")
 
     def select_fact(self, key: str, compartment: str | None = None) -> None:

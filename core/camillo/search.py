@@ -119,7 +119,9 @@ def _fts_query(q: Query, prefix_terms: Callable[[str], list[str] | None] = lambd
                 parts.append("(" + " OR ".join(_fts_string(x) for x in terms) + ")")
     for p in q.phrases:
         parts.append(_fts_string(p))
-    return " AND ".join(parts)
+    # words of punctuation alone have no token (FTS5 indexes none): dropped beside others; alone, the empty
+    # phrase, which matches nothing (an empty query is an FTS5 syntax error)
+    return " AND ".join(parts) or '""'
 
 
 def _day(value: str, name: str) -> int:

@@ -480,3 +480,33 @@ def test_an_export_of_any_record_the_vault_takes_exits_0_and_is_well_formed(vaul
 
     check()
     assert added, "the vault took none of the records: nothing was exported"
+
+
+def test_any_text_to_the_reading_commands_exits_0_to_4(vault):
+    """Whatever text is given to ``search``, ``facts --subject``, ``log --conversation`` or ``fact`` (operators,
+    quotes and punctuation alone, control characters, and bytes the terminal could not decode, which Python
+    keeps as lone surrogates) exits 0 to 4, never an internal error.  Found by hand: a query of ``"``, ``*``
+    or ``-`` alone made an empty FTS5 query (exit 70), and a ``--subject``, query, key or conversation that
+    was not UTF-8 failed in the encoder (exit 70)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    assert cli("add", vault, stdin=line(type="message", text="hello - world", conversation="c", role="user"))[0] == 0
+    assert cli("add", vault, stdin=line(type="fact", key="user/a%_b", value="x"))[0] == 0
+    hostile = st.one_of(st.sampled_from(['"', "*", "-", "-- **", '"!!"', "a OR", "NEAR(", "key:", "\udcff", "user/\udcff",
+                                         "%", "_", "user_", "\\"]),
+                        st.text(max_size=12))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(command=st.sampled_from(["search", "facts", "log", "fact"]), text=hostile)
+    def check(command: str, text: str) -> None:
+        args = {"search": ["search", vault, text], "facts": ["facts", vault, "--subject", text],
+                "log": ["log", vault, "--conversation", text], "fact": ["fact", vault, text]}[command]
+        code, _, err = cli(*args)
+        assert code in (0, 1, 2, 3, 4) and "internal error" not in err and "Traceback" not in err, (args, code, err)
+
+    check()
+    assert cli("search", vault, "-")[:2] == (0, "")  # punctuation alone matches nothing
+    assert cli("search", vault, "hello -")[0] == 0 and "hello" in cli("search", vault, "hello -")[1]
+    code, _, err = cli("facts", vault, "--subject", "\udcff")
+    assert code == 2 and "the subject given is not valid UTF-8" in err

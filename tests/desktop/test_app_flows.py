@@ -709,6 +709,15 @@ def test_a_vault_of_many_facts_lists_them_a_page_at_a_time(qtbot, client, demo_w
     assert view.value_label.text() == "value 440" and model.rowCount(model.index(model.subject_row("user"), 0)) == PAGE
 
 
+def test_the_facts_view_opened_on_a_fact_selects_it(qtbot, demo_window):
+    """Opened for the first time with a fact to show (from the Conflicts view, a search hit): the fact
+    asked for is selected once the facts arrive, though it was asked for after their read began."""
+    wait_view(qtbot, demo_window, "facts", lambda: demo_window.show_view("facts", "work/project"))
+    view = demo_window.pages["facts"]
+    qtbot.waitUntil(lambda: view.key_label.text().startswith("work/project"), timeout=10_000)
+    assert view.model.fact(view.tree.currentIndex()).key == "work/project"
+
+
 def test_selecting_a_fact_shows_its_history(qtbot, demo_window):
     view = show_facts(qtbot, demo_window)
     view.select_fact("work/project")

@@ -33,7 +33,7 @@ from importlib import metadata
 
 from ..errors import VaultError
 from . import access, enroll, interop, memory, recipients, upkeep, vault_cmds
-from .common import Commands, Handler, apply_endpoint
+from .common import Commands, Handler, apply_endpoint, check_text_args
 
 
 def version() -> str:
@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.func
     try:
+        check_text_args(args)
         apply_endpoint(args)
         return handler(args)
     except VaultError as exc:

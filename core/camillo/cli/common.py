@@ -248,6 +248,22 @@ def add_endpoint_option(p: argparse.ArgumentParser) -> None:
                    "configuration)")
 
 
+FILE_ARGS = (*LOCATION_ARGS, "grant", "recipient_key")  # paths: any bytes the file system takes
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """Every argument that is text, not a path, must be valid UTF-8: one the terminal passed as bytes it
+    could not decode (Python keeps them as lone surrogates) is refused here, naming it, before anything
+    is read (it would fail deep inside, in SQLite or the encoder)."""
+    for name, value in vars(args).items():
+        if name in FILE_ARGS:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
+                raise UsageError(f"the {name.replace('_', '-')} given is not valid UTF-8 text (bytes the "
+                                 "terminal's encoding could not read); nothing was done")
+
+
 def apply_endpoint(args: argparse.Namespace) -> None:
     """Every s3:// location among the arguments names the server given with ``--endpoint-url``."""
     endpoint = getattr(args, "endpoint_url", None)

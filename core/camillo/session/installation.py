@@ -122,8 +122,10 @@ def confirm_actor(session: Session) -> None:
         session.discard_cache()
         session.actor = None
         return
+    if not session.key_from_previous or session.read_only:
+        return
     inst = session.local.load_installation()
-    if session.key_from_previous and not session.read_only and inst is not None and inst.writer_id == actor.writer_id:
+    if inst is not None and inst.writer_id == actor.writer_id:
         save_local_device_key(session, actor)  # (found under a master secret handed to the current one; the
         session.key_from_previous = False     # older seals go once nothing is left to hand over, repair)
 
