@@ -62,20 +62,22 @@ class EnvelopeKind(IntEnum):
     OWNER_CERT = 3  # an owner credential's certificate record, for an append grant's chain of trust
     OWNER_REVOKED = 4  # an owner credential revoked by another one (a lost device), for an append grant
     PREVIOUS_MASTERS = 5  # the master secrets before a random roll, to the new owner key (spec §16.6)
+    PREVIOUS_SEAL_KEYS = 6  # the local-seal keys of the master secrets before any roll, to the new owner key (§16.6)
 
 
-PREVIOUS_ENTRY = 36  # a previous master secret in a kind-5 envelope: u32 generation, then the 32 bytes
+PREVIOUS_ENTRY = 36  # an entry of a kind-5 or kind-6 envelope: u32 generation, then the 32 bytes
 PREVIOUS_MAX = 16  # entries at most: the newest first
+HANDED_ON = (EnvelopeKind.PREVIOUS_MASTERS, EnvelopeKind.PREVIOUS_SEAL_KEYS)  # what a roll hands on (§16.6)
 
 
 def pack_previous_masters(entries: list[tuple[int, bytes]]) -> bytes:
     """Key 5 of a kind-5 envelope: each (generation, master secret), newest first, at most
-    :data:`PREVIOUS_MAX`."""
+    :data:`PREVIOUS_MAX`; of a kind-6 envelope, each (generation, seal key) the same way."""
     return b"".join(g.to_bytes(4, "big") + vms for g, vms in entries[:PREVIOUS_MAX])
 
 
 def previous_masters(key: bytes) -> list[tuple[int, bytes]]:
-    """The (generation, master secret) entries of a kind-5 envelope's key (checked by read_payload)."""
+    """The (generation, 32 bytes) entries of a kind-5 or kind-6 envelope's key (checked by read_payload)."""
     return [(int.from_bytes(key[at:at + 4], "big"), key[at + 4:at + PREVIOUS_ENTRY])
             for at in range(0, len(key), PREVIOUS_ENTRY)]
 
@@ -183,7 +185,7 @@ def read_payload(raw: bytes, name: str, vault_id: bytes, *, checked: bool = Fals
         kind_value: Any = p.get(P.KIND)  # untrusted CBOR: the lookup refuses what is not an envelope kind
         kind = EnvelopeKind(kind_value)
         comp, epoch, rid, key, sigs = (p.get(k) for k in (P.COMPARTMENT, P.EPOCH, P.RECIPIENT, P.KEY, P.SIGS))
-        if kind in (EnvelopeKind.OWNER_CERT, EnvelopeKind.OWNER_REVOKED, EnvelopeKind.PREVIOUS_MASTERS):
+        if kind in (EnvelopeKind.OWNER_CERT, EnvelopeKind.OWNER_REVOKED, *HANDED_ON):
             comp = epoch = b""  # not about an epoch
         elif not (isinstance(comp, bytes) and len(comp) == 16 and isinstance(epoch, bytes) and len(epoch) == 16):
             raise CanonicalError("malformed payload")
@@ -200,7 +202,7 @@ def read_payload(raw: bytes, name: str, vault_id: bytes, *, checked: bool = Fals
         if (kind == EnvelopeKind.EPOCH_SECRET and len(key) != 32) or (
             kind == EnvelopeKind.EPOCH_PUBLIC and len(key) != 1216
         ) or (kind == EnvelopeKind.OWNER_REVOKED and len(key) != 32) or (
-            kind == EnvelopeKind.PREVIOUS_MASTERS
+            kind in HANDED_ON
             and (len(key) % PREVIOUS_ENTRY or not 0 < len(key) <= PREVIOUS_ENTRY * PREVIOUS_MAX)
         ):
             raise CanonicalError("key has the wrong length")

@@ -71,6 +71,7 @@ from camillo.primitives import (
     recovery_entropy,
     sha256,
 )
+from camillo.session.installation import seal_key
 from camillo.storage import segment_name
 
 from .control_vectors import roster_vectors, writer_vectors
@@ -532,6 +533,17 @@ def objects_and_negatives(out: Out) -> None:
         "keys 2, 3 and 6 absent; key 5 two entries u32(generation) || VMS, newest first.",
         recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_MASTERS, envelopes.pack_previous_masters(previous),
         extra={"previous_masters": [[g, vms.hex()] for g, vms in previous]})
+    seal_keys = [(g, hkdf(vms + g.to_bytes(4, "big"), labelled("vmem/v1/local/device-key", VAULT_ID)))
+                 for g, vms in previous]
+    assert seal_keys == [(g, seal_key(VAULT_ID, vms, g)) for g, vms in previous]  # the spec's formula is the code's
+    envelope_vector(
+        out, "object-envelope-previous-seal-keys",
+        "An envelope of kind 6, which every roll addresses to its new owner KEM key (spec §16.6 step 5): keys 2, "
+        "3 and 6 absent; key 5 two entries u32(generation) || seal key, newest first, each seal key "
+        "HKDF(VMS || u32(generation), labelled(\"vmem/v1/local/device-key\", vault_id)) of the master secrets of "
+        "object-envelope-previous-masters.",
+        recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, envelopes.pack_previous_masters(seal_keys),
+        extra={"previous_seal_keys": [[g, k.hex()] for g, k in seal_keys]})
 
     # -- segment and batches
     chain = make_chain(writer, 3)

@@ -258,6 +258,8 @@ def op_open_envelope(inp: dict[str, Any]) -> dict[str, Any]:
               "signer_ids": [s[0].hex() for s in payload.signatures]}
     if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS:
         fields["previous_masters"] = [[g, vms.hex()] for g, vms in envelopes.previous_masters(payload.key)]
+    if payload.kind == envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS:
+        fields["previous_seal_keys"] = [[g, k.hex()] for g, k in envelopes.previous_masters(payload.key)]
     return {
         "recipient_id": rid.hex(),
         "tag": data[8:12].hex(),

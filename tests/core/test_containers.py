@@ -836,12 +836,15 @@ P = envelopes.P
     [
         (_set(P.VAULT, OTHER_VAULT), "another vault"),
         (_drop(P.VAULT), "another vault"),
-        (_set(P.KIND, 6), "EnvelopeKind"),  # kinds 1-5 exist (3, 4: owner certificate, revoked owner; 5: previous
-        # master secrets)
-        # kind 5 with a key that is not whole entries of u32(generation) || VMS, or none, or more than 16
+        (_set(P.KIND, 7), "EnvelopeKind"),  # kinds 1-6 exist (3, 4: owner certificate, revoked owner; 5: previous
+        # master secrets; 6: previous seal keys)
+        # kind 5 or 6 with a key that is not whole entries of u32(generation) || 32 bytes, or none, or more than 16
         (lambda p: {**p, P.KIND: 5, P.KEY: bytes(35)}, "wrong length"),
         (lambda p: {**p, P.KIND: 5, P.KEY: b""}, "wrong length"),
         (lambda p: {**p, P.KIND: 5, P.KEY: bytes(36 * 17)}, "wrong length"),
+        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(37)}, "wrong length"),
+        (lambda p: {**p, P.KIND: 6, P.KEY: b""}, "wrong length"),
+        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(36 * 17)}, "wrong length"),
         (_set(P.KIND, "one"), "EnvelopeKind"),
         (_drop(P.KIND), "EnvelopeKind"),
         (_set(P.COMPARTMENT, bytes(15)), "malformed payload"),

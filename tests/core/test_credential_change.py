@@ -171,6 +171,28 @@ def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_
         assert [r.text for r in v.timeline()] == ["kept"] and v.problems() == []
 
 
+def test_an_erasure_keeps_the_seal_its_roll_is_derived_from_and_a_random_roll_drops_it(new_vault):
+    """After an erasure the device keeps its key's seal under the master secret the erasure's roll was
+    derived from (whoever holds it computes the current one, and another device's key change made from it
+    hands on its seal key, spec §16.6 kind 6); a random roll (a passphrase change) drops every older seal,
+    so a replaced passphrase with an old slot a host kept opens no seal (spec §16.10 rule 10)."""
+    from camillo.session import installation
+
+    path, vault, _ = new_vault
+    session = vault.session
+    before, vms = session.keyring.generation, session.keyring.master_secret()
+    vault.erase([vault.append([NewRecord(type="message", text="erased")]).written[0]])
+    now = session.keyring.generation
+    assert now == before + 1 and keys.next_master(vms, session.vault_id, now) == session.keyring.master_secret()
+    assert sorted(installation._read_seals(session)) == [before, *range(now, now + 4)]
+    vault.change_passphrase(NEW_PASSPHRASE)
+    now = session.keyring.generation
+    assert sorted(installation._read_seals(session)) == list(range(now, now + 4))
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
+        assert v.session.key_from_seal and v.problems() == []
+
+
 def test_a_key_roll_seals_this_devices_key_once_before_its_records_and_rewrites_it_once_after(new_vault,
                                                                                                monkeypatch):
     """The device key sealed locally under the new master secret before the roll's control records (a

@@ -3,8 +3,9 @@ OS keychain: a property test too slow for the default run (about 10 s an example
 below, two failed until spec §16.10 rule 10 (each also has a test of its own in test_key_changes.py); the
 one nearest the function failed every time until a random roll handed its previous master secrets to the
 new one (spec §16.6 step 5; an offline write lost to an erasure followed by a passphrase change: its
-comment says why).  Two pinned examples marked STILL FAIL fail every time (older than the changes of
-2026-12-06, not diagnosed), so this run fails until they are fixed.
+comment says why); two more failed every time until every roll handed on the seal keys of the master
+secrets before it (kind 6) and a device kept its seals under the master secrets its current one is
+derived from.
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
@@ -99,10 +100,14 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("passwd", "desktop", 18), ("write", "laptop", 28), ("sync", 0.3333333333333333, 527),
               ("sync", 0.5674917546648084, 291), ("sync", 0.6446906483727974, 1716), ("sync", 0.75, 4067),
               ("passwd", "desktop", 94), ("sync", 0.8315802986433545, 20), ("passwd", "laptop", 88)])
-# STILL FAIL, every time (found on 2026-12-06 by a run of 25 with seed 2026; 6 of 6 replays each fail on the code
-# before that day's changes too; not diagnosed): an erasure on one device with a passphrase change on the other, or
-# a passphrase change and two erasures on the laptop while the desktop writes; the laptop ends with a segment
-# sealed under an epoch whose key it lacks, or with problems reported
+# failed every time (found on 2026-12-06 by a run of 25 with seed 2026, and on the code before that day's changes
+# too) until every roll handed on the seal keys of the master secrets before it (spec §16.6, kind 6) and a device
+# kept its seals under the master secrets its current one is derived from (test_key_changes.py::
+# test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_another_device and
+# test_an_erasure_beside_a_passphrase_change_and_an_erasure_on_the_other_device_loses_nothing): the desktop's offline
+# write, sealed under the epoch the laptop's erasure destroyed after its passphrase change, was lost with the key
+# the desktop could no longer find; or the desktop's own erasure's new epoch, beside the laptop's passphrase change
+# and erasure, reached nobody else
 @example(ops=[("write", "laptop", 32), ("passwd", "laptop", 46), ("write", "desktop", 40), ("erase", "laptop", 40),
               ("erase", "laptop", 62)])
 @example(ops=[("write", "laptop", 0), ("write", "desktop", 0), ("erase", "desktop", 0), ("passwd", "laptop", 0),

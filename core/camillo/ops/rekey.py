@@ -30,7 +30,7 @@ from ..errors import VaultError
 from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, random_bytes, verify_signature
 from ..records import Kind, encode_record
 from ..session import Session
-from ..session.installation import after_generation_roll, previous_masters, seal_device_key_for
+from ..session.installation import HandedOn, after_generation_roll, handed_on, seal_device_key_for, seal_key
 from ..session.unlock import catch_up_generation
 from ..session.writer import write_batches
 from ..storage import FolderShelf
@@ -199,8 +199,10 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         for g in grants:
             rekey.files += grant_envelopes(session, g, cid, eid, secret, info.prev if info else None,
                                            current=is_current)
+    handed = handed_on(session)
     if not derived and hand_over and not session.reader.destroyed_delivered:  # hand on those before it (§16.6)
-        rekey.files.append(previous_masters_envelope(session, owner.public, branches, join=join))
+        rekey.files.append(previous_masters_envelope(session, owner.public, branches, handed, join=join))
+    rekey.files.append(previous_seal_keys_envelope(session, owner.public, branches, handed))  # every roll (§16.6)
     kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
     for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
         for h in headers:
@@ -240,7 +242,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
 
 
 def previous_masters_envelope(session: Session, owner_public: bytes, branches: list[tuple[bytes, RecipientKey]],
-                              *, join: bool = False) -> tuple[str, bytes]:
+                              handed: HandedOn, *, join: bool = False) -> tuple[str, bytes]:
     """The envelope of kind 5 a random roll or a join addresses to its new owner key (spec §16.6): the
     current master secret (and every other one of this generation this device opens: a join's), then,
     for a random roll, those the current one was handed, back to the last roll that was derived: a device
@@ -252,9 +254,29 @@ def previous_masters_envelope(session: Session, owner_public: bytes, branches: l
     what came before that one must not follow."""
     keyring = session.keyring
     entries = [(keyring.generation, keyring.master_secret()), *((keyring.generation, vms) for vms, _ in branches),
-               *([] if join else previous_masters(session))]
+               *([] if join else handed.masters)]
     unique = list(dict.fromkeys(entries))[:envelopes.PREVIOUS_MAX]
     return envelope(session, envelopes.EnvelopeKind.PREVIOUS_MASTERS, b"", b"", owner_public,
+                    envelopes.pack_previous_masters(unique))
+
+
+def previous_seal_keys_envelope(session: Session, owner_public: bytes,
+                                branches: list[tuple[bytes, RecipientKey]], handed: HandedOn) -> tuple[str, bytes]:
+    """The envelope of kind 6 every roll addresses to its new owner key (spec §16.6 step 5): the keys
+    of the local seals (§18.1) under the current master secret and every other one of this generation
+    this device opens, then under those they were handed (kind 5) and the seal keys they were handed
+    (kind 6), newest first.  A device without an OS keychain closed while another made a random roll
+    and then an erasure (which hands on no master secret) still finds its key, and with it what it
+    kept to seal its own writes again (§16.10).  A seal key is a one-way function of its master secret
+    and opens only an installation's own local seal: no slot, envelope or segment in the folder."""
+    keyring = session.keyring
+    holders = [(keyring.master_secret(), handed), *((vms, handed_on(session, owner)) for vms, owner in branches)]
+    entries: list[tuple[int, bytes]] = []
+    for vms, theirs in holders:
+        entries += [(keyring.generation, seal_key(session.vault_id, vms, keyring.generation)),
+                    *((g, seal_key(session.vault_id, v, g)) for g, v in theirs.masters), *theirs.seal_keys]
+    unique = list(dict.fromkeys(entries))[:envelopes.PREVIOUS_MAX]
+    return envelope(session, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, b"", b"", owner_public,
                     envelopes.pack_previous_masters(unique))
 
 

@@ -18,13 +18,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from .. import encoding, envelopes, ids, keychain, keys, slots
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState
 from ..errors import KeychainError, VaultError, WrongCredential
 from ..localstate import Installation, VaultLocal, atomic_write, open_local, read_file, seal_local
-from ..primitives import CryptoFailure, constant_time_equal
+from ..primitives import CryptoFailure, RecipientKey, constant_time_equal
 from ..storage import FolderShelf
 from ..values import Notice
 from .core import Session
@@ -133,10 +134,6 @@ def confirm_actor(session: Session) -> None:
 # ---------------------------------------------------------------------------------- the local seal
 
 
-def _blob_key(session: Session, vms: bytes, generation: int) -> bytes:
-    return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", session.vault_id)
-
-
 def _read_seals(session: Session) -> dict[int, bytes]:
     """``device-key.bin``: this installation's seals of its key, by generation ({} when absent or damaged)."""
     data = read_file(session.local.device_key_path)
@@ -158,39 +155,43 @@ def load_local_device_key(session: Session) -> Credential | None:
     if not table:
         return None
     generation = session.keyring.generation
-    try:
-        blob = table.get(generation)
-        if blob is None:
-            return _through_previous_masters(session, table)
-        raw = open_local(_blob_key(session, session.keyring.master_secret(), generation), "device-key",
-                         session.vault_id, blob, session.local.device_key_path)
-        m = encoding.decode(raw, "device key")
-        cred = Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+    if generation not in table:
+        return _through_previous_masters(session, table)
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, session.keyring.master_secret(),
+                                                             generation))
+    if opened is not None:
         session.key_from_seal = True
-        return cred
-    except (VaultError, KeyError, TypeError, AttributeError):
-        found = _through_previous_masters(session, table)
-        if found is not None:
-            return found
-        if _another_master_secret(session, generation):
-            # Sealed under the other master secret of this generation (two key changes made at once,
-            # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
-            # read what it wrote under the other one, and reject those writes once they are joined.
-            session.key_waiting = (
-                "another device changed the vault's keys at the same time as this one, and this device's key "
-                "is sealed under the other change: it reads but does not write until a device holding both "
-                "joins them (opening the vault on the other device does it)")
-            session.notices.append(Notice("waiting-for-join", session.key_waiting))
-        return None
+        return opened[0]
+    found = _through_previous_masters(session, table)
+    if found is not None:
+        return found
+    if _another_master_secret(session, generation):
+        # Sealed under the other master secret of this generation (two key changes made at once,
+        # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
+        # read what it wrote under the other one, and reject those writes once they are joined.
+        session.key_waiting = (
+            "another device changed the vault's keys at the same time as this one, and this device's key "
+            "is sealed under the other change: it reads but does not write until a device holding both "
+            "joins them (opening the vault on the other device does it)")
+        session.notices.append(Notice("waiting-for-join", session.key_waiting))
+    return None
 
 
-def previous_masters(session: Session) -> list[tuple[int, bytes]]:
-    """The master secrets before the current one that a random roll handed to it (spec §16.6: the
-    envelope of kind 5 addressed to the current owner key), newest first: [] when the current one
-    was derived (an erasure's roll hands nothing over) or none is in the folder."""
-    owner = session.keyring.owner_kem
+class HandedOn(NamedTuple):
+    """What the rolls before a master secret handed on to its owner key (spec §16.6 step 5), newest first:
+    the previous master secrets (kind 5) and the keys of the local seals under earlier ones (kind 6)."""
+    masters: list[tuple[int, bytes]]
+    seal_keys: list[tuple[int, bytes]]
+
+
+def handed_on(session: Session, owner: RecipientKey | None = None) -> HandedOn:
+    """The envelopes of kinds 5 and 6 addressed to ``owner`` (default: the current owner KEM key):
+    empty lists when none is in the folder (a kind-5 one is absent after an erasure's derived roll:
+    it hands on no master secret)."""
+    owner = owner if owner is not None else session.keyring.owner_kem
+    found: dict[int, list[tuple[int, bytes]]] = {}
     if owner is None:
-        return []
+        return HandedOn([], [])
     rid, shelf = ids.recipient_id(owner.public), session.shelf
     names = shelf.files_in("env") if isinstance(shelf, FolderShelf) else [n for n in shelf.list() if n.startswith("env/")]
     for name in sorted(names):
@@ -201,33 +202,42 @@ def previous_masters(session: Session) -> list[tuple[int, bytes]]:
             payload = envelopes.open_envelope(data, name, session.vault_id, owner)
         except (FileNotFoundError, VaultError, CryptoFailure):
             continue
-        if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS and payload.recipient_id == rid:
-            return envelopes.previous_masters(payload.key)
-    return []
+        if payload.kind in envelopes.HANDED_ON and payload.recipient_id == rid:
+            found.setdefault(int(payload.kind), envelopes.previous_masters(payload.key))
+    return HandedOn(found.get(envelopes.EnvelopeKind.PREVIOUS_MASTERS, []),
+                    found.get(envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, []))
+
+
+def previous_masters(session: Session) -> list[tuple[int, bytes]]:
+    """The master secrets before the current one that a random roll handed to it (kind 5), newest first."""
+    return handed_on(session).masters
+
+
+def seal_key(vault_id: bytes, vms: bytes, generation: int) -> bytes:
+    """The key of an installation's local seal of its device key under master secret ``vms`` of
+    ``generation`` (spec §18.1, purpose ``device-key``): what a kind-6 entry carries."""
+    return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", vault_id)
 
 
 def _through_previous_masters(session: Session, table: dict[int, bytes]) -> Credential | None:
-    """This installation's key from its seal under a master secret a random roll handed to the current
-    one (a passphrase changed on another device while this one was closed): the seal, AEAD under a key
-    derived from that master secret, authenticates it (a planted envelope opens nothing).  Once it is
-    confirmed a current owner (:func:`confirm_actor`), the key is sealed under the current master secret;
-    the epochs those master secrets deliver that the current one lacks are handed over (spec §16.10 rule 8,
-    ``ops.repair.wrap_missing_epochs``), and then the older seals go."""
-    handed = previous_masters(session)
-    for generation, vms in handed:
-        blob = table.get(generation)
-        if blob is None:
+    """This installation's key from its seal under a master secret a roll before the current one made
+    (a passphrase changed, an erasure made, on another device while this one was closed): opened with
+    the master secret a random roll handed on (kind 5), or with the key of that seal a roll handed on
+    (kind 6: an erasure's derived roll hands on no master secret, only the keys of the local seals under
+    them).  The seal's AEAD authenticates the key that opens it (a planted envelope opens nothing).
+    Once it is confirmed a current owner (:func:`confirm_actor`), the key is sealed under the current
+    master secret; the epochs the handed master secrets deliver that the current one lacks are handed
+    over (spec §16.10 rule 8, ``ops.repair.wrap_missing_epochs``), and then the older seals go."""
+    handed = handed_on(session)
+    tries = [(g, seal_key(session.vault_id, vms, g)) for g, vms in handed.masters] + handed.seal_keys
+    for generation, key in tries:
+        opened = _open_seal(session, table, generation, key)
+        if opened is None:
             continue
-        try:
-            raw = open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
-                             session.local.device_key_path)
-            m = encoding.decode(raw, "device key")
-            cred = Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
-        except (VaultError, KeyError, TypeError, AttributeError):
-            continue
+        cred = opened[0]
         session.key_from_seal = session.key_from_previous = True
         # what those master secrets deliver that the current one lacks is handed over (rule 8, repair)
-        session.previous_owners = [keys.owner_kem(v, session.vault_id, g) for g, v in handed]
+        session.previous_owners = [keys.owner_kem(v, session.vault_id, g) for g, v in handed.masters]
         return cred
     return None
 
@@ -242,15 +252,7 @@ def seal_table(session: Session) -> dict[int, bytes]:
 
 def seal_opens(session: Session, table: dict[int, bytes], vms: bytes, generation: int) -> bool:
     """Whether ``table`` (:func:`seal_table`) seals this installation's key under master secret ``vms``."""
-    blob = table.get(generation)
-    if blob is None:
-        return False
-    try:
-        open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
-                   session.local.device_key_path)
-    except VaultError:
-        return False
-    return True
+    return _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation)) is not None
 
 
 def _another_master_secret(session: Session, generation: int) -> bool:
@@ -284,6 +286,33 @@ def key_sealed_elsewhere(session: Session) -> bool:
 
 
 DERIVED_AHEAD = 3  # generations an erasure's derived roll can reach before this device next opens
+DERIVED_FROM_MAX = 4  # the older generations a seal names as deriving its master secret, at most
+
+
+def _seal_payload(cred: Credential, derived_from: list[int]) -> bytes:
+    """A seal's plaintext: the device seeds and, under key ``from``, the older generations whose master
+    secrets derive this one's (erasures' derived rolls, spec §16.4), as far as this device knows."""
+    m: dict[str, object] = {"ed25519": cred.signer.seed, "xwing": cred.recipient.seed}
+    if derived_from:
+        m["from"] = derived_from[-DERIVED_FROM_MAX:]
+    return encoding.encode(m)
+
+
+def _open_seal(session: Session, table: dict[int, bytes], generation: int,
+               key: bytes) -> tuple[Credential, list[int]] | None:
+    """The key sealed at ``generation`` (:func:`seal_key` of its master secret) and the generations the
+    seal names as deriving that master secret: None when absent, not under that key, or damaged."""
+    blob = table.get(generation)
+    if blob is None:
+        return None
+    try:
+        m = encoding.decode(open_local(key, "device-key", session.vault_id, blob, session.local.device_key_path),
+                            "device key")
+        cred = Credential.from_seeds(CredentialKind.DEVICE, m["xwing"], m["ed25519"])
+    except (VaultError, KeyError, TypeError, AttributeError, ValueError):
+        return None
+    found = m.get("from")
+    return cred, [g for g in found if isinstance(g, int)] if isinstance(found, list) else []
 
 
 def save_local_device_key(session: Session, cred: Credential, vms: bytes | None = None,
@@ -291,14 +320,19 @@ def save_local_device_key(session: Session, cred: Credential, vms: bytes | None 
     """Seal the device seeds under the master secret of ``generation`` (default: the current one),
     and under the master secrets the next erasures would derive from it (spec §16.4): an erasure by
     another device while this one is closed must not make it lose its key (and with it the epoch
-    secrets it kept to seal its own writes again, §16.10).  A revocation's random roll is not
-    foreseen: after one the device is certified anew (§12.4)."""
+    secrets it kept to seal its own writes again, §16.10).  Each seal names the older generations whose
+    master secrets derive its own (what the seal already there said, when it opens under the same master
+    secret, then the derived ones before it): :func:`forget_older_seals` keeps theirs.  A revocation's
+    random roll is not foreseen: after one the device is certified anew (§12.4)."""
     table = _read_seals(session)
     if vms is None or generation is None:
         vms, generation = session.keyring.master_secret(), session.keyring.generation
-    payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation))
+    derived_from = opened[1] if opened is not None else []
     for _ in range(DERIVED_AHEAD + 1):
-        table[generation] = seal_local(_blob_key(session, vms, generation), "device-key", session.vault_id, payload)
+        table[generation] = seal_local(seal_key(session.vault_id, vms, generation), "device-key", session.vault_id,
+                                       _seal_payload(cred, derived_from))
+        derived_from = [*derived_from, generation]
         generation += 1
         vms = keys.next_master(vms, session.vault_id, generation)
     atomic_write(session.local.device_key_path, encoding.encode(table))
@@ -309,17 +343,10 @@ def _sealed_ahead(session: Session, cred: Credential) -> bool:
     and the ones the next erasures would derive from it, as :func:`save_local_device_key` seals it."""
     table = _read_seals(session)
     vms, generation = session.keyring.master_secret(), session.keyring.generation
-    payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
     for _ in range(DERIVED_AHEAD + 1):
-        blob = table.get(generation)
-        if blob is None:
-            return False
-        try:
-            raw = open_local(_blob_key(session, vms, generation), "device-key", session.vault_id, blob,
-                             session.local.device_key_path)
-        except VaultError:
-            return False
-        if not constant_time_equal(raw, payload):
+        opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation))
+        if opened is None or not (constant_time_equal(opened[0].signer.seed, cred.signer.seed)
+                                  and constant_time_equal(opened[0].recipient.seed, cred.recipient.seed)):
             return False
         generation += 1
         vms = keys.next_master(vms, session.vault_id, generation)
@@ -358,11 +385,17 @@ def forget_older_seals(session: Session) -> None:
     §16.10 rule 10): a replaced passphrase with an old slot a host kept opens an older master secret,
     which must not open this device's current key.  Called once nothing held under an older master
     secret is still to be handed over (the session's carried secrets are delivered, rule 8): until then
-    the passphrase that opened it must still open the key."""
+    the passphrase that opened it must still open the key.  The seals of the generations whose master
+    secrets derive the current one (an erasure's roll) stay: whoever holds one computes the current one
+    and opens the current seal anyway, and another device's key change concurrent with that erasure,
+    made from one of them, hands on its seal key (kind 6, §16.6), the way back to this key."""
     table, generation = seal_table(session), session.keyring.generation
     if not session.keyring.unlocked or generation not in table:
         return  # the current seal is not there (its key is not sealed at this generation): keep what is
-    kept = {g: blob for g, blob in table.items() if g >= generation}
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, session.keyring.master_secret(),
+                                                             generation))
+    derived_from = set(opened[1]) if opened is not None else set()
+    kept = {g: blob for g, blob in table.items() if g >= generation or g in derived_from}
     if len(kept) != len(table):
         atomic_write(session.local.device_key_path, encoding.encode(kept))
 
