@@ -65,21 +65,35 @@ class EnvelopeKind(IntEnum):
     PREVIOUS_SEAL_KEYS = 6  # the local-seal keys of the master secrets before any roll, to the new owner key (§16.6)
 
 
-PREVIOUS_ENTRY = 36  # an entry of a kind-5 or kind-6 envelope: u32 generation, then the 32 bytes
+PREVIOUS_ENTRY = 36  # an entry of a kind-5 envelope: u32 generation, then the master secret
 PREVIOUS_MAX = 16  # entries at most: the newest first
+SEAL_ENTRY = 68  # an entry of a kind-6 envelope: u32 generation, the writer id, then the seal key
+SEAL_MAX = 24  # entries at most: the newest generation first
 HANDED_ON = (EnvelopeKind.PREVIOUS_MASTERS, EnvelopeKind.PREVIOUS_SEAL_KEYS)  # what a roll hands on (§16.6)
 
 
 def pack_previous_masters(entries: list[tuple[int, bytes]]) -> bytes:
     """Key 5 of a kind-5 envelope: each (generation, master secret), newest first, at most
-    :data:`PREVIOUS_MAX`; of a kind-6 envelope, each (generation, seal key) the same way."""
+    :data:`PREVIOUS_MAX`."""
     return b"".join(g.to_bytes(4, "big") + vms for g, vms in entries[:PREVIOUS_MAX])
 
 
 def previous_masters(key: bytes) -> list[tuple[int, bytes]]:
-    """The (generation, 32 bytes) entries of a kind-5 or kind-6 envelope's key (checked by read_payload)."""
+    """The (generation, master secret) entries of a kind-5 envelope's key (checked by read_payload)."""
     return [(int.from_bytes(key[at:at + 4], "big"), key[at + 4:at + PREVIOUS_ENTRY])
             for at in range(0, len(key), PREVIOUS_ENTRY)]
+
+
+def pack_seal_keys(entries: list[tuple[int, bytes, bytes]]) -> bytes:
+    """Key 5 of a kind-6 envelope: each (generation, writer id, seal key), newest generation first, at
+    most :data:`SEAL_MAX`."""
+    return b"".join(g.to_bytes(4, "big") + writer + key for g, writer, key in entries[:SEAL_MAX])
+
+
+def seal_keys(key: bytes) -> list[tuple[int, bytes, bytes]]:
+    """The (generation, writer id, seal key) entries of a kind-6 envelope's key (checked by read_payload)."""
+    return [(int.from_bytes(key[at:at + 4], "big"), key[at + 4:at + 36], key[at + 36:at + SEAL_ENTRY])
+            for at in range(0, len(key), SEAL_ENTRY)]
 
 
 MAX_CERT_BYTES = 2400  # a certificate that does not fit an envelope is not delivered (names are short)
@@ -202,8 +216,11 @@ def read_payload(raw: bytes, name: str, vault_id: bytes, *, checked: bool = Fals
         if (kind == EnvelopeKind.EPOCH_SECRET and len(key) != 32) or (
             kind == EnvelopeKind.EPOCH_PUBLIC and len(key) != 1216
         ) or (kind == EnvelopeKind.OWNER_REVOKED and len(key) != 32) or (
-            kind in HANDED_ON
+            kind == EnvelopeKind.PREVIOUS_MASTERS
             and (len(key) % PREVIOUS_ENTRY or not 0 < len(key) <= PREVIOUS_ENTRY * PREVIOUS_MAX)
+        ) or (
+            kind == EnvelopeKind.PREVIOUS_SEAL_KEYS
+            and (len(key) % SEAL_ENTRY or not 0 < len(key) <= SEAL_ENTRY * SEAL_MAX)
         ):
             raise CanonicalError("key has the wrong length")
     except (CanonicalError, ValueError) as exc:

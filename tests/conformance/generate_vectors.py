@@ -533,17 +533,18 @@ def objects_and_negatives(out: Out) -> None:
         "keys 2, 3 and 6 absent; key 5 two entries u32(generation) || VMS, newest first.",
         recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_MASTERS, envelopes.pack_previous_masters(previous),
         extra={"previous_masters": [[g, vms.hex()] for g, vms in previous]})
-    seal_keys = [(g, hkdf(vms + g.to_bytes(4, "big"), labelled("vmem/v1/local/device-key", VAULT_ID)))
+    device = fixed("conformance writer id of a device that stays")
+    seal_keys = [(g, device, hkdf(vms + g.to_bytes(4, "big") + device, labelled("vmem/v1/local/device-key", VAULT_ID)))
                  for g, vms in previous]
-    assert seal_keys == [(g, seal_key(VAULT_ID, vms, g)) for g, vms in previous]  # the spec's formula is the code's
+    assert seal_keys == [(g, device, seal_key(VAULT_ID, vms, g, device)) for g, vms in previous]  # the spec's = the code's
     envelope_vector(
         out, "object-envelope-previous-seal-keys",
         "An envelope of kind 6, which every roll addresses to its new owner KEM key (spec §16.6 step 5): keys 2, "
-        "3 and 6 absent; key 5 two entries u32(generation) || seal key, newest first, each seal key "
-        "HKDF(VMS || u32(generation), labelled(\"vmem/v1/local/device-key\", vault_id)) of the master secrets of "
-        "object-envelope-previous-masters.",
-        recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, envelopes.pack_previous_masters(seal_keys),
-        extra={"previous_seal_keys": [[g, k.hex()] for g, k in seal_keys]})
+        "3 and 6 absent; key 5 two entries u32(generation) || writer_id || seal key, newest first, each seal key "
+        "HKDF(VMS || u32(generation) || writer_id, labelled(\"vmem/v1/local/device-key\", vault_id)) of the master "
+        "secrets of object-envelope-previous-masters, for one owner device.",
+        recipient, owner, owner_id, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, envelopes.pack_seal_keys(seal_keys),
+        extra={"previous_seal_keys": [[g, w.hex(), k.hex()] for g, w, k in seal_keys]})
 
     # -- segment and batches
     chain = make_chain(writer, 3)

@@ -259,7 +259,7 @@ def op_open_envelope(inp: dict[str, Any]) -> dict[str, Any]:
     if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS:
         fields["previous_masters"] = [[g, vms.hex()] for g, vms in envelopes.previous_masters(payload.key)]
     if payload.kind == envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS:
-        fields["previous_seal_keys"] = [[g, k.hex()] for g, k in envelopes.previous_masters(payload.key)]
+        fields["previous_seal_keys"] = [[g, w.hex(), k.hex()] for g, w, k in envelopes.seal_keys(payload.key)]
     return {
         "recipient_id": rid.hex(),
         "tag": data[8:12].hex(),

@@ -838,13 +838,14 @@ P = envelopes.P
         (_drop(P.VAULT), "another vault"),
         (_set(P.KIND, 7), "EnvelopeKind"),  # kinds 1-6 exist (3, 4: owner certificate, revoked owner; 5: previous
         # master secrets; 6: previous seal keys)
-        # kind 5 or 6 with a key that is not whole entries of u32(generation) || 32 bytes, or none, or more than 16
+        # kind 5 with a key that is not whole entries of u32(generation) || VMS, or none, or more than 16; kind 6
+        # with one that is not whole entries of u32(generation) || writer id || seal key, or none, or more than 24
         (lambda p: {**p, P.KIND: 5, P.KEY: bytes(35)}, "wrong length"),
         (lambda p: {**p, P.KIND: 5, P.KEY: b""}, "wrong length"),
         (lambda p: {**p, P.KIND: 5, P.KEY: bytes(36 * 17)}, "wrong length"),
-        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(37)}, "wrong length"),
+        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(36)}, "wrong length"),
         (lambda p: {**p, P.KIND: 6, P.KEY: b""}, "wrong length"),
-        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(36 * 17)}, "wrong length"),
+        (lambda p: {**p, P.KIND: 6, P.KEY: bytes(68 * 25)}, "wrong length"),
         (_set(P.KIND, "one"), "EnvelopeKind"),
         (_drop(P.KIND), "EnvelopeKind"),
         (_set(P.COMPARTMENT, bytes(15)), "malformed payload"),

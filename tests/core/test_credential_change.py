@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from camillo import NewRecord, Unlock, Vault, WrongCredential, keys
+from camillo import NewRecord, Unlock, Vault, VaultError, WrongCredential, keys
 from camillo import slots as slot_mod
 from camillo.credentials import from_passphrase, from_recovery_phrase
 from camillo.primitives import CryptoFailure
@@ -191,6 +191,65 @@ def test_an_erasure_keeps_the_seal_its_roll_is_derived_from_and_a_random_roll_dr
     vault.lock()
     with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
         assert v.session.key_from_seal and v.problems() == []
+
+
+def test_no_seal_key_handed_on_opens_a_retired_key_in_a_backup_of_the_local_files(new_vault):
+    """Found by review of the first version of kind 6 (spec §16.6), whose seal keys were not bound to a
+    writer: a backup of the device's local files made before an erasure, the files a host kept and the
+    current passphrase read the erased record, through the current master secret, a seal key handed on
+    for a generation before the erasure, the retired key's seal in the backup, that key's old slot, and
+    the master secret that delivered the destroyed epoch.  Seal keys are now bound to their writer and
+    handed on only for the devices that stay: no entry opens any seal of the retired key."""
+    from camillo import encoding
+    from camillo.localstate import open_local
+    from camillo.session.installation import handed_on
+
+    path, vault, _ = new_vault
+    session, vid = vault.session, vault.vault_id
+    erased = vault.append([NewRecord(type="message", text="ERASED-SECRET")]).written[0]
+    retired = vault.writer_id
+    backup = encoding.decode(open(session.local.device_key_path, "rb").read())  # a backup of the home folder
+
+    def opens_the_backup(entries: list[tuple[int, bytes, bytes]]) -> list[int]:
+        opened = []
+        for _generation, _writer, key in entries:
+            for g, blob in backup.items():
+                try:
+                    open_local(key, "device-key", vid, blob, "device-key.bin")
+                except VaultError:
+                    continue
+                opened.append(g)
+        return opened
+
+    vault.erase([erased])
+    vault.change_passphrase(NEW_PASSPHRASE)  # handed on: the new key's seal keys, back past the erasure
+    handed = handed_on(session).seal_keys
+    assert handed and {w for _g, w, _k in handed} == {vault.writer_id} != {retired}
+    assert opens_the_backup(handed) == []
+    vault.erase([vault.append([NewRecord(type="message", text="other")]).written[0]])
+    assert opens_the_backup(handed_on(session).seal_keys) == []
+
+
+def test_a_seal_written_before_seals_were_bound_to_their_writer_still_opens_and_is_sealed_again(new_vault):
+    """An installation whose key was sealed before seal keys included the writer id (spec §18.1) keeps its
+    key: the old seal opens, and the key is sealed again, bound to its writer."""
+    from camillo import encoding
+    from camillo.localstate import atomic_write, seal_local
+    from camillo.session import installation
+
+    path, vault, _ = new_vault
+    session, writer = vault.session, vault.writer_id
+    vms, generation, cred = session.keyring.master_secret(), session.keyring.generation, session.actor
+    payload = encoding.encode({"ed25519": cred.signer.seed, "xwing": cred.recipient.seed})
+    old = seal_local(installation.seal_key(vault.vault_id, vms, generation), "device-key", vault.vault_id, payload)
+    atomic_write(session.local.device_key_path, encoding.encode({generation: old}))
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        assert v.writer_id == writer and v.problems() == []
+        assert installation.seal_opens(v.session, installation._read_seals(v.session), vms, generation)
+        bound = installation.seal_key(v.vault_id, vms, generation, writer)
+        assert installation._open_seal(v.session, installation._read_seals(v.session), generation, bound) is not None
+        v.append([NewRecord(type="message", text="still this device")])
 
 
 def test_a_key_roll_seals_this_devices_key_once_before_its_records_and_rewrites_it_once_after(new_vault,

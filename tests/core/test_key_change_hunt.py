@@ -3,9 +3,22 @@ OS keychain: a property test too slow for the default run (about 10 s an example
 below, two failed until spec §16.10 rule 10 (each also has a test of its own in test_key_changes.py); the
 one nearest the function failed every time until a random roll handed its previous master secrets to the
 new one (spec §16.6 step 5; an offline write lost to an erasure followed by a passphrase change: its
-comment says why); two more failed every time until every roll handed on the seal keys of the master
-secrets before it (kind 6) and a device kept its seals under the master secrets its current one is
-derived from.
+comment says why); two more failed every time until a roll handed on the seal keys of the master
+secrets before it for the devices that stay (kind 6), and until a device read the other roll through the
+epochs the other master secret delivers (rule 9).
+
+Known and not covered (spec §16.10 "Not covered"; found by a run of 25 with seed 2026, failing every
+time, on the code before too), so not pinned: the desktop erases, which replaces its key, while the
+laptop changes the passphrase and erases::
+
+    [("write", "laptop", 0), ("write", "desktop", 0), ("erase", "desktop", 0), ("passwd", "laptop", 0),
+     ("erase", "laptop", 0)]
+
+The desktop's new key is sealed under its own erasure's master secret, which the laptop's rolls never saw,
+and their seal keys name only the keys they knew (handing one on for the desktop's old key would open that
+retired key's seals in a backup made before its erasure, found by review).  The desktop reads with the
+passphrase it last used; its erasure's new epoch, holding the rest of that compartment, reaches no other
+device.
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
@@ -100,18 +113,18 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("passwd", "desktop", 18), ("write", "laptop", 28), ("sync", 0.3333333333333333, 527),
               ("sync", 0.5674917546648084, 291), ("sync", 0.6446906483727974, 1716), ("sync", 0.75, 4067),
               ("passwd", "desktop", 94), ("sync", 0.8315802986433545, 20), ("passwd", "laptop", 88)])
+# failed every time (found on 2026-12-06 by a run of 40 with seed 5150; on the code before too) until a device read
+# the other roll through the epochs the other master secret delivers (spec §16.10 rule 9; test_key_changes.py::
+# test_two_passphrase_changes_on_each_device_at_once_are_joined): two passphrase changes on each device before any
+# sync were never joined, each side's writes unreadable on the other
+@example(ops=[("passwd", "laptop", 0), ("passwd", "laptop", 0), ("passwd", "desktop", 0), ("passwd", "desktop", 0)])
 # failed every time (found on 2026-12-06 by a run of 25 with seed 2026, and on the code before that day's changes
-# too) until every roll handed on the seal keys of the master secrets before it (spec §16.6, kind 6) and a device
-# kept its seals under the master secrets its current one is derived from (test_key_changes.py::
-# test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_another_device and
-# test_an_erasure_beside_a_passphrase_change_and_an_erasure_on_the_other_device_loses_nothing): the desktop's offline
-# write, sealed under the epoch the laptop's erasure destroyed after its passphrase change, was lost with the key
-# the desktop could no longer find; or the desktop's own erasure's new epoch, beside the laptop's passphrase change
-# and erasure, reached nobody else
+# too) until every roll handed on the seal keys of the master secrets before it, for the devices that stay (spec
+# §16.6, kind 6; test_key_changes.py::test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_another_
+# device): the desktop's offline write, sealed under the epoch the laptop's erasure destroyed after its passphrase
+# change, was lost with the key the desktop could no longer find
 @example(ops=[("write", "laptop", 32), ("passwd", "laptop", 46), ("write", "desktop", 40), ("erase", "laptop", 40),
               ("erase", "laptop", 62)])
-@example(ops=[("write", "laptop", 0), ("write", "desktop", 0), ("erase", "desktop", 0), ("passwd", "laptop", 0),
-              ("erase", "laptop", 0)])
 # failed every time (found on 2026-12-06 by a run of 40 with seed 31337; on the code before that day's changes too)
 # until a device not yet on the newest generation deleted no slot (spec §16.7; test_key_changes.py::
 # test_a_device_not_yet_on_the_newest_keys_keeps_its_way_back_to_its_key): the laptop writes and erases that record;

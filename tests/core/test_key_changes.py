@@ -602,6 +602,37 @@ def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple
     raise last
 
 
+def test_two_passphrase_changes_on_each_device_at_once_are_joined(two_devices):
+    """Found by the key-change hunt (failed every time, on the code before too): each device changes the
+    passphrase twice before either sees the other's changes.  The batch that announces a roll's epochs is
+    sealed under the epochs of the roll before it, which only the other device's master secret delivers:
+    no device ever read the other roll, so none joined the two master secrets (spec §16.10 rule 9), each
+    side's writes stayed unreadable on the other, and the other side's slots were reported as damaged.
+    Now a device that opens the other master secret holds what it delivers and reads on, roll by roll,
+    until it has read the other roll, and then joins them."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    used = [PASSPHRASE, "the laptop's first", "the laptop's second", "the desktop's first", "the desktop's second"]
+    written = []
+    for who, first in (("laptop", 1), ("desktop", 3)):
+        for phrase, before in ((used[first], PASSPHRASE), (used[first + 1], used[first])):
+            with Vault.open(roots[who], Unlock.passphrase(before), home=homes[who]) as v:
+                v.change_passphrase(phrase, reauth=Unlock.passphrase(before))
+        with Vault.open(roots[who], Unlock.passphrase(used[first + 1]), home=homes[who]) as v:
+            written += v.append([NewRecord(type="message", text=f"{who} after its changes")]).written
+    sync.sync()
+    _settle_as_people(sync, roots, homes, used)
+    generations = set()
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            assert set(written) <= {r.id for r in v.timeline()}, who
+            assert serious(v) == [], (who, serious(v))
+            assert v.session.actor is not None, who
+            generations.add(v.session.keyring.generation)
+    assert len(generations) == 1 and generations.pop() > 3
+
+
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
     """Found by the passphrase-change hunt (test_key_change_hunt.py): the laptop changes the passphrase and
     writes; the desktop, before any sync, changes it too, writes and erases a record (its erasure rolls to
@@ -1360,14 +1391,18 @@ def test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_anothe
         v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
     with open_("desktop") as v:
         offline = v.append([NewRecord(type="message", text="the desktop, offline")]).written[0]
+        desktop_key = v.writer_id
     with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
         before.insert(0, (v.session.keyring.generation, v.session.keyring.master_secret()))
+        retired = v.writer_id
         v.erase([target])
     with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
         vid, handed = v.session.vault_id, handed_on(v.session)
-    # the erasure hands on no master secret (they delivered what it destroyed), only their seal keys
-    assert handed.masters == [] and handed.seal_keys == [(g, seal_key(vid, vms, g)) for g, vms in before]
-    assert not {vms for _g, vms in before} & {k for _g, k in handed.seal_keys}
+    # the erasure hands on no master secret (they delivered what it destroyed), only their seal keys, and
+    # only for the devices that stay: none for the laptop's key the erasure retired
+    assert handed.masters == []
+    assert handed.seal_keys == [(g, desktop_key, seal_key(vid, vms, g, desktop_key)) for g, vms in before]
+    assert retired != desktop_key and not {vms for _g, vms in before} & {k for _g, _w, k in handed.seal_keys}
     sync.sync()
     desktop, phrase = open_as_a_person(roots["desktop"], homes["desktop"], used)
     with desktop:
@@ -1376,42 +1411,11 @@ def test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_anothe
         assert "the desktop, offline" in texts(desktop)
     _settle_as_people(sync, roots, homes, used)
     _both_agree(roots, homes, used, shown=offline, erased=target)
-
-
-def test_an_erasure_beside_a_passphrase_change_and_an_erasure_on_the_other_device_loses_nothing(two_devices):
-    """The key-change hunt's other example that failed every time (seed 2026): before any sync, the desktop
-    erases one of its records, which re-encrypts the rest of that compartment, its other record included,
-    under the new epoch it starts; the laptop changes the passphrase (a random roll) and then erases a record
-    of its own (a roll derived from that one).  The desktop's new key, sealed locally (no OS keychain) under
-    its erasure's master secret, a branch the laptop's rolls never saw, opened under none the newest
-    generation reaches, and nobody delivered the desktop's new epoch to the laptop's keys: the desktop's
-    surviving record was unreadable there.  Now the desktop keeps the seal under the master secret its
-    erasure was derived from (which computes the current one anyway), and the laptop's rolls hand on that
-    master secret's seal key (kind 6): the desktop, opened with the new passphrase, finds its key, hands its
-    erasure's epoch over (spec §16.10 rule 8) and both read everything."""
-    sync, open_ = two_devices
-    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
-    used = [PASSPHRASE, "the laptop's new passphrase"]
-    with open_("laptop") as v:
-        laptops = v.append([NewRecord(type="message", text="the laptop's, erased")]).written[0]
-    with open_("desktop") as v:
-        kept, desktops = v.append([NewRecord(type="message", text="the desktop's, kept"),
-                                   NewRecord(type="message", text="the desktop's, erased")]).written
-        v.erase([desktops])
-    with open_("laptop") as v:
-        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
-    with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
-        v.erase([laptops])
-    sync.sync()
-    desktop, phrase = open_as_a_person(roots["desktop"], homes["desktop"], used)
-    with desktop:
-        assert phrase == used[1] and desktop.session.actor is not None
-    _settle_as_people(sync, roots, homes, used)
-    _both_agree(roots, homes, used, shown=kept, erased=desktops)
-    for who in ("laptop", "desktop"):
-        v, _ = open_as_a_person(roots[who], homes[who], used)
-        with v:
-            assert laptops not in {r.id for r in v.timeline()}, who
+    v, _ = open_as_a_person(roots["desktop"], homes["desktop"], used)
+    with v:  # the desktop's key rotated (it held the destroyed epoch): no seal key of the old one is handed on
+        roster = v.session.roster
+        assert desktop_key in roster.revocations and v.writer_id != desktop_key
+        assert all(w in roster.principals and w not in roster.revocations for _g, w, _k in handed_on(v.session).seal_keys)
 
 
 def test_an_erasure_waits_for_the_batch_that_announced_the_key_it_would_destroy(two_devices):

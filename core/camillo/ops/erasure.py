@@ -58,6 +58,7 @@ from .rekey import (
     proof_of_possession,
     reissue_slots,
     roll_keyring,
+    seal_keys_without,
     unread_branches,
 )
 
@@ -188,8 +189,9 @@ def rotate_if_erasure_seen(session: Session) -> bool:
     # The slots that count only through the old key's signature (it rolled the keyring last, enrolled
     # a device, changed the passphrase) are re-issued under the new key before the old one retires.
     again, originals = reissue_slots(session, actor.writer_id, new)
+    sealed_again, replaced = seal_keys_without(session, actor.writer_id)  # the old key's seal keys go (§16.6)
     files = [session.build_slot(new.recipient.public, slots.SlotType.DEVICE, me.name, signer=new), *again,
-             *trust_files(session, pending=records)]  # append grants follow the new key
+             *sealed_again, *trust_files(session, pending=records)]  # append grants follow the new key
     with session.unannounced_files(ids.record_id(records[0]), [n for n, _ in files]):
         old = switch_key(session, new)
         try:
@@ -203,7 +205,7 @@ def rotate_if_erasure_seen(session: Session) -> bool:
             switch_back(session, old, new)
 
         write_batches(session, {c: list(records) for c in session.all_compartments()}, undo=undo)
-    for name in [*old_slots, *originals]:
+    for name in [*old_slots, *originals, *replaced]:
         session.shelf.delete(name)
     forget_key(session, old)
     session.unlocking = new if session.unlocking is old else session.unlocking

@@ -202,7 +202,9 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     handed = handed_on(session)
     if not derived and hand_over and not session.reader.destroyed_delivered:  # hand on those before it (§16.6)
         rekey.files.append(previous_masters_envelope(session, owner.public, branches, handed, join=join))
-    rekey.files.append(previous_seal_keys_envelope(session, owner.public, branches, handed))  # every roll (§16.6)
+    sealed = previous_seal_keys_envelope(session, owner.public, branches, handed, rekey.excluded)
+    if sealed is not None:
+        rekey.files.append(sealed)
     kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
     for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
         for h in headers:
@@ -260,24 +262,50 @@ def previous_masters_envelope(session: Session, owner_public: bytes, branches: l
                     envelopes.pack_previous_masters(unique))
 
 
-def previous_seal_keys_envelope(session: Session, owner_public: bytes,
-                                branches: list[tuple[bytes, RecipientKey]], handed: HandedOn) -> tuple[str, bytes]:
-    """The envelope of kind 6 every roll addresses to its new owner key (spec §16.6 step 5): the keys
-    of the local seals (§18.1) under the current master secret and every other one of this generation
-    this device opens, then under those they were handed (kind 5) and the seal keys they were handed
-    (kind 6), newest first.  A device without an OS keychain closed while another made a random roll
-    and then an erasure (which hands on no master secret) still finds its key, and with it what it
-    kept to seal its own writes again (§16.10).  A seal key is a one-way function of its master secret
-    and opens only an installation's own local seal: no slot, envelope or segment in the folder."""
-    keyring = session.keyring
-    holders = [(keyring.master_secret(), handed), *((vms, handed_on(session, owner)) for vms, owner in branches)]
-    entries: list[tuple[int, bytes]] = []
-    for vms, theirs in holders:
-        entries += [(keyring.generation, seal_key(session.vault_id, vms, keyring.generation)),
-                    *((g, seal_key(session.vault_id, v, g)) for g, v in theirs.masters), *theirs.seal_keys]
-    unique = list(dict.fromkeys(entries))[:envelopes.PREVIOUS_MAX]
+def previous_seal_keys_envelope(session: Session, owner_public: bytes, branches: list[tuple[bytes, RecipientKey]],
+                                handed: HandedOn, exclude: set[bytes]) -> tuple[str, bytes] | None:
+    """The envelope of kind 6 every roll addresses to its new owner key (spec §16.6 step 5): for each
+    owner device that stays (not revoked, not retired, not ``exclude``), the keys of its local seals
+    (§18.1, bound to its writer id) under the current master secret and every other one of this
+    generation this device opens, under those they were handed (kind 5), and the entries for it they were
+    handed (kind 6), newest generation first.  A device without an OS keychain closed while another made a
+    random roll and then an erasure (which hands on no master secret) still finds its key, and with it
+    what it kept to seal its own writes again (§16.10).  A seal key is a one-way function of its master
+    secret and writer: it opens no slot, envelope or segment in the folder, and no seal of a key that
+    retired (a backup of an erasing device's files from before its erasure stays shut).  None when no
+    such device is left (the roll's own device seals its new key itself)."""
+    keyring, r = session.keyring, session.roster
+    writers = sorted(w for w, p in r.principals.items()
+                     if p.kind == CredentialKind.DEVICE and w not in r.revocations and w not in exclude)
+    stays = set(writers)
+    entries: list[tuple[int, bytes, bytes]] = []
+    for vms, theirs in [(keyring.master_secret(), handed),
+                        *((vms, handed_on(session, owner)) for vms, owner in branches)]:
+        masters = [(keyring.generation, vms), *theirs.masters]
+        entries += [(g, w, seal_key(session.vault_id, v, g, w)) for g, v in masters for w in writers]
+        entries += [e for e in theirs.seal_keys if e[1] in stays]
+    ordered = sorted(dict.fromkeys(entries), key=lambda e: -e[0])  # (stable: the current master secret's first)
+    if not ordered:
+        return None  # (no device stays that this roll knows of: its own new key seals itself)
     return envelope(session, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, b"", b"", owner_public,
-                    envelopes.pack_previous_masters(unique))
+                    envelopes.pack_seal_keys(ordered))
+
+
+def seal_keys_without(session: Session, retired: bytes) -> tuple[FileList, list[str]]:
+    """When owner key ``retired`` retires without a keyring roll (key rotation after an erasure, §16.4):
+    the kind-6 envelope addressed to the current owner key again without its entries (none when no entry
+    is left), and the envelopes it replaces (deleted after the records that retire the key).  Its seals
+    in a backup made before the rotation then open with nothing the current credentials reach."""
+    owner = session.keyring.owner_kem
+    if owner is None:
+        return [], []
+    handed = handed_on(session)
+    kept = [e for e in handed.seal_keys if e[1] != retired]
+    if len(kept) == len(handed.seal_keys):
+        return [], []
+    files = [envelope(session, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, b"", b"", owner.public,
+                      envelopes.pack_seal_keys(kept))] if kept else []
+    return files, handed.seal_files
 
 
 def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:

@@ -30,7 +30,7 @@ from ..changes import Changes
 from ..envelopes import EnvelopeKind
 from ..errors import Incomplete, VaultError
 from ..memos import ErasureMemo
-from ..primitives import constant_time_equal
+from ..primitives import RecipientKey, constant_time_equal
 from ..records import Batch, Kind
 from ..session import Session
 from ..session.installation import forget_older_seals
@@ -313,6 +313,8 @@ def roll_again(session: Session) -> Changes:
     if any(h.generation > keyring.generation for h in headers):
         return Changes()  # a newer generation came: this device moves to it first
     branches = other_branches(session, headers)
+    if branches:
+        read_other_rolls(session, branches)
     if branches and unread_branches(session, branches):
         return Changes()  # the other roll's records have not all arrived: joined at a refresh that brings them
     session.branch_checked = slot_files
@@ -326,6 +328,29 @@ def roll_again(session: Session) -> Changes:
     return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete),
                                   note="keys rolled again: two key changes were made at once" if branches
                                   else "keys rolled again: a key change made during an erasure had kept a destroyed key")
+
+
+OTHER_ROLL_DEPTH = 16  # rolls of the other branch read through, at most
+
+
+def read_other_rolls(session: Session, branches: list[tuple[bytes, RecipientKey]]) -> None:
+    """Hold the epoch secrets the other master secrets of this generation deliver (each checked against
+    its EPOCH record and an owner's signature, none an ERASE destroyed) and read what they open, until
+    nothing new comes (spec §16.10 rule 9, "read the other roll"): the batch that announces a roll's
+    epochs is sealed under the epochs before it, and when the other device changed its keys twice while
+    this one did too, those are the other device's previous roll's epochs, which only the other master
+    secret delivers.  Without this the other roll was never read, and the two were never joined."""
+    owners = [o for _, o in branches]
+    for _ in range(OTHER_ROLL_DEPTH):
+        destroyed = destroyed_epochs(session)
+        new = {ref: s for ref, s in other_branch_secrets(session, owners).items()
+               if ref not in session.keyring.epoch_secrets and ref not in destroyed}
+        if not new:
+            return
+        for ref, secret in sorted(new.items()):
+            session.keyring.hold(ref, secret)
+        session.reader.read_again(sorted(session.reader.unreadable))
+        session.refresh()
 
 
 # ---------------------------------------------------------------------------------- step 5

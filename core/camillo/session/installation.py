@@ -107,7 +107,7 @@ def find_installation_credential(session: Session) -> Credential | None:
         if seeds is not None:
             cred = Credential.from_seeds(CredentialKind.DEVICE, *seeds)
     else:
-        cred = load_local_device_key(session)
+        cred = load_local_device_key(session, inst.writer_id)
     if cred is None or cred.writer_id != inst.writer_id:
         return None  # lost: a new writer is certified instead (never reuse a writer id blindly)
     return cred
@@ -148,21 +148,26 @@ def _read_seals(session: Session) -> dict[int, bytes]:
     return {g: b for g, b in table.items() if isinstance(g, int) and isinstance(b, bytes)}
 
 
-def load_local_device_key(session: Session) -> Credential | None:
+def load_local_device_key(session: Session, writer: bytes) -> Credential | None:
+    """Writer ``writer``'s key (this installation's), from its seal under the current master secret, or
+    under an older one a roll handed on (:func:`_through_previous_masters`)."""
     if not session.keyring.unlocked:
         return None
     table = _read_seals(session)
     if not table:
         return None
-    generation = session.keyring.generation
+    generation, vms = session.keyring.generation, session.keyring.master_secret()
     if generation not in table:
-        return _through_previous_masters(session, table)
-    opened = _open_seal(session, table, generation, seal_key(session.vault_id, session.keyring.master_secret(),
-                                                             generation))
+        return _through_previous_masters(session, table, writer)
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation, writer))
     if opened is not None:
         session.key_from_seal = True
         return opened[0]
-    found = _through_previous_masters(session, table)
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation))
+    if opened is not None:  # sealed before seals were bound to their writer: sealed again as after a key change
+        session.key_from_seal = session.key_from_previous = True
+        return opened[0]
+    found = _through_previous_masters(session, table, writer)
     if found is not None:
         return found
     if _another_master_secret(session, generation):
@@ -181,17 +186,21 @@ class HandedOn(NamedTuple):
     """What the rolls before a master secret handed on to its owner key (spec §16.6 step 5), newest first:
     the previous master secrets (kind 5) and the keys of the local seals under earlier ones (kind 6)."""
     masters: list[tuple[int, bytes]]
-    seal_keys: list[tuple[int, bytes]]
+    seal_keys: list[tuple[int, bytes, bytes]]  # (generation, writer id, seal key)
+    seal_files: list[str]  # the kind-6 envelopes they came from
 
 
 def handed_on(session: Session, owner: RecipientKey | None = None) -> HandedOn:
     """The envelopes of kinds 5 and 6 addressed to ``owner`` (default: the current owner KEM key):
     empty lists when none is in the folder (a kind-5 one is absent after an erasure's derived roll:
-    it hands on no master secret)."""
+    it hands on no master secret).  The entries of every kind-6 envelope count (two erasures made at
+    once from one generation roll to one master secret, and each writes one)."""
     owner = owner if owner is not None else session.keyring.owner_kem
-    found: dict[int, list[tuple[int, bytes]]] = {}
+    masters: list[tuple[int, bytes]] | None = None
+    sealed: list[tuple[int, bytes, bytes]] = []
+    files: list[str] = []
     if owner is None:
-        return HandedOn([], [])
+        return HandedOn([], [], [])
     rid, shelf = ids.recipient_id(owner.public), session.shelf
     names = shelf.files_in("env") if isinstance(shelf, FolderShelf) else [n for n in shelf.list() if n.startswith("env/")]
     for name in sorted(names):
@@ -202,10 +211,14 @@ def handed_on(session: Session, owner: RecipientKey | None = None) -> HandedOn:
             payload = envelopes.open_envelope(data, name, session.vault_id, owner)
         except (FileNotFoundError, VaultError, CryptoFailure):
             continue
-        if payload.kind in envelopes.HANDED_ON and payload.recipient_id == rid:
-            found.setdefault(int(payload.kind), envelopes.previous_masters(payload.key))
-    return HandedOn(found.get(envelopes.EnvelopeKind.PREVIOUS_MASTERS, []),
-                    found.get(envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, []))
+        if payload.recipient_id != rid:
+            continue
+        if payload.kind == envelopes.EnvelopeKind.PREVIOUS_MASTERS and masters is None:
+            masters = envelopes.previous_masters(payload.key)
+        elif payload.kind == envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS:
+            sealed += envelopes.seal_keys(payload.key)
+            files.append(name)
+    return HandedOn(masters or [], list(dict.fromkeys(sealed)), files)
 
 
 def previous_masters(session: Session) -> list[tuple[int, bytes]]:
@@ -213,13 +226,15 @@ def previous_masters(session: Session) -> list[tuple[int, bytes]]:
     return handed_on(session).masters
 
 
-def seal_key(vault_id: bytes, vms: bytes, generation: int) -> bytes:
-    """The key of an installation's local seal of its device key under master secret ``vms`` of
-    ``generation`` (spec §18.1, purpose ``device-key``): what a kind-6 entry carries."""
-    return keys.local_key(vms + generation.to_bytes(4, "big"), "device-key", vault_id)
+def seal_key(vault_id: bytes, vms: bytes, generation: int, writer: bytes = b"") -> bytes:
+    """The key of an installation's local seal of writer ``writer``'s device key under master secret
+    ``vms`` of ``generation`` (spec §18.1, purpose ``device-key``): what a kind-6 entry carries.  Bound
+    to the writer, so that an entry handed on for one device opens no seal of another key, a retired one
+    in a backup least of all.  (Without ``writer``: how seals were keyed before, read for the upgrade.)"""
+    return keys.local_key(vms + generation.to_bytes(4, "big") + writer, "device-key", vault_id)
 
 
-def _through_previous_masters(session: Session, table: dict[int, bytes]) -> Credential | None:
+def _through_previous_masters(session: Session, table: dict[int, bytes], writer: bytes) -> Credential | None:
     """This installation's key from its seal under a master secret a roll before the current one made
     (a passphrase changed, an erasure made, on another device while this one was closed): opened with
     the master secret a random roll handed on (kind 5), or with the key of that seal a roll handed on
@@ -229,7 +244,8 @@ def _through_previous_masters(session: Session, table: dict[int, bytes]) -> Cred
     master secret; the epochs the handed master secrets deliver that the current one lacks are handed
     over (spec §16.10 rule 8, ``ops.repair.wrap_missing_epochs``), and then the older seals go."""
     handed = handed_on(session)
-    tries = [(g, seal_key(session.vault_id, vms, g)) for g, vms in handed.masters] + handed.seal_keys
+    tries = [*((g, seal_key(session.vault_id, vms, g, writer)) for g, vms in handed.masters),
+             *((g, key) for g, w, key in handed.seal_keys if w == writer)]
     for generation, key in tries:
         opened = _open_seal(session, table, generation, key)
         if opened is None:
@@ -244,15 +260,22 @@ def _through_previous_masters(session: Session, table: dict[int, bytes]) -> Cred
 
 def seal_table(session: Session) -> dict[int, bytes]:
     """This installation's seals of its key, by generation: none with an OS keychain (or unreadable)."""
+    return _local_seals(session)[1]
+
+
+def _local_seals(session: Session) -> tuple[bytes, dict[int, bytes]]:
+    """This installation's writer id and its seals by generation (b"" and none with an OS keychain)."""
     inst = session.local.load_installation()
     if inst is None or inst.keystore != "local":
-        return {}
-    return _read_seals(session)
+        return b"", {}
+    return inst.writer_id, _read_seals(session)
 
 
 def seal_opens(session: Session, table: dict[int, bytes], vms: bytes, generation: int) -> bool:
     """Whether ``table`` (:func:`seal_table`) seals this installation's key under master secret ``vms``."""
-    return _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation)) is not None
+    writer = _local_seals(session)[0]
+    return any(_open_seal(session, table, generation, seal_key(session.vault_id, vms, generation, w)) is not None
+               for w in (writer, b""))
 
 
 def _another_master_secret(session: Session, generation: int) -> bool:
@@ -327,11 +350,12 @@ def save_local_device_key(session: Session, cred: Credential, vms: bytes | None 
     table = _read_seals(session)
     if vms is None or generation is None:
         vms, generation = session.keyring.master_secret(), session.keyring.generation
-    opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation))
+    writer = cred.writer_id
+    opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation, writer))
     derived_from = opened[1] if opened is not None else []
     for _ in range(DERIVED_AHEAD + 1):
-        table[generation] = seal_local(seal_key(session.vault_id, vms, generation), "device-key", session.vault_id,
-                                       _seal_payload(cred, derived_from))
+        table[generation] = seal_local(seal_key(session.vault_id, vms, generation, writer), "device-key",
+                                       session.vault_id, _seal_payload(cred, derived_from))
         derived_from = [*derived_from, generation]
         generation += 1
         vms = keys.next_master(vms, session.vault_id, generation)
@@ -344,7 +368,7 @@ def _sealed_ahead(session: Session, cred: Credential) -> bool:
     table = _read_seals(session)
     vms, generation = session.keyring.master_secret(), session.keyring.generation
     for _ in range(DERIVED_AHEAD + 1):
-        opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation))
+        opened = _open_seal(session, table, generation, seal_key(session.vault_id, vms, generation, cred.writer_id))
         if opened is None or not (constant_time_equal(opened[0].signer.seed, cred.signer.seed)
                                   and constant_time_equal(opened[0].recipient.seed, cred.recipient.seed)):
             return False
@@ -389,11 +413,11 @@ def forget_older_seals(session: Session) -> None:
     secrets derive the current one (an erasure's roll) stay: whoever holds one computes the current one
     and opens the current seal anyway, and another device's key change concurrent with that erasure,
     made from one of them, hands on its seal key (kind 6, §16.6), the way back to this key."""
-    table, generation = seal_table(session), session.keyring.generation
+    (writer, table), generation = _local_seals(session), session.keyring.generation
     if not session.keyring.unlocked or generation not in table:
         return  # the current seal is not there (its key is not sealed at this generation): keep what is
     opened = _open_seal(session, table, generation, seal_key(session.vault_id, session.keyring.master_secret(),
-                                                             generation))
+                                                             generation, writer))
     derived_from = set(opened[1]) if opened is not None else set()
     kept = {g: blob for g, blob in table.items() if g >= generation or g in derived_from}
     if len(kept) != len(table):
