@@ -136,7 +136,7 @@ class DeviceStateStore:
         failure: DamagedFile | None = None
         for path in self.paths:
             data = read_file(path)
-            if data is None:
+            if not data:  # (absent, or created by a first save that a crash stopped before it wrote a byte)
                 continue
             try:
                 raw, writes = self._open(path, data)

@@ -44,6 +44,19 @@ def test_saves_take_turns_in_place_and_the_newest_copy_is_the_state(tmp_path, mo
     assert [os.stat(p).st_ino for p in store.paths] == inodes, "the copies are the same files, overwritten"
 
 
+def test_a_first_save_killed_before_it_wrote_a_byte_is_no_state_not_damage(tmp_path):
+    """Found by the crash campaign (tests/reliability, a re-certification killed 0.03 s in): the first save
+    of a new key's state creates its file and is killed before writing to it.  The empty file made the
+    device refuse to open ("not a Camillo local-state file"); it is now no state, as if never created,
+    and the next save writes it."""
+    store = store_in(tmp_path)
+    os.makedirs(os.path.dirname(store.path))
+    open(store.path, "wb").close()
+    assert store_in(tmp_path).load() is None
+    store_in(tmp_path).save(state(1))
+    assert store_in(tmp_path).load().counters[b"c" * 32][0] == 1
+
+
 def test_a_torn_save_leaves_the_previous_state_standing(tmp_path):
     store = store_in(tmp_path)
     store.save(state(1))

@@ -113,6 +113,21 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("passwd", "desktop", 18), ("write", "laptop", 28), ("sync", 0.3333333333333333, 527),
               ("sync", 0.5674917546648084, 291), ("sync", 0.6446906483727974, 1716), ("sync", 0.75, 4067),
               ("passwd", "desktop", 94), ("sync", 0.8315802986433545, 20), ("passwd", "laptop", 88)])
+# failed every time (found on 2026-12-06 by a run of 200 with seed 424242; on the code before too) until a device's
+# own passphrase opened its key at the newest generation beside another master secret, and a device read the other
+# roll before its signer was known (spec §16.10 rules 9 and 10; test_key_changes.py::
+# test_a_passphrase_change_beside_another_change_and_an_erasure_is_joined_by_the_device_that_set_it)
+@example(ops=[("passwd", "laptop", 0), ("passwd", "desktop", 0), ("write", "laptop", 0), ("passwd", "laptop", 0),
+              ("write", "desktop", 0), ("erase", "desktop", 0)])
+# failed in about 1 run in 4 to 1 in 12 (found on 2026-12-06 by a run of 40 with seed 8080; 3 of 12 replays on the
+# code before that day, 1 of 12 and 3 of 16 on the day's; 0 of 16 since) until a key change waited for the current
+# epoch of every compartment (spec §16.10 rule 10; test_key_changes.py::
+# test_a_key_change_waits_for_the_current_key_of_every_compartment): a partial sync brought the desktop the laptop's
+# passphrase change without one compartment's new envelopes; the desktop's erasure sealed its key rotation there to
+# that epoch's public key and rolled the keys without its secret
+@example(ops=[("passwd", "laptop", 8), ("erase", "desktop", 94), ("sync", 0.5, 25711), ("passwd", "desktop", 33),
+              ("sync", 0.404813861074122, 40184), ("write", "laptop", 94), ("sync", 0.5, 581), ("write", "laptop", 99),
+              ("erase", "desktop", 94)])
 # failed every time (found on 2026-12-06 by a run of 40 with seed 5150; on the code before too) until a device read
 # the other roll through the epochs the other master secret delivers (spec §16.10 rule 9; test_key_changes.py::
 # test_two_passphrase_changes_on_each_device_at_once_are_joined): two passphrase changes on each device before any

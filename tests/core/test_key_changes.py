@@ -10,7 +10,19 @@ import shutil
 import sys
 
 import pytest
-from camillo import Incomplete, NewRecord, ReadOnlyVault, Unlock, Vault, WrongCredential, encoding, keys
+from camillo import (
+    Incomplete,
+    NewRecord,
+    ReadOnlyVault,
+    Unlock,
+    Vault,
+    VaultError,
+    WrongCredential,
+    encoding,
+    envelopes,
+    keys,
+)
+from camillo.primitives import CryptoFailure
 from camillo.session.installation import handed_on, seal_key
 
 PASSPHRASE = "correct horse battery staple"
@@ -631,6 +643,50 @@ def test_two_passphrase_changes_on_each_device_at_once_are_joined(two_devices):
             assert v.session.actor is not None, who
             generations.add(v.session.keyring.generation)
     assert len(generations) == 1 and generations.pop() > 3
+
+
+def test_a_passphrase_change_beside_another_change_and_an_erasure_is_joined_by_the_device_that_set_it(tmp_path):
+    """Found by the key-change hunt (the laptop lost its writes every time, on the code before too): before any
+    sync the laptop changes the passphrase twice and the desktop changes it once and erases, which rotates its
+    key.  Two master secrets stand at one generation: the laptop's second change and the desktop's erasure.
+    The laptop's second change made no slot for the desktop's new key, so only the laptop can join them, and
+    when the desktop's passphrase is the one that counts (§14.6, by the revocations' ids: about every other
+    run) the laptop's passphrase slot is of the newest generation and was never used, so the laptop read
+    without writing forever.  Its own passphrase now opens its own key there too when another master secret
+    stands beside it (spec §16.10 rule 10), and it reads the desktop's roll through the epochs that one
+    delivers (the records that certify the desktop's new key are sealed under them) and joins the two."""
+    used = [PASSPHRASE, "the laptop's first", "the desktop's", "the laptop's second"]
+    for attempt in range(12):  # until the desktop's passphrase is the one that counts
+        sync, open_ = _laptop_and_desktop(tmp_path / str(attempt), FolderSync)
+        homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+        with open_("laptop") as v:
+            v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+        with open_("desktop") as v:
+            v.change_passphrase(used[2], reauth=Unlock.passphrase(PASSPHRASE))
+        with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
+            written = v.append([NewRecord(type="message", text="the laptop's")]).written
+            v.change_passphrase(used[3], reauth=Unlock.passphrase(used[1]))
+        with Vault.open(roots["desktop"], Unlock.passphrase(used[2]), home=homes["desktop"]) as v:
+            written += v.append([NewRecord(type="message", text="the desktop's")]).written
+            target = v.append([NewRecord(type="message", text="erased")]).written[0]
+            v.erase([target])
+        sync.sync()
+        try:
+            Vault.open(roots["laptop"], Unlock.passphrase(used[3]), home=str(tmp_path / f"new-{attempt}")).lock()
+        except WrongCredential:
+            break  # the laptop's second passphrase does not count
+    else:
+        raise AssertionError("the laptop's second passphrase counted every time")
+    _settle_as_people(sync, roots, homes, used)
+    generations = set()
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            shown = {r.id for r in v.timeline()}
+            assert set(written) <= shown and target not in shown, who
+            assert serious(v) == [] and v.session.actor is not None, (who, serious(v))
+            generations.add(v.session.keyring.generation)
+    assert len(generations) == 1
 
 
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
@@ -1416,6 +1472,53 @@ def test_an_offline_write_survives_a_passphrase_change_then_an_erasure_on_anothe
         roster = v.session.roster
         assert desktop_key in roster.revocations and v.writer_id != desktop_key
         assert all(w in roster.principals and w not in roster.revocations for _g, w, _k in handed_on(v.session).seal_keys)
+
+
+def test_a_key_change_waits_for_the_current_key_of_every_compartment(two_devices):
+    """Found by the key-change hunt (1 run in 4 to 1 in 12 of one example, on the code before too): the laptop
+    changes the passphrase, which starts a new epoch in every compartment; the sync brings the desktop all of
+    it but the envelopes of the new epoch of "work".  No segment is sealed under that epoch yet, so the
+    desktop's erasure in "personal" went ahead: its key rotation sealed a batch in "work" to that epoch with
+    the public key alone, and its roll, which could not wrap a secret it did not hold, deleted the envelopes
+    that delivered it.  That batch stayed unreadable on every device.  Now a key change waits (Incomplete,
+    nothing changed) until the current epoch of every compartment is here (spec §16.10 rule 10)."""
+    sync, open_ = two_devices
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    used = [PASSPHRASE, "the laptop's new passphrase"]
+    with open_("desktop") as v:
+        target = v.append([NewRecord(type="message", text="erased on the desktop")]).written[0]
+        kept = v.append([NewRecord(type="message", text="kept on the desktop")]).written[0]
+    sync.sync()
+    with open_("laptop") as v:
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(roots["laptop"], Unlock.passphrase(used[1]), home=homes["laptop"]) as v:
+        work, owner = v.compartment_id("work"), v.session.keyring.owner_kem
+        held_back = set()
+        for rel in sync.files(sync.a):
+            if rel.startswith("env/"):
+                with open(os.path.join(sync.a, rel), "rb") as fh:
+                    data = fh.read()
+                try:
+                    payload = envelopes.open_envelope(data, rel, v.vault_id, owner)
+                except (VaultError, CryptoFailure):  # (not for the owner key)
+                    continue
+                if payload.compartment_id == work:
+                    held_back.add(rel)
+    assert held_back
+    for rel in sorted(sync.files(sync.a) - sync.files(sync.b) - held_back):  # all but those, nothing deleted
+        _carry(sync.a, sync.b, rel)
+    desktop, _ = open_as_a_person(roots["desktop"], homes["desktop"], used)
+    with desktop:
+        before = sync.files(sync.b)
+        with pytest.raises((Incomplete, ReadOnlyVault), match="not arrived here yet"):
+            desktop.erase([target])
+        assert sync.files(sync.b) == before
+    sync.sync()
+    v, _ = open_as_a_person(roots["desktop"], homes["desktop"], used)
+    with v:
+        v.erase([target])
+    _settle_as_people(sync, roots, homes, used)
+    _both_agree(roots, homes, used, shown=kept, erased=target)
 
 
 def test_an_erasure_waits_for_the_batch_that_announced_the_key_it_would_destroy(two_devices):

@@ -327,6 +327,16 @@ def epochs_holding_data_not_here(session: Session) -> set[tuple[bytes, bytes]]:
     return missing & ({*reader.segment_epochs.values(), *reader.unreadable.values()})
 
 
+def current_epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:
+    """Those of :func:`epochs_not_here` that are a compartment's current epoch, which writes seal to."""
+    missing = epochs_not_here(session)
+    if not missing:
+        return set()
+    r = session.roster
+    current = {(c, e.epoch_id) for c in session.all_compartments() if (e := r.current_epoch(c)) is not None}
+    return missing & current
+
+
 def unread_branches(session: Session, branches: list[tuple[bytes, RecipientKey]] | None = None,
                     ) -> list[tuple[bytes, RecipientKey]]:
     """Those of :func:`other_branches` whose roll this device has not read (spec §16.10 rule 9): the roster
@@ -360,10 +370,12 @@ def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None 
 
 def keys_not_here(session: Session) -> str:
     """Why a key change that rolls the master secret must wait ("" when it need not): epochs that segments
-    here are sealed under whose keys have not arrived (spec §16.10 rule 10), or another master secret of
-    this generation whose roll has not all arrived (rule 9).  A roll made now would leave what they
-    protect readable only through an older master secret, whose slots it deletes."""
-    missing = epochs_holding_data_not_here(session)
+    here are sealed under whose keys have not arrived (spec §16.10 rule 10), a compartment's current epoch
+    whose key has not arrived (the change itself, and every write after it, seals to that epoch: an
+    erasure's key rotation writes a batch in every compartment), or another master secret of this
+    generation whose roll has not all arrived (rule 9).  A roll made now would leave what they protect
+    readable only through an older master secret, whose slots it deletes."""
+    missing = epochs_holding_data_not_here(session) | current_epochs_not_here(session)
     if missing:
         names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))
         return f"keys that another device made have not arrived here yet ({names})"
@@ -373,12 +385,16 @@ def keys_not_here(session: Session) -> str:
     return ""
 
 
-def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tuple[bytes, RecipientKey]]:
+def other_branches(session: Session, headers: list[slots.SlotHeader], *,
+                   vouched: bool = True) -> list[tuple[bytes, RecipientKey]]:
     """The other master secrets of the current generation (two rolls made at once from one generation,
     one of them random: spec §16.10 rule 9) that this device opens, with their owner KEM keys: from a
     slot of that generation for this device's key, signed by an owner (revoked since or not: the
     other roll's device may have retired its key since, an erasure rotates it).  A slot that a host
-    planted opens nothing here: no owner signed it."""
+    planted opens nothing here: no owner signed it.  ``vouched`` False: also those whose signer this
+    roster does not know yet (the other roll's device rotated its key after an erasure, and the records
+    that certify the new one are sealed under epochs only the other master secret delivers), to read
+    that roll with (:func:`ops.repair.read_other_rolls`), never to join it."""
     actor, keyring, r = session.actor, session.keyring, session.roster
     if actor is None or actor.kind != CredentialKind.DEVICE or not keyring.unlocked:
         return []
@@ -392,17 +408,21 @@ def other_branches(session: Session, headers: list[slots.SlotHeader]) -> list[tu
         except (CryptoFailure, VaultError):
             continue
         if (vms not in found and not constant_time_equal(vms, keyring.master_secret())
-                and st.recipient_id == actor.recipient_id and r.owner_signed(st.signatures, st.message)):
+                and st.recipient_id == actor.recipient_id
+                and (not vouched or r.owner_signed(st.signatures, st.message))):
             found[vms] = keys.owner_kem(vms, session.vault_id, h.generation)
     return sorted(found.items())
 
 
-def other_branch_secrets(session: Session, owners: list[RecipientKey]) -> dict[tuple[bytes, bytes], bytes]:
+def other_branch_secrets(session: Session, owners: list[RecipientKey], *,
+                         signed: bool = True) -> dict[tuple[bytes, bytes], bytes]:
     """The epoch secrets delivered to the owner KEM keys of :func:`other_branches`.  A roll that is not
     derived wraps them too, since it deletes every envelope addressed to another owner key: without
     this the epochs only the other roll delivered (an erasure's new epoch, with the batches it
     re-encrypted) would be lost with them.  Each secret must match its EPOCH record and come in an
-    envelope an owner signed, as any epoch secret read (§15.3)."""
+    envelope an owner signed, as any epoch secret read (§15.3); ``signed`` False: matching its EPOCH
+    record is enough (to read the other roll with, whose device's new key this roster does not know yet:
+    the commitment in a record the roster verified binds the secret, whoever wrapped it)."""
     r = session.roster
     out: dict[tuple[bytes, bytes], bytes] = {}
     if not owners:
@@ -423,7 +443,7 @@ def other_branch_secrets(session: Session, owners: list[RecipientKey]) -> dict[t
         info = r.epochs.get(ref)
         if info is None or not constant_time_equal(keys.epoch_commit(payload.key, session.vault_id, *ref), info.commit):
             continue
-        if r.owner_signed(payload.signatures, payload.message):
+        if not signed or r.owner_signed(payload.signatures, payload.message):
             out.setdefault(ref, payload.key)
     return out
 

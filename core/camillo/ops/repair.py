@@ -312,9 +312,10 @@ def roll_again(session: Session) -> Changes:
     headers = session.slot_headers(ask_store=False)[0]
     if any(h.generation > keyring.generation for h in headers):
         return Changes()  # a newer generation came: this device moves to it first
+    reading = other_branches(session, headers, vouched=False)
+    if reading:  # read first: the records that vouch for the other roll's slot may be sealed in it
+        read_other_rolls(session, reading)
     branches = other_branches(session, headers)
-    if branches:
-        read_other_rolls(session, branches)
     if branches and unread_branches(session, branches):
         return Changes()  # the other roll's records have not all arrived: joined at a refresh that brings them
     session.branch_checked = slot_files
@@ -334,16 +335,20 @@ OTHER_ROLL_DEPTH = 16  # rolls of the other branch read through, at most
 
 
 def read_other_rolls(session: Session, branches: list[tuple[bytes, RecipientKey]]) -> None:
-    """Hold the epoch secrets the other master secrets of this generation deliver (each checked against
-    its EPOCH record and an owner's signature, none an ERASE destroyed) and read what they open, until
-    nothing new comes (spec §16.10 rule 9, "read the other roll"): the batch that announces a roll's
-    epochs is sealed under the epochs before it, and when the other device changed its keys twice while
-    this one did too, those are the other device's previous roll's epochs, which only the other master
-    secret delivers.  Without this the other roll was never read, and the two were never joined."""
+    """Hold the epoch secrets the other master secrets of this generation deliver (each matching the
+    commitment of its EPOCH record, which the roster verified; none an ERASE destroyed) and read what they
+    open, until nothing new comes (spec §16.10 rule 9, "read the other roll"): the batch that announces a
+    roll's epochs is sealed under the epochs before it, and when the other device changed its keys twice
+    while this one did too, those are the other device's previous roll's epochs, which only the other
+    master secret delivers; and when the other roll was an erasure, the records that certify its
+    device's new key, which signed the other roll's slots and envelopes, are among them.  Without this
+    the other roll was never read, and the two were never joined.  A slot a host planted for this
+    device's key gives a master secret whose envelopes deliver no secret matching a verified EPOCH record:
+    nothing is held from it."""
     owners = [o for _, o in branches]
     for _ in range(OTHER_ROLL_DEPTH):
         destroyed = destroyed_epochs(session)
-        new = {ref: s for ref, s in other_branch_secrets(session, owners).items()
+        new = {ref: s for ref, s in other_branch_secrets(session, owners, signed=False).items()
                if ref not in session.keyring.epoch_secrets and ref not in destroyed}
         if not new:
             return

@@ -170,7 +170,7 @@ def load_local_device_key(session: Session, writer: bytes) -> Credential | None:
     found = _through_previous_masters(session, table, writer)
     if found is not None:
         return found
-    if _another_master_secret(session, generation):
+    if another_master_secret(session, generation):
         # Sealed under the other master secret of this generation (two key changes made at once,
         # spec §16.10 rule 9): not lost.  Replacing it now would retire it on a view that cannot
         # read what it wrote under the other one, and reject those writes once they are joined.
@@ -278,7 +278,7 @@ def seal_opens(session: Session, table: dict[int, bytes], vms: bytes, generation
                for w in (writer, b""))
 
 
-def _another_master_secret(session: Session, generation: int) -> bool:
+def another_master_secret(session: Session, generation: int) -> bool:
     """Whether a slot of ``generation`` opens under another master secret than this session's (its
     statement does not open under ours)."""
     for h in session.slot_headers(ask_store=False)[0]:
