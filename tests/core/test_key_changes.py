@@ -689,6 +689,45 @@ def test_a_passphrase_change_beside_another_change_and_an_erasure_is_joined_by_t
     assert len(generations) == 1
 
 
+def test_no_key_change_hands_on_what_only_an_unjoined_other_change_delivers(tmp_path):
+    """Found by review of the reading of the other roll before its signer is known (spec §16.10 rule 9): the
+    desktop revokes the phone, writes in "work" and erases; meanwhile the laptop re-issues the recovery phrase
+    twice (its slots still include the phone).  The sync brings the laptop all of the desktop's files but the
+    erasure's segments.  The laptop read the desktop's roll with the epochs its master secret delivers, and an
+    erasure on the laptop then went ahead: its derived roll wrapped those epochs (the desktop's writes after
+    the revocation) to a master secret the phone, which still had a slot under the laptop's current one, could
+    compute.  Now what is held only to read the other roll is never wrapped again from here, and a key change
+    waits until the two are joined."""
+    sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
+    homes = dict(open_.homes, phone=str(tmp_path / "home-phone"))
+    Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=homes["phone"]).lock()
+    sync.sync()
+    for who in ("laptop", "desktop"):
+        with open_(who) as v:
+            v.refresh()
+        sync.sync()
+    with open_("desktop") as v:
+        v.revoke("phone", reauth=Unlock.passphrase(PASSPHRASE))
+    with open_("desktop") as v:
+        v.append([NewRecord(type="message", text="after the phone's revocation")], compartment="work")
+        target = v.append([NewRecord(type="message", text="erased")]).written[0]
+    before = sync.files(sync.b)
+    with open_("desktop") as v:
+        v.erase([target], reauth=Unlock.passphrase(PASSPHRASE))
+    held_back = {r for r in sync.files(sync.b) - before if not r.startswith(("slots/", "env/"))}
+    for _ in range(2):
+        with open_("laptop") as v:
+            v.reissue_recovery_phrase(reauth=Unlock.passphrase(PASSPHRASE))
+    for rel in sorted(sync.files(sync.b) - sync.files(sync.a) - held_back):  # nothing deleted
+        _carry(sync.b, sync.a, rel)
+    with open_("laptop") as v:
+        keyring = v.session.keyring
+        assert not keyring.borrowed & keyring.secrets().keys()  # (what a roll wraps: never the borrowed)
+        mine = v.append([NewRecord(type="message", text="the laptop's")]).written[0]
+        with pytest.raises(Incomplete, match="Nothing was changed"):
+            v.erase([mine], reauth=Unlock.passphrase(PASSPHRASE))
+
+
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
     """Found by the passphrase-change hunt (test_key_change_hunt.py): the laptop changes the passphrase and
     writes; the desktop, before any sync, changes it too, writes and erases a record (its erasure rolls to

@@ -379,9 +379,13 @@ def keys_not_here(session: Session) -> str:
     if missing:
         names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))
         return f"keys that another device made have not arrived here yet ({names})"
-    if unread_branches(session):
-        return "another device changed the vault's keys at the same time as this one, and its change has not " \
-               "all arrived here yet"
+    if other_branches(session, session.slot_headers(ask_store=False)[0], vouched=False):
+        # (read or not, vouched for or not: joined first, at the next open or refresh; a derived roll made now
+        # would hand what only the other master secret delivers to whoever held the current one, a device
+        # the other change revoked included, and a random one would issue it a slot if this roster has not
+        # read that revocation yet)
+        return "another device changed the vault's keys at the same time as this one, and the two changes are " \
+               "not joined yet"
     return ""
 
 

@@ -353,7 +353,7 @@ def read_other_rolls(session: Session, branches: list[tuple[bytes, RecipientKey]
         if not new:
             return
         for ref, secret in sorted(new.items()):
-            session.keyring.hold(ref, secret)
+            session.keyring.hold(ref, secret, borrowed=True)  # (to read with only: no roll wraps it from here)
         session.reader.read_again(sorted(session.reader.unreadable))
         session.refresh()
 

@@ -64,6 +64,7 @@ class KeyRing:
         self.epoch_keys = EpochKeys(vault_id, self.epoch_secrets)  # (derived when first asked for)
         self.epoch_publics: dict[EpochRef, bytes] = {}
         self.envelope_sources: dict[EpochRef, EnvelopePayload] = {}
+        self.borrowed: set[EpochRef] = set()  # held from another master secret of this generation (hold)
         self.seen_envelopes: set[str] = set()
 
     # ------------------------------------------------------------------------------ master secret
@@ -113,10 +114,14 @@ class KeyRing:
         self.envelope_sources[key] = payload
         return True
 
-    def hold(self, ref: EpochRef, secret: bytes) -> None:
-        """An epoch secret this session made itself (a new epoch it is announcing)."""
+    def hold(self, ref: EpochRef, secret: bytes, *, borrowed: bool = False) -> None:
+        """An epoch secret this session made itself (a new epoch it is announcing), or, ``borrowed``, one
+        another master secret of this generation delivers, held only to read that other roll with (spec
+        §16.10 rule 9): never wrapped again by a roll, nor carried to another generation, from here."""
         if ref not in self.epoch_secrets:
             self.epoch_secrets[ref] = SecretBytes(secret)
+            if borrowed:
+                self.borrowed.add(ref)
 
     def forget(self, refs: Iterable[EpochRef]) -> None:
         """Drop these epochs' secrets (an erasure destroyed them, or no owner vouched for them)."""
@@ -126,6 +131,7 @@ class KeyRing:
                 secret.wipe()
             self.epoch_keys.forget(ref)
             self.envelope_sources.pop(ref, None)
+            self.borrowed.discard(ref)
 
     def forget_epoch_keys(self) -> None:
         """Drop every epoch key and forget which envelopes were read (they are read again)."""
@@ -136,10 +142,11 @@ class KeyRing:
         self.epoch_publics.clear()
         self.envelope_sources.clear()  # the payloads carry the epoch secrets they delivered
         self.seen_envelopes.clear()
+        self.borrowed.clear()
 
     def secrets(self) -> dict[EpochRef, bytes]:
-        """Every epoch secret held, as bytes (for wrapping them again)."""
-        return {k: s.get() for k, s in self.epoch_secrets.items()}
+        """Every epoch secret held, as bytes (for wrapping them again), but those borrowed (:meth:`hold`)."""
+        return {k: s.get() for k, s in self.epoch_secrets.items() if k not in self.borrowed}
 
     def secret(self, ref: EpochRef) -> bytes | None:
         s = self.epoch_secrets.get(ref)

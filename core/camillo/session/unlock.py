@@ -332,8 +332,10 @@ def check_unlocking_credential(session: Session) -> None:
 def opened_own_seal(session: Session) -> bool:
     """Whether this session's actor is this installation's device key, taken from its local seal under
     the master secret the unlock gave, a current owner, and that master secret older than the newest
-    (spec §16.10 rule 10: the device moves on through its own slot).  A slot of the newest generation
-    for a credential that does not count is never used, even on the device that wrote it."""
+    (spec §16.10 rule 10: the device moves on through its own slot), or of the newest while another master
+    secret stands beside it (rule 9: the join needs this device).  Otherwise a slot of the newest
+    generation for a credential that does not count is never used, even on the device that wrote it.
+    (Both generation tests read slot files a host can forge; what authenticates is the seal's AEAD.)"""
     actor, used = session.actor, session.unlock_slot
     if not session.key_from_seal or actor is None or actor.kind != CredentialKind.DEVICE or used is None:
         return False
