@@ -728,6 +728,22 @@ def test_no_key_change_hands_on_what_only_an_unjoined_other_change_delivers(tmp_
             v.erase([mine], reauth=Unlock.passphrase(PASSPHRASE))
 
 
+def test_a_borrowed_epoch_secret_reads_but_is_never_kept_wrapped_or_carried():
+    """What a device holds only to read another change of its generation (spec §16.10 rule 9) opens that
+    change's segments, but no write keeps it, no roll wraps it, no grant gets it, and it goes with the keys."""
+    from camillo.session.keyring import KeyRing
+
+    ring = KeyRing(bytes(32))
+    own, borrowed = (bytes(16), bytes([1]) * 16), (bytes(16), bytes([2]) * 16)
+    ring.hold(own, bytes([3]) * 32)
+    ring.hold(borrowed, bytes([4]) * 32, borrowed=True)
+    assert borrowed in ring.epoch_keys and ring.epoch_keys.get(borrowed) is not None  # (it reads)
+    assert ring.secret(borrowed) is None and ring.secret(own) == bytes([3]) * 32
+    assert ring.secrets() == {own: bytes([3]) * 32}
+    ring.forget_epoch_keys()
+    assert ring.borrowed == set() and ring.secrets() == {}
+
+
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
     """Found by the passphrase-change hunt (test_key_change_hunt.py): the laptop changes the passphrase and
     writes; the desktop, before any sync, changes it too, writes and erases a record (its erasure rolls to

@@ -373,8 +373,8 @@ def keys_not_here(session: Session) -> str:
     here are sealed under whose keys have not arrived (spec §16.10 rule 10), a compartment's current epoch
     whose key has not arrived (the change itself, and every write after it, seals to that epoch: an
     erasure's key rotation writes a batch in every compartment), or another master secret of this
-    generation whose roll has not all arrived (rule 9).  A roll made now would leave what they protect
-    readable only through an older master secret, whose slots it deletes."""
+    generation not joined yet (rule 9).  A roll made now would leave what they protect readable only
+    through an older master secret, whose slots it deletes, or hand on what only the other one delivers."""
     missing = epochs_holding_data_not_here(session) | current_epochs_not_here(session)
     if missing:
         names = ", ".join(sorted({session.roster.compartment_name(c) for c, _ in missing}))

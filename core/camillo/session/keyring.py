@@ -149,6 +149,10 @@ class KeyRing:
         return {k: s.get() for k, s in self.epoch_secrets.items() if k not in self.borrowed}
 
     def secret(self, ref: EpochRef) -> bytes | None:
+        """An epoch secret held (None when not, or only borrowed: :meth:`hold`; what a writer keeps, wraps
+        to a grant or derives a key from, never one borrowed from another master secret)."""
+        if ref in self.borrowed:
+            return None
         s = self.epoch_secrets.get(ref)
         return s.get() if s is not None else None
 
