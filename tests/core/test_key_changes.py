@@ -744,6 +744,36 @@ def test_a_borrowed_epoch_secret_reads_but_is_never_kept_wrapped_or_carried():
     assert ring.borrowed == set() and ring.secrets() == {}
 
 
+@pytest.mark.xfail(strict=True, reason="known, not fixed yet (found by review on 2026-12-06; spec §14.6 needs a "
+                   "decision): a REVOKE co-signed by a passphrase that a concurrent change replaced is not applied")
+def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revoked(tmp_path):
+    """The desktop revokes the (lost) phone, re-authenticating with the passphrase, while the laptop, before any
+    sync, changes the passphrase.  The revocation's passphrase signature is by the passphrase the laptop's change
+    revoked without having seen the revocation, and a revoked signer counts only where its revocation had seen
+    the batch: the phone's revocation is dropped on both devices, and the phone keeps a slot of the current
+    generation (every run).  Marked as an expected failure so that the fix, when it comes, has its test."""
+    sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
+    homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
+    with Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=str(tmp_path / "phone")) as v:
+        phone = v.writer_id
+    sync.sync()
+    for who in ("laptop", "desktop"):
+        with open_(who) as v:
+            v.refresh()
+        sync.sync()
+    with open_("desktop") as v:
+        v.revoke("phone", reauth=Unlock.passphrase(PASSPHRASE))
+    used = [PASSPHRASE, "the laptop's new passphrase"]
+    with open_("laptop") as v:
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
+    sync.sync()
+    _settle_as_people(sync, roots, homes, used)
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            assert phone in v.session.roster.revocations, who
+
+
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):
     """Found by the passphrase-change hunt (test_key_change_hunt.py): the laptop changes the passphrase and
     writes; the desktop, before any sync, changes it too, writes and erases a record (its erasure rolls to
