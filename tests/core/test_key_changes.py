@@ -689,6 +689,18 @@ def test_a_passphrase_change_beside_another_change_and_an_erasure_is_joined_by_t
     assert len(generations) == 1
 
 
+def _a_phone_joins(sync: FolderSync, open_, home: str) -> bytes:
+    """A third device, "phone", joins the laptop's copy; both devices then read its registration.  Its writer id."""
+    with Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=home) as v:
+        phone = v.writer_id
+    sync.sync()
+    for who in ("laptop", "desktop"):
+        with open_(who) as v:
+            v.refresh()
+        sync.sync()
+    return phone
+
+
 def test_no_key_change_hands_on_what_only_an_unjoined_other_change_delivers(tmp_path):
     """Found by review of the reading of the other roll before its signer is known (spec §16.10 rule 9): the
     desktop revokes the phone, writes in "work" and erases; meanwhile the laptop re-issues the recovery phrase
@@ -699,13 +711,7 @@ def test_no_key_change_hands_on_what_only_an_unjoined_other_change_delivers(tmp_
     compute.  Now what is held only to read the other roll is never wrapped again from here, and a key change
     waits until the two are joined."""
     sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
-    homes = dict(open_.homes, phone=str(tmp_path / "home-phone"))
-    Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=homes["phone"]).lock()
-    sync.sync()
-    for who in ("laptop", "desktop"):
-        with open_(who) as v:
-            v.refresh()
-        sync.sync()
+    _a_phone_joins(sync, open_, str(tmp_path / "home-phone"))
     with open_("desktop") as v:
         v.revoke("phone", reauth=Unlock.passphrase(PASSPHRASE))
     with open_("desktop") as v:
@@ -754,13 +760,7 @@ def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revo
     generation (every run).  Marked as an expected failure so that the fix, when it comes, has its test."""
     sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
     homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
-    with Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=str(tmp_path / "phone")) as v:
-        phone = v.writer_id
-    sync.sync()
-    for who in ("laptop", "desktop"):
-        with open_(who) as v:
-            v.refresh()
-        sync.sync()
+    phone = _a_phone_joins(sync, open_, str(tmp_path / "phone"))
     with open_("desktop") as v:
         v.revoke("phone", reauth=Unlock.passphrase(PASSPHRASE))
     used = [PASSPHRASE, "the laptop's new passphrase"]

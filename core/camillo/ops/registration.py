@@ -98,7 +98,7 @@ def register_on_open(session: Session, device_name: str | None, *, re_register: 
         # The replacement's REVOKE pins what the old key wrote as this view accepts it (spec §14.6): on a view
         # that cannot read some of it yet, readers would reject the rest. It waits for the sync (§16.10 rule 10),
         # and for the records and key files of the roll that made the current generation (rule 8): a partial
-        # sync can bring its slots first, without the envelope of kind 5 through which this device's key,
+        # sync can bring its slots first, without the envelopes of kinds 5 and 6 through which this device's key,
         # sealed under an older master secret, may still be found (§16.6), or the keys of what it wrote.
         session.key_waiting = (
             "this device's key must be replaced (it cannot be read under the vault's current keys), and keys "

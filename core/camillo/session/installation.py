@@ -221,11 +221,6 @@ def handed_on(session: Session, owner: RecipientKey | None = None) -> HandedOn:
     return HandedOn(masters or [], list(dict.fromkeys(sealed)), files)
 
 
-def previous_masters(session: Session) -> list[tuple[int, bytes]]:
-    """The master secrets before the current one that a random roll handed to it (kind 5), newest first."""
-    return handed_on(session).masters
-
-
 def seal_key(vault_id: bytes, vms: bytes, generation: int, writer: bytes = b"") -> bytes:
     """The key of an installation's local seal of writer ``writer``'s device key under master secret
     ``vms`` of ``generation`` (spec §18.1, purpose ``device-key``): what a kind-6 entry carries.  Bound
