@@ -52,9 +52,16 @@ from .records import (
     verify_batch_signatures,
     verify_inner_signatures,
 )
+from .revocation import (
+    REAUTH_KINDS,
+    Concurrency,
+    Revocation,
+    apply_revocations,
+    beyond_revocation,
+    field_bytes,
+    seen_by,
+)
 
-# Who may re-authenticate an irreversible change (a new credential, a user credential's revocation)
-REAUTH_KINDS = (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
 MAX_DEVICE_NAME_BYTES = 200
 
 
@@ -139,17 +146,6 @@ class EpochInfo:
     record_id: bytes
     ts: int
     generation: int = 0  # key 6: the master-secret generation it was first wrapped under (0: not said)
-
-
-@dataclass(frozen=True)
-class Revocation:
-    subject: bytes
-    record_id: bytes
-    seen: dict[bytes, dict[bytes, int]]
-    pins: dict[bytes, bytes]
-    reason: str
-    ts: int
-    signers: tuple[bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -386,45 +382,13 @@ def owner_entry(kind: CredentialKind, sig_public: bytes, recipient_public: bytes
             O.NAME: name, O.PLATFORM: platform}
 
 
-def revocation_body(subject: bytes, chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]],
-                    reason: str) -> dict[int, Any]:
-    """The body of a REVOKE of ``subject`` by a writer whose causal log holds ``chains``
-    ((writer, compartment) -> {seq: batch id}, the accepted batches): ``seen`` = for every chain its
-    highest accepted seq (the highest, also when a lower seq is missing), ``pins`` = the subject's
-    highest accepted batch per compartment (spec §14.6)."""
-    seen: dict[bytes, dict[bytes, int]] = {}
-    pins: dict[bytes, bytes] = {}
-    for (w, c), chain in chains.items():
-        if chain:
-            top = max(chain)
-            seen.setdefault(c, {})[w] = top
-            if w == subject:
-                pins[c] = chain[top]
-    return {0: subject, 2: seen, 3: pins, 4: reason}
-
-
 def _principal_from_entry(entry: Any, record: Record, replaces: bytes | None = None) -> Principal:
     kind, alg, sig_pk, rpk, name, platform = _owner_entry(entry)
     return Principal(ids.writer_id(alg, sig_pk), kind, alg, sig_pk, rpk, name, platform, record.ts or 0, record.id,
                      replaces, certified_name=name)
 
 
-def _bytes(v: Any, n: int, what: str) -> bytes:
-    if not isinstance(v, bytes) or len(v) != n:
-        raise CanonicalError(f"{what} must be {n} bytes")
-    return v
-
-
-def _uint(v: Any, what: str) -> int:
-    if type(v) is not int or v < 0:
-        raise CanonicalError(f"{what} must be an unsigned integer")
-    return v
-
-
-def _map(v: Any, what: str) -> dict[Any, Any]:
-    if not isinstance(v, dict):
-        raise CanonicalError(f"{what} must be a map")
-    return v
+_bytes = field_bytes
 
 
 def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
@@ -447,6 +411,7 @@ class _Builder:
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
         self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
+        self.concurrency: Concurrency | None = None
 
     def find_genesis(self) -> bool:
         for view in (v for v in self.views.values() if v.has_control):  # (a plain batch holds no genesis)
@@ -555,7 +520,7 @@ class _Builder:
         rev = self.prior.get(wid)
         # Signatures made before the revocation count: in a batch the revocation had seen, or in the
         # very batch that carries the revocation (records of one batch are written together).
-        return rev is None or _seen_by(rev, view) or any(r is not None and r.id == rev.record_id for r in view.records)
+        return rev is None or seen_by(rev, view) or any(r is not None and r.id == rev.record_id for r in view.records)
 
     def _owner_signers(self, rec: Record, view: BatchView) -> list[bytes]:
         def lookup(wid: bytes) -> bytes | None:
@@ -741,43 +706,26 @@ class _Builder:
                 self.r.manifests[rid] = replace(self.r.manifests[rid], signer=signers[0])
 
     def apply_revocations(self) -> None:
-        """Apply REVOKE records in record-id order; a revocation signed by a key that an earlier
-        one revoked counts only if its carrier batch was already seen by that earlier one."""
-        for rec, view, signers in sorted(self.pending_revokes, key=lambda t: t[0].id):
-            # Who signed is judged now that the fixpoint is complete: when the record was first met,
-            # an owner that signed it (a new passphrase whose CRED_ANCHOR sorts later) may not have
-            # been known yet, and the result must not depend on batch order.
-            signers = self._owner_signers(rec, view) or signers
-            body = rec.body
-            subject = body[0]
-            subject_p = self.r.principals.get(subject)
-            if subject_p is None or subject in self.r.revocations:
-                continue
-            live_signers = [s for s in signers if s not in self.r.revocations or _seen_by(self.r.revocations[s], view)]
-            if not live_signers:
-                continue
-            if subject_p.kind in (CredentialKind.DEVICE, CredentialKind.PASSPHRASE, CredentialKind.RECOVERY,
-                                  CredentialKind.RECIPIENT) and subject not in live_signers:
-                # Revoking a user credential needs a passphrase, recovery phrase or recovery recipient
-                # signature (re-authentication); a credential may always retire itself (key rotation).
-                if not any(self.r.principals[s].kind in REAUTH_KINDS for s in live_signers):
-                    self.r.problems.append(("revocation", view.segment,
-                                            f"revocation {rec.id.hex()[:12]} of a user credential lacks a passphrase or recovery signature"))
-                    continue
-            try:
-                seen = {
-                    _bytes(c, 16, "seen compartment"): {_bytes(w, 32, "seen writer"): _uint(s, "seen seq")
-                                                        for w, s in _map(vv, "seen entry").items()}
-                    for c, vv in _map(body.get(2, {}), "seen").items()
-                }
-                pins = {_bytes(c, 16, "pins compartment"): _bytes(b, 32, "pinned batch")
-                        for c, b in _map(body.get(3, {}), "pins").items()}
-            except CanonicalError as exc:
-                self.r.problems.append(("damaged", view.segment,
-                                        f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
-                continue
-            reason = text if isinstance(text := body.get(4), str) else ""
-            self.r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+        """Apply the REVOKE records met in this round (spec §14.6; camillo.revocation)."""
+        apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth)
+
+    def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
+        """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that
+        ``view`` had not seen and that had not seen ``view`` (spec §14.6 step 3)."""
+        concurrency = self.concurrency = self.concurrency or Concurrency(
+            self.partition[0] if self.partition else (), self.views.values())
+
+        def lookup(wid: bytes) -> bytes | None:
+            q, rev = self.r.principals.get(wid), self.r.revocations.get(wid) or self.prior.get(wid)
+            if q is None or q.kind not in REAUTH_KINDS or rev is None or not concurrency.concurrent(rev, view):
+                return None
+            return q.sig_public
+
+        try:
+            good, _ = verify_inner_signatures(rec, lookup, view.verifier())
+        except Exception:
+            return []
+        return good
 
 
 def _apply_names(r: Roster) -> None:
@@ -846,20 +794,6 @@ def grant_trust(vault_id: bytes, roots: dict[bytes, bytes], certificates: Iterab
     return closure(barred)
 
 
-def _seen_by(rev: Revocation, view: BatchView) -> bool:
-    # (a view's seq and compartment are attributes: a view read back from the state has them undecoded)
-    return rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0) >= view.seq
-
-
-def beyond_revocation(rev: Revocation, view: BatchView) -> bool:
-    """True when a batch by the revoked writer comes after what the revocation accepted."""
-    limit = rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0)
-    if view.seq > limit:
-        return True
-    pin = rev.pins.get(view.compartment_id)
-    return view.seq == limit and pin is not None and pin != view.id
-
-
 def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
                  excluded: Iterable[bytes] = ()) -> tuple[Roster, set[bytes]]:
     """Compute the roster; return it and the ids of batches that are signed and not excluded."""
@@ -868,10 +802,12 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
 
-    def of_revoked(revocations: dict[bytes, Revocation]) -> list[tuple[BatchView, Revocation]]:
+    def not_accepted(revocations: dict[bytes, Revocation]) -> dict[bytes, str]:
+        """The revoked writers' batches their revocations did not accept, with the reasons."""
         for v in views.values() if revocations and not by_writer else ():
             by_writer.setdefault(v.writer_id, []).append(v)
-        return [(v, rev) for wid, rev in revocations.items() for v in by_writer.get(wid, ())]
+        return {vid: f"{b.r.writer_name(wid)} wrote it after it was revoked ({why})"
+                for wid, rev in revocations.items() for vid, why in beyond_revocation(rev, by_writer.get(wid, ())).items()}
 
     for _ in range(16):
         for v in views.values():
@@ -886,15 +822,12 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
         forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
         partition = b.partition
         b.apply_revocations()
-        new_excluded = b.excluded | {v.id for v, rev in of_revoked(b.r.revocations) if beyond_revocation(rev, v)}
+        new_excluded = b.excluded | not_accepted(b.r.revocations).keys()
         if new_excluded == excluded_set and b.r.revocations.keys() == prior.keys():
             break
         excluded_set, prior = new_excluded, b.r.revocations
     _apply_names(b.r)
-    for v, rev in of_revoked(b.r.revocations):
-        if beyond_revocation(rev, v):
-            b.r.excluded[v.id] = (f"{b.r.writer_name(v.header.writer_id)} wrote it after it was revoked "
-                                  f"(seq {v.header.seq} is beyond what the revocation accepted)")
+    b.r.excluded.update(not_accepted(b.r.revocations))
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
     b.r.problems += sorted(forged - set(b.r.problems))
     return b.r, signed

@@ -84,20 +84,29 @@ class RosterCase:
         return cred.signer.sign(pop_message(self.vault_id, cred.signer.public, cred.recipient.public))
 
     def batch(self, writer: Credential, compartment: str, records: list[bytes], *,
-              below: bytes | None = None, above: bytes | None = None) -> Batch:
-        """The writer's next batch in the compartment; its ``ts`` is chosen (from T0 + 100 on) so
-        that its id sorts below or above a given batch id, which is what a case is about."""
+              below: bytes | None = None, above: bytes | None = None, saw: dict[bytes, int] | None = None,
+              seq: int | None = None) -> Batch:
+        """The writer's next batch in the compartment (or, with ``seq``, one at that seq: a fork); its
+        ``ts`` is chosen (from T0 + 100 on) so that its id sorts below or above a given batch id, which is
+        what a case is about.  ``saw`` adds other writers' seqs to its frontier."""
         cid = self.control if compartment == "control" else self.personal
-        seq, prev = self.chains.get((writer.writer_id, cid), (0, None))
+        top, prev = self.chains.get((writer.writer_id, cid), (0, None))
+        if seq is None:
+            seq = top
+        else:  # (a fork: the batch before ``seq`` is the chain's, as written)
+            prev, seq = next((b.id for _, b in self.batches if b.header.writer_id == writer.writer_id
+                              and b.header.compartment_id == cid and b.header.seq == seq - 1), None), seq - 1
         for k in range(10_000):
             header = BatchHeader(self.vault_id, cid, writer.writer_id, seq + 1, prev, () if prev is None else (prev,),
-                                 {writer.writer_id: seq}, tuple(ids.record_id(r) for r in records), T0 + 100 + k)
+                                 {**(saw or {}), writer.writer_id: seq}, tuple(ids.record_id(r) for r in records),
+                                 T0 + 100 + k)
             batch = make_batch(header, records, writer.signer)
             if (below is None or batch.id < below) and (above is None or batch.id > above):
                 break
         else:
             raise AssertionError("no timestamp gives the batch id order the case needs")
-        self.chains[(writer.writer_id, cid)] = (seq + 1, batch.id)
+        if seq + 1 > top:
+            self.chains[(writer.writer_id, cid)] = (seq + 1, batch.id)
         self.batches.append((compartment, batch))
         return batch
 
@@ -111,20 +120,21 @@ class RosterCase:
         }
 
     def expected(self, *, principals: list[str], revoked: dict[str, bytes] | None = None,
-                 unsigned: tuple[Batch, ...] = (), policy: tuple[str, bytes | None] = ("enabled", None),
+                 unsigned: tuple[Batch, ...] = (), excluded: tuple[Batch, ...] = (),
+                 policy: tuple[str, bytes | None] = ("enabled", None),
                  manifests: dict[bytes, str] | None = None, problems: tuple[str, ...] = ()) -> dict[str, Any]:
         """What the case means: ``principals`` names the parties the roster holds (``who``),
         ``revoked`` maps a party to the REVOKE record that revokes it, ``manifests`` a manifest
         record to the party that is its signer."""
-        unsigned_ids = {b.id for b in unsigned}
+        unsigned_ids, excluded_ids = {b.id for b in unsigned}, {b.id for b in excluded}
         return {
             "principals": sorted(({"writer_id": self.who[p].writer_id.hex(), "kind": self.who[p].kind.label}
                                   for p in principals), key=lambda p: p["writer_id"]),
             "revoked": sorted(({"subject": self.who[p].writer_id.hex(), "record_id": ids.record_id(r).hex()}
                                for p, r in (revoked or {}).items()), key=lambda r: r["subject"]),
-            "signed": sorted(b.id.hex() for _, b in self.batches if b.id not in unsigned_ids),
+            "signed": sorted(b.id.hex() for _, b in self.batches if b.id not in unsigned_ids | excluded_ids),
             "unsigned": sorted(b.id.hex() for b in unsigned),
-            "excluded": [],
+            "excluded": sorted(b.id.hex() for b in excluded),
             "policy": {"erasure": policy[0], "record_id": None if policy[1] is None else ids.record_id(policy[1]).hex()},
             "manifests": sorted(({"record_id": ids.record_id(r).hex(), "signer": self.who[p].writer_id.hex()}
                                  for r, p in (manifests or {}).items()), key=lambda m: m["record_id"]),
@@ -238,6 +248,80 @@ def roster_vectors(vector: Vector) -> None:
         "signed by the new and the old passphrase and the device) certifies the new passphrase and revokes the old.",
         c.expected(principals=["D", "P1", "R", "P2"], revoked={"P1": revoke}),
         "Spec 14.1 and 16.7: the old passphrase's signatures count in the batch that carries its revocation.")
+
+    # A device's revocation re-authenticated by a passphrase that another device replaced meanwhile.
+    for name in ("roster-revoke-concurrent-passphrase-change", "roster-revoke-after-passphrase-change",
+                 "roster-revoke-concurrent-passphrase-fork", "roster-revoke-concurrent-passphrase-credential"):
+        c = RosterCase(name)
+        certs = [c.record(Kind.DEVICE_CERT, c.D, {0: entry(d, n), 1: None, 2: "enrollment", 3: c.pop(d)}, [c.D])
+                 for d, n in ((c.D2, "desktop"), (c.U, "phone"))]
+        c.batch(c.D, "control", [c.genesis, *certs])
+        anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                                   2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D2])
+        retire = c.record(Kind.REVOKE, c.D2, {0: c.P1.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {},
+                                               4: "passphrase changed"}, [c.P2, c.P1, c.D2])
+        change = c.batch(c.D2, "control", [anchor, retire], saw={c.D.writer_id: 1})
+        subject = c.R if name.endswith("credential") else c.U
+        revoke = c.record(Kind.REVOKE, c.D, {0: subject.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {},
+                                              4: "lost"}, [c.D, c.P1])
+        if name.endswith("after-passphrase-change"):
+            c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
+        elif name.endswith("fork"):  # (seq 2 had not seen the change, seq 3 had; the REVOKE is at a second seq 2)
+            for n, saw in (("laptop", None), ("my laptop", {c.D2.writer_id: 1})):
+                c.batch(c.D, "control", [c.record(Kind.DEVICE_NAME, c.D, {0: c.D.writer_id, 1: n, 2: []}, [c.D])],
+                        saw=saw)
+            c.batch(c.D, "control", [revoke], seq=2)
+        else:
+            c.batch(c.D, "control", [revoke])
+        applies = name.endswith("concurrent-passphrase-change")
+        revoked = {"P1": retire, **({"U": revoke} if applies else {})}
+        expected = c.expected(principals=["D", "P1", "R", "D2", "P2", "U"], revoked=revoked,
+                              problems=() if applies else ("revocation",))
+        if applies:
+            description = (
+                "A device's REVOKE signed by a device and a passphrase that another device, unseen, replaced at the same "
+                "time (neither batch's frontier covers the other's, and neither REVOKE's seen does) is applied: "
+                "the passphrase's signature re-authenticates it.")
+            notes = ("Spec 14.6 step 3. A reader that counted a revoked signer only where its revocation had seen the "
+                     "batch (14.1) would drop the revocation of the lost phone on every copy and report a missing "
+                     "passphrase signature.")
+        elif name.endswith("after-passphrase-change"):
+            description = ("The same REVOKE carried by a batch whose frontier covers the passphrase change is not "
+                           "applied: that device had seen the old passphrase replaced.")
+            notes = "Spec 14.6 step 3: the exception is for changes made without either seeing the other."
+        elif name.endswith("fork"):
+            description = ("The same REVOKE carried by a batch at a seq where its writer forked (its chain's next batch "
+                           "saw the passphrase change) is not applied.")
+            notes = ("Spec 14.6 step 3: a batch at a forked seq never counts as concurrent (a device that had seen the "
+                     "change could otherwise write one that claims it had not).")
+        else:
+            description = ("A REVOKE of the recovery phrase signed by a device and a passphrase that another device "
+                           "replaced at the same time is not applied: the exception covers a device's revocation only.")
+            notes = ("Spec 14.6 step 3: an old passphrase cannot revoke the credentials that could replace it; "
+                     "change the passphrase again instead.")
+        roster_vector(vector, c, description, expected, notes)
+        assert change  # (the passphrase change's batch: in every case)
+
+    # A revoked device writes a second batch at a seq its revocation had seen, certifying a device of its own.
+    c = RosterCase("roster-revoked-writer-fork-below-seen")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2])
+    names = [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: n, 2: []}, [c.D2]) for n in ("tablet 1", "tablet 2")]
+    pinned = [c.batch(c.D2, "control", [n], saw={c.D.writer_id: 1}) for n in names][-1]
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 2}},
+                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
+    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 2})
+    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
+    fork = c.batch(c.D2, "control", [cert_u], saw={c.D.writer_id: 1}, seq=1)
+    roster_vector(
+        vector, c,
+        "A revoked device's second batch at a seq its revocation had seen (seen 2, pinned batch at seq 2, whose prev "
+        "is the device's first batch, not this one) is excluded: the device it certifies with its old key is not a "
+        "principal, and the device's two accepted batches stay.",
+        c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": revoke}, excluded=(fork,)),
+        "Spec 14.6, 'Beyond the revocation': below the seen seq, only the batches on the chain that leads down from "
+        "the pinned batch by prev are accepted. A reader that accepted every batch at or below seen would certify "
+        "the thief's device U with the revoked key.")
 
     c = RosterCase("roster-revoke-without-reauth")
     cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])

@@ -334,6 +334,62 @@ def test_revoke_a_lost_laptop(new_vault, tmp_path, monkeypatch):
         Vault.open(path, Unlock.with_device_credential(laptop))
 
 
+def _seal_batch(path: str, vid: bytes, cid: bytes, epoch, header: BatchHeader, raws: list[bytes], signer) -> None:
+    """Write one batch, sealed to ``epoch`` (an epoch the writer knows), as a segment file of the vault."""
+    seg = segments.seal_segment(vid, cid, epoch.epoch_id, epoch.public,
+                                segments.encode_payload([make_batch(header, raws, signer)]))
+    target = os.path.join(path, segment_name(seg))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    open(target, "wb").write(seg)
+
+
+def test_a_revoked_device_cannot_rewrite_a_batch_its_revocation_had_accepted(new_vault, tmp_path, monkeypatch):
+    """Found by review (2026-12-06): the thief of a revoked laptop writes, with the laptop's old key, a second
+    batch at seq 1 of its control chain (a seq the revocation had seen, below its pinned batch) certifying a
+    device of the thief's own, whose batch then writes with user authority.  Every batch at or below the
+    revocation's seq used to count, so every copy accepted the thief's device and its record, and rejected the
+    laptop's real later batches as beyond a fork.  Now below the pin only the chain that leads down from it
+    counts (spec §14.6): the second batch is rejected, the thief's device is nobody, the laptop's records stay."""
+    from camillo.control import owner_entry, pop_message
+    from camillo.credentials import Credential, CredentialKind
+
+    path, vault, _ = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        laptop = lap.session.actor
+        lap.append([NewRecord(type="message", text="written on the laptop")])
+        for name in ("laptop one", "laptop two"):  # (two more batches in its control chain)
+            lap.rename_device(lap.writer_id.hex()[:12], name)
+        vid, control, personal = lap.vault_id, lap.session.roster.control_id, lap.compartment_id("personal")
+        epochs = {c: lap.session.roster.current_epoch(c) for c in (control, personal)}
+        assert lap.session.log.max_seq(laptop.writer_id, control) == 3
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="stolen")
+    assert isinstance(laptop, Credential)
+    thief = Credential.generate(CredentialKind.DEVICE)
+    cert = encode_record(Kind.DEVICE_CERT, laptop.writer_id, signers=[laptop.signer], body={
+        0: owner_entry(CredentialKind.DEVICE, thief.signer.public, thief.recipient.public, "spare laptop", ""),
+        1: None, 2: "enrollment", 3: thief.signer.sign(pop_message(vid, thief.signer.public, thief.recipient.public))})
+    _seal_batch(path, vid, control, epochs[control], BatchHeader(
+        vid, control, laptop.writer_id, 1, None, (), {laptop.writer_id: 0}, (ids.record_id(cert),), int(time.time())),
+        [cert], laptop.signer)
+    note = encode_record(Kind.NOTE, thief.writer_id, value={"text": "thief was here"}, authority=3, type="message")
+    _seal_batch(path, vid, personal, epochs[personal], BatchHeader(
+        vid, personal, thief.writer_id, 1, None, (), {thief.writer_id: 0}, (ids.record_id(note),), int(time.time())),
+        [note], thief.signer)
+    switch_home(monkeypatch, tmp_path / "third-device")
+    with open_vault(path) as v:
+        texts = {r.text for r in v.timeline()}
+        assert "written on the laptop" in texts and "thief was here" not in texts
+        assert thief.writer_id not in v.session.roster.principals
+        assert [d.name for d in v.devices() if d.writer_id == laptop.writer_id] == ["laptop two"]  # (its renames stay)
+        rejected = [p.message for p in v.problems() if p.kind == "rejected"]
+        assert len(rejected) == 1 and "not the batch at seq 1 the revocation accepted" in rejected[0]
+        assert not [p for p in v.problems() if p.kind == "fork"]
+
+
 def test_the_last_credential_cannot_be_revoked_and_self_revocation_is_refused(new_vault):
     path, vault, _ = new_vault
     with pytest.raises(UsageError, match="cannot revoke itself"):

@@ -25,6 +25,8 @@ from camillo import (
 from camillo.primitives import CryptoFailure
 from camillo.session.installation import handed_on, seal_key
 
+from .test_credential_change import attacker_reads, union_copy
+
 PASSPHRASE = "correct horse battery staple"
 
 
@@ -689,10 +691,10 @@ def test_a_passphrase_change_beside_another_change_and_an_erasure_is_joined_by_t
     assert len(generations) == 1
 
 
-def _a_phone_joins(sync: FolderSync, open_, home: str) -> bytes:
-    """A third device, "phone", joins the laptop's copy; both devices then read its registration.  Its writer id."""
+def _a_phone_joins(sync: FolderSync, open_, home: str):
+    """A third device, "phone", joins the laptop's copy; both devices then read its registration.  Its key."""
     with Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), device_name="phone", home=home) as v:
-        phone = v.writer_id
+        phone = v.session.actor
     sync.sync()
     for who in ("laptop", "desktop"):
         with open_(who) as v:
@@ -750,19 +752,20 @@ def test_a_borrowed_epoch_secret_reads_but_is_never_kept_wrapped_or_carried():
     assert ring.borrowed == set() and ring.secrets() == {}
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed yet (found by review on 2026-12-06; spec §14.6 needs a "
-                   "decision): a REVOKE co-signed by a passphrase that a concurrent change replaced is not applied")
 def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revoked(tmp_path):
-    """The desktop revokes the (lost) phone, re-authenticating with the passphrase, while the laptop, before any
-    sync, changes the passphrase.  The revocation's passphrase signature is by the passphrase the laptop's change
-    revoked without having seen the revocation, and a revoked signer counts only where its revocation had seen
-    the batch: the phone's revocation is dropped on both devices, and the phone keeps a slot of the current
-    generation (every run).  Marked as an expected failure so that the fix, when it comes, has its test."""
+    """Found by review: the desktop revokes the (lost) phone, re-authenticating with the passphrase, while the
+    laptop, before any sync, changes the passphrase.  The revocation's passphrase signature is by the passphrase
+    the laptop's change revoked without having seen the revocation, and a revoked signer counted only where its
+    revocation had seen the batch: the phone's revocation was dropped on both devices (every run), and the phone
+    kept a slot of the current generation.  Now a re-authenticating signature on a device's revocation counts
+    when neither that revocation nor the passphrase's had seen the other (spec §14.6 step 3): the phone stays
+    revoked on both devices and nothing written after the sync opens with its key and every file a host kept."""
     sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
     homes, roots = open_.homes, {"laptop": sync.a, "desktop": sync.b}
     phone = _a_phone_joins(sync, open_, str(tmp_path / "phone"))
     with open_("desktop") as v:
         v.revoke("phone", reauth=Unlock.passphrase(PASSPHRASE))
+        vault_id = v.vault_id
     used = [PASSPHRASE, "the laptop's new passphrase"]
     with open_("laptop") as v:
         v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
@@ -771,7 +774,13 @@ def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revo
     for who in ("laptop", "desktop"):
         v, _ = open_as_a_person(roots[who], homes[who], used)
         with v:
-            assert phone in v.session.roster.revocations, who
+            assert phone.writer_id in v.session.roster.revocations, who
+            assert not [p for p in v.session.roster.problems if p[0] == "revocation"], who
+            v.append([NewRecord(type="message", text=f"AFTER-THE-SYNC on the {who}")])
+    sync.sync()
+    host = str(tmp_path / "host")
+    union_copy([sync.a, sync.b], host)
+    assert not [p for p in attacker_reads(host, vault_id, phone) if b"AFTER-THE-SYNC" in p]
 
 
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import slots
 from ..changes import Changes
-from ..control import REAUTH_KINDS, owner_entry
+from ..control import owner_entry
 from ..credentials import (
     Credential,
     CredentialKind,
@@ -31,6 +31,7 @@ from ..credentials import (
 from ..errors import AccessDenied, Incomplete, UsageError, WrongCredential
 from ..primitives import KdfParams, new_recovery_phrase
 from ..records import Kind, encode_record
+from ..revocation import REAUTH_KINDS
 from ..session import Session
 from ..session.installation import seal_device_key_for
 from ..values import RecoveryPhrase, Unlock

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from .. import encoding, ids, keys, segments, slots
 from ..changes import Changes
-from ..control import Level, owner_entry, revocation_body
+from ..control import Level, owner_entry
 from ..credentials import Credential, CredentialKind
 from ..envelopes import EnvelopeKind
 from ..errors import Incomplete, UsageError, VaultError
 from ..records import Batch, Kind, encode_record
+from ..revocation import revocation_body
 from ..session import Session
 from ..session.copies import kept_signatures, merge_entries
 from ..session.installation import forget_key, seal_device_key_for, switch_back, switch_key

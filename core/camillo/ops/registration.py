@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import ids, slots
-from ..control import REAUTH_KINDS, owner_entry, revocation_body
+from ..control import owner_entry
 from ..credentials import Credential, CredentialKind
 from ..errors import DeviceRevoked, UsageError
 from ..localstate import VaultLocal
 from ..records import Kind, encode_record
+from ..revocation import REAUTH_KINDS, revocation_body
 from ..session import Session
 from ..session.installation import hostname, key_sealed_elsewhere, platform_label, register_installation
 from ..session.writer import write_control

@@ -14,13 +14,13 @@ import time
 from collections.abc import Iterable
 
 from .. import search, slots
-from ..control import Revocation
 from ..credentials import CredentialKind
 from ..errors import UsageError, VaultError
 from ..names import kind_of
 from ..packs import PackReader
 from ..records import verify_batch_signature
 from ..recordviews import RecordView, shown_ts
+from ..revocation import Revocation
 from ..session import Session
 from ..state import UNEXPLAINED, UNEXPLAINED_ROWS, visible_where
 from ..storage import FolderShelf

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import ids, slots
 from ..cache import Cache, DatabaseError, is_damage
-from ..control import BatchView, Level, Roster, revocation_body
+from ..control import BatchView, Level, Roster
 from ..credentials import Credential, CredentialKind
 from ..devicestate import DeviceState, DeviceStateStore
 from ..errors import (
@@ -42,6 +42,7 @@ from ..names import kind_of
 from ..packshelf import PackShelf
 from ..primitives import KdfParams, RecipientKey, SigningKey, verify_signature
 from ..records import Authority, Kind, encode_record
+from ..revocation import revocation_body
 from ..state import State
 from ..storage import FolderShelf
 from ..values import Notice, Problem

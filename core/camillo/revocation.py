@@ -1,0 +1,237 @@
+"""REVOKE records: what a revocation accepted, which batches come after it, and how the roster applies
+them (spec §14.6).
+
+A revocation's ``seen`` says what its writer had accepted of every chain; a batch of the revoked writer
+beyond that is rejected on every copy, and the revoked key's signatures count only in batches the
+revocation had seen.  One exception, for re-authentication only: a passphrase (or recovery) signature on
+the revocation of a *device*, made while another device, unseen, replaced that passphrase, still counts
+when neither change had seen the other (the two batches' frontiers and ``seen`` say so, all signed).
+Without it, revoking a lost phone on one device while another changes the passphrase was dropped for
+good on every copy.
+
+Pure computation over decrypted batches; confined to the thread that owns the vault (as camillo.control).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from .credentials import CredentialKind
+from .errors import CanonicalError
+from .records import BatchHeader, Record
+
+# Who may re-authenticate an irreversible change (a new credential, a user credential's revocation)
+REAUTH_KINDS = (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
+USER_KINDS = (CredentialKind.DEVICE, *REAUTH_KINDS)
+
+
+class BatchView(Protocol):
+    """What these rules read of a batch (camillo.control.BatchView; a protocol, so that the roster
+    module can use this one without a cycle)."""
+
+    id: bytes
+    seq: int
+    compartment_id: bytes
+    writer_id: bytes
+    segment: str
+    records: Sequence[Record | None]
+
+    @property
+    def header(self) -> BatchHeader: ...
+
+
+class Roster(Protocol):
+    """What applying revocations changes (camillo.control.Roster)."""
+
+    @property
+    def principals(self) -> Mapping[bytes, Any]: ...
+
+    revocations: dict[bytes, Revocation]
+    problems: list[tuple[str, str, str]]
+
+
+V = TypeVar("V", bound=BatchView)
+
+
+@dataclass(frozen=True)
+class Revocation:
+    subject: bytes
+    record_id: bytes
+    seen: dict[bytes, dict[bytes, int]]
+    pins: dict[bytes, bytes]
+    reason: str
+    ts: int
+    signers: tuple[bytes, ...]
+
+
+def revocation_body(subject: bytes, chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]],
+                    reason: str) -> dict[int, Any]:
+    """The body of a REVOKE of ``subject`` by a writer whose causal log holds ``chains``
+    ((writer, compartment) -> {seq: batch id}, the accepted batches): ``seen`` = for every chain its
+    highest accepted seq (the highest, also when a lower seq is missing), ``pins`` = the subject's
+    highest accepted batch per compartment (spec §14.6)."""
+    seen: dict[bytes, dict[bytes, int]] = {}
+    pins: dict[bytes, bytes] = {}
+    for (w, c), chain in chains.items():
+        if chain:
+            top = max(chain)
+            seen.setdefault(c, {})[w] = top
+            if w == subject:
+                pins[c] = chain[top]
+    return {0: subject, 2: seen, 3: pins, 4: reason}
+
+
+def seen_by(rev: Revocation, view: BatchView) -> bool:
+    """Whether the revocation had accepted ``view`` (its ``seen`` covers the batch's seq)."""
+    # (a view's seq and compartment are attributes: a view read back from the state has them undecoded)
+    return rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0) >= view.seq
+
+
+def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes, str]:
+    """The batches among ``views`` (every batch here of the revoked writer) that the revocation did not
+    accept, each with the reason (spec §14.6, "Beyond the revocation"): above its ``seen`` seq in their
+    compartment; at it but not the pinned batch; or below it but not on the chain that leads, by ``prev``,
+    down from the pinned batch.  Where that chain cannot be followed (a batch of it is not here yet), a
+    batch below is kept unless another batch of the writer stands at its seq (a fork: both wait until the
+    chain says which).  Where every seq up to the pin holds one batch, the chain is not followed (no header
+    is decoded): each is taken as the chain's.  Without the chain rule a revoked device could write a second batch at a seq the
+    revocation had seen and certify a new device with its old key."""
+    by_compartment: dict[bytes, list[BatchView]] = {}
+    for v in views:
+        by_compartment.setdefault(v.compartment_id, []).append(v)
+    out: dict[bytes, str] = {}
+    for cid, vs in by_compartment.items():
+        limit, pin = rev.seen.get(cid, {}).get(rev.subject, 0), rev.pins.get(cid)
+        at_seq: dict[int, int] = {}
+        for v in vs:
+            at_seq[v.seq] = at_seq.get(v.seq, 0) + 1
+        chain: dict[int, bytes] = {} if pin is None else {limit: pin}  # seq -> the batch the revocation accepted
+        below = [n for s, n in at_seq.items() if 0 < s <= limit]
+        if len(below) != limit or any(n > 1 for n in below):
+            # A seq below is missing or taken twice: follow the links from the pin down while they hold (the
+            # headers are decoded only then: a revoked writer's complete chain of unique seqs needs none).
+            here, expected, seq = {v.id: v for v in vs}, pin, limit
+            while expected is not None and seq > 0:
+                chain[seq] = expected
+                link = here.get(expected)
+                expected, seq = (link.header.prev if link is not None else None), seq - 1
+        for v in vs:
+            if v.seq > limit:
+                out[v.id] = f"seq {v.seq} is beyond what the revocation accepted"
+            elif v.seq in chain and chain[v.seq] != v.id:
+                out[v.id] = f"it is not the batch at seq {v.seq} the revocation accepted (a second batch at that seq)"
+            elif v.seq not in chain and at_seq[v.seq] > 1:
+                out[v.id] = f"its writer wrote two batches at seq {v.seq}; which one the revocation accepted is not known here yet"
+    return out
+
+
+class Concurrency:
+    """Whether a batch and a revocation were made without either having seen the other (spec §14.6,
+    step 3).  The revocation's copies are found among the batches with control records (it is mirrored
+    into every compartment, §14.8); a batch has seen a copy when its frontier, or that of any batch of its
+    writer in its compartment up to its seq, covers it.  A batch at a seq where its writer forked (two
+    batches, one seq) never counts as concurrent, nor one whose compartment holds no copy to compare."""
+
+    def __init__(self, control_views: Iterable[BatchView], views: Iterable[BatchView]) -> None:
+        self._control = control_views
+        self._views = views
+        self._carriers: dict[bytes, list[BatchView]] | None = None
+        self._chains: dict[tuple[bytes, bytes], list[BatchView]] | None = None
+
+    def _carriers_of(self, record_id: bytes) -> list[BatchView]:
+        if self._carriers is None:  # (made once, when a revoked re-authenticating signer is first met)
+            self._carriers = {}
+            for v in self._control:
+                for rec in v.records:
+                    if rec is not None and rec.is_control:
+                        self._carriers.setdefault(rec.id, []).append(v)
+        return self._carriers.get(record_id, [])
+
+    def _chain(self, view: BatchView) -> list[BatchView]:
+        if self._chains is None:
+            self._chains = {}
+            for v in self._views:
+                self._chains.setdefault((v.writer_id, v.compartment_id), []).append(v)
+        return self._chains.get((view.writer_id, view.compartment_id), [])
+
+    def concurrent(self, rev: Revocation, view: BatchView) -> bool:
+        if seen_by(rev, view):
+            return False
+        copies = [c for c in self._carriers_of(rev.record_id) if c.compartment_id == view.compartment_id]
+        if not copies:
+            return False
+        for other in self._chain(view):
+            if other.seq == view.seq and other.id != view.id:
+                return False  # a fork: which of the two came first is not for the writer to say
+            if other.seq <= view.seq and any(other.header.frontier.get(c.writer_id, 0) >= c.seq for c in copies):
+                return False
+        return True
+
+
+def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]],
+                      owner_signers: Callable[[Record, V], list[bytes]],
+                      concurrent_reauth: Callable[[Record, V], list[bytes]]) -> None:
+    """Apply the REVOKE records ``pending`` ((record, carrier, signers when first met)) to roster ``r`` in
+    record-id order (spec §14.6): a revocation signed by a key that an earlier one revoked counts only if
+    its carrier was already seen by that earlier one.  ``owner_signers`` judges the valid owners that signed
+    it; ``concurrent_reauth`` the revoked re-authenticating credentials whose signature on it still counts
+    because neither it nor their revocation had seen the other (a device's revocation only, step 3)."""
+    for rec, view, signers in sorted(pending, key=lambda t: t[0].id):
+        # Who signed is judged now that the fixpoint is complete: when the record was first met,
+        # an owner that signed it (a new passphrase whose CRED_ANCHOR sorts later) may not have
+        # been known yet, and the result must not depend on batch order.
+        signers = owner_signers(rec, view) or signers
+        body = rec.body
+        subject = body[0]
+        subject_p = r.principals.get(subject)
+        if subject_p is None or subject in r.revocations:
+            continue
+        live_signers = [s for s in signers if s not in r.revocations or seen_by(r.revocations[s], view)]
+        if not live_signers:
+            continue
+        if subject_p.kind in USER_KINDS and subject not in live_signers:
+            # Revoking a user credential needs a passphrase, recovery phrase or recovery recipient
+            # signature (re-authentication); a credential may always retire itself (key rotation).
+            if not any(r.principals[s].kind in REAUTH_KINDS for s in live_signers):
+                concurrent = concurrent_reauth(rec, view)
+                if subject_p.kind != CredentialKind.DEVICE or not concurrent:
+                    r.problems.append(("revocation", view.segment, f"revocation {rec.id.hex()[:12]} of a user "
+                                                                   "credential lacks a passphrase or recovery signature"))
+                    continue
+                live_signers += concurrent
+        try:
+            seen = {
+                field_bytes(c, 16, "seen compartment"): {field_bytes(w, 32, "seen writer"): field_uint(s, "seen seq")
+                                                    for w, s in field_map(vv, "seen entry").items()}
+                for c, vv in field_map(body.get(2, {}), "seen").items()
+            }
+            pins = {field_bytes(c, 16, "pins compartment"): field_bytes(b, 32, "pinned batch")
+                    for c, b in field_map(body.get(3, {}), "pins").items()}
+        except CanonicalError as exc:
+            r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
+            continue
+        reason = text if isinstance(text := body.get(4), str) else ""
+        r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+
+
+# Checks of a control record's body fields (camillo.control uses them too)
+
+
+def field_bytes(v: Any, n: int, what: str) -> bytes:
+    if not isinstance(v, bytes) or len(v) != n:
+        raise CanonicalError(f"{what} must be {n} bytes")
+    return v
+
+
+def field_uint(v: Any, what: str) -> int:
+    if type(v) is not int or v < 0:
+        raise CanonicalError(f"{what} must be an unsigned integer")
+    return v
+
+
+def field_map(v: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(v, dict):
+        raise CanonicalError(f"{what} must be a map")
+    return v
