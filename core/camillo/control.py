@@ -402,12 +402,14 @@ def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
 
 class _Builder:
     def __init__(self, vault_id: bytes, views: Mapping[bytes, BatchView], excluded: set[bytes],
-                 prior: dict[bytes, Revocation]) -> None:
+                 prior: dict[bytes, Revocation], prior_grants: frozenset[bytes] = frozenset()) -> None:
         self.r = Roster(vault_id)
         self.views = views
         self.partition: tuple[list[BatchView], list[BatchView]] | None = None  # (control by id, others)
         self.excluded = excluded
         self.prior = prior  # revocations found by the previous round
+        self.prior_grants = prior_grants  # the writers its GRANT records named (agents)
+        self.grant_named: set[bytes] = set()
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
         self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
@@ -514,13 +516,20 @@ class _Builder:
 
     def _valid_owner(self, wid: bytes, view: BatchView) -> bool:
         """An owner whose signature counts in this batch: not revoked, or revoked by a revocation
-        that had already seen this batch."""
+        that had already seen this batch, a batch a device wrote."""
         if not self.r.is_owner(wid):
             return False
         rev = self.prior.get(wid)
+        if rev is None:
+            return True
         # Signatures made before the revocation count: in a batch the revocation had seen, or in the
-        # very batch that carries the revocation (records of one batch are written together).
-        return rev is None or seen_by(rev, view) or any(r is not None and r.id == rev.record_id for r in view.records)
+        # very batch its author wrote it in (records of one batch are written together).  Never in an
+        # agent's batch, nor in a copy of the revocation another writer carries: whoever also held the
+        # revoked key could otherwise carry its signatures into a batch of their own (spec §14.1).
+        if view.writer_id in self.prior_grants:
+            return False
+        return seen_by(rev, view) or any(r is not None and r.id == rev.record_id and r.author == view.writer_id
+                                         for r in view.records)
 
     def _owner_signers(self, rec: Record, view: BatchView) -> list[bytes]:
         def lookup(wid: bytes) -> bytes | None:
@@ -626,6 +635,7 @@ class _Builder:
             info = GrantInfo(grant_id, agent, scopes, max_class, not_after if type(not_after) is int else None,
                              rec.ts or 0, rec.id)
             wid = ids.writer_id(SIG_ED25519, sig_pk)
+            self.grant_named.add(wid)
             if wid not in self.r.principals:
                 self.r.principals[wid] = Principal(wid, CredentialKind.GRANT, SIG_ED25519, sig_pk, rpk, agent, "agent",
                                                    rec.ts or 0, rec.id, grant=info)
@@ -712,6 +722,8 @@ class _Builder:
     def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
         """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that
         ``view`` had not seen and that had not seen ``view`` (spec §14.6 step 3)."""
+        if rec.author != view.writer_id:
+            return []  # (a copy another writer carries: only the author's batches say what it had seen)
         concurrency = self.concurrency = self.concurrency or Concurrency(
             self.partition[0] if self.partition else (), self.views.values())
 
@@ -799,6 +811,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
     """Compute the roster; return it and the ids of batches that are signed and not excluded."""
     excluded_set, forged = set(excluded), set[tuple[str, str, str]]()  # (signatures that failed, any round)
     prior: dict[bytes, Revocation] = {}
+    prior_grants: frozenset[bytes] = frozenset()
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
 
@@ -812,7 +825,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
     for _ in range(16):
         for v in views.values():
             v.signed = False
-        b = _Builder(vault_id, views, set(excluded_set), prior)
+        b = _Builder(vault_id, views, set(excluded_set), prior, prior_grants)
         b.partition = partition
         if not b.find_genesis():
             if not b.r.problems:
@@ -823,9 +836,11 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
         partition = b.partition
         b.apply_revocations()
         new_excluded = b.excluded | not_accepted(b.r.revocations).keys()
-        if new_excluded == excluded_set and b.r.revocations.keys() == prior.keys():
+        # (the writers GRANT records name matter only beside revocations: §14.1's exceptions)
+        if (new_excluded == excluded_set and b.r.revocations.keys() == prior.keys()
+                and (not b.r.revocations or b.grant_named == prior_grants)):
             break
-        excluded_set, prior = new_excluded, b.r.revocations
+        excluded_set, prior, prior_grants = new_excluded, b.r.revocations, frozenset(b.grant_named)
     _apply_names(b.r)
     b.r.excluded.update(not_accepted(b.r.revocations))
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 from camillo import encoding, ids
-from camillo.control import BatchView, build_roster, owner_entry, pop_message
+from camillo.control import BatchView, Level, build_roster, owner_entry, pop_message
 from camillo.credentials import Credential, CredentialKind
 from camillo.ops.registration import registration_records
-from camillo.records import Batch, BatchHeader, Kind, decode_record, encode_record, make_batch
+from camillo.records import Authority, Batch, BatchHeader, Kind, decode_record, encode_record, make_batch
 from camillo.session.writer import causal_fields
 
 T0 = 1_700_000_000
@@ -322,6 +322,78 @@ def roster_vectors(vector: Vector) -> None:
         "Spec 14.6, 'Beyond the revocation': below the seen seq, only the batches on the chain that leads down from "
         "the pinned batch by prev are accepted. A reader that accepted every batch at or below seen would certify "
         "the thief's device U with the revoked key.")
+
+    # An agent that also holds a revoked device's key carries that key's signature into a batch of its own.
+    c = RosterCase("roster-revoked-key-in-an-agent-batch")
+    agent = credential(CredentialKind.GRANT, "roster agent G")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    grant = c.record(Kind.GRANT, c.D, {0: fixed("roster grant", 16), 1: "helper", 2: [[c.personal, int(Level.WRITE)]],
+                                       3: agent.signer.public, 4: agent.recipient.public, 5: int(Authority.OBSERVED),
+                                       6: None}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2, grant])
+    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
+                                                [c.D2])], saw={c.D.writer_id: 1})
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1}},
+                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
+    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
+    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
+    c.batch(agent, "personal", [revoke, cert_u])
+    c.who["G"] = agent
+    roster_vector(
+        vector, c,
+        "An agent's batch that carries a copy of a device's REVOKE and a certificate signed by that revoked device "
+        "does not certify anyone: a copy of a revocation carried by another writer than its author does not make "
+        "the revoked key's signatures count.",
+        c.expected(principals=["D", "P1", "R", "D2", "G"], revoked={"D2": revoke}),
+        "Spec 14.1 (valid owner): a revoked credential's signature counts in a batch that carries its REVOKE only "
+        "when that batch's writer is the REVOKE's author. A reader without that condition certifies the thief's "
+        "device U.")
+
+    # The same thief, with no agent: a new key's first batch carries the copy and the certificate.
+    c = RosterCase("roster-revoked-key-certifies-a-new-writer-with-a-copy")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2])
+    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
+                                                [c.D2])], saw={c.D.writer_id: 1})
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1}},
+                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
+    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
+    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
+    thief = c.batch(c.U, "control", [revoke, cert_u])
+    roster_vector(
+        vector, c,
+        "A new key's first batch carrying a copy of a device's REVOKE and a certificate for itself signed by that "
+        "revoked device stays unsigned: the revoked key certifies nobody.",
+        c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": revoke}, unsigned=(thief,)),
+        "Spec 14.1 (valid owner): the copy counts only in batches its author (here D) wrote; U's first batch is "
+        "signed only through a certificate, which has no valid owner signature.")
+
+    # An agent forks a batch of its own that the revocation had seen.
+    c = RosterCase("roster-revoked-key-in-an-agent-fork")
+    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
+    grant = c.record(Kind.GRANT, c.D, {0: fixed("roster grant", 16), 1: "helper", 2: [[c.personal, int(Level.WRITE)]],
+                                       3: agent.signer.public, 4: agent.recipient.public, 5: int(Authority.OBSERVED),
+                                       6: None}, [c.D])
+    c.batch(c.D, "control", [c.genesis, cert_d2, grant])
+    c.batch(agent, "personal", [encode_record(Kind.NOTE, agent.writer_id, value={"text": "an agent's note"},
+                                              authority=int(Authority.OBSERVED), type="message",
+                                              ts=T0 + 50, salt=fixed("agent note", 16))])
+    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
+                                                [c.D2])], saw={c.D.writer_id: 1})
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1},
+                                                                 c.personal: {agent.writer_id: 1}},
+                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
+    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
+    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
+    c.batch(agent, "personal", [cert_u], seq=1)
+    c.who["G"] = agent
+    roster_vector(
+        vector, c,
+        "An agent's second batch at a seq the revocation had seen, carrying a certificate signed by the revoked "
+        "device, certifies nobody: a revoked key's earlier signatures never count in an agent's batch.",
+        c.expected(principals=["D", "P1", "R", "D2", "G"], revoked={"D2": revoke}),
+        "Spec 14.1 (valid owner): the exceptions for a revoked credential hold only in batches whose writer no GRANT "
+        "record of the previous round names. A reader without it certifies the thief's device U.")
 
     c = RosterCase("roster-revoke-without-reauth")
     cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
