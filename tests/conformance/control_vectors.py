@@ -110,6 +110,35 @@ class RosterCase:
         self.batches.append((compartment, batch))
         return batch
 
+    def tablet_cert(self) -> bytes:
+        """D's certificate for the device D2 ("tablet")."""
+        return self.record(Kind.DEVICE_CERT, self.D, {0: entry(self.D2, "tablet"), 1: None, 2: "enrollment",
+                                                      3: self.pop(self.D2)}, [self.D])
+
+    def agent_grant(self, agent: Credential) -> bytes:
+        """D's write grant in ``personal`` to ``agent``."""
+        return self.record(Kind.GRANT, self.D, {0: fixed("roster grant", 16), 1: "helper",
+                                                2: [[self.personal, int(Level.WRITE)]], 3: agent.signer.public,
+                                                4: agent.recipient.public, 5: int(Authority.OBSERVED), 6: None}, [self.D])
+
+    def tablet_lost(self, seen: dict[bytes, dict[bytes, int]] | None = None) -> bytes:
+        """D2 writes one batch in control, then D revokes it (re-authenticated by P1), having seen that batch
+        (and ``seen``), pinned; the REVOKE."""
+        pinned = self.batch(self.D2, "control", [self.record(Kind.DEVICE_NAME, self.D2, {0: self.D2.writer_id,
+                                                                                       1: "tablet 1", 2: []}, [self.D2])],
+                            saw={self.D.writer_id: 1})
+        revoke = self.record(Kind.REVOKE, self.D, {0: self.D2.writer_id,
+                                                   2: {self.control: {self.D.writer_id: 1, self.D2.writer_id: 1},
+                                                       **(seen or {})},
+                                                   3: {self.control: pinned.id}, 4: "lost"}, [self.D, self.P1])
+        self.batch(self.D, "control", [revoke], saw={self.D2.writer_id: 1})
+        return revoke
+
+    def thief_cert(self) -> bytes:
+        """A certificate for the thief's device U, signed by D2's (revoked) key."""
+        return self.record(Kind.DEVICE_CERT, self.D2, {0: entry(self.U, "thief"), 1: None, 2: "enrollment",
+                                                       3: self.pop(self.U)}, [self.D2])
+
     def inputs(self) -> dict[str, Any]:
         return {
             "vault_id": self.vault_id.hex(),
@@ -326,18 +355,9 @@ def roster_vectors(vector: Vector) -> None:
     # An agent that also holds a revoked device's key carries that key's signature into a batch of its own.
     c = RosterCase("roster-revoked-key-in-an-agent-batch")
     agent = credential(CredentialKind.GRANT, "roster agent G")
-    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
-    grant = c.record(Kind.GRANT, c.D, {0: fixed("roster grant", 16), 1: "helper", 2: [[c.personal, int(Level.WRITE)]],
-                                       3: agent.signer.public, 4: agent.recipient.public, 5: int(Authority.OBSERVED),
-                                       6: None}, [c.D])
-    c.batch(c.D, "control", [c.genesis, cert_d2, grant])
-    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
-                                                [c.D2])], saw={c.D.writer_id: 1})
-    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1}},
-                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
-    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
-    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
-    c.batch(agent, "personal", [revoke, cert_u])
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert(), c.agent_grant(agent)])
+    revoke = c.tablet_lost()
+    c.batch(agent, "personal", [revoke, c.thief_cert()])
     c.who["G"] = agent
     roster_vector(
         vector, c,
@@ -351,15 +371,9 @@ def roster_vectors(vector: Vector) -> None:
 
     # The same thief, with no agent: a new key's first batch carries the copy and the certificate.
     c = RosterCase("roster-revoked-key-certifies-a-new-writer-with-a-copy")
-    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
-    c.batch(c.D, "control", [c.genesis, cert_d2])
-    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
-                                                [c.D2])], saw={c.D.writer_id: 1})
-    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1}},
-                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
-    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
-    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
-    thief = c.batch(c.U, "control", [revoke, cert_u])
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+    revoke = c.tablet_lost()
+    thief = c.batch(c.U, "control", [revoke, c.thief_cert()])
     roster_vector(
         vector, c,
         "A new key's first batch carrying a copy of a device's REVOKE and a certificate for itself signed by that "
@@ -370,22 +384,12 @@ def roster_vectors(vector: Vector) -> None:
 
     # An agent forks a batch of its own that the revocation had seen.
     c = RosterCase("roster-revoked-key-in-an-agent-fork")
-    cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
-    grant = c.record(Kind.GRANT, c.D, {0: fixed("roster grant", 16), 1: "helper", 2: [[c.personal, int(Level.WRITE)]],
-                                       3: agent.signer.public, 4: agent.recipient.public, 5: int(Authority.OBSERVED),
-                                       6: None}, [c.D])
-    c.batch(c.D, "control", [c.genesis, cert_d2, grant])
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert(), c.agent_grant(agent)])
     c.batch(agent, "personal", [encode_record(Kind.NOTE, agent.writer_id, value={"text": "an agent's note"},
                                               authority=int(Authority.OBSERVED), type="message",
                                               ts=T0 + 50, salt=fixed("agent note", 16))])
-    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
-                                                [c.D2])], saw={c.D.writer_id: 1})
-    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 1},
-                                                                 c.personal: {agent.writer_id: 1}},
-                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
-    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 1})
-    cert_u = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(c.U, "thief"), 1: None, 2: "enrollment", 3: c.pop(c.U)}, [c.D2])
-    c.batch(agent, "personal", [cert_u], seq=1)
+    revoke = c.tablet_lost({c.personal: {agent.writer_id: 1}})
+    c.batch(agent, "personal", [c.thief_cert()], seq=1)
     c.who["G"] = agent
     roster_vector(
         vector, c,
