@@ -729,7 +729,7 @@ class _Builder:
 
         def lookup(wid: bytes) -> bytes | None:
             q, rev = self.r.principals.get(wid), self.r.revocations.get(wid) or self.prior.get(wid)
-            if q is None or q.kind not in REAUTH_KINDS or rev is None or not concurrency.concurrent(rev, view):
+            if q is None or q.kind not in REAUTH_KINDS or rev is None or not concurrency.concurrent(rev, view, rec.body[0]):
                 return None
             return q.sig_public
 
@@ -806,26 +806,45 @@ def grant_trust(vault_id: bytes, roots: dict[bytes, bytes], certificates: Iterab
     return closure(barred)
 
 
-def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
-                 excluded: Iterable[bytes] = ()) -> tuple[Roster, set[bytes]]:
-    """Compute the roster; return it and the ids of batches that are signed and not excluded."""
-    excluded_set, forged = set(excluded), set[tuple[str, str, str]]()  # (signatures that failed, any round)
+def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: Iterable[bytes] = (), *,
+                 of_writers: Callable[[set[bytes]], Iterable[BatchView]] | None = None) -> tuple[Roster, set[bytes]]:
+    """Compute the roster; return it and the ids of batches that are signed and not excluded.  When ``views``
+    are some of the batches only (a warm open: those that can move the roster), ``of_writers`` gives every
+    batch of the writers named, for the chains of revoked writers (spec §14.6, "Beyond the revocation")."""
+    base = set(excluded)
+    excluded_set, forged = set(base), set[tuple[str, str, str]]()  # (signatures that failed, any round)
+    failed: set[bytes] = set()  # batches whose signature failed, any round
+    beyond_before: set[bytes] = set()  # what the previous round's revocations did not accept
     prior: dict[bytes, Revocation] = {}
     prior_grants: frozenset[bytes] = frozenset()
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
 
+    fetched: set[bytes] = set()
+
     def not_accepted(revocations: dict[bytes, Revocation]) -> dict[bytes, str]:
         """The revoked writers' batches their revocations did not accept, with the reasons."""
         for v in views.values() if revocations and not by_writer else ():
             by_writer.setdefault(v.writer_id, []).append(v)
+        # A batch below a revocation's seq that the local state did not hold as accepted (a new one, or one
+        # rejected before) is judged beside every batch of its writer, not only those that can move the roster
+        doubtful = {wid for wid, rev in revocations.items() if wid not in fetched for v in by_writer.get(wid, ())
+                    if (v.stored_flags < 0 or not v.stored_flags & 4)
+                    and v.seq < rev.seen.get(v.compartment_id, {}).get(wid, 0)} if of_writers is not None else set()
+        if doubtful and of_writers is not None:
+            fetched.update(doubtful)
+            for v in of_writers(doubtful):
+                if v.id not in views:
+                    by_writer.setdefault(v.writer_id, []).append(v)
         return {vid: f"{b.r.writer_name(wid)} wrote it after it was revoked ({why})"
-                for wid, rev in revocations.items() for vid, why in beyond_revocation(rev, by_writer.get(wid, ())).items()}
+                for wid, rev in revocations.items() for vid, why in beyond_revocation(rev, by_writer.get(wid, ())).items()
+                if vid in views}
 
     for _ in range(16):
         for v in views.values():
             v.signed = False
         b = _Builder(vault_id, views, set(excluded_set), prior, prior_grants)
+        started = set(b.excluded)
         b.partition = partition
         if not b.find_genesis():
             if not b.r.problems:
@@ -833,14 +852,25 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView],
             return b.r, set()
         b.run()
         forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
+        failed |= b.excluded - started
         partition = b.partition
         b.apply_revocations()
-        new_excluded = b.excluded | not_accepted(b.r.revocations).keys()
+        # The next round excludes what both this round's revocations and the previous round's do not accept:
+        # not what a revocation that no longer counts excluded (the first round, with no revocation known
+        # yet, counts every signature: a revocation it applies may be one a later round drops, and its
+        # exclusions alone would take with them the batches that drop it)
+        beyond_now = set(not_accepted(b.r.revocations))
+        new_excluded = base | failed | (beyond_now & beyond_before)
+        beyond_before = beyond_now
+        revoked = {w: rev.record_id for w, rev in b.r.revocations.items()}
         # (the writers GRANT records name matter only beside revocations: §14.1's exceptions)
-        if (new_excluded == excluded_set and b.r.revocations.keys() == prior.keys()
+        if (new_excluded == excluded_set and revoked == {w: rev.record_id for w, rev in prior.items()}
                 and (not b.r.revocations or b.grant_named == prior_grants)):
             break
         excluded_set, prior, prior_grants = new_excluded, b.r.revocations, frozenset(b.grant_named)
+    else:
+        b.r.problems.append(("damaged", "roster", "the vault's revocations contradict each other and did not settle "
+                                                  "after 16 rounds; run 'camillo verify' and revoke the devices again"))
     _apply_names(b.r)
     b.r.excluded.update(not_accepted(b.r.revocations))
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}

@@ -37,6 +37,7 @@ class BatchView(Protocol):
     writer_id: bytes
     segment: str
     records: Sequence[Record | None]
+    signed: bool
 
     @property
     def header(self) -> BatchHeader: ...
@@ -141,11 +142,13 @@ class Concurrency:
         self._chains: dict[tuple[bytes, bytes], list[BatchView]] | None = None
 
     def _carriers_of(self, record_id: bytes) -> list[BatchView]:
+        """The signed batches that carry a copy of the record written by its author (a copy another writer
+        carries, or one in a batch that does not count, says nothing of what its author had done)."""
         if self._carriers is None:  # (made once, when a revoked re-authenticating signer is first met)
             self._carriers = {}
             for v in self._control:
                 for rec in v.records:
-                    if rec is not None and rec.is_control:
+                    if rec is not None and rec.is_control and rec.author == v.writer_id and v.signed:
                         self._carriers.setdefault(rec.id, []).append(v)
         return self._carriers.get(record_id, [])
 
@@ -156,11 +159,14 @@ class Concurrency:
                 self._chains.setdefault((v.writer_id, v.compartment_id), []).append(v)
         return self._chains.get((view.writer_id, view.compartment_id), [])
 
-    def concurrent(self, rev: Revocation, view: BatchView) -> bool:
+    def concurrent(self, rev: Revocation, view: BatchView, subject: bytes) -> bool:
+        """Whether ``view`` and revocation ``rev`` were made without either having seen the other, for a
+        REVOKE of ``subject`` that ``view`` carries: never when ``subject`` wrote the revocation (revoking the
+        device that made a change, with a ``seen`` that leaves the change out, would undo it)."""
         if seen_by(rev, view):
             return False
         copies = [c for c in self._carriers_of(rev.record_id) if c.compartment_id == view.compartment_id]
-        if not copies:
+        if not copies or any(c.writer_id == subject for c in copies):
             return False
         for other in self._chain(view):
             if other.seq == view.seq and other.id != view.id:
@@ -177,43 +183,67 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
     record-id order (spec §14.6): a revocation signed by a key that an earlier one revoked counts only if
     its carrier was already seen by that earlier one.  ``owner_signers`` judges the valid owners that signed
     it; ``concurrent_reauth`` the revoked re-authenticating credentials whose signature on it still counts
-    because neither it nor their revocation had seen the other (a device's revocation only, step 3)."""
-    for rec, view, signers in sorted(pending, key=lambda t: t[0].id):
-        # Who signed is judged now that the fixpoint is complete: when the record was first met,
-        # an owner that signed it (a new passphrase whose CRED_ANCHOR sorts later) may not have
-        # been known yet, and the result must not depend on batch order.
-        signers = owner_signers(rec, view) or signers
-        body = rec.body
-        subject = body[0]
-        subject_p = r.principals.get(subject)
-        if subject_p is None or subject in r.revocations:
-            continue
-        live_signers = [s for s in signers if s not in r.revocations or seen_by(r.revocations[s], view)]
-        if not live_signers:
-            continue
-        if subject_p.kind in USER_KINDS and subject not in live_signers:
-            # Revoking a user credential needs a passphrase, recovery phrase or recovery recipient
-            # signature (re-authentication); a credential may always retire itself (key rotation).
-            if not any(r.principals[s].kind in REAUTH_KINDS for s in live_signers):
-                concurrent = concurrent_reauth(rec, view)
-                if subject_p.kind != CredentialKind.DEVICE or not concurrent:
-                    r.problems.append(("revocation", view.segment, f"revocation {rec.id.hex()[:12]} of a user "
-                                                                   "credential lacks a passphrase or recovery signature"))
-                    continue
-                live_signers += concurrent
-        try:
-            seen = {
-                field_bytes(c, 16, "seen compartment"): {field_bytes(w, 32, "seen writer"): field_uint(s, "seen seq")
-                                                    for w, s in field_map(vv, "seen entry").items()}
-                for c, vv in field_map(body.get(2, {}), "seen").items()
-            }
-            pins = {field_bytes(c, 16, "pins compartment"): field_bytes(b, 32, "pinned batch")
-                    for c, b in field_map(body.get(3, {}), "pins").items()}
-        except CanonicalError as exc:
-            r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
-            continue
-        reason = text if isinstance(text := body.get(4), str) else ""
-        r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+    because neither it nor their revocation had seen the other (a device's revocation only, step 3).
+
+    A REVOKE that only its subject's own signature makes count (a self-retirement, key rotation) is applied
+    after all the others (step 5): whoever holds a revoked key could otherwise write a retirement of it with
+    a ``seen`` of their choosing, sort it first and so undo the revocation that counts."""
+    ordered = sorted(pending, key=lambda t: t[0].id)
+    named: dict[bytes, int] = {}
+    for rec, _, _ in ordered:
+        named[rec.body[0]] = named.get(rec.body[0], 0) + 1
+    retirements = [(rec, view, signers) for rec, view, signers in ordered
+                   if _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, named[rec.body[0]] > 1)]
+    for rec, view, signers in retirements:
+        _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, False)
+
+
+def _apply_one(r: Roster, rec: Record, view: V, signers: list[bytes],
+               owner_signers: Callable[[Record, V], list[bytes]], concurrent_reauth: Callable[[Record, V], list[bytes]],
+               defer_retirement: bool) -> bool:
+    """Apply one REVOKE (steps 1 to 5 of spec §14.6); True, having applied nothing, when it is a
+    self-retirement and ``defer_retirement`` (another REVOKE names its subject): it is tried again after."""
+    # Who signed is judged now that the fixpoint is complete: when the record was first met,
+    # an owner that signed it (a new passphrase whose CRED_ANCHOR sorts later) may not have
+    # been known yet, and the result must not depend on batch order.
+    signers = owner_signers(rec, view) or signers
+    body = rec.body
+    subject = body[0]
+    subject_p = r.principals.get(subject)
+    if subject_p is None or subject in r.revocations:
+        return False
+    live_signers = [s for s in signers if s not in r.revocations or seen_by(r.revocations[s], view)]
+    if not live_signers:
+        return False
+    others = [s for s in live_signers if s != subject]
+    if defer_retirement and subject in live_signers and not (
+            any(r.principals[s].kind in REAUTH_KINDS for s in others)
+            if subject_p.kind in USER_KINDS else others):
+        return True  # (a self-retirement: applied after the others, if no other revoked its subject)
+    if subject_p.kind in USER_KINDS and subject not in live_signers:
+        # Revoking a user credential needs a passphrase, recovery phrase or recovery recipient
+        # signature (re-authentication); a credential may always retire itself (key rotation).
+        if not any(r.principals[s].kind in REAUTH_KINDS for s in live_signers):
+            concurrent = concurrent_reauth(rec, view)
+            if subject_p.kind != CredentialKind.DEVICE or not concurrent:
+                r.problems.append(("revocation", view.segment, f"revocation {rec.id.hex()[:12]} of a user "
+                                                               "credential lacks a passphrase or recovery signature"))
+                return False
+            live_signers += concurrent
+    try:
+        seen = {
+            field_bytes(c, 16, "seen compartment"): {field_bytes(w, 32, "seen writer"): field_uint(s, "seen seq")
+                                                for w, s in field_map(vv, "seen entry").items()}
+            for c, vv in field_map(body.get(2, {}), "seen").items()
+        }
+        pins = {field_bytes(c, 16, "pins compartment"): field_bytes(b, 32, "pinned batch")
+                for c, b in field_map(body.get(3, {}), "pins").items()}
+    except CanonicalError as exc:
+        r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
+        return False
+    reason = text if isinstance(text := body.get(4), str) else ""
+    r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+    return False
 
 
 # Checks of a control record's body fields (camillo.control uses them too)

@@ -390,6 +390,47 @@ def test_a_revoked_device_cannot_rewrite_a_batch_its_revocation_had_accepted(new
         assert not [p for p in v.problems() if p.kind == "fork"]
 
 
+def test_a_revoked_devices_second_batch_is_rejected_on_a_warm_open_too(new_vault, tmp_path, monkeypatch):
+    """Found by review: a warm open computes the roster from the batches that can move it (control batches and
+    those not accepted), without the revoked laptop's accepted plain batches, so its second batch at a seq the
+    revocation had seen (below the pin, certifying the thief's device) was the only one at its seq there and
+    was accepted by the device that had read the real one, while a new device rejected it.  Now such a batch is
+    judged beside every batch of its writer (spec §14.6): both opens reject it and keep the real note."""
+    from camillo.control import owner_entry, pop_message
+    from camillo.credentials import Credential, CredentialKind
+
+    path, vault, _ = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        laptop = lap.session.actor
+        for i in range(3):
+            lap.append([NewRecord(type="message", text=f"laptop note {i}")])
+        vid, personal = lap.vault_id, lap.compartment_id("personal")
+        epoch = lap.session.roster.current_epoch(personal)
+        first = lap.session.log.batch_at((laptop.writer_id, personal), 1)
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="stolen")
+    with open_vault(path) as v:  # (the local state now holds the laptop's batches as accepted)
+        assert "laptop note 1" in {r.text for r in v.timeline()}
+    assert isinstance(laptop, Credential)
+    thief = Credential.generate(CredentialKind.DEVICE)
+    cert = encode_record(Kind.DEVICE_CERT, laptop.writer_id, signers=[laptop.signer], body={
+        0: owner_entry(CredentialKind.DEVICE, thief.signer.public, thief.recipient.public, "spare laptop", ""),
+        1: None, 2: "enrollment", 3: thief.signer.sign(pop_message(vid, thief.signer.public, thief.recipient.public))})
+    _seal_batch(path, vid, personal, epoch, BatchHeader(vid, personal, laptop.writer_id, 2, first, (first,),
+                                                        {laptop.writer_id: 1}, (ids.record_id(cert),), int(time.time())),
+                [cert], laptop.signer)
+    seen = {}
+    for who in ("home", "third device"):  # a warm open, then a new device's cold one
+        switch_home(monkeypatch, tmp_path / who)
+        with open_vault(path) as v:
+            texts = {r.text for r in v.timeline()}
+            seen[who] = (thief.writer_id in v.session.roster.principals, "laptop note 1" in texts)
+    assert seen == {"home": (False, True), "third device": (False, True)}
+
+
 def test_the_last_credential_cannot_be_revoked_and_self_revocation_is_refused(new_vault):
     path, vault, _ = new_vault
     with pytest.raises(UsageError, match="cannot revoke itself"):

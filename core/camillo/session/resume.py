@@ -183,7 +183,7 @@ def take_stored(reader: Reader) -> bool:
     if roster is None:
         with collector_paused():
             special = {b: v for b, v in batches.special().items() if b not in new}
-            roster, _ = build_roster(reader.vault_id, special)
+            roster, _ = build_roster(reader.vault_id, special, of_writers=batches.of_writers)
     fingerprint = roster.fingerprint()
     if (roster.genesis is None or fingerprint != reader.roster_fingerprint or resume[0][:len(fingerprint)] != fingerprint
             or frozenset(roster.erasures) != reader.erasures_seen or reader.check_epoch_keys(roster)):
@@ -270,7 +270,7 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
         if reader.flags_new and not reader.flags_all:
             reader.write_flags()  # (the stored acceptance flags say which batches are special)
         special = batches.special()
-        roster, signed = build_roster(reader.vault_id, special)
+        roster, signed = build_roster(reader.vault_id, special, of_writers=batches.of_writers)
         fingerprint = roster.fingerprint()
         if roster.genesis is not None and fingerprint == reader.roster_fingerprint:
             return roster, signed | (reader.last_accepted - special.keys() - batches.gone), set(special)
@@ -280,7 +280,7 @@ def roster_of(reader: Reader) -> tuple[Roster, set[bytes], set[bytes] | None]:
             # (their batches can be excluded by a revocation: the roster computed again over them is
             # the same one, or the pass over every batch below decides)
             if len(views) > len(special):
-                roster, signed = build_roster(reader.vault_id, views)
+                roster, signed = build_roster(reader.vault_id, views, of_writers=batches.of_writers)
             if len(views) == len(special) or roster.fingerprint() == fingerprint:
                 return roster, signed | (reader.last_accepted - views.keys() - batches.gone), set(views)
     roster, signed = build_roster(reader.vault_id, batches)
