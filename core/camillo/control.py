@@ -309,10 +309,10 @@ class Roster:
         return [e for e in mine if e.epoch_id not in superseded] or mine
 
     def current_epoch(self, cid: bytes) -> EpochInfo | None:
-        """The epoch new writes use: a head of the epoch chain; among concurrent heads, the one
-        whose EPOCH record id is smallest (spec §15.2)."""
+        """The epoch new writes use: a head of the epoch chain; among concurrent heads, the one of the
+        highest generation, then the one whose EPOCH record id is smallest (spec §15.2)."""
         heads = self.epoch_heads(cid)
-        return min(heads, key=lambda e: e.record_id) if heads else None
+        return min(heads, key=preferred) if heads else None
 
     @property
     def policy(self) -> Policy:
@@ -338,6 +338,13 @@ class Roster:
                 return False, f"agent {p.grant.agent} holds a read grant for {self.compartment_name(cid)}, which cannot write"
             return False, f"agent {p.grant.agent} has no grant for {self.compartment_name(cid)}"
         return False, f"a {p.kind.label} credential signs control records only, never batches"
+
+
+def preferred(e: EpochInfo) -> tuple[int, bytes]:
+    """The order in which concurrent epoch heads are preferred for new writes (spec §15.2): the newest
+    generation first (a join's epoch before those of the two rolls it joins: one of them may be readable
+    by a credential the other revoked), then the smallest EPOCH record id."""
+    return -e.generation, e.record_id
 
 
 # Body parsing (each raises CanonicalError on a malformed body)

@@ -770,6 +770,8 @@ def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revo
     with open_("laptop") as v:
         v.change_passphrase(used[1], reauth=Unlock.passphrase(PASSPHRASE))
     sync.sync()
+    host = str(tmp_path / "host")
+    union_copy([sync.a, sync.b], host)  # (a host that keeps every file it held: the laptop's slot for the phone)
     _settle_as_people(sync, roots, homes, used)
     for who in ("laptop", "desktop"):
         v, _ = open_as_a_person(roots[who], homes[who], used)
@@ -778,9 +780,30 @@ def test_a_device_revoked_while_another_device_changes_the_passphrase_stays_revo
             assert not [p for p in v.session.roster.problems if p[0] == "revocation"], who
             v.append([NewRecord(type="message", text=f"AFTER-THE-SYNC on the {who}")])
     sync.sync()
-    host = str(tmp_path / "host")
     union_copy([sync.a, sync.b], host)
     assert not [p for p in attacker_reads(host, vault_id, phone) if b"AFTER-THE-SYNC" in p]
+
+
+def test_new_writes_go_to_the_epoch_of_the_newest_generation_among_concurrent_heads():
+    """Found by review: after the laptop's passphrase change (which, not knowing of the phone's concurrent
+    revocation, gave the phone a slot) and the desktop's revocation are joined, the join's new epoch is one head
+    and the passphrase change's epoch, which nothing names as previous, another.  New writes went to the head
+    whose EPOCH record id is smallest, the passphrase change's one time in three, which the phone could read
+    with that slot as a host kept it.  Now the newest generation comes first (spec §15.2)."""
+    from camillo.control import EpochInfo, Roster
+
+    r = Roster(bytes(32))
+    cid = bytes(16)
+
+    def epoch(n: int, prev: bytes | None, generation: int, record_id: bytes) -> EpochInfo:
+        return EpochInfo(cid, bytes([n]) * 16, prev, "", bytes(1216), bytes(32), record_id, 0, generation)
+
+    for e in (epoch(1, None, 1, b"\x05" * 32), epoch(2, bytes([1]) * 16, 2, b"\x01" * 32),  # the passphrase change
+              epoch(3, bytes([1]) * 16, 2, b"\x07" * 32),  # the revocation
+              epoch(4, bytes([3]) * 16, 3, b"\x09" * 32)):  # the join, after the revocation's epoch
+        r.epochs[(cid, e.epoch_id)] = e
+    assert {e.epoch_id[0] for e in r.epoch_heads(cid)} == {2, 4}
+    assert r.current_epoch(cid).epoch_id == bytes([4]) * 16
 
 
 def test_two_passphrase_changes_then_an_erasure_before_any_sync_lose_nothing(two_devices, tmp_path):

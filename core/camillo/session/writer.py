@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 
 from .. import ids, segments
+from ..control import preferred
 from ..devicestate import DeviceState
 from ..errors import AccessDenied, DamagedFile, Incomplete, VaultError, WriterFrozen
 from ..primitives import constant_time_equal
@@ -61,7 +62,7 @@ def sealing_key(session: Session, cid: bytes) -> tuple[bytes, bytes]:
         if keyring.epoch_secrets and (cid, epoch.epoch_id) not in keyring.epoch_keys:
             held = [h for h in roster.epoch_heads(cid) if (cid, h.epoch_id) in keyring.epoch_keys]
             if held:
-                epoch = min(held, key=lambda e: e.record_id)
+                epoch = min(held, key=preferred)
         own = keyring.epoch_keys.get((cid, epoch.epoch_id))
         if own is not None and not constant_time_equal(own.public, epoch.public):
             # The EPOCH record announces a public key that its secret does not give: what would be
