@@ -59,6 +59,7 @@ from .revocation import (
     apply_revocations,
     beyond_revocation,
     field_bytes,
+    rival_retirements,
     seen_by,
 )
 
@@ -535,8 +536,8 @@ class _Builder:
         # revoked key could otherwise carry its signatures into a batch of their own (spec §14.1).
         if view.writer_id in self.prior_grants:
             return False
-        return seen_by(rev, view) or any(r is not None and r.id == rev.record_id and r.author == view.writer_id
-                                         for r in view.records)
+        return seen_by(rev, view) or (view.writer_id != wid and any(
+            r is not None and r.id == rev.record_id and r.author == view.writer_id for r in view.records))
 
     def _owner_signers(self, rec: Record, view: BatchView) -> list[bytes]:
         def lookup(wid: bytes) -> bytes | None:
@@ -724,7 +725,8 @@ class _Builder:
 
     def apply_revocations(self) -> None:
         """Apply the REVOKE records met in this round (spec §14.6; camillo.revocation)."""
-        apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth)
+        apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth,
+                          rival_retirements(self.partition[0] if self.partition else (), self.r.signer_public))
 
     def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
         """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that

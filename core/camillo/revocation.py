@@ -15,12 +15,12 @@ Pure computation over decrypted batches; confined to the thread that owns the va
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from .credentials import CredentialKind
-from .errors import CanonicalError
-from .records import BatchHeader, Record
+from .errors import CanonicalError, VaultError
+from .records import BatchHeader, Kind, Record, verify_inner_signatures
 
 # Who may re-authenticate an irreversible change (a new credential, a user credential's revocation)
 REAUTH_KINDS = (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
@@ -38,9 +38,13 @@ class BatchView(Protocol):
     segment: str
     records: Sequence[Record | None]
     signed: bool
+    has_control: bool
+    stored_flags: int  # (the local state's: sig_ok 1, vouched 2, accepted 4; -1 when not read from it)
 
     @property
     def header(self) -> BatchHeader: ...
+
+    def verifier(self) -> Callable[[int, bytes, bytes, bytes], bool]: ...
 
 
 class Roster(Protocol):
@@ -95,9 +99,10 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
     accept, each with the reason (spec §14.6, "Beyond the revocation"): above its ``seen`` seq in their
     compartment; at it but not the pinned batch; or below it but not on the chain that leads, by ``prev``,
     down from the pinned batch.  Where that chain cannot be followed (a batch of it is not here yet), a
-    batch below is kept unless another batch of the writer stands at its seq (a fork: both wait until the
-    chain says which).  Where every seq up to the pin holds one batch, the chain is not followed (no header
-    is decoded): each is taken as the chain's.  Without the chain rule a revoked device could write a second batch at a seq the
+    batch below waits if it holds a control record or another batch of the writer stands at its seq (a
+    fork: both wait until the chain says which); a plain one alone at its seq is kept, and so is one this
+    device's local state holds as accepted (its causal log accepted it on one chain from seq 1).  When no
+    batch below is doubtful and no seq is taken twice, the chain is not followed (no header is decoded).  Without the chain rule a revoked device could write a second batch at a seq the
     revocation had seen and certify a new device with its old key."""
     by_compartment: dict[bytes, list[BatchView]] = {}
     for v in views:
@@ -109,10 +114,13 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
         for v in vs:
             at_seq[v.seq] = at_seq.get(v.seq, 0) + 1
         chain: dict[int, bytes] = {} if pin is None else {limit: pin}  # seq -> the batch the revocation accepted
-        below = [n for s, n in at_seq.items() if 0 < s <= limit]
-        if len(below) != limit or any(n > 1 for n in below):
-            # A seq below is missing or taken twice: follow the links from the pin down while they hold (the
-            # headers are decoded only then: a revoked writer's complete chain of unique seqs needs none).
+        # A batch this device's local state holds as accepted was accepted by its causal log, on one chain from
+        # seq 1 (spec §17); the others are doubtful.  (On a warm open the views are only some of the batches:
+        # a seq missing here is not a missing link.)
+        doubtful = {v.id for v in vs if v.seq <= limit and not (v.stored_flags >= 0 and v.stored_flags & 4)}
+        if doubtful or any(n > 1 for s, n in at_seq.items() if 0 < s <= limit):
+            # Follow the links from the pin down while they hold (the headers are decoded only then: on a warm
+            # open of a folder where nothing of the revoked writer changed, none is).
             here, expected, seq = {v.id: v for v in vs}, pin, limit
             while expected is not None and seq > 0:
                 chain[seq] = expected
@@ -125,6 +133,9 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
                 out[v.id] = f"it is not the batch at seq {v.seq} the revocation accepted (a second batch at that seq)"
             elif v.seq not in chain and at_seq[v.seq] > 1:
                 out[v.id] = f"its writer wrote two batches at seq {v.seq}; which one the revocation accepted is not known here yet"
+            elif v.seq not in chain and v.has_control and v.id in doubtful:
+                out[v.id] = (f"the chain its revocation accepted cannot be followed down to seq {v.seq} here (a batch "
+                             "of it has not arrived): its control records wait")
     return out
 
 
@@ -178,7 +189,8 @@ class Concurrency:
 
 def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]],
                       owner_signers: Callable[[Record, V], list[bytes]],
-                      concurrent_reauth: Callable[[Record, V], list[bytes]]) -> None:
+                      concurrent_reauth: Callable[[Record, V], list[bytes]],
+                      rivals: Mapping[bytes, list[tuple[Record, V]]]) -> None:
     """Apply the REVOKE records ``pending`` ((record, carrier, signers when first met)) to roster ``r`` in
     record-id order (spec §14.6): a revocation signed by a key that an earlier one revoked counts only if
     its carrier was already seen by that earlier one.  ``owner_signers`` judges the valid owners that signed
@@ -186,16 +198,105 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
     because neither it nor their revocation had seen the other (a device's revocation only, step 3).
 
     A REVOKE that only its subject's own signature makes count (a self-retirement, key rotation) is applied
-    after all the others (step 5): whoever holds a revoked key could otherwise write a retirement of it with
-    a ``seen`` of their choosing, sort it first and so undo the revocation that counts."""
+    after all the others (step 1): whoever holds a revoked key could otherwise write a retirement of it with
+    a ``seen`` of their choosing, sort it first and so undo the revocation that counts.
+
+    A key retires once.  ``rivals`` maps each key that retired itself more than once to those retirements
+    (with a carrier each), found in any batch with control records, signed or not (a retirement's own
+    signature only ever takes power away).  Of those, one whose ``seen`` covers another's carrier was written
+    after it, by whoever held the key since, and does not count; those left are combined into the smallest
+    ``seen`` of each chain (so neither of two rival rotations vouches for its new key), and the vault reports
+    the key as in other hands."""
     ordered = sorted(pending, key=lambda t: t[0].id)
     named: dict[bytes, int] = {}
     for rec, _, _ in ordered:
         named[rec.body[0]] = named.get(rec.body[0], 0) + 1
-    retirements = [(rec, view, signers) for rec, view, signers in ordered
-                   if _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, named[rec.body[0]] > 1)]
-    for rec, view, signers in retirements:
-        _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, False)
+    retirements: dict[bytes, list[tuple[Record, V, list[bytes]]]] = {}
+    for rec, view, signers in ordered:
+        subject = rec.body[0]
+        if _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, named[subject] > 1 or subject in rivals):
+            retirements.setdefault(subject, []).append((rec, view, signers))
+    for subject, group in retirements.items():
+        for rec, view, signers in group if subject not in rivals else ():
+            _apply_one(r, rec, view, signers, owner_signers, concurrent_reauth, False)
+    for subject, claimed in sorted(rivals.items()):
+        if subject in r.revocations:
+            continue  # (another REVOKE, not a retirement, revoked it: that one counts)
+        found = [(rev, view) for rec, view in claimed if (rev := _parsed(subject, rec)) is not None]
+        first = [rev for rev, _ in found if not any(o is not rev and seen_by(rev, ov) for o, ov in found)]
+        if found:
+            r.revocations[subject] = _smallest(subject, first or [rev for rev, _ in found])
+            r.problems.append(("revocation", found[0][1].segment,
+                               f"the key {subject.hex()[:12]} retired itself more than once "
+                               f"({', '.join(rev.record_id.hex()[:12] for rev, _ in found)}): its old key is in other "
+                               "hands; only what every retirement accepted counts, and a device that replaced "
+                               "that key must register again"))
+
+
+def rival_retirements(control_views: Iterable[V], signer_key: Callable[[bytes], bytes | None]
+                      ) -> dict[bytes, list[tuple[Record, V]]]:
+    """The keys that retired themselves more than once: for each, every such retirement (a REVOKE of the key
+    by the key, signed by it alone, its signature verified with ``signer_key``) in any of ``control_views``
+    (batches with control records, signed or not), one carrier each (spec §14.6 step 1)."""
+    found: dict[bytes, dict[bytes, tuple[Record, V]]] = {}
+    for v in control_views:
+        for rec in v.records:
+            if rec is not None and rec.kind == Kind.REVOKE and rec.body.get(0) == rec.author and len(rec.sigs) == 1:
+                found.setdefault(rec.author, {}).setdefault(rec.id, (rec, v))
+    rivals = {}
+    for subject, claimed in found.items():
+        key = signer_key(subject)
+        if len(claimed) < 2 or key is None:
+            continue
+        good = []
+        for rec, v in claimed.values():
+            try:
+                signed_by, _ = verify_inner_signatures(rec, {subject: key}.get, v.verifier())
+            except VaultError:
+                continue  # (a signature that does not verify: no retirement)
+            if subject in signed_by:
+                good.append((rec, v))
+        if len(good) > 1:
+            rivals[subject] = good
+    return rivals
+
+
+def _parsed(subject: bytes, rec: Record) -> Revocation | None:
+    """A retirement's revocation as written (None when its ``seen`` or ``pins`` is malformed)."""
+    body = rec.body
+    try:
+        seen = {field_bytes(c, 16, "seen compartment"): {field_bytes(w, 32, "seen writer"): field_uint(n, "seen seq")
+                                                         for w, n in field_map(per, "seen entry").items()}
+                for c, per in field_map(body.get(2, {}), "seen").items()}
+        pins = {field_bytes(c, 16, "pins compartment"): field_bytes(b, 32, "pinned batch")
+                for c, b in field_map(body.get(3, {}), "pins").items()}
+    except CanonicalError:
+        return None
+    reason = text if isinstance(text := body.get(4), str) else ""
+    return Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, (subject,))
+
+
+def _smallest(subject: bytes, revs: list[Revocation]) -> Revocation:
+    """One revocation of ``subject`` that accepts only what each of ``revs`` accepts: per chain the smallest
+    ``seen`` (absent: 0), and per compartment the pin of the one that accepts least of the subject's chain
+    (none where two of them pin different batches at that seq: neither counts there)."""
+    if len(revs) == 1:
+        return revs[0]
+    chains = {(c, w) for rev in revs for c, per in rev.seen.items() for w in per}
+    seen: dict[bytes, dict[bytes, int]] = {}
+    for c, w in chains:
+        seen.setdefault(c, {})[w] = min(rev.seen.get(c, {}).get(w, 0) for rev in revs)
+    pins: dict[bytes, bytes] = {}
+    for c, per in seen.items():
+        limit = per.get(subject, 0)
+        at_limit = {rev.pins[c] for rev in revs if c in rev.pins and rev.seen.get(c, {}).get(subject, 0) == limit}
+        if len(at_limit) == 1:
+            pins[c] = at_limit.pop()
+        elif at_limit:
+            per[subject] = limit - 1  # (two batches at the seq: neither is the retirement's)
+    first = min(revs, key=lambda rev: rev.record_id)
+    return Revocation(subject, first.record_id, seen, pins, first.reason, first.ts,
+                      tuple(sorted({s for rev in revs for s in rev.signers})))
 
 
 def _apply_one(r: Roster, rec: Record, view: V, signers: list[bytes],
@@ -230,19 +331,12 @@ def _apply_one(r: Roster, rec: Record, view: V, signers: list[bytes],
                                                                "credential lacks a passphrase or recovery signature"))
                 return False
             live_signers += concurrent
-    try:
-        seen = {
-            field_bytes(c, 16, "seen compartment"): {field_bytes(w, 32, "seen writer"): field_uint(s, "seen seq")
-                                                for w, s in field_map(vv, "seen entry").items()}
-            for c, vv in field_map(body.get(2, {}), "seen").items()
-        }
-        pins = {field_bytes(c, 16, "pins compartment"): field_bytes(b, 32, "pinned batch")
-                for c, b in field_map(body.get(3, {}), "pins").items()}
-    except CanonicalError as exc:
-        r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed: {exc.message}"))
+    parsed = _parsed(subject, rec)
+    if parsed is None:
+        r.problems.append(("damaged", view.segment, f"revocation {rec.id.hex()[:12]} is malformed: its seen or pins "
+                                                    "are not maps of the types spec §14.6 gives"))
         return False
-    reason = text if isinstance(text := body.get(4), str) else ""
-    r.revocations[subject] = Revocation(subject, rec.id, seen, pins, reason, rec.ts or 0, tuple(live_signers))
+    r.revocations[subject] = replace(parsed, signers=tuple(live_signers))
     return False
 
 

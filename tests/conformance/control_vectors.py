@@ -469,6 +469,73 @@ def roster_vectors(vector: Vector) -> None:
         "do not also drop the batches that drop them (a reader that kept every exclusion of every round would "
         "drop both sides, and one that took only the last round's would not settle).")
 
+    # A backup of a rotated key: a second retirement of it, after the first (its seen covers the first's carrier),
+    # or a rival one that claims to be concurrent.  The rotation is Camillo's: the new key's first batch carries
+    # its certificate, signed by the old key, and the old key's retirement, which has seen that batch (§16.4).
+    for name in ("roster-revoke-second-self-retirement", "roster-revoke-rival-self-retirements"):
+        c = RosterCase(name)
+        new_key, spare = credential(CredentialKind.DEVICE, f"{name} new key"), credential(CredentialKind.DEVICE, f"{name} T")
+        c.who.update({"K2": new_key, "T": spare})
+        c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+        owned = [c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: n, 2: []}, [c.D2])],
+                         saw={c.D.writer_id: 1}) for n in ("tablet", "my tablet")]
+        rotation = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(new_key, "tablet"), 1: c.D2.writer_id, 2: "key rotation",
+                                                     3: c.pop(new_key)}, [c.D2])
+        retire = c.record(Kind.REVOKE, c.D2, {0: c.D2.writer_id,
+                                              2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 2, new_key.writer_id: 1}},
+                                              3: {c.control: owned[-1].id}, 4: "key rotated"}, [c.D2])
+        rotated = c.batch(new_key, "control", [rotation, retire], saw={c.D.writer_id: 1, c.D2.writer_id: 2})
+        after = name.endswith("second-self-retirement")
+        claim = {c.D2.writer_id: 99, new_key.writer_id: 1} if after else {spare.writer_id: 1}
+        fake = c.record_below(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: claim}, 3: {}, 4: "key rotated"},
+                              [c.D2], below=ids.record_id(retire))
+        cert_t = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(spare, "thief"), 1: None, 2: "enrollment", 3: c.pop(spare)},
+                          [c.D2])
+        owned.append(c.batch(c.D2, "control", [fake, cert_t]))
+        thief = c.batch(spare, "control", [c.record(Kind.DEVICE_NAME, spare, {0: spare.writer_id, 1: "thief", 2: []},
+                                                    [spare])])
+        if after:
+            roster_vector(
+                vector, c,
+                "A rotated key's second retirement of itself, from a backup of the key: its seen covers the new key's "
+                "batch that carries the first (it was written after it) and its id sorts first. It does not count: the "
+                "new key stays, the backup's batch is excluded and the device it certifies is nobody.",
+                c.expected(principals=["D", "P1", "R", "D2", "K2"], revoked={"D2": retire}, excluded=(owned[-1],),
+                           unsigned=(thief,), problems=("revocation",)),
+                "Spec 14.6 step 1: a key retires once; of several retirements, one whose seen covers another's "
+                "carrier does not count, and the second retirement is reported. A reader that applied the first in "
+                "record-id order would let the backup certify the thief's device.")
+        else:
+            roster_vector(
+                vector, c,
+                "Two retirements of one key that neither saw the other (a rival rotation from a backup of the key) "
+                "count as one that accepts only what both accept: neither vouches for a new key, the key's batches "
+                "beyond that are excluded, and the vault reports the key as in other hands.",
+                c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": fake}, excluded=tuple(owned),
+                           unsigned=(rotated, thief), problems=("revocation",)),
+                "Spec 14.6 step 1: the smallest seen of each chain (absent: 0), named by the smallest record id. The "
+                "honest new key must register again (with the passphrase); no rival gets in.")
+
+    # A host that withholds a revoked device's real batch below its pin, beside the thief's second one.
+    c = RosterCase("roster-revoked-writer-fork-below-a-withheld-batch")
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+    genuine = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 1", 2: []},
+                                                 [c.D2])], saw={c.D.writer_id: 1})
+    pinned = c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: "tablet 2", 2: []},
+                                                [c.D2])], saw={c.D.writer_id: 1})
+    revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 2}},
+                                          3: {c.control: pinned.id}, 4: "lost"}, [c.D, c.P1])
+    c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 2})
+    fork = c.batch(c.D2, "control", [c.thief_cert()], saw={c.D.writer_id: 1}, seq=1)
+    c.batches = [(k, b) for k, b in c.batches if b.id != genuine.id]  # (the host withholds it)
+    roster_vector(
+        vector, c,
+        "A revoked device's second batch at seq 1, the real one withheld by the host: the pinned batch's prev names "
+        "the real one, so the second is excluded and the device it certifies is nobody.",
+        c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": revoke}, excluded=(fork,)),
+        "Spec 14.6, 'Beyond the revocation': the chain is followed from the pin whenever a batch below it is not one "
+        "this reader had accepted; a reader that took every seq holding one batch as the chain's would accept it.")
+
     c = RosterCase("roster-revoke-without-reauth")
     cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])
     c.batch(c.D, "control", [c.genesis, cert_d2])

@@ -60,7 +60,10 @@ def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
     sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
     try:
         with redirect_stdout(out), redirect_stderr(err):
-            code = main(list(args))
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # (argparse's usage errors exit 2, as the command does)
+                code = exc.code if isinstance(exc.code, int) else 2
     finally:
         sys.stdin = saved
     return code, out.getvalue(), err.getvalue()

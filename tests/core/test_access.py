@@ -431,6 +431,60 @@ def test_a_revoked_devices_second_batch_is_rejected_on_a_warm_open_too(new_vault
     assert seen == {"home": (False, True), "third device": (False, True)}
 
 
+def test_a_backup_of_a_rotated_key_cannot_retire_it_again_to_certify_a_device(new_vault, tmp_path, monkeypatch):
+    """Found by the second review: the laptop rotates its key after another device's erasure (its old key retires
+    itself).  A thief with a backup of the laptop from before writes, with the old key, a second retirement of it
+    (its id ground to sort first, its seen covering the thief's own batch) and a certificate for a device of its
+    own.  The retirements used to be applied in record-id order, so the thief's won and certified its device on
+    every copy.  Now a key retires once (spec §14.6 step 1): two rival retirements count as one that accepts only
+    what both accept, so nobody's new key is vouched for by the old one; the vault says the key is in other hands,
+    and the laptop, opened with the passphrase, writes again under a key of its own."""
+    from camillo.control import owner_entry, pop_message
+    from camillo.credentials import Credential, CredentialKind
+
+    path, vault, _ = new_vault
+    target = vault.append([NewRecord(type="message", text="ERASE ME")]).written[0]
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:  # the backup is of this moment: the old key, the old control epoch
+        old = lap.session.actor
+        vid, control = lap.vault_id, lap.session.roster.control_id
+        epoch = lap.session.roster.current_epoch(control)
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.erase([target])
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        assert lap.writer_id != old.writer_id  # (rotated)
+        honest = lap.session.roster.revocations[old.writer_id]
+        top = lap.session.log.max_seq(old.writer_id, control)
+        prev = lap.session.log.batch_at((old.writer_id, control), top)
+    assert isinstance(old, Credential)
+    thief = Credential.generate(CredentialKind.DEVICE)
+    for _ in range(1 << 20):
+        fake = encode_record(Kind.REVOKE, old.writer_id, signers=[old.signer],
+                             body={0: old.writer_id, 2: {control: {old.writer_id: top + 5}}, 3: {}, 4: "key rotated"})
+        if ids.record_id(fake) < honest.record_id:
+            break
+    cert = encode_record(Kind.DEVICE_CERT, old.writer_id, signers=[old.signer], body={
+        0: owner_entry(CredentialKind.DEVICE, thief.signer.public, thief.recipient.public, "spare laptop", ""),
+        1: None, 2: "enrollment", 3: thief.signer.sign(pop_message(vid, thief.signer.public, thief.recipient.public))})
+    _seal_batch(path, vid, control, epoch, BatchHeader(
+        vid, control, old.writer_id, top + 1, prev, (prev,), {old.writer_id: top},
+        (ids.record_id(fake), ids.record_id(cert)), int(time.time())), [fake, cert], old.signer)
+    for who in ("home", "third device"):  # a warm open, then a new device's cold one
+        switch_home(monkeypatch, tmp_path / who)
+        with open_vault(path) as v:
+            assert thief.writer_id not in v.session.roster.principals, who
+            assert any("retired itself more than once" in p.message for p in v.problems()), who
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        lap.append([NewRecord(type="message", text="the laptop writes again")])
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        assert "the laptop writes again" in {r.text for r in v.timeline()}
+
+
 def test_the_last_credential_cannot_be_revoked_and_self_revocation_is_refused(new_vault):
     path, vault, _ = new_vault
     with pytest.raises(UsageError, match="cannot revoke itself"):
