@@ -1,13 +1,15 @@
 """REVOKE records: what a revocation accepted, which batches come after it, and how the roster applies
 them (spec §14.6).
 
-A revocation's ``seen`` says what its writer had accepted of every chain; a batch of the revoked writer
-beyond that is rejected on every copy, and the revoked key's signatures count only in batches the
-revocation had seen.  One exception, for re-authentication only: a passphrase (or recovery) signature on
-the revocation of a *device*, made while another device, unseen, replaced that passphrase, still counts
-when neither change had seen the other (the two batches' frontiers and ``seen`` say so, all signed).
-Without it, revoking a lost phone on one device while another changes the passphrase was dropped for
-good on every copy.
+A revocation's ``seen`` says what its writer had accepted of every chain, and ``pins`` which batch of the
+revoked writer ends each of its chains: a batch of the revoked writer beyond that, or off the chain that
+leads down from the pin, is rejected on every copy, and the revoked key's signatures count only in
+batches the revocation had seen (spec §14.1, §14.6).  A key that retired itself more than once (a backup
+of a rotated key) counts as retired where every retirement agrees.  One exception, for re-authentication
+only: a passphrase (or recovery) signature on the revocation of a *device*, made while another device,
+unseen, replaced that passphrase, still counts when neither change had seen the other (the two batches'
+frontiers and ``seen`` say so, all signed).  Without it, revoking a lost phone on one device while another
+changes the passphrase was dropped for good on every copy.
 
 Pure computation over decrypted batches; confined to the thread that owns the vault (as camillo.control).
 """
@@ -99,11 +101,13 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
     accept, each with the reason (spec §14.6, "Beyond the revocation"): above its ``seen`` seq in their
     compartment; at it but not the pinned batch; or below it but not on the chain that leads, by ``prev``,
     down from the pinned batch.  Where that chain cannot be followed (a batch of it is not here yet), a
-    batch below waits if it holds a control record or another batch of the writer stands at its seq (a
+    batch below waits if it holds a control record (when the revocation names a pin there: one without
+    pins says nothing of which batch) or another batch of the writer stands at its seq (a
     fork: both wait until the chain says which); a plain one alone at its seq is kept, and so is one this
     device's local state holds as accepted (its causal log accepted it on one chain from seq 1).  When no
-    batch below is doubtful and no seq is taken twice, the chain is not followed (no header is decoded).  Without the chain rule a revoked device could write a second batch at a seq the
-    revocation had seen and certify a new device with its old key."""
+    batch below is doubtful and no seq is taken twice, the chain is not followed (no header is decoded).
+    Without the chain rule a revoked device could write a second batch at a seq the revocation had seen
+    and certify a new device with its old key."""
     by_compartment: dict[bytes, list[BatchView]] = {}
     for v in views:
         by_compartment.setdefault(v.compartment_id, []).append(v)
@@ -133,7 +137,7 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
                 out[v.id] = f"it is not the batch at seq {v.seq} the revocation accepted (a second batch at that seq)"
             elif v.seq not in chain and at_seq[v.seq] > 1:
                 out[v.id] = f"its writer wrote two batches at seq {v.seq}; which one the revocation accepted is not known here yet"
-            elif v.seq not in chain and v.has_control and v.id in doubtful:
+            elif v.seq not in chain and v.has_control and v.id in doubtful and pin is not None:
                 out[v.id] = (f"the chain its revocation accepted cannot be followed down to seq {v.seq} here (a batch "
                              "of it has not arrived): its control records wait")
     return out

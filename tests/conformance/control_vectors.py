@@ -469,6 +469,23 @@ def roster_vectors(vector: Vector) -> None:
         "do not also drop the batches that drop them (a reader that kept every exclusion of every round would "
         "drop both sides, and one that took only the last round's would not settle).")
 
+    # The documented cost: a stolen phone not yet revoked, with the old passphrase, claims not to have seen the change.
+    c = RosterCase("roster-revoke-by-a-device-that-claims-not-to-have-seen-the-change")
+    retire = c.desktop_and_phone_with_a_new_passphrase()
+    claims = [c.record(Kind.REVOKE, c.U, {0: d.writer_id, 2: {c.control: {c.D.writer_id: 1}}, 3: {}, 4: "thief"},
+                       [c.U, c.P1]) for d in (c.D2, c.D)]
+    c.batch(c.U, "control", claims, saw={c.D.writer_id: 1})
+    roster_vector(
+        vector, c,
+        "A device not revoked yet (a stolen phone) with the old passphrase revokes the user's two devices in a batch "
+        "whose frontier leaves the passphrase change out: the device that made the change stays (reported), the "
+        "other is revoked, and its batches, which that REVOKE names no pin for, stay.",
+        c.expected(principals=["D", "P1", "R", "D2", "P2", "U"], revoked={"P1": retire, "D": claims[1]},
+                   problems=("revocation",)),
+        "Spec 14.6 step 3: 'had not seen' is the writer's own signed claim; the cost is documented (revoke a lost "
+        "device before changing the passphrase). 'Beyond the revocation': without a pin, a batch alone at its seq "
+        "is kept, so such a REVOKE cannot drop the genesis batch and what it certified.")
+
     # A backup of a rotated key: a second retirement of it, after the first (its seen covers the first's carrier),
     # or a rival one that claims to be concurrent.  The rotation is Camillo's: the new key's first batch carries
     # its certificate, signed by the old key, and the old key's retirement, which has seen that batch (§16.4).
