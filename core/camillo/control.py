@@ -416,7 +416,7 @@ class _Builder:
         self.partition: tuple[list[BatchView], list[BatchView]] | None = None  # (control by id, others)
         self.excluded = excluded
         self.prior = prior  # revocations found by the previous round
-        self.prior_grants = prior_grants  # the writers its GRANT records named (agents)
+        self.prior_grants = prior_grants  # the writers the previous round's GRANT records named (agents)
         self.grant_named: set[bytes] = set()
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
@@ -523,8 +523,9 @@ class _Builder:
         return False
 
     def _valid_owner(self, wid: bytes, view: BatchView) -> bool:
-        """An owner whose signature counts in this batch: not revoked, or revoked by a revocation
-        that had already seen this batch, a batch a device wrote."""
+        """An owner whose signature counts in this batch: not revoked, or revoked by a revocation that had
+        already seen this batch or that this batch's writer authored and carries (spec §14.1); never in a
+        batch of a writer the previous round's GRANT records name."""
         if not self.r.is_owner(wid):
             return False
         rev = self.prior.get(wid)
