@@ -20,6 +20,15 @@ retired key's seals in a backup made before its erasure, found by review).  The 
 passphrase it last used; its erasure's new epoch, holding the rest of that compartment, reaches no other
 device.
 
+Also known, not pinned (seed 9001, 60 examples, on 2026-12-07; it fails 2 runs in 4 on the code before the
+revocation changes of that day and after them): passphrase changes on both devices around two erasures of
+the desktop, then a partial sync, end with a rollback alert (generation 3 against 5) and unreadable
+segments on the laptop::
+
+    [("write", "desktop", 28), ("erase", "desktop", 56), ("passwd", "desktop", 81), ("passwd", "laptop", 22),
+     ("passwd", "laptop", 35), ("passwd", "laptop", 45), ("erase", "desktop", 56), ("passwd", "laptop", 94),
+     ("sync", 0.7264370288827424, 27935)]
+
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
     CAMILLO_KEYCHANGE_HUNT=40 .venv/bin/python -m pytest -q -p no:cacheprovider tests/core/test_key_change_hunt.py
