@@ -59,6 +59,7 @@ from .revocation import (
     apply_revocations,
     beyond_revocation,
     field_bytes,
+    retirements,
     rival_retirements,
     seen_by,
 )
@@ -422,6 +423,7 @@ class _Builder:
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
         self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
         self.concurrency: Concurrency | None = None
+        self.retirements: Mapping[bytes, Mapping[bytes, tuple[Record, BatchView]]] = {}  # (revocation.retirements)
 
     def find_genesis(self) -> bool:
         for view in (v for v in self.views.values() if v.has_control):  # (a plain batch holds no genesis)
@@ -727,7 +729,7 @@ class _Builder:
     def apply_revocations(self) -> None:
         """Apply the REVOKE records met in this round (spec §14.6; camillo.revocation)."""
         apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth,
-                          rival_retirements(self.partition[0] if self.partition else (), self.r.signer_public))
+                          rival_retirements(self.retirements, self.r.signer_public))
 
     def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
         """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that
@@ -824,6 +826,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
     base = set(excluded)
     excluded_set, forged = set(base), set[tuple[str, str, str]]()  # (signatures that failed, any round)
     failed: set[bytes] = set()  # batches whose signature failed, any round
+    found: Mapping[bytes, Mapping[bytes, tuple[Record, BatchView]]] | None = None  # (the self-retirements)
     beyond_before: set[bytes] = set()  # what the previous round's revocations did not accept
     prior: dict[bytes, Revocation] = {}
     prior_grants: frozenset[bytes] = frozenset()
@@ -864,6 +867,9 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
         failed |= b.excluded - started
         partition = b.partition
+        if found is None:
+            found = retirements(partition[0] if partition else ())
+        b.retirements = found
         b.apply_revocations()
         # The next round excludes what both this round's revocations and the previous round's do not accept:
         # not what a revocation that no longer counts excluded (the first round, with no revocation known

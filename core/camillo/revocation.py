@@ -237,16 +237,22 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
                                "that key must register again"))
 
 
-def rival_retirements(control_views: Iterable[V], signer_key: Callable[[bytes], bytes | None]
-                      ) -> dict[bytes, list[tuple[Record, V]]]:
-    """The keys that retired themselves more than once: for each, every such retirement (a REVOKE of the key
-    by the key, signed by it alone, its signature verified with ``signer_key``) in any of ``control_views``
-    (batches with control records, signed or not), one carrier each (spec §14.6 step 1)."""
+def retirements(control_views: Iterable[V]) -> dict[bytes, dict[bytes, tuple[Record, V]]]:
+    """Every REVOKE of a key by that key with one signature, in any of ``control_views`` (batches with
+    control records, signed or not): key -> record id -> (record, a carrier).  Made once per roster: the
+    batches do not change between its rounds."""
     found: dict[bytes, dict[bytes, tuple[Record, V]]] = {}
     for v in control_views:
         for rec in v.records:
             if rec is not None and rec.kind == Kind.REVOKE and rec.body.get(0) == rec.author and len(rec.sigs) == 1:
                 found.setdefault(rec.author, {}).setdefault(rec.id, (rec, v))
+    return found
+
+
+def rival_retirements(found: Mapping[bytes, Mapping[bytes, tuple[Record, V]]],
+                      signer_key: Callable[[bytes], bytes | None]) -> dict[bytes, list[tuple[Record, V]]]:
+    """The keys that retired themselves more than once: for each, every such retirement among ``found``
+    (:func:`retirements`) whose signature verifies with ``signer_key`` (spec §14.6 step 1)."""
     rivals = {}
     for subject, claimed in found.items():
         key = signer_key(subject)
