@@ -55,11 +55,13 @@ from .records import (
 from .revocation import (
     REAUTH_KINDS,
     Concurrency,
+    Forks,
     Revocation,
+    RevokedWriters,
     apply_revocations,
-    beyond_revocation,
     field_bytes,
     retirements,
+    retires_into,
     rival_retirements,
     seen_by,
 )
@@ -397,6 +399,15 @@ def _principal_from_entry(entry: Any, record: Record, replaces: bytes | None = N
                      replaces, certified_name=name)
 
 
+def certified_key(rec: Record) -> tuple[bytes, bytes] | None:
+    """The writer id and signing key a certificate certifies (None when its owner entry is malformed)."""
+    try:
+        p = _principal_from_entry(rec.body.get(0), rec)
+    except CanonicalError:
+        return None
+    return p.writer_id, p.sig_public
+
+
 _bytes = field_bytes
 
 
@@ -411,19 +422,22 @@ def _id_set(v: Any, n: int, what: str) -> frozenset[bytes]:
 
 class _Builder:
     def __init__(self, vault_id: bytes, views: Mapping[bytes, BatchView], excluded: set[bytes],
-                 prior: dict[bytes, Revocation], prior_grants: frozenset[bytes] = frozenset()) -> None:
+                 prior: dict[bytes, Revocation], prior_grants: frozenset[bytes] = frozenset(),
+                 off_chain: frozenset[bytes] = frozenset()) -> None:
         self.r = Roster(vault_id)
         self.views = views
         self.partition: tuple[list[BatchView], list[BatchView]] | None = None  # (control by id, others)
         self.excluded = excluded
         self.prior = prior  # revocations found by the previous round
         self.prior_grants = prior_grants  # the writers the previous round's GRANT records named (agents)
+        self.off_chain = off_chain  # revoked writers' batches off the chains their revocations accepted
+        self.forks: Forks | None = None  # (control batches at a seq where their writer signed two)
         self.grant_named: set[bytes] = set()
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
         self.manifest_carriers: dict[bytes, tuple[Record, BatchView]] = {}
         self.concurrency: Concurrency | None = None
-        self.retirements: Mapping[bytes, Mapping[bytes, tuple[Record, BatchView]]] = {}  # (revocation.retirements)
+        self.retirements: Mapping[bytes, Mapping[bytes, list[tuple[Record, BatchView]]]] = {}  # (revocation.retirements)
 
     def find_genesis(self) -> bool:
         for view in (v for v in self.views.values() if v.has_control):  # (a plain batch holds no genesis)
@@ -472,7 +486,9 @@ class _Builder:
             self.partition = (sorted((v for v in self.views.values() if v.has_control), key=lambda v: v.id),
                               [v for v in self.views.values() if not v.has_control])
         (control_all, plain), excluded = self.partition, self.excluded
-        control_views = [v for v in control_all if v.id not in excluded]
+        if self.forks is None:
+            self.forks = Forks(control_all, plain)
+        control_views = [v for v in control_all if v.id not in excluded and v.id not in self.off_chain]
         other = [v for v in plain if v.id not in excluded] if excluded else plain
         changed = True
         while changed:
@@ -480,7 +496,8 @@ class _Builder:
             for view in control_views:
                 if not view.signed and self._try_sign(view):
                     changed = True
-                if view.signed and self._apply_controls(view):
+                if view.signed and not self.forks.forked(view, self.r.signer_public(view.writer_id),
+                                                         self.prior.get(view.writer_id)) and self._apply_controls(view):
                     changed = True
         self.judge_manifest_signers()
         # Batches a valid owner listed in a COMPACTION record were verified by that owner: accept
@@ -665,7 +682,9 @@ class _Builder:
                 self.r.epochs[key] = EpochInfo(cid, eid, prev, reason, epk, commit, rec.id, rec.ts or 0, generation)
             return True
         if kind == Kind.REVOKE:
-            _bytes(body.get(0), 32, "revoked writer id")
+            subject = _bytes(body.get(0), 32, "revoked writer id")
+            if rec.author == subject and len(rec.sigs) == 1 and not retires_into(rec, view, certified_key):
+                return False  # (a retirement only in the first batch of the key replacing it: another copy may be)
             self.pending_revokes.append((rec, view, signers))
             return True
         if kind == Kind.POLICY:
@@ -729,7 +748,7 @@ class _Builder:
     def apply_revocations(self) -> None:
         """Apply the REVOKE records met in this round (spec §14.6; camillo.revocation)."""
         apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth,
-                          rival_retirements(self.retirements, self.r.signer_public))
+                          rival_retirements(self.retirements, self.r.signer_public, certified_key))
 
     def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
         """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that
@@ -826,39 +845,21 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
     base = set(excluded)
     excluded_set, forged = set(base), set[tuple[str, str, str]]()  # (signatures that failed, any round)
     failed: set[bytes] = set()  # batches whose signature failed, any round
-    found: Mapping[bytes, Mapping[bytes, tuple[Record, BatchView]]] | None = None  # (the self-retirements)
+    found: Mapping[bytes, Mapping[bytes, list[tuple[Record, BatchView]]]] | None = None  # (the self-retirements)
     beyond_before: set[bytes] = set()  # what the previous round's revocations did not accept
+    # (of those, the batches at or below the seq accepted, off the chain from the pin: they contribute nothing)
+    off_before: frozenset[bytes] = frozenset()
     prior: dict[bytes, Revocation] = {}
     prior_grants: frozenset[bytes] = frozenset()
     partition: tuple[list[BatchView], list[BatchView]] | None = None
-    by_writer: dict[bytes, list[BatchView]] = {}  # made when a writer is revoked: not a pass per round
-
-    fetched: set[bytes] = set()
-
-    def not_accepted(revocations: dict[bytes, Revocation]) -> dict[bytes, str]:
-        """The revoked writers' batches their revocations did not accept, with the reasons."""
-        for v in views.values() if revocations and not by_writer else ():
-            by_writer.setdefault(v.writer_id, []).append(v)
-        # A batch below a revocation's seq that the local state did not hold as accepted (a new one, or one
-        # rejected before) is judged beside every batch of its writer, not only those that can move the roster
-        doubtful = {wid for wid, rev in revocations.items() if wid not in fetched for v in by_writer.get(wid, ())
-                    if (v.stored_flags < 0 or not v.stored_flags & 4)
-                    and v.seq < rev.seen.get(v.compartment_id, {}).get(wid, 0)} if of_writers is not None else set()
-        if doubtful and of_writers is not None:
-            fetched.update(doubtful)
-            for v in of_writers(doubtful):
-                if v.id not in views:
-                    by_writer.setdefault(v.writer_id, []).append(v)
-        return {vid: f"{b.r.writer_name(wid)} wrote it after it was revoked ({why})"
-                for wid, rev in revocations.items() for vid, why in beyond_revocation(rev, by_writer.get(wid, ())).items()
-                if vid in views}
+    judge = RevokedWriters(views, of_writers)
 
     for _ in range(16):
         for v in views.values():
             v.signed = False
-        b = _Builder(vault_id, views, set(excluded_set), prior, prior_grants)
+        b = _Builder(vault_id, views, set(excluded_set), prior, prior_grants, off_before)
         started = set(b.excluded)
-        b.partition = partition
+        b.partition, b.forks = partition, judge.forks
         if not b.find_genesis():
             if not b.r.problems:
                 b.r.problems.append(("missing", "genesis", "the genesis record was not found; the vault is incomplete"))
@@ -866,7 +867,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         b.run()
         forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
         failed |= b.excluded - started
-        partition = b.partition
+        partition, judge.forks = b.partition, b.forks
         if found is None:
             found = retirements(partition[0] if partition else ())
         b.retirements = found
@@ -875,7 +876,8 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         # not what a revocation that no longer counts excluded (the first round, with no revocation known
         # yet, counts every signature: a revocation it applies may be one a later round drops, and its
         # exclusions alone would take with them the batches that drop it)
-        beyond_now = set(not_accepted(b.r.revocations))
+        off_now: set[bytes] = set()
+        beyond_now = set(judge.not_accepted(b.r.revocations, b.r.principals, b.r.writer_name, off_now))
         new_excluded = base | failed | (beyond_now & beyond_before)
         beyond_before = beyond_now
         revoked = {w: rev.record_id for w, rev in b.r.revocations.items()}
@@ -884,11 +886,12 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
                 and (not b.r.revocations or b.grant_named == prior_grants)):
             break
         excluded_set, prior, prior_grants = new_excluded, b.r.revocations, frozenset(b.grant_named)
+        off_before = frozenset(off_now)
     else:
         b.r.problems.append(("damaged", "roster", "the vault's revocations contradict each other and did not settle "
                                                   "after 16 rounds; run 'camillo verify' and revoke the devices again"))
     _apply_names(b.r)
-    b.r.excluded.update(not_accepted(b.r.revocations))
+    b.r.excluded.update(judge.not_accepted(b.r.revocations, b.r.principals, b.r.writer_name, set()))
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
     b.r.problems += sorted(forged - set(b.r.problems))
     return b.r, signed

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .credentials import CredentialKind
 from .errors import CanonicalError, VaultError
-from .records import BatchHeader, Kind, Record, verify_inner_signatures
+from .records import Batch, BatchHeader, Kind, Record, verify_batch_signature, verify_inner_signatures
 
 # Who may re-authenticate an irreversible change (a new credential, a user credential's revocation)
 REAUTH_KINDS = (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY, CredentialKind.RECIPIENT)
@@ -42,9 +42,13 @@ class BatchView(Protocol):
     signed: bool
     has_control: bool
     stored_flags: int  # (the local state's: sig_ok 1, vouched 2, accepted 4; -1 when not read from it)
+    sig_ok: bool
 
     @property
     def header(self) -> BatchHeader: ...
+
+    @property
+    def batch(self) -> Batch: ...
 
     def verifier(self) -> Callable[[int, bytes, bytes, bytes], bool]: ...
 
@@ -71,6 +75,8 @@ class Revocation:
     reason: str
     ts: int
     signers: tuple[bytes, ...]
+    # (rival retirements combined into this one: a batch any of them did not accept is beyond it)
+    rivals: tuple[Revocation, ...] = ()
 
 
 def revocation_body(subject: bytes, chains: Mapping[tuple[bytes, bytes], Mapping[int, bytes]],
@@ -96,7 +102,51 @@ def seen_by(rev: Revocation, view: BatchView) -> bool:
     return rev.seen.get(view.compartment_id, {}).get(view.writer_id, 0) >= view.seq
 
 
-def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes, str]:
+def retires_into(rec: Record, view: BatchView, certified: Callable[[Record], tuple[bytes, bytes] | None]) -> bool:
+    """Whether ``view`` may carry ``rec``, a retirement of its author's key (a REVOKE of the key by that key
+    alone, spec §14.6 step 1): a batch written by the key that replaces it, which the same batch certifies
+    (a DEVICE_CERT by the retiring key naming it as replaced; ``certified`` gives a certificate's writer id
+    and signing key), whose signature verifies under that key, and which the retirement's ``seen`` covers.
+    Key rotation writes nothing else; a retirement anywhere else (a batch of the retiring key itself, one
+    that claims another writer) counts for nothing, so that whoever holds a backup of the key cannot place
+    a second retirement where the first one's ``seen`` seems to cover it.  (The roster's own judgement of
+    the batch's signature is not asked: it depends on the retirement, and rival ones would never settle.)"""
+    subject = rec.body.get(0)
+    if view.writer_id == subject:
+        return False
+    seen = rec.body.get(2)
+    per = seen.get(view.compartment_id) if isinstance(seen, dict) else None
+    if not isinstance(per, dict) or not isinstance(n := per.get(view.writer_id), int) or n < view.seq:
+        return False
+    for r in view.records:
+        if r is not None and r.kind == Kind.DEVICE_CERT and r.author == subject and r.body.get(1) == subject:
+            new = certified(r)
+            if new is not None and new[0] == view.writer_id:
+                return view.sig_ok or verify_batch_signature(view.batch, new[1])
+    return False
+
+
+def beyond_revocation(rev: Revocation, views: Iterable[BatchView], certificate: bytes | None = None) -> dict[bytes, str]:
+    """The batches among ``views`` (every batch here of the revoked writer) that ``rev`` or any rival
+    retirement combined into it did not accept, each with the reason (:func:`_beyond`).  The batch that
+    carries ``certificate``, the record that made the writer a principal (a device registers itself in its
+    first batch), is never beyond by its seq: a revocation of a writer knew its certificate, and one whose
+    ``seen`` left it out would take away its own subject, count for nothing in the next round of the
+    roster, and count again in the one after."""
+    views = list(views)
+    out = _beyond(rev, views)
+    for other in rev.rivals:
+        for vid, why in _beyond(other, views).items():
+            out.setdefault(vid, why)
+    if certificate is not None and out:
+        for v in views:
+            if v.id in out and v.seq > rev.seen.get(v.compartment_id, {}).get(rev.subject, 0) and any(
+                    r is not None and r.id == certificate for r in v.records):
+                del out[v.id]
+    return out
+
+
+def _beyond(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes, str]:
     """The batches among ``views`` (every batch here of the revoked writer) that the revocation did not
     accept, each with the reason (spec §14.6, "Beyond the revocation"): above its ``seen`` seq in their
     compartment; at it but not the pinned batch; or below it but not on the chain that leads, by ``prev``,
@@ -141,6 +191,85 @@ def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes
                 out[v.id] = (f"the chain its revocation accepted cannot be followed down to seq {v.seq} here (a batch "
                              "of it has not arrived): its control records wait")
     return out
+
+
+class Forks:
+    """The batches with control records at a seq where their writer signed another batch too (a proven fork,
+    spec §17.3): they contribute no control record, unless a revocation of their writer pins them (§14.1).
+    Which of two batches at one seq came first is not for the writer to say, and without this rule a revoked
+    key's second batch at the seq its revocation pinned, signed with a replaced passphrase too, could revoke
+    the device that revoked it in the first round of the fixpoint, before any revocation is known, and the
+    rounds then never settled.  Found once per roster among every batch it is given (a pass over them);
+    batches a warm open fetches later (a revoked writer's) are added as they come."""
+
+    def __init__(self, control_views: Iterable[BatchView], views: Iterable[BatchView]) -> None:
+        self._keys: dict[tuple[bytes, bytes, int], list[BatchView]] = {}
+        for v in control_views:
+            self._keys.setdefault((v.writer_id, v.compartment_id, v.seq), []).append(v)
+        self._seen = {v.id for vs in self._keys.values() for v in vs}
+        self._proven: set[bytes] = set()
+        self.add(views)
+
+    def add(self, views: Iterable[BatchView]) -> None:
+        keys, seen = self._keys, self._seen
+        for v in views:
+            if v.id not in seen and (group := keys.get((v.writer_id, v.compartment_id, v.seq))) is not None:
+                group.append(v)
+                seen.add(v.id)
+
+    def forked(self, view: BatchView, key: bytes | None, pinned: Revocation | None) -> bool:
+        """Whether ``view``'s writer (public key ``key``) signed another batch at its seq, and no revocation of
+        that writer (``pinned``) pins ``view``."""
+        group = self._keys.get((view.writer_id, view.compartment_id, view.seq), ())
+        if len(group) < 2 or key is None or (pinned is not None and pinned.pins.get(view.compartment_id) == view.id):
+            return False
+        if view.id not in self._proven and any(o.id != view.id and (o.sig_ok or verify_batch_signature(o.batch, key))
+                                               for o in group):
+            self._proven.add(view.id)
+        return view.id in self._proven
+
+
+class RevokedWriters(Generic[V]):
+    """The batches of revoked writers, judged in each round of a roster against the revocations it found
+    (spec §14.6, "Beyond the revocation").  ``views`` are the batches the roster reads; when those are some
+    of the batches only (a warm open), ``of_writers`` gives every batch of the writers named, fetched once
+    per writer when one of its batches at or below a revocation's seq was not accepted before."""
+
+    def __init__(self, views: Mapping[bytes, V], of_writers: Callable[[set[bytes]], Iterable[V]] | None) -> None:
+        self.views, self.of_writers = views, of_writers
+        self.by_writer: dict[bytes, list[V]] = {}  # made when a writer is revoked: not a pass per round
+        self.fetched: set[bytes] = set()
+        self.forks: Forks | None = None  # (the roster's: batches fetched here are added to it)
+
+    def not_accepted(self, revocations: Mapping[bytes, Revocation], principals: Mapping[bytes, Any],
+                     name: Callable[[bytes], str], off_chain: set[bytes]) -> dict[bytes, str]:
+        """The revoked writers' batches their revocations did not accept, with the reasons; those at or below
+        the seq a revocation accepted (a second batch at a seq, off the chain from its pin, waiting for that
+        chain) are added to ``off_chain``.  ``principals`` are the roster's (each with its certificate's id)."""
+        views, by_writer = self.views, self.by_writer
+        for v in views.values() if revocations and not by_writer else ():
+            by_writer.setdefault(v.writer_id, []).append(v)
+        # A batch at or below a revocation's seq that the local state did not hold as accepted (a new one, or one
+        # rejected before) is judged beside every batch of its writer, not only those that can move the roster
+        doubtful = {wid for wid, rev in revocations.items() if wid not in self.fetched for v in by_writer.get(wid, ())
+                    if (v.stored_flags < 0 or not v.stored_flags & 4)
+                    and v.seq <= rev.seen.get(v.compartment_id, {}).get(wid, 0)} if self.of_writers else set()
+        if doubtful and self.of_writers is not None:
+            self.fetched.update(doubtful)
+            fetched = [v for v in self.of_writers(doubtful) if v.id not in views]
+            for v in fetched:
+                by_writer.setdefault(v.writer_id, []).append(v)
+            if self.forks is not None:
+                self.forks.add(fetched)
+        out: dict[bytes, str] = {}
+        for wid, rev in revocations.items():
+            p = principals.get(wid)
+            for vid, why in beyond_revocation(rev, by_writer.get(wid, ()), p.record_id if p else None).items():
+                if (judged := views.get(vid)) is not None:
+                    out[vid] = f"{name(wid)} wrote it after it was revoked ({why})"
+                    if judged.seq <= rev.seen.get(judged.compartment_id, {}).get(wid, 0):
+                        off_chain.add(vid)
+        return out
 
 
 class Concurrency:
@@ -237,29 +366,35 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
                                "that key must register again"))
 
 
-def retirements(control_views: Iterable[V]) -> dict[bytes, dict[bytes, tuple[Record, V]]]:
+def retirements(control_views: Iterable[V]) -> dict[bytes, dict[bytes, list[tuple[Record, V]]]]:
     """Every REVOKE of a key by that key with one signature, in any of ``control_views`` (batches with
-    control records, signed or not): key -> record id -> (record, a carrier).  Made once per roster: the
-    batches do not change between its rounds."""
-    found: dict[bytes, dict[bytes, tuple[Record, V]]] = {}
+    control records): key -> record id -> [(record, a carrier)], every carrier (:func:`retires_into` is
+    judged per round, on the batches signed then).  Made once per roster: the batches do not change
+    between its rounds."""
+    found: dict[bytes, dict[bytes, list[tuple[Record, V]]]] = {}
     for v in control_views:
         for rec in v.records:
             if rec is not None and rec.kind == Kind.REVOKE and rec.body.get(0) == rec.author and len(rec.sigs) == 1:
-                found.setdefault(rec.author, {}).setdefault(rec.id, (rec, v))
+                found.setdefault(rec.author, {}).setdefault(rec.id, []).append((rec, v))
     return found
 
 
-def rival_retirements(found: Mapping[bytes, Mapping[bytes, tuple[Record, V]]],
-                      signer_key: Callable[[bytes], bytes | None]) -> dict[bytes, list[tuple[Record, V]]]:
+def rival_retirements(found: Mapping[bytes, Mapping[bytes, list[tuple[Record, V]]]],
+                      signer_key: Callable[[bytes], bytes | None],
+                      certified: Callable[[Record], tuple[bytes, bytes] | None]) -> dict[bytes, list[tuple[Record, V]]]:
     """The keys that retired themselves more than once: for each, every such retirement among ``found``
-    (:func:`retirements`) whose signature verifies with ``signer_key`` (spec §14.6 step 1)."""
+    (:func:`retirements`) whose signature verifies with ``signer_key``, with a carrier where it may be
+    (:func:`retires_into`; spec §14.6 step 1)."""
     rivals = {}
     for subject, claimed in found.items():
         key = signer_key(subject)
         if len(claimed) < 2 or key is None:
             continue
         good = []
-        for rec, v in claimed.values():
+        for carriers in claimed.values():
+            rec, v = next(((rec, v) for rec, v in carriers if retires_into(rec, v, certified)), (None, None))
+            if rec is None or v is None:
+                continue
             try:
                 signed_by, _ = verify_inner_signatures(rec, {subject: key}.get, v.verifier())
             except VaultError:
@@ -306,7 +441,7 @@ def _smallest(subject: bytes, revs: list[Revocation]) -> Revocation:
             per[subject] = limit - 1  # (two batches at the seq: neither is the retirement's)
     first = min(revs, key=lambda rev: rev.record_id)
     return Revocation(subject, first.record_id, seen, pins, first.reason, first.ts,
-                      tuple(sorted({s for rev in revs for s in rev.signers})))
+                      tuple(sorted({s for rev in revs for s in rev.signers})), rivals=tuple(revs))
 
 
 def _apply_one(r: Roster, rec: Record, view: V, signers: list[bytes],

@@ -159,6 +159,20 @@ class RosterCase:
         self.batch(self.D2, "control", [anchor, retire], saw={self.D.writer_id: 1})
         return retire
 
+    def tablet_rotated_to(self, new_key: Credential) -> tuple[list[Batch], bytes, Batch]:
+        """The tablet D2's two batches, then its key rotation to ``new_key`` as Camillo writes it (spec §16.4):
+        the new key's first batch carries its certificate, signed by D2, and D2's retirement pinned at seq 2."""
+        owned = [self.batch(self.D2, "control", [self.record(Kind.DEVICE_NAME, self.D2, {0: self.D2.writer_id, 1: n, 2: []},
+                                                             [self.D2])], saw={self.D.writer_id: 1})
+                 for n in ("tablet", "my tablet")]
+        rotation = self.record(Kind.DEVICE_CERT, self.D2, {0: entry(new_key, "tablet"), 1: self.D2.writer_id,
+                                                           2: "key rotation", 3: self.pop(new_key)}, [self.D2])
+        retire = self.record(Kind.REVOKE, self.D2, {0: self.D2.writer_id, 2: {self.control: {
+            self.D.writer_id: 1, self.D2.writer_id: 2, new_key.writer_id: 1}}, 3: {self.control: owned[-1].id},
+            4: "key rotated"}, [self.D2])
+        rotated = self.batch(new_key, "control", [rotation, retire], saw={self.D.writer_id: 1, self.D2.writer_id: 2})
+        return owned, retire, rotated
+
     def thief_cert(self) -> bytes:
         """A certificate for the thief's device U, signed by D2's (revoked) key."""
         return self.record(Kind.DEVICE_CERT, self.D2, {0: entry(self.U, "thief"), 1: None, 2: "enrollment",
@@ -327,7 +341,7 @@ def roster_vectors(vector: Vector) -> None:
         applies = name.endswith(("concurrent-passphrase-change", "subject-copy"))
         revoked = {"P1": retire, **({"U": revoke} if applies else {})}
         expected = c.expected(principals=["D", "P1", "R", "D2", "P2", "U"], revoked=revoked,
-                              problems=() if applies else ("revocation",),
+                              problems=() if applies or name.endswith("fork") else ("revocation",),
                               excluded=(thief,) if name.endswith("subject-copy") else ())
         if name.endswith("subject-copy"):
             description = ("The lost phone carries a copy of the other device's passphrase change in a batch of its own, "
@@ -349,9 +363,11 @@ def roster_vectors(vector: Vector) -> None:
             notes = "Spec 14.6 step 3: the exception is for changes made without either seeing the other."
         elif name.endswith("fork"):
             description = ("The same REVOKE carried by a batch at a seq where its writer forked (its chain's next batch "
-                           "saw the passphrase change) is not applied.")
-            notes = ("Spec 14.6 step 3: a batch at a forked seq never counts as concurrent (a device that had seen the "
-                     "change could otherwise write one that claims it had not).")
+                           "saw the passphrase change) is not applied: a batch at a seq where its writer signed another "
+                           "contributes no control record.")
+            notes = ("Spec 14.1 (a proven fork) and 14.6 step 3: a batch at a forked seq never counts as concurrent (a "
+                     "device that had seen the change could otherwise write one that claims it had not). The fork itself "
+                     "is the causal log's to report (17.3); the roster reports nothing.")
         else:
             description = ("A REVOKE of the recovery phrase signed by a device and a passphrase that another device "
                            "replaced at the same time is not applied: the exception covers a device's revocation only.")
@@ -494,40 +510,41 @@ def roster_vectors(vector: Vector) -> None:
         new_key, spare = credential(CredentialKind.DEVICE, f"{name} new key"), credential(CredentialKind.DEVICE, f"{name} T")
         c.who.update({"K2": new_key, "T": spare})
         c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
-        owned = [c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: n, 2: []}, [c.D2])],
-                         saw={c.D.writer_id: 1}) for n in ("tablet", "my tablet")]
-        rotation = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(new_key, "tablet"), 1: c.D2.writer_id, 2: "key rotation",
-                                                     3: c.pop(new_key)}, [c.D2])
-        retire = c.record(Kind.REVOKE, c.D2, {0: c.D2.writer_id,
-                                              2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 2, new_key.writer_id: 1}},
-                                              3: {c.control: owned[-1].id}, 4: "key rotated"}, [c.D2])
-        rotated = c.batch(new_key, "control", [rotation, retire], saw={c.D.writer_id: 1, c.D2.writer_id: 2})
+        owned, retire, rotated = c.tablet_rotated_to(new_key)
         after = name.endswith("second-self-retirement")
-        claim = {c.D2.writer_id: 99, new_key.writer_id: 1} if after else {spare.writer_id: 1}
-        fake = c.record_below(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: claim}, 3: {}, 4: "key rotated"},
-                              [c.D2], below=ids.record_id(retire))
-        cert_t = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(spare, "thief"), 1: None, 2: "enrollment", 3: c.pop(spare)},
-                          [c.D2])
-        owned.append(c.batch(c.D2, "control", [fake, cert_t]))
-        thief = c.batch(spare, "control", [c.record(Kind.DEVICE_NAME, spare, {0: spare.writer_id, 1: "thief", 2: []},
-                                                    [spare])])
-        if after:
+        if after:  # (in a batch of the old key itself: no retirement, a REVOKE written after the key retired)
+            fake = c.record_below(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: {c.D2.writer_id: 99,
+                                                                                         new_key.writer_id: 1}},
+                                                      3: {}, 4: "key rotated"}, [c.D2], below=ids.record_id(retire))
+            cert_t = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(spare, "thief"), 1: None, 2: "enrollment",
+                                                       3: c.pop(spare)}, [c.D2])
+            owned.append(c.batch(c.D2, "control", [fake, cert_t]))
+            thief = c.batch(spare, "control", [c.record(Kind.DEVICE_NAME, spare, {0: spare.writer_id, 1: "thief",
+                                                                                   2: []}, [spare])])
             roster_vector(
                 vector, c,
-                "A rotated key's second retirement of itself, from a backup of the key: its seen covers the new key's "
-                "batch that carries the first (it was written after it) and its id sorts first. It does not count: the "
-                "new key stays, the backup's batch is excluded and the device it certifies is nobody.",
+                "A rotated key's second retirement of itself, from a backup of the key, in a batch of the old key with a "
+                "certificate of the thief's device; its seen covers the new key's batch that carries the first, and its "
+                "id sorts first. It does not count: the new key stays, the backup's batch is excluded and the device it "
+                "certifies is nobody.",
                 c.expected(principals=["D", "P1", "R", "D2", "K2"], revoked={"D2": retire}, excluded=(owned[-1],),
-                           unsigned=(thief,), problems=("revocation",)),
-                "Spec 14.6 step 1: a key retires once; of several retirements, one whose seen covers another's "
-                "carrier does not count, and the second retirement is reported. A reader that applied the first in "
-                "record-id order would let the backup certify the thief's device.")
-        else:
+                           unsigned=(thief,)),
+                "Spec 14.6 step 1: a retirement counts only in a batch of the key that replaces it, which the same batch "
+                "certifies as replacing it (this one is in the old key's own batch, beyond its retirement); of several "
+                "retirements, one whose seen covers another's carrier does not count. A reader that applied the first "
+                "in record-id order would let the backup certify the thief's device.")
+        else:  # (a rival rotation: the backup certifies a new key of its own, in that key's first batch)
+            fake = c.record_below(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: {spare.writer_id: 1}}, 3: {},
+                                                      4: "key rotated"}, [c.D2], below=ids.record_id(retire))
+            cert_t = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(spare, "thief"), 1: c.D2.writer_id, 2: "key rotation",
+                                                       3: c.pop(spare)}, [c.D2])
+            thief = c.batch(spare, "control", [cert_t, fake])
             roster_vector(
                 vector, c,
-                "Two retirements of one key that neither saw the other (a rival rotation from a backup of the key) "
-                "count as one that accepts only what both accept: neither vouches for a new key, the key's batches "
-                "beyond that are excluded, and the vault reports the key as in other hands.",
+                "Two retirements of one key that neither saw the other (a rival rotation from a backup of the key, "
+                "each in the first batch of the new key it certifies) count as one that accepts only what both "
+                "accept: neither vouches for its new key, the key's batches beyond that are excluded, and the vault "
+                "reports the key as in other hands.",
                 c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": fake}, excluded=tuple(owned),
                            unsigned=(rotated, thief), problems=("revocation",)),
                 "Spec 14.6 step 1: the smallest seen of each chain (absent: 0), named by the smallest record id. The "
@@ -552,6 +569,132 @@ def roster_vectors(vector: Vector) -> None:
         c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": revoke}, excluded=(fork,)),
         "Spec 14.6, 'Beyond the revocation': the chain is followed from the pin whenever a batch below it is not one "
         "this reader had accepted; a reader that took every seq holding one batch as the chain's would accept it.")
+
+    # A rotated key's backup hides a second retirement in a fork of the old key below the first one's seen.
+    c = RosterCase("roster-revoke-retirement-in-a-fork-of-the-old-key")
+    new_key = credential(CredentialKind.DEVICE, "retirement in a fork: new key")
+    c.who["K2"] = new_key
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+    owned, retire, _ = c.tablet_rotated_to(new_key)
+    fake = c.record(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: {c.D2.writer_id: 1 << 40}}, 3: {},
+                                        4: "key rotated"}, [c.D2])
+    fork = c.batch(c.D2, "control", [fake], saw={c.D.writer_id: 1}, seq=1)
+    policy = c.record(Kind.POLICY, c.D2, {0: "disabled", 1: "thief", 2: []}, [c.D2])
+    later = c.batch(c.D2, "control", [c.thief_cert(), policy], saw={c.D.writer_id: 1})
+    roster_vector(
+        vector, c,
+        "A backup of a rotated key writes a second retirement of it (seen: everything of the old key, nothing of the new "
+        "one) in a second batch of the old key at seq 1, which the first retirement's seen covers by its seq, then a "
+        "batch certifying the thief's device and switching erasure off. The second retirement counts for nothing: the "
+        "first stands, the new key stays, both batches are excluded and erasure stays on.",
+        c.expected(principals=["D", "P1", "R", "D2", "K2"], revoked={"D2": retire}, excluded=(fork, later)),
+        "Spec 14.6 step 1: a retirement counts only in a batch of the key that replaces it, certified by the same "
+        "batch, whose signature verifies under that key. A reader that compared every retirement it found by its "
+        "seen would take the honest one as written after the thief's, drop it, and let the backup rule the vault.")
+
+    # After the lost-laptop flow, the thief forks the revoked key at the pinned seq with the replaced passphrase.
+    for name in ("roster-revoked-key-fork-at-the-pin-revokes-the-revoker",
+                 "roster-revoked-key-fork-at-the-pin-withheld"):
+        c = RosterCase(name)
+        c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+        owned = [c.batch(c.D2, "control", [c.record(Kind.DEVICE_NAME, c.D2, {0: c.D2.writer_id, 1: n, 2: []}, [c.D2])],
+                         saw={c.D.writer_id: 1}) for n in ("tablet", "my tablet")]
+        revoke = c.record(Kind.REVOKE, c.D, {0: c.D2.writer_id, 2: {c.control: {c.D.writer_id: 1, c.D2.writer_id: 2}},
+                                              3: {c.control: owned[-1].id}, 4: "lost"}, [c.D, c.P1])
+        c.batch(c.D, "control", [revoke], saw={c.D2.writer_id: 2})
+        anchor = c.record(Kind.CRED_ANCHOR, c.P2, {0: entry(c.P2, "passphrase"), 1: c.P1.writer_id,
+                                                   2: [8192, 1, 1, fixed("P2 kdf salt", 16)]}, [c.P2, c.P1, c.D])
+        retire_p1 = c.record(Kind.REVOKE, c.D, {0: c.P1.writer_id, 2: {c.control: {c.D.writer_id: 2, c.D2.writer_id: 2}},
+                                                3: {}, 4: "passphrase changed"}, [c.P2, c.P1, c.D])
+        c.batch(c.D, "control", [anchor, retire_p1], saw={c.D2.writer_id: 2})
+        withheld = name.endswith("withheld")
+        against = c.record_below(Kind.REVOKE, c.D2, {0: c.D.writer_id, 2: {c.control: {c.D.writer_id: int(withheld)}},
+                                                     3: {}, 4: "thief"}, [c.D2, c.P1], below=ids.record_id(revoke))
+        fork = c.batch(c.D2, "control", [against], saw={c.D.writer_id: 1}, seq=2)
+        if withheld:
+            c.batches = [(k, b) for k, b in c.batches if b.id != owned[-1].id]  # (the host withholds the pinned one)
+            roster_vector(
+                vector, c,
+                "The same second batch at the pinned seq, the pinned batch withheld by the host (no proven fork here): "
+                "it is off the chain the revocation accepted, contributes nothing from the round after the "
+                "revocation is found, and the roster settles with the device and the old passphrase revoked.",
+                c.expected(principals=["D", "P1", "R", "D2", "P2"], revoked={"D2": revoke, "P1": retire_p1},
+                           excluded=(owned[0], fork)),
+                "Spec 14.6 'Beyond the revocation' and 14.7: a revoked writer's batch at or below the seq its "
+                "revocation accepted but off the chain from its pin contributes no control record. A reader that "
+                "let its signatures count by their seq alone revoked the honest device every other round.")
+        else:
+            roster_vector(
+                vector, c,
+                "After the lost-laptop flow (the tablet revoked, then the passphrase changed), the thief writes a second "
+                "tablet batch at the seq the revocation pinned, with a REVOKE of the honest device signed by the tablet's "
+                "key and the replaced passphrase (seen: nothing of the device; its id ground to sort first). It counts "
+                "for nothing: the device stays, the tablet and the old passphrase are revoked, the second batch is "
+                "excluded.",
+                c.expected(principals=["D", "P1", "R", "D2", "P2"], revoked={"D2": revoke, "P1": retire_p1},
+                           excluded=(fork,)),
+                "Spec 14.1: a batch at a seq where its writer signed another (a proven fork, 17.3) contributes no "
+                "control record unless a revocation of its writer pins it. A reader that applied it in the first round "
+                "of the fixpoint, before any revocation is known, never settled: every other round revoked the honest "
+                "device, took its genesis certificate with it, and the last round decided.")
+
+    # Rival retirements of a rotated key, each pinning another batch at one seq, and a host that withholds a batch.
+    c = RosterCase("roster-revoke-rival-retirements-keep-each-pin")
+    new_key, spare, thief_key = (credential(CredentialKind.DEVICE, f"rivals keep each pin: {n}")
+                                 for n in ("new key", "rival key", "thief"))
+    c.who.update({"K2": new_key, "T": spare, "U2": thief_key})
+    c.batch(c.D, "control", [c.genesis, c.tablet_cert()])
+    owned, retire, rotated = c.tablet_rotated_to(new_key)
+    fake = c.record(Kind.REVOKE, c.D2, {0: c.D2.writer_id, 2: {c.control: {c.D2.writer_id: 2, spare.writer_id: 1}},
+                                        3: {c.control: fixed("another batch at seq 2")}, 4: "key rotated"}, [c.D2])
+    rival = c.batch(spare, "control", [c.record(Kind.DEVICE_CERT, c.D2, {
+        0: entry(spare, "tablet"), 1: c.D2.writer_id, 2: "key rotation", 3: c.pop(spare)}, [c.D2]), fake])
+    cert_u2 = c.record(Kind.DEVICE_CERT, c.D2, {0: entry(thief_key, "thief"), 1: None, 2: "enrollment",
+                                                3: c.pop(thief_key)}, [c.D2])
+    policy = c.record(Kind.POLICY, c.D2, {0: "disabled", 1: "thief", 2: []}, [c.D2])
+    fork = c.batch(c.D2, "control", [cert_u2, policy], saw={c.D.writer_id: 1}, seq=1)
+    c.batches = [(k, b) for k, b in c.batches if b.id != owned[0].id]  # (the host withholds the real seq 1)
+    first = min((retire, fake), key=ids.record_id)
+    roster_vector(
+        vector, c,
+        "Two rival retirements of one key pin different batches at the same seq; the host withholds the key's real "
+        "batch at seq 1 and shows a second one that certifies the thief's device and switches erasure off. Each "
+        "retirement's pin still counts: the second batch waits (the chain from the honest pin cannot be followed "
+        "to it), and the thief's device is nobody.",
+        c.expected(principals=["D", "P1", "R", "D2"], revoked={"D2": first}, unsigned=(rotated, rival),
+                   excluded=(owned[1], fork), problems=("revocation",)),
+        "Spec 14.6 step 1: rival retirements accept only what every one of them accepts, each with its own pin. A "
+        "reader that combined them into one seen one seq lower without a pin kept the thief's batch as a plain "
+        "batch alone at its seq, with the old key's signature counting in it.")
+
+    # Rival retirements of a key that registered itself in its own first batch.
+    c = RosterCase("roster-revoke-rival-retirements-of-a-self-registered-key")
+    laptop, new_key, spare = (credential(CredentialKind.DEVICE, f"self-registered: {n}") for n in ("laptop", "new", "rival"))
+    c.who.update({"L": laptop, "K2": new_key, "T": spare})
+    c.batch(c.D, "control", [c.genesis])
+    c.batch(laptop, "control", [c.record(Kind.DEVICE_CERT, c.P1, {
+        0: entry(laptop, "laptop"), 1: None, 2: "passphrase"}, [c.P1, laptop])], saw={c.D.writer_id: 1})
+    later = c.batch(laptop, "control", [c.record(Kind.DEVICE_NAME, laptop, {0: laptop.writer_id, 1: "my laptop", 2: []},
+                                                 [laptop])])
+    retire = c.record(Kind.REVOKE, laptop, {0: laptop.writer_id, 2: {c.control: {
+        c.D.writer_id: 1, laptop.writer_id: 2, new_key.writer_id: 1}}, 3: {c.control: later.id}, 4: "key rotated"}, [laptop])
+    rotated = c.batch(new_key, "control", [c.record(Kind.DEVICE_CERT, laptop, {
+        0: entry(new_key, "laptop"), 1: laptop.writer_id, 2: "key rotation", 3: c.pop(new_key)}, [laptop]), retire],
+        saw={c.D.writer_id: 1, laptop.writer_id: 2})
+    fake = c.record_below(Kind.REVOKE, laptop, {0: laptop.writer_id, 2: {c.control: {spare.writer_id: 1}}, 3: {},
+                                                4: "key rotated"}, [laptop], below=ids.record_id(retire))
+    rival = c.batch(spare, "control", [c.record(Kind.DEVICE_CERT, laptop, {
+        0: entry(spare, "laptop"), 1: laptop.writer_id, 2: "key rotation", 3: c.pop(spare)}, [laptop]), fake])
+    roster_vector(
+        vector, c,
+        "Rival retirements of a device key that registered itself (its certificate, signed by the passphrase, is in "
+        "its own first batch); the rival's seen names nothing of the key. The batch holding the key's certificate "
+        "stays: the key remains a principal, revoked, with its later batch excluded; neither new key gets in.",
+        c.expected(principals=["D", "P1", "R", "L"], revoked={"L": fake}, unsigned=(rotated, rival),
+                   excluded=(later,), problems=("revocation",)),
+        "Spec 14.6 'Beyond the revocation': the batch carrying the certificate that made the revoked writer a "
+        "principal is never beyond its revocation by its seq. A reader that excluded it would lose the key as a "
+        "principal, drop the revocation in the next round, apply it again in the one after, and never settle.")
 
     c = RosterCase("roster-revoke-without-reauth")
     cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])

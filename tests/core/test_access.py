@@ -436,9 +436,13 @@ def test_a_backup_of_a_rotated_key_cannot_retire_it_again_to_certify_a_device(ne
     itself).  A thief with a backup of the laptop from before writes, with the old key, a second retirement of it
     (its id ground to sort first, its seen covering the thief's own batch) and a certificate for a device of its
     own.  The retirements used to be applied in record-id order, so the thief's won and certified its device on
-    every copy.  Now a key retires once (spec §14.6 step 1): two rival retirements count as one that accepts only
-    what both accept, so nobody's new key is vouched for by the old one; the vault says the key is in other hands,
-    and the laptop, opened with the passphrase, writes again under a key of its own."""
+    every copy.  Then (third review) a second retirement placed where the first one's seen covered it by its seq
+    made the honest one look later and dropped it.  Now a retirement counts only in the first batch of the key
+    that replaces it (spec §14.6 step 1): in a batch of the old key it counts for nothing, the laptop's new key
+    stays.  A rival rotation in that shape (the backup certifies a key of its own, in that key's first batch)
+    counts as one with the first that accepts only what both accept: nobody's new key is vouched for by the old
+    one, the vault says the key is in other hands, and the laptop, opened with the passphrase, writes again under
+    a key of its own."""
     from camillo.control import owner_entry, pop_message
     from camillo.credentials import Credential, CredentialKind
 
@@ -455,28 +459,50 @@ def test_a_backup_of_a_rotated_key_cannot_retire_it_again_to_certify_a_device(ne
         v.erase([target])
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as lap:
-        assert lap.writer_id != old.writer_id  # (rotated)
+        rotated = lap.writer_id
+        assert rotated != old.writer_id  # (rotated)
         honest = lap.session.roster.revocations[old.writer_id]
         top = lap.session.log.max_seq(old.writer_id, control)
         prev = lap.session.log.batch_at((old.writer_id, control), top)
     assert isinstance(old, Credential)
-    thief = Credential.generate(CredentialKind.DEVICE)
-    for _ in range(1 << 20):
-        fake = encode_record(Kind.REVOKE, old.writer_id, signers=[old.signer],
-                             body={0: old.writer_id, 2: {control: {old.writer_id: top + 5}}, 3: {}, 4: "key rotated"})
-        if ids.record_id(fake) < honest.record_id:
-            break
-    cert = encode_record(Kind.DEVICE_CERT, old.writer_id, signers=[old.signer], body={
-        0: owner_entry(CredentialKind.DEVICE, thief.signer.public, thief.recipient.public, "spare laptop", ""),
-        1: None, 2: "enrollment", 3: thief.signer.sign(pop_message(vid, thief.signer.public, thief.recipient.public))})
+    thief, spare = Credential.generate(CredentialKind.DEVICE), Credential.generate(CredentialKind.DEVICE)
+
+    def retirement(seen: dict[bytes, int]) -> bytes:
+        for _ in range(1 << 20):
+            fake = encode_record(Kind.REVOKE, old.writer_id, signers=[old.signer],
+                                 body={0: old.writer_id, 2: {control: seen}, 3: {}, 4: "key rotated"})
+            if ids.record_id(fake) < honest.record_id:
+                return fake
+        raise AssertionError("no id below the honest retirement's")
+
+    def cert(new: Credential, replaces: bytes | None) -> bytes:
+        return encode_record(Kind.DEVICE_CERT, old.writer_id, signers=[old.signer], body={
+            0: owner_entry(CredentialKind.DEVICE, new.signer.public, new.recipient.public, "spare laptop", ""),
+            1: replaces, 2: "key rotation" if replaces else "enrollment",
+            3: new.signer.sign(pop_message(vid, new.signer.public, new.recipient.public))})
+
+    fake = retirement({old.writer_id: top + 5})
     _seal_batch(path, vid, control, epoch, BatchHeader(
         vid, control, old.writer_id, top + 1, prev, (prev,), {old.writer_id: top},
-        (ids.record_id(fake), ids.record_id(cert)), int(time.time())), [fake, cert], old.signer)
+        (ids.record_id(fake), ids.record_id(c := cert(thief, None))), int(time.time())), [fake, c], old.signer)
     for who in ("home", "third device"):  # a warm open, then a new device's cold one
         switch_home(monkeypatch, tmp_path / who)
         with open_vault(path) as v:
             assert thief.writer_id not in v.session.roster.principals, who
+            assert v.session.roster.active_owner(rotated), who  # (the honest retirement stands)
+            assert not any("retired itself more than once" in p.message for p in v.problems()), who
+    # The rival rotation, in the shape key rotation writes: the spare key's first batch, certified by the old key.
+    rival = retirement({spare.writer_id: 1})
+    _seal_batch(path, vid, control, epoch, BatchHeader(
+        vid, control, spare.writer_id, 1, None, (), {spare.writer_id: 0, old.writer_id: top},
+        (ids.record_id(c := cert(spare, old.writer_id)), ids.record_id(rival)), int(time.time())), [c, rival],
+        spare.signer)
+    for who in ("home", "fourth device"):
+        switch_home(monkeypatch, tmp_path / who)
+        with open_vault(path) as v:
+            assert not {thief.writer_id, spare.writer_id} & set(v.session.roster.principals), who
             assert any("retired itself more than once" in p.message for p in v.problems()), who
+            assert not any(p.kind == "damaged" for p in v.problems()), who  # (the roster settles)
     switch_home(monkeypatch, tmp_path / "laptop")
     with open_vault(path) as lap:
         lap.append([NewRecord(type="message", text="the laptop writes again")])
