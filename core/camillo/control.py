@@ -55,7 +55,6 @@ from .records import (
 from .revocation import (
     REAUTH_KINDS,
     Concurrency,
-    Forks,
     Revocation,
     RevokedWriters,
     apply_revocations,
@@ -129,6 +128,7 @@ class Principal:
     certifiers: tuple[bytes, ...] = ()  # the owners whose signatures applied its certificate (not itself)
     via: str = ""  # how it joined: "genesis", or its certificate's body key 2 ("enrollment", "passphrase", …)
     certified_name: str = ""  # the name in its certificate (``name`` is the latest DEVICE_NAME's, if any)
+    anchor_kdf: tuple[int, int, int, bytes] | None = None  # a passphrase anchor's body key 2: its slot's m, t, p, salt
 
     @property
     def is_owner(self) -> bool:
@@ -431,7 +431,7 @@ class _Builder:
         self.prior = prior  # revocations found by the previous round
         self.prior_grants = prior_grants  # the writers the previous round's GRANT records named (agents)
         self.off_chain = off_chain  # revoked writers' batches off the chains their revocations accepted
-        self.forks: Forks | None = None  # (control batches at a seq where their writer signed two)
+        self.known_keys: dict[bytes, bytes] = {}  # (every principal's key any round met: writer id -> key)
         self.grant_named: set[bytes] = set()
         self.applied: set[bytes] = set()
         self.pending_revokes: list[tuple[Record, BatchView, list[bytes]]] = []
@@ -486,8 +486,6 @@ class _Builder:
             self.partition = (sorted((v for v in self.views.values() if v.has_control), key=lambda v: v.id),
                               [v for v in self.views.values() if not v.has_control])
         (control_all, plain), excluded = self.partition, self.excluded
-        if self.forks is None:
-            self.forks = Forks(control_all, plain)
         control_views = [v for v in control_all if v.id not in excluded and v.id not in self.off_chain]
         other = [v for v in plain if v.id not in excluded] if excluded else plain
         changed = True
@@ -496,8 +494,7 @@ class _Builder:
             for view in control_views:
                 if not view.signed and self._try_sign(view):
                     changed = True
-                if view.signed and not self.forks.forked(view, self.r.signer_public(view.writer_id),
-                                                         self.prior.get(view.writer_id)) and self._apply_controls(view):
+                if view.signed and self._apply_controls(view):
                     changed = True
         self.judge_manifest_signers()
         # Batches a valid owner listed in a COMPACTION record were verified by that owner: accept
@@ -627,6 +624,8 @@ class _Builder:
                 p.certifiers = tuple(certifiers)
                 via = body.get(2)
                 p.via = via if isinstance(via, str) else ("anchor" if kind == Kind.CRED_ANCHOR else "")
+                if kind == Kind.CRED_ANCHOR and isinstance(via, list) and [type(x) for x in via] == [int, int, int, bytes]:
+                    p.anchor_kdf = (via[0], via[1], via[2], via[3])
                 self.r.principals[p.writer_id] = p
             return True
         signers = self._owner_signers(rec, view)
@@ -748,7 +747,8 @@ class _Builder:
     def apply_revocations(self) -> None:
         """Apply the REVOKE records met in this round (spec §14.6; camillo.revocation)."""
         apply_revocations(self.r, self.pending_revokes, self._owner_signers, self._concurrent_reauth,
-                          rival_retirements(self.retirements, self.r.signer_public, certified_key))
+                          rival_retirements(self.retirements, lambda w: self.r.signer_public(w) or self.known_keys.get(w),
+                                            certified_key))
 
     def _concurrent_reauth(self, rec: Record, view: BatchView) -> list[bytes]:
         """The re-authenticating credentials that signed ``rec`` and were revoked by a revocation that
@@ -853,13 +853,14 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
     prior_grants: frozenset[bytes] = frozenset()
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     judge = RevokedWriters(views, of_writers)
+    known_keys: dict[bytes, bytes] = {}  # every principal's key any round met (rivals verified with them, §14.6)
 
     for _ in range(16):
         for v in views.values():
             v.signed = False
         b = _Builder(vault_id, views, set(excluded_set), prior, prior_grants, off_before)
         started = set(b.excluded)
-        b.partition, b.forks = partition, judge.forks
+        b.partition, b.known_keys = partition, known_keys
         if not b.find_genesis():
             if not b.r.problems:
                 b.r.problems.append(("missing", "genesis", "the genesis record was not found; the vault is incomplete"))
@@ -867,7 +868,8 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         b.run()
         forged |= {p for p in b.r.problems if p[0] == "signature"}  # (the next round excludes their batches)
         failed |= b.excluded - started
-        partition, judge.forks = b.partition, b.forks
+        partition = b.partition
+        known_keys.update((w, p.sig_public) for w, p in b.r.principals.items())
         if found is None:
             found = retirements(partition[0] if partition else ())
         b.retirements = found
@@ -877,7 +879,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         # yet, counts every signature: a revocation it applies may be one a later round drops, and its
         # exclusions alone would take with them the batches that drop it)
         off_now: set[bytes] = set()
-        beyond_now = set(judge.not_accepted(b.r.revocations, b.r.principals, b.r.writer_name, off_now))
+        beyond_now = set(judge.not_accepted(b.r.revocations, b.r.writer_name, off_now))
         new_excluded = base | failed | (beyond_now & beyond_before)
         beyond_before = beyond_now
         revoked = {w: rev.record_id for w, rev in b.r.revocations.items()}
@@ -891,7 +893,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         b.r.problems.append(("damaged", "roster", "the vault's revocations contradict each other and did not settle "
                                                   "after 16 rounds; run 'camillo verify' and revoke the devices again"))
     _apply_names(b.r)
-    b.r.excluded.update(judge.not_accepted(b.r.revocations, b.r.principals, b.r.writer_name, set()))
+    b.r.excluded.update(judge.not_accepted(b.r.revocations, b.r.writer_name, set()))
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
     b.r.problems += sorted(forged - set(b.r.problems))
     return b.r, signed

@@ -126,23 +126,14 @@ def retires_into(rec: Record, view: BatchView, certified: Callable[[Record], tup
     return False
 
 
-def beyond_revocation(rev: Revocation, views: Iterable[BatchView], certificate: bytes | None = None) -> dict[bytes, str]:
+def beyond_revocation(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes, str]:
     """The batches among ``views`` (every batch here of the revoked writer) that ``rev`` or any rival
-    retirement combined into it did not accept, each with the reason (:func:`_beyond`).  The batch that
-    carries ``certificate``, the record that made the writer a principal (a device registers itself in its
-    first batch), is never beyond by its seq: a revocation of a writer knew its certificate, and one whose
-    ``seen`` left it out would take away its own subject, count for nothing in the next round of the
-    roster, and count again in the one after."""
+    retirement combined into it did not accept, each with the reason (:func:`_beyond`)."""
     views = list(views)
     out = _beyond(rev, views)
     for other in rev.rivals:
         for vid, why in _beyond(other, views).items():
             out.setdefault(vid, why)
-    if certificate is not None and out:
-        for v in views:
-            if v.id in out and v.seq > rev.seen.get(v.compartment_id, {}).get(rev.subject, 0) and any(
-                    r is not None and r.id == certificate for r in v.records):
-                del out[v.id]
     return out
 
 
@@ -193,42 +184,6 @@ def _beyond(rev: Revocation, views: Iterable[BatchView]) -> dict[bytes, str]:
     return out
 
 
-class Forks:
-    """The batches with control records at a seq where their writer signed another batch too (a proven fork,
-    spec §17.3): they contribute no control record, unless a revocation of their writer pins them (§14.1).
-    Which of two batches at one seq came first is not for the writer to say, and without this rule a revoked
-    key's second batch at the seq its revocation pinned, signed with a replaced passphrase too, could revoke
-    the device that revoked it in the first round of the fixpoint, before any revocation is known, and the
-    rounds then never settled.  Found once per roster among every batch it is given (a pass over them);
-    batches a warm open fetches later (a revoked writer's) are added as they come."""
-
-    def __init__(self, control_views: Iterable[BatchView], views: Iterable[BatchView]) -> None:
-        self._keys: dict[tuple[bytes, bytes, int], list[BatchView]] = {}
-        for v in control_views:
-            self._keys.setdefault((v.writer_id, v.compartment_id, v.seq), []).append(v)
-        self._seen = {v.id for vs in self._keys.values() for v in vs}
-        self._proven: set[bytes] = set()
-        self.add(views)
-
-    def add(self, views: Iterable[BatchView]) -> None:
-        keys, seen = self._keys, self._seen
-        for v in views:
-            if v.id not in seen and (group := keys.get((v.writer_id, v.compartment_id, v.seq))) is not None:
-                group.append(v)
-                seen.add(v.id)
-
-    def forked(self, view: BatchView, key: bytes | None, pinned: Revocation | None) -> bool:
-        """Whether ``view``'s writer (public key ``key``) signed another batch at its seq, and no revocation of
-        that writer (``pinned``) pins ``view``."""
-        group = self._keys.get((view.writer_id, view.compartment_id, view.seq), ())
-        if len(group) < 2 or key is None or (pinned is not None and pinned.pins.get(view.compartment_id) == view.id):
-            return False
-        if view.id not in self._proven and any(o.id != view.id and (o.sig_ok or verify_batch_signature(o.batch, key))
-                                               for o in group):
-            self._proven.add(view.id)
-        return view.id in self._proven
-
-
 class RevokedWriters(Generic[V]):
     """The batches of revoked writers, judged in each round of a roster against the revocations it found
     (spec §14.6, "Beyond the revocation").  ``views`` are the batches the roster reads; when those are some
@@ -239,13 +194,12 @@ class RevokedWriters(Generic[V]):
         self.views, self.of_writers = views, of_writers
         self.by_writer: dict[bytes, list[V]] = {}  # made when a writer is revoked: not a pass per round
         self.fetched: set[bytes] = set()
-        self.forks: Forks | None = None  # (the roster's: batches fetched here are added to it)
 
-    def not_accepted(self, revocations: Mapping[bytes, Revocation], principals: Mapping[bytes, Any],
-                     name: Callable[[bytes], str], off_chain: set[bytes]) -> dict[bytes, str]:
+    def not_accepted(self, revocations: Mapping[bytes, Revocation], name: Callable[[bytes], str],
+                     off_chain: set[bytes]) -> dict[bytes, str]:
         """The revoked writers' batches their revocations did not accept, with the reasons; those at or below
         the seq a revocation accepted (a second batch at a seq, off the chain from its pin, waiting for that
-        chain) are added to ``off_chain``.  ``principals`` are the roster's (each with its certificate's id)."""
+        chain) are added to ``off_chain``."""
         views, by_writer = self.views, self.by_writer
         for v in views.values() if revocations and not by_writer else ():
             by_writer.setdefault(v.writer_id, []).append(v)
@@ -259,12 +213,9 @@ class RevokedWriters(Generic[V]):
             fetched = [v for v in self.of_writers(doubtful) if v.id not in views]
             for v in fetched:
                 by_writer.setdefault(v.writer_id, []).append(v)
-            if self.forks is not None:
-                self.forks.add(fetched)
         out: dict[bytes, str] = {}
         for wid, rev in revocations.items():
-            p = principals.get(wid)
-            for vid, why in beyond_revocation(rev, by_writer.get(wid, ()), p.record_id if p else None).items():
+            for vid, why in beyond_revocation(rev, by_writer.get(wid, ())).items():
                 if (judged := views.get(vid)) is not None:
                     out[vid] = f"{name(wid)} wrote it after it was revoked ({why})"
                     if judged.seq <= rev.seen.get(judged.compartment_id, {}).get(wid, 0):

@@ -341,7 +341,7 @@ def roster_vectors(vector: Vector) -> None:
         applies = name.endswith(("concurrent-passphrase-change", "subject-copy"))
         revoked = {"P1": retire, **({"U": revoke} if applies else {})}
         expected = c.expected(principals=["D", "P1", "R", "D2", "P2", "U"], revoked=revoked,
-                              problems=() if applies or name.endswith("fork") else ("revocation",),
+                              problems=() if applies else ("revocation",),
                               excluded=(thief,) if name.endswith("subject-copy") else ())
         if name.endswith("subject-copy"):
             description = ("The lost phone carries a copy of the other device's passphrase change in a batch of its own, "
@@ -363,11 +363,9 @@ def roster_vectors(vector: Vector) -> None:
             notes = "Spec 14.6 step 3: the exception is for changes made without either seeing the other."
         elif name.endswith("fork"):
             description = ("The same REVOKE carried by a batch at a seq where its writer forked (its chain's next batch "
-                           "saw the passphrase change) is not applied: a batch at a seq where its writer signed another "
-                           "contributes no control record.")
-            notes = ("Spec 14.1 (a proven fork) and 14.6 step 3: a batch at a forked seq never counts as concurrent (a "
-                     "device that had seen the change could otherwise write one that claims it had not). The fork itself "
-                     "is the causal log's to report (17.3); the roster reports nothing.")
+                           "saw the passphrase change) is not applied.")
+            notes = ("Spec 14.6 step 3: a batch at a forked seq never counts as concurrent (a device that had seen the "
+                     "change could otherwise write one that claims it had not).")
         else:
             description = ("A REVOKE of the recovery phrase signed by a device and a passphrase that another device "
                            "replaced at the same time is not applied: the exception covers a device's revocation only.")
@@ -608,7 +606,7 @@ def roster_vectors(vector: Vector) -> None:
                                                 3: {}, 4: "passphrase changed"}, [c.P2, c.P1, c.D])
         c.batch(c.D, "control", [anchor, retire_p1], saw={c.D2.writer_id: 2})
         withheld = name.endswith("withheld")
-        against = c.record_below(Kind.REVOKE, c.D2, {0: c.D.writer_id, 2: {c.control: {c.D.writer_id: int(withheld)}},
+        against = c.record_below(Kind.REVOKE, c.D2, {0: c.D.writer_id, 2: {c.control: {c.D.writer_id: 1}},
                                                      3: {}, 4: "thief"}, [c.D2, c.P1], below=ids.record_id(revoke))
         fork = c.batch(c.D2, "control", [against], saw={c.D.writer_id: 1}, seq=2)
         if withheld:
@@ -628,15 +626,15 @@ def roster_vectors(vector: Vector) -> None:
                 vector, c,
                 "After the lost-laptop flow (the tablet revoked, then the passphrase changed), the thief writes a second "
                 "tablet batch at the seq the revocation pinned, with a REVOKE of the honest device signed by the tablet's "
-                "key and the replaced passphrase (seen: nothing of the device; its id ground to sort first). It counts "
-                "for nothing: the device stays, the tablet and the old passphrase are revoked, the second batch is "
-                "excluded.",
+                "key and the replaced passphrase (seen: only the device's first batch; its id ground to sort first). It "
+                "counts for nothing: the device stays, the tablet and the old passphrase are revoked, the second batch "
+                "is excluded.",
                 c.expected(principals=["D", "P1", "R", "D2", "P2"], revoked={"D2": revoke, "P1": retire_p1},
                            excluded=(fork,)),
-                "Spec 14.1: a batch at a seq where its writer signed another (a proven fork, 17.3) contributes no "
-                "control record unless a revocation of its writer pins it. A reader that applied it in the first round "
-                "of the fixpoint, before any revocation is known, never settled: every other round revoked the honest "
-                "device, took its genesis certificate with it, and the last round decided.")
+                "Spec 14.1 (off the accepted chain) and 14.7: a revoked writer's batch at the seq its revocation pinned "
+                "but not the pinned one contributes no control record from the round after the one that found the "
+                "revocation. A reader that let its signatures count by their seq alone revoked the honest device in "
+                "every other round and never settled.")
 
     # Rival retirements of a rotated key, each pinning another batch at one seq, and a host that withholds a batch.
     c = RosterCase("roster-revoke-rival-retirements-keep-each-pin")
@@ -672,7 +670,7 @@ def roster_vectors(vector: Vector) -> None:
     laptop, new_key, spare = (credential(CredentialKind.DEVICE, f"self-registered: {n}") for n in ("laptop", "new", "rival"))
     c.who.update({"L": laptop, "K2": new_key, "T": spare})
     c.batch(c.D, "control", [c.genesis])
-    c.batch(laptop, "control", [c.record(Kind.DEVICE_CERT, c.P1, {
+    registered = c.batch(laptop, "control", [c.record(Kind.DEVICE_CERT, c.P1, {
         0: entry(laptop, "laptop"), 1: None, 2: "passphrase"}, [c.P1, laptop])], saw={c.D.writer_id: 1})
     later = c.batch(laptop, "control", [c.record(Kind.DEVICE_NAME, laptop, {0: laptop.writer_id, 1: "my laptop", 2: []},
                                                  [laptop])])
@@ -688,13 +686,15 @@ def roster_vectors(vector: Vector) -> None:
     roster_vector(
         vector, c,
         "Rival retirements of a device key that registered itself (its certificate, signed by the passphrase, is in "
-        "its own first batch); the rival's seen names nothing of the key. The batch holding the key's certificate "
-        "stays: the key remains a principal, revoked, with its later batch excluded; neither new key gets in.",
-        c.expected(principals=["D", "P1", "R", "L"], revoked={"L": fake}, unsigned=(rotated, rival),
-                   excluded=(later,), problems=("revocation",)),
-        "Spec 14.6 'Beyond the revocation': the batch carrying the certificate that made the revoked writer a "
-        "principal is never beyond its revocation by its seq. A reader that excluded it would lose the key as a "
-        "principal, drop the revocation in the next round, apply it again in the one after, and never settle.")
+        "its own first batch); the rival's seen names nothing of the key. The roster settles: every batch of the key, "
+        "the one holding its certificate too, is beyond what both accept, so the key is no principal any more and "
+        "neither new key gets in; the key stays revoked.",
+        c.expected(principals=["D", "P1", "R"], revoked={"L": fake}, unsigned=(rotated, rival),
+                   excluded=(registered, later), problems=("revocation",)),
+        "Spec 14.6 step 1 and 14.7: a retirement's signature is verified with the key of its subject as any round "
+        "of the fixpoint met it (a writer id names one key). A reader that verified it only with the principals of "
+        "the round, where the combination had taken away the batch certifying the key, dropped the revocation in "
+        "one round and applied it in the next, never settling; the last round let the rival's new key in.")
 
     c = RosterCase("roster-revoke-without-reauth")
     cert_d2 = c.record(Kind.DEVICE_CERT, c.D, {0: entry(c.D2, "tablet"), 1: None, 2: "enrollment", 3: c.pop(c.D2)}, [c.D])

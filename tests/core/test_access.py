@@ -334,6 +334,17 @@ def test_revoke_a_lost_laptop(new_vault, tmp_path, monkeypatch):
         Vault.open(path, Unlock.with_device_credential(laptop))
 
 
+def laptop_that_wrote(new_vault, tmp_path, monkeypatch) -> Vault:
+    """The vault of ``new_vault`` opened on a second device, the laptop (its own home), which has written one
+    message ("written on the laptop"); the first device's session is locked."""
+    path, vault, _ = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    lap = open_vault(path)
+    lap.append([NewRecord(type="message", text="written on the laptop")])
+    return lap
+
+
 def _seal_batch(path: str, vid: bytes, cid: bytes, epoch, header: BatchHeader, raws: list[bytes], signer) -> None:
     """Write one batch, sealed to ``epoch`` (an epoch the writer knows), as a segment file of the vault."""
     seg = segments.seal_segment(vid, cid, epoch.epoch_id, epoch.public,
@@ -353,12 +364,9 @@ def test_a_revoked_device_cannot_rewrite_a_batch_its_revocation_had_accepted(new
     from camillo.control import owner_entry, pop_message
     from camillo.credentials import Credential, CredentialKind
 
-    path, vault, _ = new_vault
-    vault.lock()
-    switch_home(monkeypatch, tmp_path / "laptop")
-    with open_vault(path) as lap:
+    path = new_vault[0]
+    with laptop_that_wrote(new_vault, tmp_path, monkeypatch) as lap:
         laptop = lap.session.actor
-        lap.append([NewRecord(type="message", text="written on the laptop")])
         for name in ("laptop one", "laptop two"):  # (two more batches in its control chain)
             lap.rename_device(lap.writer_id.hex()[:12], name)
         vid, control, personal = lap.vault_id, lap.session.roster.control_id, lap.compartment_id("personal")
@@ -509,6 +517,88 @@ def test_a_backup_of_a_rotated_key_cannot_retire_it_again_to_certify_a_device(ne
     switch_home(monkeypatch, tmp_path / "home")
     with open_vault(path) as v:
         assert "the laptop writes again" in {r.text for r in v.timeline()}
+
+
+def test_a_revoked_devices_batch_with_a_copy_of_its_own_certificate_is_still_beyond_its_revocation(
+        new_vault, tmp_path, monkeypatch):
+    """Found by the fourth review (2026-12-07), brought in by the third's fixes the same day (b483162): the batch
+    carrying a revoked device's own certificate was never beyond its revocation by its seq, and whether a batch
+    carried it was judged by the record's id.  The thief copied the certificate, a public record, into a batch
+    written after the revocation, with a note: every device showed the note under the laptop's name.  Now no
+    batch is exempt: the revocation's seen and pins alone say what it accepted."""
+    path = new_vault[0]
+    with laptop_that_wrote(new_vault, tmp_path, monkeypatch) as lap:
+        laptop = lap.session.actor
+        vid, personal = lap.vault_id, lap.compartment_id("personal")
+        seq, prev = lap.session.device_state.counters[personal]
+        epoch = lap.session.roster.current_epoch(personal)
+        cert = lap.session.materialized.raw_record(lap.session.roster.principals[laptop.writer_id].record_id)
+        frontier = dict(lap.session.device_state.extra["frontiers"][personal])
+    assert cert is not None
+    switch_home(monkeypatch, tmp_path / "home")
+    with open_vault(path) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="stolen")
+    note = encode_record(Kind.NOTE, laptop.writer_id, value={"text": "the thief's note"}, authority=3, type="message")
+    _seal_batch(path, vid, personal, epoch, BatchHeader(
+        vid, personal, laptop.writer_id, seq + 1, prev, (prev,), {**frontier, laptop.writer_id: seq},
+        (ids.record_id(cert), ids.record_id(note)), int(time.time())), [cert, note], laptop.signer)
+    for who in ("home", "third device"):  # a warm open, then a new device's cold one
+        switch_home(monkeypatch, tmp_path / who)
+        with open_vault(path) as v:
+            texts = {r.text for r in v.timeline()}
+            assert "the thief's note" not in texts and "written on the laptop" in texts, who
+            assert any(p.kind == "rejected" and "after it was revoked" in p.message for p in v.problems()), who
+
+
+def test_a_revoked_devices_second_batch_cannot_undo_the_passphrase_change_it_made(new_vault, tmp_path, monkeypatch):
+    """Found by the fourth review (2026-12-07), brought in by the third's fixes the same day (b483162): the laptop
+    changes the passphrase; later it is stolen and revoked with the new passphrase.  The thief writes, with its
+    key, a second batch at the seq of the passphrase change in every compartment, then one certifying a device of
+    its own and switching erasure off.  A rule that a batch at a forked seq contributes nothing took the
+    passphrase change with it in the first round of the roster, before the revocation that pins it was known:
+    the new passphrase was never certified, the revocation lacked its re-authentication, and the thief's device
+    and policy counted on every copy.  Now a fork below a revocation's pin is judged by the chain from the pin
+    alone: the second batches are beyond it, the change and the revocation stand."""
+    from camillo.control import owner_entry, pop_message
+    from camillo.credentials import Credential, CredentialKind
+
+    path, vault, recovery = new_vault
+    vault.lock()
+    new = "a brand new passphrase 42"
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with open_vault(path) as lap:
+        laptop = lap.session.actor
+        lap.change_passphrase(new, reauth=Unlock.passphrase(PASSPHRASE))
+        vid, control = lap.vault_id, lap.session.roster.control_id
+        seq, prev = lap.session.device_state.counters[control]
+        frontier = dict(lap.session.device_state.extra["frontiers"][control])
+        epoch = lap.session.roster.current_epoch(control)
+        tips = {c: (s, lap.session.batches[b].batch.header, lap.session.roster.current_epoch(c))
+                for c, (s, b) in lap.session.device_state.counters.items()}
+    switch_home(monkeypatch, tmp_path / "home")
+    with Vault.open(path, Unlock.passphrase(new)) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="stolen", reauth=Unlock.passphrase(new))
+    assert isinstance(laptop, Credential)
+    thief = Credential.generate(CredentialKind.DEVICE)
+    note = encode_record(Kind.NOTE, laptop.writer_id, value={"text": "fork"}, authority=3, type="message")
+    for c, (s, h, ep) in tips.items():  # at the passphrase change's seq in every compartment (it is mirrored)
+        _seal_batch(path, vid, c, ep, BatchHeader(vid, c, laptop.writer_id, s, h.prev, h.deps, h.frontier,
+                                                  (ids.record_id(note),), int(time.time())), [note], laptop.signer)
+    cert = encode_record(Kind.DEVICE_CERT, laptop.writer_id, signers=[laptop.signer], body={
+        0: owner_entry(CredentialKind.DEVICE, thief.signer.public, thief.recipient.public, "spare laptop", ""),
+        1: None, 2: "enrollment", 3: thief.signer.sign(pop_message(vid, thief.signer.public, thief.recipient.public))})
+    policy = encode_record(Kind.POLICY, laptop.writer_id, body={0: "disabled", 1: "thief", 2: []}, signers=[laptop.signer])
+    _seal_batch(path, vid, control, epoch, BatchHeader(
+        vid, control, laptop.writer_id, seq + 1, prev, (prev,), {**frontier, laptop.writer_id: seq},
+        (ids.record_id(cert), ids.record_id(policy)), int(time.time())), [cert, policy], laptop.signer)
+    for who in ("home", "third device"):
+        switch_home(monkeypatch, tmp_path / who)
+        with Vault.open(path, Unlock.passphrase(new)) as v:  # (the new passphrase still opens the vault)
+            r = v.session.roster
+            assert laptop.writer_id in r.revocations and thief.writer_id not in r.principals, who
+            assert r.policy.erasure_enabled, who
+        with pytest.raises(WrongCredential):
+            Vault.open(path, Unlock.passphrase(PASSPHRASE))
 
 
 def test_the_last_credential_cannot_be_revoked_and_self_revocation_is_refused(new_vault):

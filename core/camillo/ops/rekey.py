@@ -27,7 +27,14 @@ from .. import envelopes, ids, keys, slots
 from ..control import Level, Principal, pop_message
 from ..credentials import Credential, CredentialKind
 from ..errors import VaultError
-from ..primitives import CryptoFailure, RecipientKey, constant_time_equal, random_bytes, verify_signature
+from ..primitives import (
+    CryptoFailure,
+    KdfParams,
+    RecipientKey,
+    constant_time_equal,
+    random_bytes,
+    verify_signature,
+)
 from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import HandedOn, after_generation_roll, handed_on, seal_device_key_for, seal_key
@@ -149,6 +156,19 @@ def new_epoch(session: Session, rekey: Rekey, cid: bytes, reason: str, *, exclud
     return eid
 
 
+def anchor_kdf(p: Principal) -> KdfParams | None:
+    """A passphrase's slot parameters as its CRED_ANCHOR gives them (body key 2, spec §14.3): None when it has
+    none, or they are malformed or outside what a reader derives."""
+    if p.anchor_kdf is None:
+        return None
+    kdf = KdfParams(*p.anchor_kdf)
+    try:
+        kdf.check_reader_bounds()
+    except VaultError:
+        return None
+    return kdf
+
+
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                  destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
                  derived: bool = False, join: bool = False, hand_over: bool = True) -> None:
@@ -217,7 +237,11 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
             continue
         if p.kind == CredentialKind.PASSPHRASE and p.recipient_id not in kdf_by_recipient:
-            continue  # an old passphrase whose slot is gone: nothing to re-issue
+            # No slot of it here (the change that counts was made on another device and its slot has not arrived,
+            # spec §16.10 rule 10): its parameters from its CRED_ANCHOR, so that it still opens the new keys
+            if (kdf := anchor_kdf(p)) is None:
+                continue  # an old passphrase whose slot is gone: nothing to re-issue
+            kdf_by_recipient[p.recipient_id] = kdf
         rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name,
                                               kdf=kdf_by_recipient.get(p.recipient_id), generation=generation,
                                               vms=new_vms))

@@ -330,20 +330,28 @@ def check_unlocking_credential(session: Session) -> None:
 
 
 def opened_own_seal(session: Session) -> bool:
-    """Whether this session's actor is this installation's device key, taken from its local seal under
-    the master secret the unlock gave, a current owner, and that master secret older than the newest
-    (spec §16.10 rule 10: the device moves on through its own slot), or of the newest while another master
-    secret stands beside it (rule 9: the join needs this device).  Otherwise a slot of the newest
-    generation for a credential that does not count is never used, even on the device that wrote it.
-    (Both generation tests read slot files a host can forge; what authenticates is the seal's AEAD.)"""
+    """Whether this session's actor is this installation's device key, taken from its local seal under the
+    master secret the unlock gave, a current owner, and that master secret older than the newest (spec §16.10
+    rule 10: the device moves on through its own slot), or of the newest while another master secret stands
+    beside it (rule 9: the join needs this device), or of the newest while no passphrase that counts has a slot
+    of it here: two passphrases set at once, the one set here the one that does not count, this device's key
+    sealed only under the rolls it made, and a concurrent erasure elsewhere that replaced the other device's key,
+    so that no other device holds both master secrets (found by the key-change hunt).  Otherwise a slot of the
+    newest generation for a credential that does not count is not used, even on the device that wrote it (a
+    modified client cannot mint a passphrase that opens this device's key while the one that counts does).
+    (The generation tests read slot files a host can forge; what authenticates is the seal's AEAD.)"""
     actor, used = session.actor, session.unlock_slot
     if not session.key_from_seal or actor is None or actor.kind != CredentialKind.DEVICE or used is None:
         return False
+    roster = session.roster
+    if not roster.active_owner(actor.writer_id):
+        return False
     newest = max((h.generation for h in session.slot_headers(ask_store=False)[0]), default=0)
-    # (or of the newest, when another master secret stands beside it there: two key changes made at once,
-    # whose join needs a device that opens both, and this one's key is sealed under this one, rule 9)
-    beside = used.generation == newest and another_master_secret(session, used.generation)
-    return (used.generation < newest or beside) and session.roster.active_owner(actor.writer_id)
+    if used.generation < newest or another_master_secret(session, used.generation):
+        return True
+    counting = {p.recipient_id for p in roster.principals.values()
+                if p.kind == CredentialKind.PASSPHRASE and p.writer_id not in roster.revocations}
+    return not any(h.type == slots.SlotType.PASSPHRASE and st.recipient_id in counting for h, st in session.current_slots())
 
 
 def catch_up_generation(session: Session) -> bool:
