@@ -268,6 +268,47 @@ def test_a_device_alone_cannot_mint_a_passphrase_even_at_the_format_level(new_va
 
 
 @pytest.mark.regression
+def test_a_compromised_device_cannot_poison_the_passphrase_slot_that_the_users_revocation_issues(
+        new_vault, tmp_path, monkeypatch):
+    """Found by the fifth review of 2026-12-07 (older than that day): a compromised laptop, unlocked, writes two
+    slots of the current generation whose statements name the passphrase's and the recovery phrase's recipient
+    ids, with Argon2id parameters of its own (a random salt) and sorted last.  The user revokes the laptop with
+    the passphrase.  The revocation's roll took each credential's parameters from the last such slot it read:
+    the passphrase's new slot had the thief's salt, the recovery phrase's a passphrase block (damaged), the old
+    slots were deleted, and without an OS keychain nothing opened the vault any more.  Now a roll issues a
+    passphrase's slot with the parameters this session derived it with (the re-authentication), else those of
+    its CRED_ANCHOR, and a recovery phrase's with none."""
+    from camillo.credentials import Credential, CredentialKind
+    from camillo.primitives import KdfParams, random_bytes
+
+    path, vault, recovery = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with _open(path) as lap:
+        s, laptop = lap.session, lap.session.actor
+        junk = Credential.generate(CredentialKind.DEVICE)
+        real = next(h.kdf for h, _ in s.current_slots() if h.type == slots.SlotType.PASSPHRASE)
+        hostile = KdfParams(real.memory_kib, real.time_cost, real.parallelism, random_bytes(16))
+        for kind, sid in ((CredentialKind.PASSPHRASE, b"\xff" * 16), (CredentialKind.RECOVERY, b"\xfe" * 16)):
+            target = next(p for p in s.roster.principals.values() if p.kind == kind and p.writer_id not in s.roster.revocations)
+            s.shelf.write(slots.file_name(sid), slots.build_slot(
+                vault_id=s.vault_id, slot_id=sid, slot_type=slots.SlotType.PASSPHRASE, generation=s.keyring.generation,
+                vms=s.keyring.master_secret(), recipient_public=junk.recipient.public, recipient_id=target.recipient_id,
+                kdf=hostile, label="passphrase", signer=laptop.signer, signer_id=laptop.writer_id))
+    switch_home(monkeypatch, tmp_path / "home")
+    with _open(path) as v:
+        v.revoke(laptop.writer_id.hex()[:12], reason="compromised", reauth=Unlock.passphrase(PASSPHRASE))
+        issued = [h for h, _ in v.session.current_slots() if h.type == slots.SlotType.PASSPHRASE]
+        assert [h.kdf for h in issued] == [real]
+    for where in ("home", "a new device"):
+        switch_home(monkeypatch, tmp_path / where)
+        with _open(path, register=where == "home"):
+            pass
+    with Vault.open(path, Unlock.recovery(recovery), register=False):
+        pass
+
+
+@pytest.mark.regression
 def test_revoking_a_lost_laptop_after_a_passphrase_change_holds_in_every_batch_order(tmp_path, monkeypatch):
     """Found by tests/security's session: after a passphrase change, a laptop revoked with the new
     passphrase stayed un-revoked for every reader about one time in three.  The roster froze a

@@ -78,6 +78,8 @@ def authenticate(session: Session, unlock: Unlock | None) -> Credential:
         raise AccessDenied("re-authenticate with your passphrase or recovery phrase")
     if not roster.active_owner(cred.writer_id):
         raise WrongCredential(f"that {cred.kind.label} is not a current credential of this vault; nothing was changed")
+    if cred.kind == CredentialKind.PASSPHRASE and cred.kdf is not None:
+        session.proven_kdf[cred.recipient_id] = cred.kdf
     return cred
 
 

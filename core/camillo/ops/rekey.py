@@ -169,6 +169,36 @@ def anchor_kdf(p: Principal) -> KdfParams | None:
     return kdf
 
 
+def passphrase_kdf(session: Session, p: Principal, branches: list[tuple[bytes, RecipientKey]],
+                   headers: list[slots.SlotHeader]) -> KdfParams | None:
+    """The Argon2id parameters a roll issues passphrase ``p``'s new slot with (spec §16.7): those this session
+    derived its key with (its unlock or a re-authentication: proven), else those of its CRED_ANCHOR (signed by
+    its key), else those of a passphrase slot of it at the current generation, of this master secret or of
+    another one of this generation (rule 9).  A slot's parameters are what its writer chose: a compromised owner
+    device can write a slot for the passphrase with parameters of its own, which a roll that took them would
+    make the passphrase's only slot (found by review); a slot is the last resort, for a passphrase set when
+    the vault was made (no anchor) rolled by a device unlocked with its own key.  None when there is none."""
+    unlocking = session.unlocking
+    if (unlocking is not None and unlocking.writer_id == p.writer_id and unlocking.kdf is not None
+            and session.roster.active_owner(p.writer_id)):
+        return unlocking.kdf
+    if (kdf := session.proven_kdf.get(p.recipient_id) or anchor_kdf(p)) is not None:
+        return kdf
+    for h, st in session.current_slots():
+        if h.type == slots.SlotType.PASSPHRASE and h.kdf is not None and st.recipient_id == p.recipient_id:
+            return h.kdf
+    for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
+        for h in headers:
+            if h.generation == session.keyring.generation and h.type == slots.SlotType.PASSPHRASE and h.kdf:
+                try:
+                    named = slots.read_statement(h, session.vault_id, vms).recipient_id
+                except VaultError:
+                    continue
+                if named == p.recipient_id:  # (recipient ids are public)
+                    return h.kdf
+    return None
+
+
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                  destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
                  derived: bool = False, join: bool = False, hand_over: bool = True) -> None:
@@ -225,26 +255,14 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     sealed = previous_seal_keys_envelope(session, owner.public, branches, handed, rekey.excluded)
     if sealed is not None:
         rekey.files.append(sealed)
-    kdf_by_recipient = {st.recipient_id: h.kdf for h, st in session.current_slots() if h.kdf is not None}
-    for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
-        for h in headers:
-            if h.generation == keyring.generation and h.kdf is not None:
-                try:
-                    kdf_by_recipient.setdefault(slots.read_statement(h, session.vault_id, vms).recipient_id, h.kdf)
-                except VaultError:
-                    continue
     for p in r.principals.values():
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
             continue
-        if p.kind == CredentialKind.PASSPHRASE and p.recipient_id not in kdf_by_recipient:
-            # No slot of it here (the change that counts was made on another device and its slot has not arrived,
-            # spec §16.10 rule 10): its parameters from its CRED_ANCHOR, so that it still opens the new keys
-            if (kdf := anchor_kdf(p)) is None:
-                continue  # an old passphrase whose slot is gone: nothing to re-issue
-            kdf_by_recipient[p.recipient_id] = kdf
-        rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name,
-                                              kdf=kdf_by_recipient.get(p.recipient_id), generation=generation,
-                                              vms=new_vms))
+        kdf = passphrase_kdf(session, p, branches, headers) if p.kind == CredentialKind.PASSPHRASE else None
+        if p.kind == CredentialKind.PASSPHRASE and kdf is None:
+            continue  # an old passphrase whose slot is gone: nothing to re-issue
+        rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name, kdf=kdf,
+                                              generation=generation, vms=new_vms))
     # Deleted after the new files exist: the slots of older generations, and the envelopes found now
     # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}

@@ -337,9 +337,10 @@ def opened_own_seal(session: Session) -> bool:
     of it here: two passphrases set at once, the one set here the one that does not count, this device's key
     sealed only under the rolls it made, and a concurrent erasure elsewhere that replaced the other device's key,
     so that no other device holds both master secrets (found by the key-change hunt).  Otherwise a slot of the
-    newest generation for a credential that does not count is not used, even on the device that wrote it (a
-    modified client cannot mint a passphrase that opens this device's key while the one that counts does).
-    (The generation tests read slot files a host can forge; what authenticates is the seal's AEAD.)"""
+    newest generation for a credential that does not count is not used, even on the device that wrote it.
+    (The generation tests read slot files a host can forge or withhold, so a passphrase a modified client minted
+    may open this device's key then; whoever minted it held the master secret, which opens the seal anyway, and
+    the credential still counts for nothing.  What authenticates is the seal's AEAD.)"""
     actor, used = session.actor, session.unlock_slot
     if not session.key_from_seal or actor is None or actor.kind != CredentialKind.DEVICE or used is None:
         return False
