@@ -4,8 +4,10 @@ them (spec §14.6).
 A revocation's ``seen`` says what its writer had accepted of every chain, and ``pins`` which batch of the
 revoked writer ends each of its chains: a batch of the revoked writer beyond that, or off the chain that
 leads down from the pin, is rejected on every copy, and the revoked key's signatures count only in
-batches the revocation had seen (spec §14.1, §14.6).  A key that retired itself more than once (a backup
-of a rotated key) counts as retired where every retirement agrees.  One exception, for re-authentication
+batches the revocation had seen (spec §14.1, §14.6); a batch of it off that chain contributes no control
+record from the round after the revocation is found.  A retirement (a key revoking itself) counts only in
+the first batch of the key that replaces it, and a key that retired itself more than once (a backup of a
+rotated key) counts as retired where every retirement agrees.  One exception, for re-authentication
 only: a passphrase (or recovery) signature on the revocation of a *device*, made while another device,
 unseen, replaced that passphrase, still counts when neither change had seen the other (the two batches'
 frontiers and ``seen`` say so, all signed).  Without it, revoking a lost phone on one device while another
@@ -285,12 +287,13 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
     after all the others (step 1): whoever holds a revoked key could otherwise write a retirement of it with
     a ``seen`` of their choosing, sort it first and so undo the revocation that counts.
 
-    A key retires once.  ``rivals`` maps each key that retired itself more than once to those retirements
-    (with a carrier each), found in any batch with control records, signed or not (a retirement's own
-    signature only ever takes power away).  Of those, one whose ``seen`` covers another's carrier was written
-    after it, by whoever held the key since, and does not count; those left are combined into the smallest
-    ``seen`` of each chain (so neither of two rival rotations vouches for its new key), and the vault reports
-    the key as in other hands."""
+    A key retires once.  ``rivals`` maps each key that retired itself more than once to those retirements,
+    each with a carrier where it may be (:func:`retires_into`: the first batch of the key replacing it, whose
+    signature is checked there, not by the roster's rounds; a retirement's own signature only ever takes power
+    away).  Of those, one whose ``seen`` covers another's carrier was written after it, by whoever held the key
+    since, and does not count; those left are combined into the smallest ``seen`` of each chain, each keeping
+    its own pins (so neither of two rival rotations vouches for its new key), and the vault reports the key as
+    in other hands."""
     ordered = sorted(pending, key=lambda t: t[0].id)
     named: dict[bytes, int] = {}
     for rec, _, _ in ordered:
@@ -319,9 +322,8 @@ def apply_revocations(r: Roster, pending: Iterable[tuple[Record, V, list[bytes]]
 
 def retirements(control_views: Iterable[V]) -> dict[bytes, dict[bytes, list[tuple[Record, V]]]]:
     """Every REVOKE of a key by that key with one signature, in any of ``control_views`` (batches with
-    control records): key -> record id -> [(record, a carrier)], every carrier (:func:`retires_into` is
-    judged per round, on the batches signed then).  Made once per roster: the batches do not change
-    between its rounds."""
+    control records): key -> record id -> [(record, a carrier)], every carrier (where each may be is
+    :func:`retires_into`'s).  Made once per roster: the batches do not change between its rounds."""
     found: dict[bytes, dict[bytes, list[tuple[Record, V]]]] = {}
     for v in control_views:
         for rec in v.records:

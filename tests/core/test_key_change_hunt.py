@@ -20,20 +20,12 @@ retired key's seals in a backup made before its erasure, found by review).  The 
 passphrase it last used; its erasure's new epoch, holding the rest of that compartment, reaches no other
 device.
 
-Also known, not pinned (found on 2026-12-07 by runs of 60 with seeds 9001 and 31337, after that day's changes; each
-also fails on the code before them, replayed six times on each): the same family as the first, the laptop changing
-the passphrase and erasing while the desktop erases, fails every time (unreadable segments on the laptop)::
+Also known, not pinned (found on 2026-12-07 by a run of 60 with seed 9001, after that day's changes; it also fails
+on the code before them, six replays of six on each): the same family as the first, the laptop changing the
+passphrase and erasing while the desktop erases (unreadable segments on both)::
 
     [("write", "laptop", 0), ("write", "laptop", 0), ("sync", 1.0, 0), ("passwd", "laptop", 0), ("erase", "laptop", 0),
      ("erase", "desktop", 0)]
-
-and two erasures on the desktop around two passphrase changes on the laptop and one on the desktop lose the
-laptop's writes, with slots reported as tampered (two master secrets at one generation not joined), in 2 to 3
-replays of 6::
-
-    [("erase", "desktop", 33), ("write", "desktop", 8), ("write", "laptop", 58), ("erase", "desktop", 16),
-     ("passwd", "laptop", 22), ("passwd", "laptop", 22), ("write", "desktop", 16), ("passwd", "desktop", 3),
-     ("write", "laptop", 8)]
 
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
@@ -179,6 +171,15 @@ PHRASES = [PASSPHRASE] + [f"passphrase number {i} of the hunt" for i in range(1,
 @example(ops=[("write", "desktop", 28), ("erase", "desktop", 56), ("passwd", "desktop", 81), ("passwd", "laptop", 22),
               ("passwd", "laptop", 35), ("passwd", "laptop", 45), ("erase", "desktop", 56), ("passwd", "laptop", 94),
               ("sync", 0.7264370288827424, 27935)])
+# hid the laptop's writes in 2 to 3 replays of 6 (found on 2026-12-07 by a run of 60 with seed 31337; on the code
+# before that day too) until the notice waiting-for-join said what it needs: the desktop's passphrase counted, the
+# laptop opened with it read only (its key sealed under its own change's master secret of the same generation), and
+# the notice sent the person to the other device, whose key, replaced by its erasure, opens only one of the two; the
+# laptop joins them when opened once with the passphrase last used on it, which the notice now says (and the person
+# here, open_as_a_person, does)
+@example(ops=[("erase", "desktop", 33), ("write", "desktop", 8), ("write", "laptop", 58), ("erase", "desktop", 16),
+              ("passwd", "laptop", 22), ("passwd", "laptop", 22), ("write", "desktop", 16), ("passwd", "desktop", 3),
+              ("write", "laptop", 8)])
 def test_key_changes_in_any_interleaving_lose_nothing(tmp_path_factory, ops):
     roots, homes, sync = laptop_and_desktop(tmp_path_factory.mktemp("hunt"))
     used = [PASSPHRASE]

@@ -595,7 +595,8 @@ def _both_agree(roots: dict[str, str], homes: dict[str, str], used: list[str], *
 
 def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple[Vault, str]:
     """Open with the newest passphrase that works, as a person would try them; when the vault says this
-    device's key waits for the passphrase last used on it (notice key-sealed-elsewhere), try the others."""
+    device's key waits for the passphrase last used on it (notices key-sealed-elsewhere and waiting-for-join,
+    which both say so), try the others."""
     order = list(reversed(used))
     last: Exception | None = None
     waiting: str | None = None
@@ -605,7 +606,7 @@ def open_as_a_person(root: str, home: str, used: list[str], **kw: bool) -> tuple
         except WrongCredential as exc:
             last = exc
             continue
-        if phrase != order[-1] and any(n.kind == "key-sealed-elsewhere" for n in v.notices()):
+        if phrase != order[-1] and any(n.kind in ("key-sealed-elsewhere", "waiting-for-join") for n in v.notices()):
             v.lock()
             waiting = waiting or phrase
             continue

@@ -171,7 +171,7 @@ def anchor_kdf(p: Principal) -> KdfParams | None:
 
 def passphrase_kdf(session: Session, p: Principal, branches: list[tuple[bytes, RecipientKey]],
                    headers: list[slots.SlotHeader]) -> KdfParams | None:
-    """The Argon2id parameters a roll issues passphrase ``p``'s new slot with (spec §16.7): those this session
+    """The Argon2id parameters a roll issues passphrase ``p``'s new slot with (spec §16.6 step 3): those this session
     derived its key with (its unlock or a re-authentication: proven), else those of its CRED_ANCHOR (signed by
     its key), else those of a passphrase slot of it at the current generation, of this master secret or of
     another one of this generation (rule 9).  A slot's parameters are what its writer chose: a compromised owner

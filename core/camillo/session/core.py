@@ -96,7 +96,7 @@ class Session:
         self.key_from_seal = False
         # Argon2id parameters proven for a passphrase (recipient id -> parameters): this session derived, with
         # them, the key of a passphrase the roster counts (its unlock or a re-authentication).  A roll issues
-        # that passphrase's new slot with them, not with what a slot file says (spec §16.7)
+        # that passphrase's new slot with them, not with what a slot file says (spec §16.6 step 3)
         self.proven_kdf: dict[bytes, KdfParams] = {}
         self.key_from_previous = False  # found under a master secret a random roll handed on (spec §16.6)
         self.previous_owners: list[RecipientKey] = []  # the owner keys of those master secrets (to hand over)

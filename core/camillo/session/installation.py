@@ -177,7 +177,8 @@ def load_local_device_key(session: Session, writer: bytes) -> Credential | None:
         session.key_waiting = (
             "another device changed the vault's keys at the same time as this one, and this device's key "
             "is sealed under the other change: it reads but does not write until a device holding both "
-            "joins them (opening the vault on the other device does it)")
+            "joins them (opening the vault here once with the passphrase last used on this device does it, "
+            "or opening it on the other device, when that one holds both)")
         session.notices.append(Notice("waiting-for-join", session.key_waiting))
     return None
 
