@@ -42,8 +42,9 @@ NOTICE_TEXT: dict[str, tuple[str, str]] = {
     "key-rotated": ("info", "This device's key was replaced because an erasure on another of your devices "
                             "destroyed keys it held. The old key can no longer open old copies of the vault."),
     "waiting-for-join": ("warn", "Another of your devices changed the vault's keys at the same time as this one. "
-                                 "This device can read but not change anything until that device opens the "
-                                 "vault, which joins the two changes."),
+                                 "This device can read but not change anything until the two changes are joined: "
+                                 "lock the vault and unlock it once with the passphrase you last used on this "
+                                 "device (or open the vault on the other device, if it has both)."),
     "key-sealed-elsewhere": ("warn", "This device's key is protected by the passphrase you last used on it, which "
                                      "another of your devices did not know about when it changed the vault's keys. "
                                      "This device can read but not change anything: lock the vault and unlock it "
