@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 from camillo import NewRecord, Unlock, Vault, slots
+from camillo.credentials import CredentialKind
 from camillo.errors import AccessDenied, VaultError
 from camillo.primitives import padme
 from camillo.session.grantfile import read_grant_file
@@ -267,45 +268,81 @@ def test_a_device_alone_cannot_mint_a_passphrase_even_at_the_format_level(new_va
         Vault.open(path, Unlock.passphrase("the thief's passphrase"), register=False)
 
 
-@pytest.mark.regression
-def test_a_compromised_device_cannot_poison_the_passphrase_slot_that_the_users_revocation_issues(
-        new_vault, tmp_path, monkeypatch):
-    """Found by the fifth review of 2026-12-07 (older than that day): a compromised laptop, unlocked, writes two
-    slots of the current generation whose statements name the passphrase's and the recovery phrase's recipient
-    ids, with Argon2id parameters of its own (a random salt) and sorted last.  The user revokes the laptop with
-    the passphrase.  The revocation's roll took each credential's parameters from the last such slot it read:
-    the passphrase's new slot had the thief's salt, the recovery phrase's a passphrase block (damaged), the old
-    slots were deleted, and without an OS keychain nothing opened the vault any more.  Now a roll issues a
-    passphrase's slot with the parameters this session derived it with (the re-authentication), else those of
-    its CRED_ANCHOR, and a recovery phrase's with none."""
-    from camillo.credentials import Credential, CredentialKind
+def _plant_slots(vault, kinds, slot_id: bytes):
+    """A compromised device's slots of the current generation naming the user's credentials of ``kinds``, with
+    Argon2id parameters of its own (a random salt), signed by its own key and wrapped to a key of its own; returns
+    the passphrase's real parameters."""
+    from camillo.credentials import Credential
     from camillo.primitives import KdfParams, random_bytes
 
-    path, vault, recovery = new_vault
-    vault.lock()
-    switch_home(monkeypatch, tmp_path / "laptop")
-    with _open(path) as lap:
-        s, laptop = lap.session, lap.session.actor
-        junk = Credential.generate(CredentialKind.DEVICE)
-        real = next(h.kdf for h, _ in s.current_slots() if h.type == slots.SlotType.PASSPHRASE)
-        hostile = KdfParams(real.memory_kib, real.time_cost, real.parallelism, random_bytes(16))
-        for kind, sid in ((CredentialKind.PASSPHRASE, b"\xff" * 16), (CredentialKind.RECOVERY, b"\xfe" * 16)):
-            target = next(p for p in s.roster.principals.values() if p.kind == kind and p.writer_id not in s.roster.revocations)
-            s.shelf.write(slots.file_name(sid), slots.build_slot(
-                vault_id=s.vault_id, slot_id=sid, slot_type=slots.SlotType.PASSPHRASE, generation=s.keyring.generation,
-                vms=s.keyring.master_secret(), recipient_public=junk.recipient.public, recipient_id=target.recipient_id,
-                kdf=hostile, label="passphrase", signer=laptop.signer, signer_id=laptop.writer_id))
-    switch_home(monkeypatch, tmp_path / "home")
-    with _open(path) as v:
-        v.revoke(laptop.writer_id.hex()[:12], reason="compromised", reauth=Unlock.passphrase(PASSPHRASE))
-        issued = [h for h, _ in v.session.current_slots() if h.type == slots.SlotType.PASSPHRASE]
-        assert [h.kdf for h in issued] == [real]
+    s, junk = vault.session, Credential.generate(CredentialKind.DEVICE)
+    real = next(h.kdf for h, _ in s.current_slots() if h.type == slots.SlotType.PASSPHRASE)
+    hostile = KdfParams(real.memory_kib, real.time_cost, real.parallelism, random_bytes(16))
+    for n, kind in enumerate(kinds):
+        target = next(p for p in s.roster.principals.values() if p.kind == kind and p.writer_id not in s.roster.revocations)
+        sid = bytes([(slot_id[0] + (n if slot_id[0] < 128 else -n))]) * 16
+        s.shelf.write(slots.file_name(sid), slots.build_slot(
+            vault_id=s.vault_id, slot_id=sid, slot_type=slots.SlotType.PASSPHRASE, generation=s.keyring.generation,
+            vms=s.keyring.master_secret(), recipient_public=junk.recipient.public, recipient_id=target.recipient_id,
+            kdf=hostile, label="passphrase", signer=s.actor.signer, signer_id=s.actor.writer_id))
+    return real
+
+
+def _passphrase_and_recovery_still_open(path, recovery, tmp_path, monkeypatch) -> None:
     for where in ("home", "a new device"):
         switch_home(monkeypatch, tmp_path / where)
         with _open(path, register=where == "home"):
             pass
     with Vault.open(path, Unlock.recovery(recovery), register=False):
         pass
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("slot_id", [b"\x00", b"\xff"])
+@pytest.mark.parametrize("reauth", ["passphrase", "recovery phrase"])
+def test_a_compromised_device_cannot_poison_the_passphrase_slot_that_the_users_revocation_issues(
+        new_vault, tmp_path, monkeypatch, reauth, slot_id):
+    """Found by the fifth review of 2026-12-07 (older than that day): a compromised laptop, unlocked, writes two
+    slots of the current generation whose statements name the passphrase's and the recovery phrase's recipient
+    ids, with Argon2id parameters of its own (a random salt).  The user revokes the laptop.  The revocation's roll
+    took each credential's parameters from the last such slot it read: the passphrase's new slot had the thief's
+    salt, the recovery phrase's a passphrase block (damaged), the old slots were deleted, and without an OS
+    keychain nothing opened the vault any more.  Then (sixth review) a revocation made with the recovery phrase
+    took the first such slot: the same.  Now a roll issues a passphrase's slot with the parameters its session
+    derived it with, else those of its CRED_ANCHOR, else one slot for each set its slots carry; and a recovery
+    phrase's with none."""
+    path, vault, recovery = new_vault
+    vault.lock()
+    switch_home(monkeypatch, tmp_path / "laptop")
+    with _open(path) as lap:
+        laptop = lap.session.actor
+        real = _plant_slots(lap, (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY), slot_id * 16)
+    switch_home(monkeypatch, tmp_path / "home")
+    with _open(path) as v:
+        with_ = Unlock.passphrase(PASSPHRASE) if reauth == "passphrase" else Unlock.recovery(recovery)
+        v.revoke(laptop.writer_id.hex()[:12], reason="compromised", reauth=with_)
+        assert real in [h.kdf for h, _ in v.session.current_slots() if h.type == slots.SlotType.PASSPHRASE]
+    _passphrase_and_recovery_still_open(path, recovery, tmp_path, monkeypatch)
+
+
+@pytest.mark.regression
+@pytest.mark.parametrize("slot_id", [b"\x00", b"\xff"])
+def test_a_compromised_device_cannot_poison_the_passphrase_slot_its_replacement_reissues(
+        new_vault, tmp_path, monkeypatch, slot_id):
+    """Found by the sixth review of 2026-12-07 (older): the laptop made the vault, so the passphrase's slot is signed
+    by its key alone; compromised, it writes a slot naming the passphrase with a salt of its own and drops its
+    local seal.  The user opens the laptop with the passphrase: it registers again, replacing its key, and the
+    slots only the old key signed are issued again under the new one.  The first by name was copied, the real one
+    deleted, and the passphrase opened nothing any more.  Now the passphrase's parameters are those this session
+    derived it with."""
+    path, vault, recovery = new_vault
+    _plant_slots(vault, (CredentialKind.PASSPHRASE,), slot_id * 16)
+    seal, old = vault.session.local.device_key_path, vault.writer_id
+    vault.lock()
+    os.unlink(seal)
+    with _open(path) as v:
+        assert v.writer_id != old and old in v.session.roster.revocations
+    _passphrase_and_recovery_still_open(path, recovery, tmp_path, monkeypatch)
 
 
 @pytest.mark.regression

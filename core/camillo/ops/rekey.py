@@ -169,34 +169,46 @@ def anchor_kdf(p: Principal) -> KdfParams | None:
     return kdf
 
 
-def passphrase_kdf(session: Session, p: Principal, branches: list[tuple[bytes, RecipientKey]],
-                   headers: list[slots.SlotHeader]) -> KdfParams | None:
-    """The Argon2id parameters a roll issues passphrase ``p``'s new slot with (spec §16.6 step 3): those this session
-    derived its key with (its unlock or a re-authentication: proven), else those of its CRED_ANCHOR (signed by
-    its key), else those of a passphrase slot of it at the current generation, of this master secret or of
-    another one of this generation (rule 9).  A slot's parameters are what its writer chose: a compromised owner
-    device can write a slot for the passphrase with parameters of its own, which a roll that took them would
-    make the passphrase's only slot (found by review); a slot is the last resort, for a passphrase set when
-    the vault was made (no anchor) rolled by a device unlocked with its own key.  None when there is none."""
+SLOT_KDF_CHOICES = 4  # a passphrase's unproven slot parameters a roll keeps, at most (a slot for each)
+
+
+def trusted_kdf(session: Session, p: Principal) -> KdfParams | None:
+    """Passphrase ``p``'s Argon2id parameters when they are known to be right: those this session derived its
+    key with (its unlock or a re-authentication: the derived key is the principal's), else those of its
+    CRED_ANCHOR (signed by its key).  None for a passphrase set when the vault was made (no anchor) that this
+    session did not type."""
     unlocking = session.unlocking
     if (unlocking is not None and unlocking.writer_id == p.writer_id and unlocking.kdf is not None
             and session.roster.active_owner(p.writer_id)):
         return unlocking.kdf
-    if (kdf := session.proven_kdf.get(p.recipient_id) or anchor_kdf(p)) is not None:
-        return kdf
-    for h, st in session.current_slots():
+    return session.proven_kdf.get(p.recipient_id) or anchor_kdf(p)
+
+
+def passphrase_kdfs(session: Session, p: Principal, branches: list[tuple[bytes, RecipientKey]],
+                    headers: list[slots.SlotHeader]) -> list[KdfParams]:
+    """The Argon2id parameters a roll issues passphrase ``p``'s new slots with (spec §16.6 step 3): the trusted
+    ones (:func:`trusted_kdf`), else every distinct set that a passphrase slot of it at the current generation
+    carries, of this master secret or of another one of this generation (rule 9), at most
+    :data:`SLOT_KDF_CHOICES`, one slot each.  A slot's parameters are what its writer chose: a compromised owner
+    device can write a slot for the passphrase with parameters of its own, and a roll that took one slot's
+    would make it the passphrase's only one (found by two reviews); keeping each, the right one survives.
+    Empty when there is none (a passphrase whose slot is gone)."""
+    if (kdf := trusted_kdf(session, p)) is not None:
+        return [kdf]
+    found: list[KdfParams] = []
+    for h, st in sorted(session.current_slots(), key=lambda x: x[0].name):
         if h.type == slots.SlotType.PASSPHRASE and h.kdf is not None and st.recipient_id == p.recipient_id:
-            return h.kdf
+            found.append(h.kdf)
     for vms, _ in branches:  # a passphrase another roll of this generation issued keeps a slot too
-        for h in headers:
+        for h in sorted(headers, key=lambda h: h.name):
             if h.generation == session.keyring.generation and h.type == slots.SlotType.PASSPHRASE and h.kdf:
                 try:
                     named = slots.read_statement(h, session.vault_id, vms).recipient_id
                 except VaultError:
                     continue
                 if named == p.recipient_id:  # (recipient ids are public)
-                    return h.kdf
-    return None
+                    found.append(h.kdf)
+    return list(dict.fromkeys(found))[:SLOT_KDF_CHOICES]
 
 
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
@@ -258,11 +270,11 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     for p in r.principals.values():
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
             continue
-        kdf = passphrase_kdf(session, p, branches, headers) if p.kind == CredentialKind.PASSPHRASE else None
-        if p.kind == CredentialKind.PASSPHRASE and kdf is None:
+        kdfs: list[KdfParams | None] = [None]
+        if p.kind == CredentialKind.PASSPHRASE and not (kdfs := list(passphrase_kdfs(session, p, branches, headers))):
             continue  # an old passphrase whose slot is gone: nothing to re-issue
-        rekey.files.append(session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name, kdf=kdf,
-                                              generation=generation, vms=new_vms))
+        rekey.files += [session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name, kdf=kdf, generation=generation,
+                                           vms=new_vms) for kdf in kdfs]
     # Deleted after the new files exist: the slots of older generations, and the envelopes found now
     # that are not addressed to the new owner key (a concurrent derived roll's are; they stay).
     new_names = {n for n, _ in rekey.files}
@@ -552,7 +564,7 @@ def reissue_slots(session: Session, retiring: bytes, signer: Credential) -> tupl
                     if p.kind in USER_KINDS and p.writer_id != retiring and p.writer_id not in r.revocations}
     files: FileList = []
     originals: list[str] = []
-    done: set[bytes] = set()
+    done: set[tuple[bytes, KdfParams | None]] = set()
     for h, st in sorted(session.current_slots(), key=lambda x: x[0].name):
         p = by_recipient.get(st.recipient_id)
         if p is None or SLOT_TYPE[p.kind] != h.type:
@@ -568,10 +580,14 @@ def reissue_slots(session: Session, retiring: bytes, signer: Credential) -> tupl
         if counts_without or not by_retiring:
             continue
         originals.append(h.name)
-        if p.recipient_id in done:
+        # A passphrase's parameters: the trusted ones when known, else this slot's, each distinct set kept (a
+        # slot the retiring key signed may be one it planted for the passphrase with a salt of its own: found
+        # by review, when only the first was copied and the real one deleted)
+        kdf = (trusted_kdf(session, p) or h.kdf) if p.kind == CredentialKind.PASSPHRASE else None
+        if (p.recipient_id, kdf) in done:
             continue
-        done.add(p.recipient_id)
-        files.append(session.build_slot(p.recipient_public, h.type, st.label, kdf=h.kdf, signer=signer,
+        done.add((p.recipient_id, kdf))
+        files.append(session.build_slot(p.recipient_public, h.type, st.label, kdf=kdf, signer=signer,
                                         generation=h.generation))
     return files, originals
 
