@@ -847,14 +847,14 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
     failed: set[bytes] = set()  # batches whose signature failed, any round
     found: Mapping[bytes, Mapping[bytes, list[tuple[Record, BatchView]]]] | None = None  # (the self-retirements)
     beyond_before: set[bytes] = set()  # what the previous round's revocations did not accept
-    # (of those, the batches at or below the seq accepted, off the chain from the pin: they contribute nothing)
-    off_before: frozenset[bytes] = frozenset()
+    off_before: frozenset[bytes] = frozenset()  # (of those, off the accepted chain: they contribute nothing)
     prior: dict[bytes, Revocation] = {}
     prior_grants: frozenset[bytes] = frozenset()
     partition: tuple[list[BatchView], list[BatchView]] | None = None
     judge = RevokedWriters(views, of_writers)
     known_keys: dict[bytes, bytes] = {}  # every principal's key any round met (rivals verified with them, §14.6)
 
+    reasons: dict[bytes, str] = {}
     for _ in range(16):
         for v in views.values():
             v.signed = False
@@ -879,7 +879,8 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         # yet, counts every signature: a revocation it applies may be one a later round drops, and its
         # exclusions alone would take with them the batches that drop it)
         off_now: set[bytes] = set()
-        beyond_now = set(judge.not_accepted(b.r.revocations, b.r.writer_name, off_now))
+        reasons = judge.not_accepted(b.r.revocations, b.r.writer_name, off_now)
+        beyond_now = set(reasons)
         new_excluded = base | failed | (beyond_now & beyond_before)
         beyond_before = beyond_now
         revoked = {w: rev.record_id for w, rev in b.r.revocations.items()}
@@ -893,7 +894,7 @@ def build_roster(vault_id: bytes, views: Mapping[bytes, BatchView], excluded: It
         b.r.problems.append(("damaged", "roster", "the vault's revocations contradict each other and did not settle "
                                                   "after 16 rounds; run 'camillo verify' and revoke the devices again"))
     _apply_names(b.r)
-    b.r.excluded.update(judge.not_accepted(b.r.revocations, b.r.writer_name, set()))
+    b.r.excluded.update(reasons)  # (the last round's: its revocations are the roster's)
     signed = {v.id for v in views.values() if v.signed and v.id not in excluded_set}
     b.r.problems += sorted(forged - set(b.r.problems))
     return b.r, signed

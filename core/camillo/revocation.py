@@ -376,24 +376,16 @@ def _parsed(subject: bytes, rec: Record) -> Revocation | None:
 
 def _smallest(subject: bytes, revs: list[Revocation]) -> Revocation:
     """One revocation of ``subject`` that accepts only what each of ``revs`` accepts: per chain the smallest
-    ``seen`` (absent: 0), and per compartment the pin of the one that accepts least of the subject's chain
-    (none where two of them pin different batches at that seq: neither counts there)."""
+    ``seen`` (absent: 0), named by the smallest record id.  It has no pins of its own: each of ``revs`` keeps
+    its own, and a batch beyond any of them is beyond it (:func:`beyond_revocation`)."""
     if len(revs) == 1:
         return revs[0]
     chains = {(c, w) for rev in revs for c, per in rev.seen.items() for w in per}
     seen: dict[bytes, dict[bytes, int]] = {}
     for c, w in chains:
         seen.setdefault(c, {})[w] = min(rev.seen.get(c, {}).get(w, 0) for rev in revs)
-    pins: dict[bytes, bytes] = {}
-    for c, per in seen.items():
-        limit = per.get(subject, 0)
-        at_limit = {rev.pins[c] for rev in revs if c in rev.pins and rev.seen.get(c, {}).get(subject, 0) == limit}
-        if len(at_limit) == 1:
-            pins[c] = at_limit.pop()
-        elif at_limit:
-            per[subject] = limit - 1  # (two batches at the seq: neither is the retirement's)
     first = min(revs, key=lambda rev: rev.record_id)
-    return Revocation(subject, first.record_id, seen, pins, first.reason, first.ts,
+    return Revocation(subject, first.record_id, seen, {}, first.reason, first.ts,
                       tuple(sorted({s for rev in revs for s in rev.signers})), rivals=tuple(revs))
 
 
