@@ -271,7 +271,7 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
             continue
         kdfs: list[KdfParams | None] = [None]
-        if p.kind == CredentialKind.PASSPHRASE and not (kdfs := list(passphrase_kdfs(session, p, branches, headers))):
+        if p.kind == CredentialKind.PASSPHRASE and not (kdfs := [*passphrase_kdfs(session, p, branches, headers)]):
             continue  # an old passphrase whose slot is gone: nothing to re-issue
         rekey.files += [session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name, kdf=kdf, generation=generation,
                                            vms=new_vms) for kdf in kdfs]

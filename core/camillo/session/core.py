@@ -94,9 +94,10 @@ class Session:
         # this installation's key came from its local seal under the master secret of this session's
         # unlock (which the seal's AEAD authenticates): see unlock.check_unlocking_credential
         self.key_from_seal = False
-        # Argon2id parameters proven for a passphrase (recipient id -> parameters): this session derived, with
-        # them, the key of a passphrase the roster counts (its unlock or a re-authentication).  A roll issues
-        # that passphrase's new slot with them, not with what a slot file says (spec §16.6 step 3)
+        # Argon2id parameters proven for a passphrase (recipient id -> parameters): a re-authentication in this
+        # session derived, with them, the key of a passphrase the roster counts (the unlocking credential is
+        # asked directly: ops.rekey.trusted_kdf).  A roll issues that passphrase's new slot with them, not with
+        # what a slot file says (spec §16.6 step 3)
         self.proven_kdf: dict[bytes, KdfParams] = {}
         self.key_from_previous = False  # found under a master secret a random roll handed on (spec §16.6)
         self.previous_owners: list[RecipientKey] = []  # the owner keys of those master secrets (to hand over)
