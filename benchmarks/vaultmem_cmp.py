@@ -66,7 +66,8 @@ class VaultMemHashingEmbedder:
         return self._inner.embed([text])[0]
 
     def embed_batch(self, texts: list[str]) -> list[list[float]]:
-        return self._inner.embed(texts)
+        vecs = self._inner.embed(texts)  # (a numpy array for several texts: given as VaultMem's lists)
+        return vecs.tolist() if hasattr(vecs, "tolist") else vecs
 
 
 def _texts(params: dict[str, Any]) -> list[Any]:

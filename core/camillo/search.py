@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import calendar
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -43,7 +44,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .cache import (
     SEARCH_BODY,
@@ -543,29 +544,74 @@ class Embedder(Protocol):
     model_id: str
     dimension: int
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(self, texts: Sequence[str]) -> Any:
+        """One vector per text, in order: a list of lists of floats, or a 2-D numpy array."""
+        ...
 
 
 class HashingEmbedder:
     """Feature hashing of words and word pairs into a fixed-size, L2-normalised vector.  Needs no
-    model and gives the same vectors everywhere; good for tests, benchmarks and comparisons."""
+    model and gives the same vectors everywhere; good for tests, benchmarks and comparisons.
+
+    Each feature's place and sign come from a BLAKE2b hash, remembered for the features met last
+    (a bounded memo: a vault's vocabulary repeats).  With numpy, a batch of texts is summed and
+    normalised as one array, which :func:`quantize_all` takes as it is; the values are the same
+    IEEE doubles as a loop's (the sums are of small integers, exact in any order).  Any thread
+    may call it; it holds no lock, and the memo is only ever added to or cleared whole."""
+
+    MEMO = 1 << 16  # features remembered (cleared whole when full)
 
     def __init__(self, dimension: int = 256) -> None:
         self.dimension = dimension
         self.model_id = f"hashing-{dimension}"
+        self._memo: dict[str, int] = {}
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            vec = [0.0] * self.dimension
-            words = re.findall(r"\w+", text.lower())
-            for feature in words + [a + " " + b for a, b in zip(words, words[1:])]:
+    def _codes(self, text: str) -> list[int]:
+        """Each feature of ``text`` as ``place * 2 + (1 when it adds, 0 when it subtracts)``."""
+        words = re.findall(r"\w+", text.lower())
+        features = words + [a + " " + b for a, b in zip(words, words[1:])]
+        memo = self._memo
+        found = list(map(memo.get, features))  # (in C: nearly every feature was met before)
+        if None not in found:
+            return found  # type: ignore[return-value]
+        codes = []
+        for feature, code in zip(features, found):
+            if code is None:
                 h = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                idx = int.from_bytes(h[:4], "big") % self.dimension
-                vec[idx] += 1.0 if h[4] & 1 else -1.0
-            norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+                code = (int.from_bytes(h[:4], "big") % self.dimension) * 2 + (h[4] & 1)
+            codes.append(code)
+        if len(memo) >= self.MEMO:
+            memo.clear()
+        memo.update(zip(features, codes))
+        return codes
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """One vector per text: a list of lists of floats, or for more than one text with numpy
+        installed a 2-D float64 array of the same values."""
+        codes = [self._codes(t) for t in texts]
+        if len(codes) > 1 and _numpy_installed():
+            return self._embed_array(codes)
+        out = []
+        for row in codes:
+            vec = [0.0] * self.dimension
+            for code in row:
+                vec[code >> 1] += 1.0 if code & 1 else -1.0
+            norm = math.sqrt(sum(vec[i] * vec[i] for i in {code >> 1 for code in row})) or 1.0
             out.append([x / norm for x in vec])
         return out
+
+    def _embed_array(self, codes: list[list[int]]) -> Any:
+        import numpy as np
+
+        dim = self.dimension
+        flat = np.fromiter(itertools.chain.from_iterable(codes), dtype=np.int64)
+        rows = np.repeat(np.arange(len(codes), dtype=np.int64), [len(row) for row in codes])
+        signs = (flat & 1) * 2.0 - 1.0
+        m = np.bincount(rows * dim + (flat >> 1), weights=signs, minlength=len(codes) * dim)
+        m = m.reshape(len(codes), dim)
+        norms = np.sqrt((m * m).sum(axis=1))
+        norms[norms == 0] = 1.0
+        return m / norms[:, None]
 
 
 class SentenceTransformerEmbedder:
@@ -624,12 +670,14 @@ def quantize(vec: Sequence[float]) -> tuple[bytes, float]:
     return struct.pack(f"<{len(vec)}b", *(max(-127, min(127, round(x * 127 / top))) for x in vec)), top / 127
 
 
-def quantize_all(vecs: Sequence[Sequence[float]]) -> list[tuple[bytes, float]]:
+def quantize_all(vecs: Any) -> list[tuple[bytes, float]]:
     """:func:`quantize` of each vector, the same bytes and scales: with numpy, one array operation for
     all of them (the same IEEE operations, rounding half to even as ``round`` does), since a loop in
     Python over every component took 89 µs a vector, against 17 µs (about 7 s of embedding 100,000 records)."""
-    if not vecs or not _numpy_installed() or len({len(v) for v in vecs}) != 1:
-        return [quantize(v) for v in vecs]
+    if len(vecs) == 0:
+        return []
+    if getattr(vecs, "ndim", None) != 2 and (not _numpy_installed() or len({len(v) for v in vecs}) != 1):
+        return [quantize(v) for v in vecs]  # (an embedder's 2-D array needs no check: numpy made it)
     import numpy as np
 
     a = np.asarray(vecs, dtype=np.float64)

@@ -165,3 +165,41 @@ def test_vectors_quantized_together_are_those_quantized_one_by_one():
     vecs += [HashingEmbedder(64).embed([f"garden note {i}"])[0] for i in range(50)]
     assert quantize_all(vecs) == [quantize(v) for v in vecs]
     assert quantize_all([]) == []
+
+
+def _hashing_reference(text: str, dimension: int) -> list[float]:
+    """The hashing embedder as first written: a loop over the features, no memo, no arrays."""
+    import hashlib
+    import re
+
+    vec = [0.0] * dimension
+    words = re.findall(r"\w+", text.lower())
+    for feature in words + [a + " " + b for a, b in zip(words, words[1:])]:
+        h = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+        vec[int.from_bytes(h[:4], "big") % dimension] += 1.0 if h[4] & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+def test_the_hashing_embedder_gives_the_reference_vectors_bit_for_bit_one_text_or_many(monkeypatch):
+    texts = ["", "   ", "garden garden garden", "Tomatoes in the GARDEN need water, tomatoes!",
+             "Ünïcödé wörds and 数字 mixed with digits 42 42", "a", "a b a b a b a b",
+             *(f"message {i} about the offsite, item {i % 7} of {i % 3}" for i in range(300))]
+    for dimension in (64, 256, 7):
+        expected = [_hashing_reference(t, dimension) for t in texts]
+        emb = HashingEmbedder(dimension)
+        batch = emb.embed(texts)  # one array with numpy installed
+        assert [list(map(float, row)) for row in batch] == expected
+        assert [emb.embed([t])[0] for t in texts] == expected  # one text at a time: lists, from the memo
+        small = HashingEmbedder(dimension)
+        monkeypatch.setattr(small, "MEMO", 5)  # the memo cleared whole many times over
+        assert [list(map(float, row)) for row in small.embed(texts)] == expected
+        assert len(small._memo) <= 5 + 2 * 12  # (cleared before a text's new features go in: at most one text's over)
+    with monkeypatch.context() as mp:
+        mp.setitem(sys.modules, "numpy", None)  # without numpy: lists from the loop
+        plain = HashingEmbedder(64).embed(texts)
+        assert isinstance(plain, list) and plain == [_hashing_reference(t, 64) for t in texts]
+    # and what is stored from them: the same bytes as quantizing the reference one by one
+    from camillo.search import quantize_all
+
+    assert quantize_all(HashingEmbedder(64).embed(texts)) == [quantize(_hashing_reference(t, 64)) for t in texts]
