@@ -12,12 +12,17 @@ encrypted under the vault's keys, and says so.
 
 ``CAMILLO_KEYCHAIN`` chooses: ``auto`` (default: the OS keychain when usable), ``os`` (require it)
 or ``none`` (never touch it).  Calls block on D-Bus; the desktop makes them on its worker thread.
+Finding the backend (``keyring`` loads every backend it knows, and on Linux looks for macOS's
+libraries with a subprocess) takes about 0.1 s once per process: :func:`prepare` starts it on a
+thread of its own while a passphrase's Argon2id runs.  Any thread may call this module; one
+finds the backend at a time.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -41,10 +46,33 @@ class KeychainStatus:
     reason: str
 
 
+_FINDING = threading.Lock()  # one search for the backend at a time: the next caller takes its answer
+
+
 def _backend() -> KeyringBackend:
     import keyring
 
-    return keyring.get_keyring()
+    with _FINDING:
+        return keyring.get_keyring()
+
+
+def prepare() -> threading.Thread | None:
+    """Start finding the keychain's backend on a thread of its own (a vault's creation and an unlock
+    that will read the device key call it before their Argon2id, which leaves the interpreter lock
+    free), so that :func:`status` finds it found.  Nothing when the keychain is turned off; a
+    failure is left for :func:`status` to meet and explain.  Returns the thread started."""
+    if os.environ.get("CAMILLO_KEYCHAIN", "auto") == "none":
+        return None
+    thread = threading.Thread(target=_find_quietly, name="camillo-keychain")
+    thread.start()
+    return thread
+
+
+def _find_quietly() -> None:
+    try:
+        _backend()
+    except Exception:  # noqa: S110 - status() asks again and says why (keyring raises many things)
+        pass
 
 
 def _leaf_backends(backend: KeyringBackend) -> list[KeyringBackend]:

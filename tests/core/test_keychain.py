@@ -169,3 +169,37 @@ def test_a_device_killed_while_joining_keeps_its_keychain_key(os_keychain, tmp_p
     vault.refresh()
     assert [d.name for d in vault.devices() if not d.revoked] == ["desktop", "laptop"]
     vault.lock()
+
+
+@pytest.mark.secretservice
+@needs_secret_service
+def test_the_keychain_is_found_once_on_its_own_thread_while_the_passphrase_is_derived(os_keychain, tmp_path,
+                                                                                        monkeypatch):
+    """Finding keyring's backend takes about 0.1 s (every backend loaded, a subprocess looking for macOS's
+    libraries): creating a vault and unlocking one whose device key is in the keychain start it beside
+    Argon2id, and the caller that needs it takes that answer instead of searching again."""
+    import threading
+
+    import keyring.core
+
+    searches: list[str] = []
+    real = keyring.core.init_backend
+
+    def init_backend(*a, **k):
+        searches.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(keyring.core, "init_backend", init_backend)
+    path = str(tmp_path / "v")
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)  # (a new process: nothing found yet)
+    vault, _ = Vault.create(path, PASSPHRASE)
+    writer = vault.writer_id
+    vault.lock()
+    assert searches == ["camillo-keychain"]
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        assert v.unlocked_with == "passphrase"
+        assert v.session.actor is not None and v.session.actor.writer_id == writer  # (its key, read)
+    assert searches == ["camillo-keychain"] * 2
+    monkeypatch.setenv("CAMILLO_KEYCHAIN", "none")
+    assert keychain.prepare() is None

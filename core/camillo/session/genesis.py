@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .. import descriptor, envelopes, ids, keys, segments, slots
+from .. import descriptor, envelopes, ids, keychain, keys, segments, slots
 from ..control import owner_entry
 from ..credentials import Credential, CredentialKind, from_passphrase, from_recovery_phrase
 from ..errors import UsageError
@@ -43,6 +43,7 @@ def create_vault(path: str, passphrase: str, *, compartments: Sequence[str], dev
     shelf = open_location(path, create=True, home=home)
     phrase = new_recovery_phrase()
     device = Credential.generate(CredentialKind.DEVICE)
+    keychain.prepare()  # (found while the passphrase is derived: the device key goes there)
     pw = from_passphrase(passphrase, KdfParams.fresh(kdf))
     recovery = from_recovery_phrase(phrase)
     device_name = device_name or hostname()

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import descriptor, slots
+from .. import descriptor, keychain, slots
 from ..cache import DatabaseError, is_damage
 from ..control import Level
 from ..credentials import (
@@ -119,6 +119,18 @@ def _open_session(path: str, unlock: Unlock, cache: bool, home: str | None, prog
 # ---------------------------------------------------------------------------------- owners
 
 
+def _prepare_keychain(session: Session) -> None:
+    """This installation keeps its device key in the OS keychain: find the keychain while the credential is
+    derived (:func:`find_installation_credential` reads the key after it).  A damaged installation file is
+    left for that reading to report."""
+    try:
+        inst = session.local.load_installation()
+    except VaultError:
+        return
+    if inst is not None and inst.keystore == "keychain":
+        keychain.prepare()
+
+
 def unlock_user(session: Session, unlock: Unlock) -> None:
     vid = session.vault_id.hex()[:12]
     headers, damaged = session.slot_headers()
@@ -154,6 +166,8 @@ def unlock_user(session: Session, unlock: Unlock) -> None:
     else:
         raise UsageError(f"unknown unlock method {unlock.method}")
     candidates = sorted((h for h in headers if h.type == stype), key=lambda h: (-h.generation, h.name))
+    if unlock.method != "device":
+        _prepare_keychain(session)
     if (unlock.method == "passphrase" and candidates and type(session.shelf) is FolderShelf
             and not (session.use_cache and session.local.holds_a_state())):
         _list_while_deriving(session.shelf, derive, candidates[0])
