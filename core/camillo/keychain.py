@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,10 +61,15 @@ def prepare() -> threading.Thread | None:
     """Start finding the keychain's backend on a thread of its own (a vault's creation and an unlock
     that will read the device key call it before their Argon2id, which leaves the interpreter lock
     free), so that :func:`status` finds it found.  Nothing when the keychain is turned off; a
-    failure is left for :func:`status` to meet and explain.  Returns the thread started."""
+    failure is left for :func:`status` to meet and explain.  Returns the thread started: none when the
+    keychain is turned off or this process found its backend already.  A daemon thread: a process that
+    ends meanwhile (a wrong passphrase at the command line) does not wait for a search nobody needs."""
     if os.environ.get("CAMILLO_KEYCHAIN", "auto") == "none":
         return None
-    thread = threading.Thread(target=_find_quietly, name="camillo-keychain")
+    core = sys.modules.get("keyring.core")  # (not imported here: that import is part of what takes the time)
+    if core is not None and getattr(core, "_keyring_backend", None) is not None:
+        return None
+    thread = threading.Thread(target=_find_quietly, name="camillo-keychain", daemon=True)
     thread.start()
     return thread
 

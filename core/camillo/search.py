@@ -557,7 +557,9 @@ class HashingEmbedder:
     (a bounded memo: a vault's vocabulary repeats).  With numpy, a batch of texts is summed and
     normalised as one array, which :func:`quantize_all` takes as it is; the values are the same
     IEEE doubles as a loop's (the sums are of small integers, exact in any order).  Any thread
-    may call it; it holds no lock, and the memo is only ever added to or cleared whole."""
+    may call it; it holds no lock, and the memo is only ever added to or cleared whole.  The memo
+    holds words of the texts embedded for as long as the embedder lives: a test and benchmark
+    embedder, which no product path gives a vault's records."""
 
     MEMO = 1 << 16  # features remembered (cleared whole when full)
 

@@ -171,6 +171,57 @@ def test_the_new_passphrase_is_derived_while_the_keys_roll_and_a_failure_leaves_
         assert [r.text for r in v.timeline()] == ["kept"] and v.problems() == []
 
 
+@pytest.mark.parametrize("failing", ["refresh", "numbering"])
+def test_a_failure_before_the_records_are_numbered_leaves_nothing_of_the_key_change(new_vault, monkeypatch, failing):
+    """Found by review: the records of a key change are numbered on a fresh reading of the folder; when
+    that reading or the numbering failed (a folder that cannot be listed, a device restored from a backup),
+    the roll's files written before stayed behind, announced by nothing, and the device's counters kept
+    the numbers given in memory.  Now they are deleted and the counters forgotten, as for any write
+    that did not happen."""
+    from camillo.errors import StorageError
+    from camillo.session import writer
+
+    path, vault, _ = new_vault
+    vault.append([NewRecord(type="message", text="kept")])
+    before = _vault_files(path)
+    counters = dict(vault.session.device_state.counters)
+    if failing == "refresh":
+        real_write, real_refresh = writer.write_batches, type(vault.session).refresh
+        inside: list[bool] = []
+
+        def write_batches(*a, **k):
+            inside.append(True)
+            try:
+                return real_write(*a, **k)
+            finally:
+                inside.pop()
+
+        def refresh(self):
+            if inside:
+                raise StorageError("cannot list the vault folder: Input/output error")
+            return real_refresh(self)
+
+        monkeypatch.setattr("camillo.ops.rekey.write_batches", write_batches)
+        monkeypatch.setattr(type(vault.session), "refresh", refresh)
+    else:
+        def numbering(*a, **k):
+            raise StorageError("the numbering failed")
+
+        monkeypatch.setattr(writer, "_number_and_seal", numbering)
+    with pytest.raises(StorageError):
+        vault.change_passphrase(NEW_PASSPHRASE)
+    assert _vault_files(path) == before  # the roll's files written before the records were deleted again
+    assert vault.session.device_state.counters == counters
+    monkeypatch.undo()
+    vault.append([NewRecord(type="message", text="after")])  # (no number skipped: no gap reported below)
+    vault.lock()
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as v:
+        assert [r.text for r in v.timeline()] == ["kept", "after"] and v.problems() == []
+        v.change_passphrase(NEW_PASSPHRASE)
+    with Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE)) as v:
+        assert [r.text for r in v.timeline()] == ["kept", "after"] and v.problems() == []
+
+
 def test_an_erasure_keeps_the_seal_its_roll_is_derived_from_and_a_random_roll_drops_it(new_vault):
     """After an erasure the device keeps its key's seal under the master secret the erasure's roll was
     derived from (whoever holds it computes the current one, and another device's key change made from it

@@ -201,5 +201,7 @@ def test_the_keychain_is_found_once_on_its_own_thread_while_the_passphrase_is_de
         assert v.unlocked_with == "passphrase"
         assert v.session.actor is not None and v.session.actor.writer_id == writer  # (its key, read)
     assert searches == ["camillo-keychain"] * 2
+    assert keychain.prepare() is None  # found already in this process: no second search
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)
     monkeypatch.setenv("CAMILLO_KEYCHAIN", "none")
     assert keychain.prepare() is None

@@ -171,15 +171,17 @@ def write_batches(session: Session, per_compartment: dict[bytes, list[bytes]], *
         own_tips_read = all(tip is None or tip in session.batches for tip in tips)
         for attempt in range(2):
             confirm = None if finished or not quick or not own_tips_read or attempt else key_check(session)
-            if confirm is None:
-                session.refresh()  # see what other processes and devices wrote before numbering
-            files, sealed, written = _number_and_seal(session, per_compartment)
             # The segments are staged (complete, fsynced, under dot names readers ignore) before the
             # counter is persisted and renamed into place after it, and the counter remembers them:
             # a crash in between is finished by the next open or write instead of leaving a
-            # number skipped for good (a gap every reader would report as missing).
+            # number skipped for good (a gap every reader would report as missing).  What fails before
+            # the counter is saved wrote nothing: the counters numbered in memory are forgotten, and the
+            # caller's files for these records (a key change's) deleted, as none of them will appear.
             staged: list[tuple[str, str]] = []
             try:
+                if confirm is None:
+                    session.refresh()  # see what other processes and devices wrote before numbering
+                files, sealed, written = _number_and_seal(session, per_compartment)
                 staged = folder.stage_all(files)  # (a key change's segment per compartment: together)
                 if confirm is not None and not confirm():
                     _forget(session, staged)  # a key change arrived meanwhile: numbered again on the new view
