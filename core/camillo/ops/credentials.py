@@ -150,7 +150,6 @@ def replace_credential(session: Session, kind: CredentialKind, derive: Callable[
     try:
         seal_device_key_for(session, rekey.new_vms, rekey.new_generation)  # (before the records, as apply would)
         rekey.device_key_sealed = True
-        session.refresh()  # (what the records' numbering reads first: these files, and any other's, read meanwhile)
         new = derive()
         anchor = encode_record(
             Kind.CRED_ANCHOR, new.writer_id,

@@ -281,8 +281,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     new_owner = ids.recipient_id(owner.public)
     unread = {ids.recipient_id(o.public) for (_, o), per in zip(branches, delivered) if not roll_read(session, per)}
     if derived or not (unread or epochs_not_here(session) - held.keys()):
-        rekey.delete += [h.name for h in headers if h.generation < generation
-                         and (derived or not another_rolls_slot(session, h, [v for v, _ in branches]))]
+        kept = set() if derived else other_rolls_slots(session, headers, [v for v, _ in branches])
+        rekey.delete += [h.name for h in headers if h.generation < generation and h.name not in kept]
     # else the older slots stay (spec §16.10 rule 10): a device that holds what this keyring lacks (the sync
     # has not brought its envelopes) hands it over once it opens the older master secret and moves on; an
     # erasure's derived roll always deletes them (the older master secret delivers what it destroys)
@@ -298,26 +298,28 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 rekey.delete.append(name)  # (an unread other roll's stay, with the older slots)
 
 
-def another_rolls_slot(session: Session, h: slots.SlotHeader, branches: list[bytes]) -> bool:
-    """A slot of the current generation that wraps neither this keyring's master secret nor one of the
+def other_rolls_slots(session: Session, headers: list[slots.SlotHeader], branches: list[bytes]) -> set[str]:
+    """The slots of the current generation that wrap neither this keyring's master secret nor one of the
     other master secrets of this generation this device opens (``branches``): another device's roll made
     at once from the same generation, which this device has not read yet (spec §16.10 rule 9).  A random
-    roll leaves it: it may be the only slot of the passphrase that counts (found by the key-change hunt:
+    roll leaves them: one may be the only slot of the passphrase that counts (found by the key-change hunt:
     the laptop's passphrase change, made on a view that held the desktop's concurrent one's slots but not
-    its records, deleted them, and once synced no passphrase opened the desktop).  Not when an erasure made
+    its records, deleted them, and once synced no passphrase opened the desktop).  None when an erasure made
     this generation (found by review): a random roll numbered like it was made without reading it (rule 9),
     so its master secret may deliver the epoch the erasure destroyed, and the recovery phrase, which that
-    roll gave a slot, would reach it through the folder; the slot goes, as before."""
+    roll gave a slot, would reach it through the folder; those slots go, as before."""
     keyring = session.keyring
-    if h.generation != keyring.generation:
-        return False
     if any(e.reason == "erasure" and e.generation == keyring.generation for e in session.roster.epochs.values()):
-        return False
-    for vms in (keyring.master_secret(), *branches):
-        try:
-            slots.read_statement(h, session.vault_id, vms)
-        except VaultError:
-            continue
+        return set()
+    masters = [keyring.master_secret(), *branches]
+    return {h.name for h in headers if h.generation == keyring.generation and not any(
+        _opens_under(session, h, vms) for vms in masters)}
+
+
+def _opens_under(session: Session, h: slots.SlotHeader, vms: bytes) -> bool:
+    try:
+        slots.read_statement(h, session.vault_id, vms)
+    except VaultError:
         return False
     return True
 
