@@ -69,7 +69,9 @@ FORMAT = 8
 # unchanged folder reads, with their flags (cache_batches_special_flags, in place of cache_batches_special);
 # 13 = the index of the records that refer to others (records_with_refs); 14 = pages authenticated by
 # HMAC-SHA256, not SQLCipher's default HMAC-SHA512 (STATE_HMAC: an older state is copied once, Cache._reauthenticated)
-REVISION = 14
+# 15 = the records' index of ids its own (records_id, RECORDS_ID_DDL), not the table's: a cold load builds it after
+# its rows (an earlier revision's state keeps the table's own)
+REVISION = 15
 COMMIT_AGE = 2.0  # seconds: the longest a change stays uncommitted while the vault is open
 PAGE_CACHE_KIB = 16 * 1024  # SQLite's page cache per connection (the rest stays on disk)
 # ... while a refresh reads many segments (a merge, a month of another device's batches), until its
@@ -113,7 +115,7 @@ sqlite.register_adapter(type(None), {}.get)  # ({}.get(None) is None)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records(
   rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-  id BLOB UNIQUE NOT NULL,
+  id BLOB NOT NULL,
   batch BLOB NOT NULL,
   idx INTEGER NOT NULL,
   compartment BLOB NOT NULL,
@@ -266,6 +268,34 @@ BATCH_INDEXES = (
 )
 
 
+# The records' unique index of ids: a row of an id already stored is not written (INSERT OR IGNORE keeps the
+# first).  Its own index since revision 15, so that a cold load builds it after its rows (indexes_deferred), a
+# sort, instead of writing each of a million random ids into it as it goes, whose pages the load's page cache
+# then had to hold (about 90 MiB at a million records: most of a cold open's memory beside its views).  A
+# state an earlier revision wrote has it as the table's own (``id BLOB UNIQUE``), which cannot be dropped:
+# that state keeps it, and a cold load into it writes every row into it as before.
+RECORDS_ID_DDL = "CREATE UNIQUE INDEX IF NOT EXISTS records_id ON records(id)"
+_TABLE_RECORDS_ID = "sqlite_autoindex_records_1"
+
+
+def records_id_own(db: Connection) -> bool:
+    """The records' index of ids is :data:`RECORDS_ID_DDL`'s, not the table's own (an earlier revision's)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_TABLE_RECORDS_ID,)).fetchone() is None
+
+
+def build_records_id(db: Connection) -> None:
+    """Build the records' index of ids after a cold load.  The rows of an id written twice (the same
+    record in two batches: a hostile writer's, or a copy) keep the first, as the index, had it been
+    there, would have kept it (INSERT OR IGNORE): the others are deleted first."""
+    try:
+        db.execute(RECORDS_ID_DDL)
+    except sqlite.IntegrityError:
+        db.execute("DELETE FROM records WHERE rowid IN (SELECT r.rowid FROM records AS r JOIN (SELECT id, "
+                   "min(rowid) AS first FROM records GROUP BY id HAVING count(*) > 1) AS d "
+                   "ON r.id = d.id AND r.rowid > d.first)")
+        db.execute(RECORDS_ID_DDL)
+
+
 def complete_schema(db: Connection) -> None:
     """Create what is missing of the schema, and bring a state an older version wrote to this one in
     place: the columns of ``cache_batches`` it lacks (the writer, seq and compartment: ``ALTER TABLE``
@@ -282,6 +312,8 @@ def complete_schema(db: Connection) -> None:
         db.execute("DROP TABLE search")
         db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
     db.executescript(SCHEMA)
+    if records_id_own(db):
+        db.execute(RECORDS_ID_DDL)
     db.execute("INSERT OR IGNORE INTO cache_meta(key, value) VALUES('search_key', 1)")
     have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
     for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB"), ("control", "INTEGER")):
@@ -325,16 +357,21 @@ def indexes_deferred(db: Connection, flush: Callable[[], None],
     :data:`VALIDITY_INDEX_DDL` and :data:`FLAG_INDEX_DDL` are handed to ``later`` (the state builds
     them once its validity is computed, and once the batches' flags are written).  A process killed
     meanwhile leaves a database without them, which the next open's schema (``CREATE INDEX IF NOT
-    EXISTS``) completes.  A state that holds records is loaded as it is."""
+    EXISTS``) completes.  A state that holds records is loaded as it is.  The records' index of ids is
+    built after the load too (:func:`build_records_id`), unless the state has it as the table's own
+    (:func:`records_id_own`)."""
     if db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
         yield
         return
-    for name in _DEFERRED_INDEXES:
+    ids_later = records_id_own(db)
+    for name in _DEFERRED_INDEXES + (["records_id"] if ids_later else []):
         db.execute(f"DROP INDEX IF EXISTS {name}")
     try:
         yield
     finally:
         flush()
+        if ids_later:
+            build_records_id(db)
         for ddl in _INDEX_DDL:  # (execute, not executescript: that would commit the load half-way)
             if ddl not in VALIDITY_INDEX_DDL and ddl not in FLAG_INDEX_DDL:
                 db.execute(ddl)

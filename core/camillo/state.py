@@ -52,6 +52,7 @@ from .cache import (
     complete_schema,
     indexes_deferred,
     memory_database,
+    records_id_own,
 )
 from .control import BatchView, Roster
 from .erased import scrub
@@ -153,6 +154,9 @@ class State:
         self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (defer_indexes)
         self._unbuilt_flags: list[str] = []  # ... and once the batches' flags are written (write_flags)
         self._presumed = False  # rows are written valid until a validity pass over every record (loading)
+        # the control records a cold load staged, while its index of ids is built after it (loading): a compaction
+        # copies them into its batches, and the index would meet each twice (a million records' held 202)
+        self._load_controls: set[bytes] | None = None
         self._load_rows = 0  # rows a wide cold load wrote so far, and its page cache (KiB; not one: <= 0)
         self._load_kib = 0
         # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
@@ -196,6 +200,7 @@ class State:
         # others, sort after what they saw; records of one batch keep their order.
         lamport = min(h.seq + sum(h.frontier.values()), SQLITE_INT_MAX)
         bid, cid, wid, rids = view.id, h.compartment_id, h.writer_id, h.records
+        controls = self._load_controls
         inert = len(fields) <= 4
         for idx, (rid, f) in enumerate(zip(rids, fields)):  # (an iterator of the ids, not an index into them each time)
             if f is None:
@@ -205,8 +210,11 @@ class State:
                 inert = False
                 continue
             author, kind, rtype, key, authority, ts, conversation, role, text, pred, sources, target, import_key = f
-            rows.append((rid, bid, idx, cid, wid, author, kind, rtype, key, authority, authority, ts, conversation,
-                         role, text, raws[idx], 1 if pred or sources or target else 0, 0, import_key, lamport))
+            if kind not in CONTROL_KINDS or controls is None or rid not in controls:  # (controls: see loading)
+                rows.append((rid, bid, idx, cid, wid, author, kind, rtype, key, authority, authority, ts, conversation,
+                             role, text, raws[idx], 1 if pred or sources or target else 0, 0, import_key, lamport))
+                if kind in CONTROL_KINDS and controls is not None:
+                    controls.add(rid)
             if pred:
                 refs += [(rid, p, REF_PRED) for p in pred]
             if sources:
@@ -245,11 +253,18 @@ class State:
             yield
             return
         self._presumed = True
-        if self._wide:  # (its page cache grows with the rows written: _load_cache)
+        if records_id_own(self._db):  # (its rows go to the tables' ends, the index of ids built after: no wide cache)
+            self._load_controls = set()
+            if self._wide:
+                self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+        elif self._wide:  # (an earlier revision's state: its page cache grows with the rows written, _load_cache)
             self._load_rows, self._load_kib = 0, 0
             self._load_cache()
-        with indexes_deferred(self._db, self._loaded, self.defer_indexes):
-            yield
+        try:
+            with indexes_deferred(self._db, self._loaded, self.defer_indexes):
+                yield
+        finally:
+            self._load_controls = None
 
     @property
     def cold_loading(self) -> bool:

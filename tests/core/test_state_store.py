@@ -287,7 +287,7 @@ def test_a_cold_load_builds_the_indexes_after_it_and_a_load_killed_meanwhile_get
         # those over validity and over the batches' flags not yet built when the load ends
         assert loaded[0] == validity | {ddl.split()[5] for ddl in cache.FLAG_INDEX_DDL}
         assert wanted <= indexes(v.session.materialized.db)  # and all built once it was computed
-        assert widths == [(-cache.LOAD_CACHE_MIN_KIB, -cache.PAGE_CACHE_KIB)]  # (a small load's: the least)
+        assert widths == [(-cache.PAGE_CACHE_KIB, -cache.PAGE_CACHE_KIB)]  # (its index of ids built after it)
         deferred = fingerprint(v)
     monkeypatch.setattr(state_mod, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
@@ -2028,11 +2028,99 @@ def test_the_search_index_of_rows_not_in_time_order_is_written_as_one_segment():
         (ts << 30) | row for row, ts in state.db.execute("SELECT rowid, ts FROM records")}
 
 
-def test_a_cold_loads_page_cache_grows_with_the_rows_it_writes_up_to_the_wide_one(new_vault, monkeypatch):
-    """A wide cold load's page cache holds the index of ids its rows go to at random pages: it starts
-    at LOAD_CACHE_MIN_KIB and grows by LOAD_CACHE_BYTES_PER_ROW for each row written, never past
-    WIDE_PAGE_CACHE_KIB (128 MiB held from the first row was 30 MiB of a million records' peak it never
-    needed), and is narrowed once the rows are written; the state is the one a load gives."""
+def test_a_cold_load_builds_the_index_of_ids_after_its_rows_and_stages_a_copied_control_record_once(
+        new_vault, monkeypatch):
+    """Issue 19: a cold load writes its rows with no index of ids beside them (a million random ids written
+    into it as they went held about 90 MiB of a cold open's pages) and builds it once after them
+    (camillo.cache.build_records_id), with the load's page cache no wider than any other.  A compaction
+    copies the control records into its batches: the load stages each once (a million records' compacted
+    vault held 202 twice), so the index is built at the first try, not after a pass that deletes the
+    second rows; either way the state is the one a load that keeps the index row by row gives."""
+    from camillo import cache
+    from camillo import state as state_mod
+
+    path, vault, _ = new_vault
+    _fill(vault)
+    vault.compact(prune_now=True)
+    vault.append([NewRecord(type="message", conversation="c", role="user", text="after the compaction")])
+    vault.lock()
+    monkeypatch.setattr(cache, "WIDE_SEGMENTS", 1)  # (this small load is a wide one)
+    real_build, real_flush = cache.build_records_id, state_mod.State.flush
+    at_build: list[tuple[int, list[str]]] = []  # (rows of an id already written, unique indexes of records)
+    during: list[tuple[list[str], int]] = []  # (indexes of records, page cache) at each write of rows
+
+    def unique_indexes(db) -> list[str]:
+        return sorted(r[1] for r in db.execute("PRAGMA index_list(records)") if r[2])
+
+    def build(db):
+        at_build.append((db.execute("SELECT count(*) - count(DISTINCT id) FROM records").fetchone()[0],
+                         unique_indexes(db)))
+        real_build(db)
+
+    def flush(self):
+        real_flush(self)
+        if self._load_controls is not None:  # (inside the load)
+            during.append((unique_indexes(self._db), self._db.execute("PRAGMA cache_size").fetchone()[0]))
+
+    monkeypatch.setattr(cache, "build_records_id", build)
+    monkeypatch.setattr(state_mod.State, "flush", flush)
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        db = v.session.materialized.db
+        assert unique_indexes(db) == ["records_id"] and cache.records_id_own(db)
+        assert db.execute("SELECT count(*) - count(DISTINCT id) FROM records").fetchone()[0] == 0
+        expected = fingerprint(v)
+    assert at_build == [(0, [])]  # built once, after the rows, at the first try
+    assert during and all(d == ([], -cache.PAGE_CACHE_KIB) for d in during)
+
+    # the copies are there: staged twice, the index is built after a pass that keeps the first of each
+    at_build.clear()
+    monkeypatch.setattr(state_mod, "CONTROL_KINDS", frozenset())
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        assert fingerprint(v) == expected
+    assert at_build and at_build[0][0] > 0
+    monkeypatch.undo()
+    # a load that keeps the index of ids row by row (INSERT OR IGNORE keeping the first)
+    monkeypatch.setattr(state_mod, "indexes_deferred", lambda db, flush, later: contextlib.nullcontext())
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
+        assert fingerprint(v) == expected
+
+
+def test_the_index_of_ids_built_after_a_load_keeps_the_first_row_of_an_id_written_twice():
+    """The rows of an id a load wrote twice (a hostile writer's record in two batches) are what INSERT OR
+    IGNORE into the index would have left: the first; the index is unique after it."""
+    from camillo import cache
+
+    db = cache.memory_database()
+    cache.complete_schema(db)
+    db.execute("DROP INDEX records_id")
+    a, c = b"a" * 32, b"c" * 32
+    db.executemany("INSERT INTO records(id, batch, idx, compartment, writer) VALUES(?, ?, ?, x'00', x'00')",
+                   [(a, b"first", 0), (c, b"first", 1), (a, b"second", 0), (a, b"third", 4), (c, b"third", 5)])
+    cache.build_records_id(db)
+    assert db.execute("SELECT id, batch, idx FROM records ORDER BY rowid").fetchall() == [(a, b"first", 0),
+                                                                                         (c, b"first", 1)]
+    db.execute("INSERT OR IGNORE INTO records(id, batch, idx, compartment, writer) VALUES(?, 'x', 9, x'00', x'00')",
+               (a,))
+    assert db.execute("SELECT count(*) FROM records").fetchone()[0] == 2
+
+
+def _earlier_schema():
+    """The state's schema as revision 14 and earlier made it: the records' index of ids the table's own."""
+    from camillo import cache
+
+    earlier = cache.SCHEMA.replace("  id BLOB NOT NULL,", "  id BLOB UNIQUE NOT NULL,", 1)
+    assert earlier != cache.SCHEMA
+    return earlier
+
+
+def test_a_cold_load_into_an_earlier_revisions_state_grows_its_page_cache_with_the_rows_it_writes(
+        new_vault, monkeypatch):
+    """In a state an earlier revision wrote, the records' index of ids is the table's own and cannot be
+    dropped for a cold load (camillo.cache.records_id_own): a wide load's page cache holds that index,
+    which its rows go to at random pages: it starts at LOAD_CACHE_MIN_KIB and grows by
+    LOAD_CACHE_BYTES_PER_ROW for each row written, never past WIDE_PAGE_CACHE_KIB (128 MiB held from the
+    first row was 30 MiB of a million records' peak it never needed), and is narrowed once the rows are
+    written; the state is the one a load gives, and no second index of ids is made beside the table's."""
     from camillo import cache
     from camillo import state as state_mod
 
@@ -2041,6 +2129,7 @@ def test_a_cold_loads_page_cache_grows_with_the_rows_it_writes_up_to_the_wide_on
     vault.lock()
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
         expected = fingerprint(v)
+    monkeypatch.setattr(cache, "SCHEMA", _earlier_schema())
     per_row = (cache.WIDE_PAGE_CACHE_KIB << 10) // 12  # (the widest after 12 rows)
     monkeypatch.setattr(cache, "WIDE_SEGMENTS", 1)  # (this small load is a wide one)
     monkeypatch.setattr(state_mod.State, "_FLUSH_ROWS", 4)
@@ -2054,8 +2143,11 @@ def test_a_cold_loads_page_cache_grows_with_the_rows_it_writes_up_to_the_wide_on
 
     monkeypatch.setattr(state_mod.State, "flush", flush)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
-        assert v.session.materialized.db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB
+        db = v.session.materialized.db
+        assert db.execute("PRAGMA cache_size").fetchone()[0] == -cache.PAGE_CACHE_KIB
         assert fingerprint(v) == expected
+        assert not cache.records_id_own(db)  # (the table's own index of ids, and no other unique one)
+        assert [r[1] for r in db.execute("PRAGMA index_list(records)") if r[2]] == ["sqlite_autoindex_records_1"]
     during = list(itertools.takewhile(lambda e: e[1] != cache.PAGE_CACHE_KIB,  # (until it was narrowed)
                                       [(rows, -width) for rows, width in widths if rows]))
     assert len(during) > 3 and during[-1][0] > 12
