@@ -403,10 +403,12 @@ class State:
         full-text index does not hold yet leave nothing to delete there: it is not built for this.)"""
         self.vector_cache = None
         db = self.db
+        controls = self._load_controls if self._load_controls is not None else set()  # (a cold load's: loading)
         for bid in batch_ids:
             self._inert.discard(bid)
             for rid, comp, key in db.execute("SELECT id, compartment, key FROM records WHERE batch = ?", (bid,)):
                 self._forgotten.add(rid)
+                controls.discard(rid)  # (its row goes: staged again, it is written again)
                 if key is not None:
                     self._forgotten_keys.add((comp, key))
             self._forgotten |= {ref for (ref,) in db.execute(

@@ -2085,6 +2085,29 @@ def test_a_cold_load_builds_the_index_of_ids_after_its_rows_and_stages_a_copied_
         assert fingerprint(v) == expected
 
 
+def test_a_control_record_of_a_batch_forgotten_and_staged_again_during_a_cold_load_is_written_again(new_vault):
+    """A cold load stages each control record once (above); a batch whose copy is taken during the load
+    (camillo.session.copies: its rows forgotten and staged again) writes its control records again, and
+    a copy of them in another batch staged after the first is still not written twice."""
+    from camillo import state as state_mod
+    from camillo.cache import memory_database
+
+    _path, vault, _ = new_vault
+    views = vault.session.reader.batches
+    view = next(views[b] for b in views if views[b].has_control)
+    records = list(view.records)
+    assert any(r is not None and r.is_control for r in records)
+    ids = {r.id for r in records if r is not None}
+    state = state_mod.State(memory_database())
+    with state.loading():
+        state.stage(view, records)
+        state.forget_batches([view.id])
+        state.stage(view, records)
+        state.stage(view, records)  # (the same records again: not written twice)
+    db = state.db
+    assert sorted(rid for (rid,) in db.execute("SELECT id FROM records")) == sorted(ids)
+
+
 def test_the_index_of_ids_built_after_a_load_keeps_the_first_row_of_an_id_written_twice():
     """The rows of an id a load wrote twice (a hostile writer's record in two batches) are what INSERT OR
     IGNORE into the index would have left: the first; the index is unique after it."""
