@@ -283,16 +283,22 @@ def records_id_own(db: Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_TABLE_RECORDS_ID,)).fetchone() is None
 
 
+def keep_first_rows(db: Connection) -> None:
+    """Of the rows of an id written twice while the records had no index of ids (the same record in two
+    batches: a hostile writer's, or a copy), keep the first, as INSERT OR IGNORE into the index, had it
+    been there, would have kept it; delete the others."""
+    db.execute("DELETE FROM records WHERE rowid IN (SELECT r.rowid FROM records AS r JOIN (SELECT id, "
+               "min(rowid) AS first FROM records GROUP BY id HAVING count(*) > 1) AS d "
+               "ON r.id = d.id AND r.rowid > d.first)")
+
+
 def build_records_id(db: Connection) -> None:
-    """Build the records' index of ids after a cold load.  The rows of an id written twice (the same
-    record in two batches: a hostile writer's, or a copy) keep the first, as the index, had it been
-    there, would have kept it (INSERT OR IGNORE): the others are deleted first."""
+    """Build the records' index of ids (after a cold load; or in a state a failed one left without it),
+    the rows of an id written twice first reduced to the first (:func:`keep_first_rows`)."""
     try:
         db.execute(RECORDS_ID_DDL)
-    except sqlite.IntegrityError:
-        db.execute("DELETE FROM records WHERE rowid IN (SELECT r.rowid FROM records AS r JOIN (SELECT id, "
-                   "min(rowid) AS first FROM records GROUP BY id HAVING count(*) > 1) AS d "
-                   "ON r.id = d.id AND r.rowid > d.first)")
+    except sqlite.IntegrityError:  # (the transaction stays open: the deletion and the build are in it)
+        keep_first_rows(db)
         db.execute(RECORDS_ID_DDL)
 
 
@@ -312,8 +318,8 @@ def complete_schema(db: Connection) -> None:
         db.execute("DROP TABLE search")
         db.execute("DELETE FROM cache_meta WHERE key = 'indexed'")
     db.executescript(SCHEMA)
-    if records_id_own(db):
-        db.execute(RECORDS_ID_DDL)
+    if records_id_own(db) and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'records_id'").fetchone() is None:
+        build_records_id(db)  # (a new state; or one a cold load left without it, as a failed write of its last rows can)
     db.execute("INSERT OR IGNORE INTO cache_meta(key, value) VALUES('search_key', 1)")
     have = {row[1] for row in db.execute("PRAGMA table_info(cache_batches)")}
     for column, kind in (("writer", "BLOB"), ("seq", "INTEGER"), ("compartment", "BLOB"), ("control", "INTEGER")):
@@ -369,9 +375,11 @@ def indexes_deferred(db: Connection, flush: Callable[[], None],
     try:
         yield
     finally:
-        flush()
-        if ids_later:
-            build_records_id(db)
+        try:
+            flush()
+        finally:  # (never a table without it for the rest of the session, whatever the last rows met)
+            if ids_later:
+                build_records_id(db)
         for ddl in _INDEX_DDL:  # (execute, not executescript: that would commit the load half-way)
             if ddl not in VALIDITY_INDEX_DDL and ddl not in FLAG_INDEX_DDL:
                 db.execute(ddl)

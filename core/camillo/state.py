@@ -51,6 +51,7 @@ from .cache import (
     DatabaseError,
     complete_schema,
     indexes_deferred,
+    keep_first_rows,
     memory_database,
     records_id_own,
 )
@@ -282,9 +283,10 @@ class State:
 
     def _loaded(self) -> None:
         """A cold load's last rows are written: its page cache is narrowed again (``_wide`` stays, for
-        the commit's checkpoint).  The rows went to random pages of the index of ids; the index builds
-        and the validity pass after it read the table in order, and each build sorts its entries in
-        memory beside the cache (at a million records the open's peak memory, 704 -> 616 MiB)."""
+        the commit's checkpoint).  In an earlier revision's state the rows went to random pages of the
+        index of ids (in this one it is built after them); the index builds and the validity pass after
+        it read the table in order, and each build sorts its entries in memory beside the cache (at a
+        million records the open's peak memory, 704 -> 616 MiB)."""
         self.flush()
         self._load_kib = -1  # (grown no more)
         self._db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
@@ -345,7 +347,7 @@ class State:
 
     def flush(self) -> None:
         """Write the staged rows (before anything reads the tables)."""
-        if not self._rows:
+        if not self._rows and not self._refs:  # (refs alone: a cold load's copy of a control record, stage_fields)
             return
         rows, refs = self._rows, self._refs
         self._rows, self._refs = [], []
@@ -403,7 +405,11 @@ class State:
         full-text index does not hold yet leave nothing to delete there: it is not built for this.)"""
         self.vector_cache = None
         db = self.db
-        controls = self._load_controls if self._load_controls is not None else set()  # (a cold load's: loading)
+        controls = self._load_controls
+        if controls is not None:  # (during a cold load, whose index of ids is built after it: the rows of an id
+            keep_first_rows(db)  # written twice are first reduced to the one the index would have kept)
+        else:
+            controls = set()
         for bid in batch_ids:
             self._inert.discard(bid)
             for rid, comp, key in db.execute("SELECT id, compartment, key FROM records WHERE batch = ?", (bid,)):

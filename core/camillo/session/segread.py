@@ -91,8 +91,9 @@ def state_for(reader: Reader, todo: Sequence[str]) -> State:
     instead (:func:`~camillo.cache.scratch_database`: a cold open of a million records held 2.1 GB in
     memory), the empty one in memory closed (what it held: the memos of the signatures and
     envelopes just read, which are read again if asked).  A read of that much into an empty state, or
-    of many segments at once, widens its page cache until the next commit (the rows of a cold load go
-    to random pages of the index of ids: at 100,000 records, 9.9 -> 5.6 s on disk)."""
+    of many segments at once, widens its page cache until the next commit (the rows of a merge go to
+    random pages of the index of ids; a cold load builds that index after its rows, State.loading, and
+    narrows it again, but in a state of an earlier revision: at 100,000 records, 9.9 -> 5.6 s on disk)."""
     state = reader.materialized
     large = bool(todo) and state.is_empty() and _at_least(reader.shelf, todo, cache_mod.SCRATCH_SEGMENT_BYTES)
     if large and reader.store is None and reader.scratch_root is not None and not is_scratch(state.cache_db):
