@@ -49,6 +49,7 @@ from .cache import (
     WIDE_PAGE_CACHE_KIB,
     Connection,
     DatabaseError,
+    ReadRows,
     complete_schema,
     indexes_deferred,
     keep_first_rows,
@@ -150,6 +151,7 @@ class State:
         self._rows: list[_StagedRecord] = []  # staged, not yet written (see flush)
         self._wide = False  # widened until the next commit, a wide one (widen_page_cache; _loaded narrows it sooner)
         self._refs: list[tuple[bytes, bytes, int]] = []  # (record id, referenced id, REF_*)
+        self._read = ReadRows()  # rows of cache_batches and cache_segments a read keeps (store_read): see cache_db
         self._staged_erased: set[bytes] = set()  # batches staged here with an erased (null) entry
         self._inert: set[bytes] = set()  # small batches staged here that _only_inert needs no query for
         self._unbuilt: list[str] = []  # indexes a cold load left to build once validity is computed (defer_indexes)
@@ -233,7 +235,7 @@ class State:
     @property
     def db(self) -> Connection:
         """The database, with every staged row written first (so no reader sees a partial view)."""
-        if self._rows:
+        if self._rows or self._refs or self._read:
             self.flush()
         if self._unbuilt:
             self.build_indexes()
@@ -315,7 +317,7 @@ class State:
     def write_flags(self, rows: list[tuple[int, int, int, bytes]]) -> None:
         """Write batches' flags, each row (sig_ok, vouched, accepted, id); then build the indexes over
         them a cold load left to build."""
-        db = self._db
+        db = self.cache_db
         rows.sort(key=lambda row: row[3])  # in the order of the id index: each of its pages read once
         if len(rows) < self.BULK_FLAG_ROWS or not self._unbuilt_flags:
             db.executemany("UPDATE cache_batches SET sig_ok = ?, vouched = ?, accepted = ? WHERE id = ?", rows)
@@ -342,11 +344,23 @@ class State:
 
     @property
     def cache_db(self) -> Connection:
-        """The database without flushing: for the cache_* tables only, which staging never touches."""
+        """The database for the cache_* tables only, which staging never touches: the rows of the batches
+        and segments read (:meth:`store_read`) written first, not the staged records."""
+        if self._read:
+            self._read.write(self._db)
         return self._db
 
+    def store_read(self, batch_rows: Sequence[tuple[Any, ...]], segment_row: tuple[Any, ...] | None = None) -> None:
+        """Keep the rows of cache_batches and cache_segments of a segment read (:class:`~camillo.cache.ReadRows`),
+        written before anything reads those tables (:attr:`cache_db`, :attr:`db`, :meth:`flush`)."""
+        if self._read.add(batch_rows, segment_row):
+            self._read.write(self._db)
+
     def flush(self) -> None:
-        """Write the staged rows (before anything reads the tables)."""
+        """Write the staged rows (before anything reads the tables), and those of the batches and
+        segments read."""
+        if self._read:
+            self._read.write(self._db)
         if not self._rows and not self._refs:  # (refs alone: a cold load's copy of a control record, stage_fields)
             return
         rows, refs = self._rows, self._refs

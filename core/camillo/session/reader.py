@@ -675,19 +675,15 @@ class Reader:
             self.log_fresh = False
             self._drop_stored_log(added=True)
             self.unreported.append(batch.id)
-        self._store_batches(rows)
         self.segment_batches[name] = [b.id for b in batches]
         self.segment_epochs[name] = shared((compartment_id, epoch_id))  # (one pair for every segment under it)
-        self.materialized.cache_db.execute(
-            "INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
-            (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
+        # (written with the next segments' rows, before anything reads them: State.store_read)
+        self.materialized.store_read(rows, (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
         self.dirty = True
         return added
 
     def _store_batches(self, rows: list[tuple[Any, ...]]) -> None:
-        self.materialized.cache_db.executemany("INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, "
-                                               "controls, writer, seq, compartment, control) VALUES(?,?,?,?,?,?,?,?,?)",
-                                               rows)
+        self.materialized.store_read(rows)
         rows.clear()
 
     def _check_batch_shape(self, batch: Batch, compartment_id: bytes) -> str | None:
