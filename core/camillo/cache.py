@@ -325,11 +325,13 @@ class ReadRows:
         return len(self.batches) >= self.ROWS or len(self.segments) >= self.ROWS
 
     def write(self, db: Connection) -> None:
-        batches, segments, self.batches, self.segments = self.batches, self.segments, [], []
+        """Write them; kept until both statements succeed (a failure is met again by the next access,
+        which writes them first: INSERT OR REPLACE of the same rows, nothing written in between)."""
         db.executemany("INSERT OR REPLACE INTO cache_batches(id, segment, epoch, batch, controls, writer, seq, "
-                       "compartment, control) VALUES(?,?,?,?,?,?,?,?,?)", batches)
+                       "compartment, control) VALUES(?,?,?,?,?,?,?,?,?)", self.batches)
         db.executemany("INSERT OR REPLACE INTO cache_segments(name, batches, compartment, epoch) VALUES(?, ?, ?, ?)",
-                       segments)
+                       self.segments)
+        self.batches, self.segments = [], []
 
 
 def complete_schema(db: Connection) -> None:

@@ -2158,6 +2158,7 @@ def test_the_rows_of_the_batches_and_segments_read_are_written_a_chunk_at_a_time
     kept and written a chunk at a time (State.store_read, cache.ReadRows); whatever reads those tables (cache_db, db, a
     commit) sees every row read before it, and the state is the one a row-by-row read gives."""
     from camillo import cache
+    from camillo import state as state_mod
 
     path, vault, _ = new_vault
     _fill(vault, 30)  # (a segment for each append)
@@ -2182,19 +2183,74 @@ def test_the_rows_of_the_batches_and_segments_read_are_written_a_chunk_at_a_time
         assert sorted(v.session.materialized.cache_db.execute("SELECT * FROM cache_batches")) == stored
     assert sum(n for _, n in writes) == segments and len(writes) <= segments // 7 + 3
 
-    seen: list[tuple[int, int]] = []  # (batches added so far, rows a read of the table finds)
-    real_add = Reader.add_segment
+    # no statement on those tables runs while rows are kept, but the one that writes them (every statement
+    # of the open traced; found by review: a check that reads through cache_db writes the rows itself)
+    monkeypatch.undo()
+    monkeypatch.setattr(cache.ReadRows, "ROWS", 1 << 30)  # (kept until something else writes them)
+    states: list[state_mod.State] = []
+    met: list[str] = []
+    written: list[bool] = []  # (each statement traced: whether it wrote rows of cache_batches)
+    real_init = state_mod.State.__init__
 
-    def add(self, *args, **kwargs):
-        added = real_add(self, *args, **kwargs)
-        seen.append((len(self.batches), self.materialized.cache_db.execute("SELECT count(*) FROM cache_batches")
-                     .fetchone()[0]))
-        return added
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        states.append(self)
+        def traced(sql, state=self):
+            written.append(sql.startswith("INSERT OR REPLACE INTO cache_batches"))
+            if state._read and ("cache_batches" in sql or "cache_segments" in sql) and not sql.startswith(
+                    "INSERT OR REPLACE INTO cache_"):
+                met.append(sql)
 
-    monkeypatch.setattr(Reader, "add_segment", add)
+        self._db.set_trace_callback(traced)
+
+    monkeypatch.setattr(state_mod.State, "__init__", init)
     with Vault.open(path, Unlock.passphrase(PASSPHRASE), cache=False) as v:
         assert fingerprint(v) == expected
-    assert len(seen) == segments and all(views == rows for views, rows in seen)
+    assert states and any(written) and met == []
+
+
+def test_the_rows_of_the_batches_and_segments_read_are_written_before_any_access_uses_them(tmp_path):
+    """Found by review of the test above (whose reads, through cache_db, write the rows themselves): each
+    way into the database writes the rows kept (State.store_read) first: cache_db, db, flush (and so a
+    commit), and the flags written over them; and a write that fails keeps them, written by the next
+    access (a full disk, simulated by a page limit)."""
+    from camillo import cache
+    from camillo import state as state_mod
+
+    def held_rows(state, n):
+        for i in range(n):
+            bid = i.to_bytes(32, "big")
+            state.store_read([(bid, f"seg/{i}", b"e", b"h" * 2000, b"c", b"w", 1, b"c", 0)], (f"seg/{i}", b"ids", b"c", b"e"))
+
+    def count(db, table):
+        return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    for access in ("cache_db", "db", "flush", "flags"):
+        state = state_mod.State(cache.memory_database())
+        held_rows(state, 3)
+        assert state._read
+        if access == "flags":
+            state.write_flags([(1, 0, 1, (2).to_bytes(32, "big"))])
+        elif access == "flush":
+            state.flush()
+        db = getattr(state, access) if access in ("cache_db", "db") else state._db
+        assert not state._read, access
+        assert (count(db, "cache_batches"), count(db, "cache_segments")) == (3, 3), access
+        if access == "flags":  # (the flags land on the row written first, not before it)
+            assert db.execute("SELECT sig_ok, accepted FROM cache_batches WHERE id = ?",
+                              ((2).to_bytes(32, "big"),)).fetchone() == (1, 1)
+
+    path = str(tmp_path / "full.db")
+    db = cache.sqlite.connect(path)
+    state = state_mod.State(db)
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages}")  # (no page to spare: a full disk)
+    held_rows(state, 50)
+    with pytest.raises(cache.DatabaseError):
+        state.flush()
+    assert len(state._read.batches) == 50 and len(state._read.segments) == 50  # kept
+    db.execute("PRAGMA max_page_count = 1000000")
+    assert count(state.cache_db, "cache_batches") == 50 and count(state.cache_db, "cache_segments") == 50
 
 
 def test_the_index_of_ids_built_after_a_load_keeps_the_first_row_of_an_id_written_twice():
