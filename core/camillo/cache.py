@@ -82,9 +82,10 @@ WIDE_PAGE_CACHE_KIB = 128 * 1024
 # records the 128 MiB one took the process 197 MiB above where it was, over a cold open's own peak
 # (this one: 90 MiB, for a build of 13 s instead of 11)
 SEARCH_BUILD_CACHE_KIB = 32 * 1024
-# ... and while a cold load writes a vault's rows into an empty state, as wide as the index of ids they
-# make (about 55 bytes a row, less than half of this), from 32 MiB up to WIDE_PAGE_CACHE_KIB: a load of
-# a million records held 128 MiB of pages at its peak, of which about 40 MiB it never read again
+# ... and while a cold load writes a vault's rows into an empty state of an earlier revision (whose index of
+# ids is the table's own: see RECORDS_ID_DDL), as wide as the index of ids they make (about 55 bytes a row,
+# less than half of this), from 32 MiB up to WIDE_PAGE_CACHE_KIB: a load of a million records held 128 MiB of
+# pages at its peak, of which about 40 MiB it never read again
 LOAD_CACHE_BYTES_PER_ROW = 96
 LOAD_CACHE_MIN_KIB = 32 * 1024
 WIDE_SEGMENTS = 1000  # from this many segments read at once

@@ -631,7 +631,7 @@ class Reader:
         :mod:`camillo.recordcheck` or this process's encoder; ``fields[i]``: what the child read of
         them, which a plain batch is staged from; ``new``: none of them can be held already)."""
         added: list[bytes] = []
-        rows: list[tuple[Any, ...]] = []  # (their rows, one statement for the segment's batches)
+        store = self.materialized.store_read  # (each row kept and written with many: State.store_read)
         for i, batch in enumerate(batches):
             problem = self._check_batch_shape(batch, compartment_id)
             if problem:
@@ -639,7 +639,6 @@ class Reader:
                 continue
             existing = None if new else held_or_unkept(self.batches, batch.id)
             if existing is not None:  # (same header and record ids, each checked: signatures or erasures differ)
-                self._store_batches(rows)
                 copies.offer(self, name, existing, batch)
                 continue
             read = plain_fields(batch.records, fields[i]) if fields is not None else None
@@ -665,11 +664,11 @@ class Reader:
                 self.materialized.stage(view, records)
             else:  # (staged from what the child read: not decoded here again)
                 self.materialized.stage_fields(view, read, batch.records)
-            rows.append((batch.id, name, epoch_id,  # (checked when decoded: encoded without a walk)
-                         encoding.encode_own([batch.header_bytes, [list(x) for x in batch.sigs]]),
-                         encoding.encode_own([r.raw if r is not None else None for r in view.records]),
-                         batch.header.writer_id, batch.header.seq, batch.header.compartment_id,
-                         1 if view.has_control else 0))
+            store([(batch.id, name, epoch_id,  # (checked when decoded: encoded without a walk)
+                    encoding.encode_own([batch.header_bytes, [list(x) for x in batch.sigs]]),
+                    encoding.encode_own([r.raw if r is not None else None for r in view.records]),
+                    batch.header.writer_id, batch.header.seq, batch.header.compartment_id,
+                    1 if view.has_control else 0)])
             added.append(batch.id)
             self.pending_batches.add(batch.id)
             self.log_fresh = False
@@ -677,14 +676,9 @@ class Reader:
             self.unreported.append(batch.id)
         self.segment_batches[name] = [b.id for b in batches]
         self.segment_epochs[name] = shared((compartment_id, epoch_id))  # (one pair for every segment under it)
-        # (written with the next segments' rows, before anything reads them: State.store_read)
-        self.materialized.store_read(rows, (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
+        store((), (name, encoding.encode([b.id for b in batches]), compartment_id, epoch_id))
         self.dirty = True
         return added
-
-    def _store_batches(self, rows: list[tuple[Any, ...]]) -> None:
-        self.materialized.store_read(rows)
-        rows.clear()
 
     def _check_batch_shape(self, batch: Batch, compartment_id: bytes) -> str | None:
         h = batch.header
