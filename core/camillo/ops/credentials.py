@@ -34,18 +34,19 @@ from ..records import Kind, encode_record
 from ..revocation import REAUTH_KINDS
 from ..session import Session
 from ..session.installation import seal_device_key_for
+from ..session.unlock import epochs_not_here
 from ..values import RecoveryPhrase, Unlock
 from .rekey import (
     SLOT_TYPE,
     USER_KINDS,
     Rekey,
     apply,
-    epochs_not_here,
     keys_not_here,
     new_epochs_everywhere,
     newest_view,
     proof_of_possession,
     roll_keyring,
+    roll_read,
 )
 
 
@@ -194,8 +195,10 @@ def finish_credential_changes(session: Session) -> int:
     deleted = 0
     superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
     # run on open, after the open listed the store: a mirror's slots as that listing left them; kept while
-    # this keyring lacks an announced epoch (an older master secret may be the only way to it, rule 10)
-    older = [] if epochs_not_here(session) else session.slot_headers(ask_store=False)[0]
+    # this keyring lacks an announced epoch (an older master secret may be the only way to it, rule 10), and
+    # until the records of the roll that made this generation are read: a roll a crash stopped before them
+    # (adopted through a slot of its, found first) never replaced the passphrase, whose older slot still counts
+    older = [] if epochs_not_here(session) or not roll_read(session) else session.slot_headers(ask_store=False)[0]
     for h in older:
         if h.generation < session.keyring.generation and h.type in superseded:
             session.shelf.delete(h.name)

@@ -38,7 +38,7 @@ from ..primitives import (
 from ..records import Kind, encode_record
 from ..session import Session
 from ..session.installation import HandedOn, after_generation_roll, handed_on, seal_device_key_for, seal_key
-from ..session.unlock import catch_up_generation
+from ..session.unlock import catch_up_generation, epochs_not_here
 from ..session.writer import write_batches
 from ..storage import FolderShelf
 from .grant_trust import trust_files
@@ -387,14 +387,6 @@ def seal_keys_without(session: Session, retired: bytes) -> tuple[FileList, list[
     files = [envelope(session, envelopes.EnvelopeKind.PREVIOUS_SEAL_KEYS, b"", b"", owner.public,
                       envelopes.pack_seal_keys(kept))] if kept else []
     return files, handed.seal_files
-
-
-def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:
-    """The epochs an EPOCH record announces, that no ERASE destroyed, whose secret this keyring lacks: the
-    sync has not brought their envelopes yet, or only an older master secret delivers them."""
-    r, held = session.roster, session.keyring.epoch_secrets
-    destroyed = r.destroyed_epochs()
-    return {ref for ref in r.epochs if ref not in held and ref not in destroyed}
 
 
 def epochs_holding_data_not_here(session: Session) -> set[tuple[bytes, bytes]]:

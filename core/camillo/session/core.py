@@ -84,7 +84,8 @@ class Session:
         self.carried: dict[tuple[bytes, bytes], bytes] = {}
         self.scheduled_check: tuple[float, int] = (0.0, -(1 << 30))  # see ops.rekey.scheduled_epochs
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
-        self.known_slot_files: frozenset[str] | None = None  # the slot files at the last generation check
+        # the slot files and the number of epochs announced at the last generation check (catch_up_generation)
+        self.known_slot_files: tuple[frozenset[str], int] | None = None
         self.branch_checked: frozenset[str] | None = None  # the slot files at the last look for other master secrets
         self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
         # why this installation's key, not lost, cannot be used now: it is sealed under another master secret
@@ -138,11 +139,12 @@ class Session:
         self.key_from_seal = self.key_from_previous = False
         self.previous_owners = []
 
-    def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False) -> None:
+    def reread_keys(self, segments: Iterable[str] = (), *, everything: bool = False, remember: bool = True) -> None:
         """Envelopes changed (a new keyring): read every epoch key again, then what the new keys may
         open (segments that could not be read) and ``segments`` (forgotten by the caller); what was
         read stays, as it does not depend on the keys that opened it.  ``everything``: consider every
-        file of the folder again (another device's roll, whose files this one did not write)."""
+        file of the folder again (another device's roll, whose files this one did not write).
+        ``remember`` False: what this device remembers (its generation among it) is left as it is."""
         self.keyring.forget_epoch_keys()
         self.keyring.epoch_publics.clear()
         if everything:
@@ -150,18 +152,20 @@ class Session:
         else:
             self.reader.read_again(segments)
         self.refresh()
-        self.update_memory()
+        if remember:
+            self.update_memory()
 
-    def adopt_master_secret(self, vms: bytes, generation: int) -> None:
+    def adopt_master_secret(self, vms: bytes, generation: int, *, remember: bool = True) -> None:
         """Another device rolled the master secret (a credential change, a revocation, an erasure):
         the keys below it are derived again from the envelopes and the folder is read for what
         changed.  What was read stays, as it does not depend on the master secret: an erasure's
         re-sealed batches come back from their new segments, the epochs it destroyed are
-        forgotten, and the erased records keep no content in the state (``camillo.erased.scrub``)."""
+        forgotten, and the erased records keep no content in the state (``camillo.erased.scrub``).
+        ``remember`` False: a trial, which may go back (its generation is not remembered as seen)."""
         self.keyring.set_master(vms, generation)
         self.known_slot_files = None
         self.keychain_problem = self.key_waiting = ""
-        self.reread_keys(everything=True)
+        self.reread_keys(everything=True, remember=remember)
 
     def after_erasure(self) -> None:
         """This device erased and deleted the old segments (their batches were moved to the new

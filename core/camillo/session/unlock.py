@@ -6,7 +6,8 @@
 * a slot that unwraps is used only if the vault vouches for it: signed by a current owner, for a
   credential that is a current owner (a planted slot or an old passphrase fails here);
 * :func:`catch_up_generation` moves an open session to the new master secret when another device
-  rolled it (an erasure, a revocation) and left this device a slot of the new generation.
+  rolled it (an erasure, a revocation) and left this device a slot of the new generation, or when
+  this device's own roll, which a crash stopped after its records, left it one.
 
 What an open then finishes (an interrupted operation, a key rotation after an erasure, the
 registration of a new installation) is in :mod:`camillo.ops.repair` and
@@ -378,9 +379,10 @@ def catch_up_generation(session: Session) -> bool:
     if actor is None or actor.kind != CredentialKind.DEVICE or not keyring.unlocked or session.read_only:
         return False
     slot_files = session.shelf.files_in("slots") if isinstance(session.shelf, FolderShelf) else frozenset()
-    if slot_files == session.known_slot_files:
-        return False  # no slot appeared or went away since the last look (a stat per directory)
-    session.known_slot_files = slot_files
+    look = (slot_files, len(session.roster.epochs))  # (a roll's records, arriving after its slots, announce epochs)
+    if look == session.known_slot_files:
+        return False  # no slot appeared or went away, and no epoch was announced, since the last look
+    session.known_slot_files = look
     # the slot files just compared are the mirror's as the last listing left them: enough here
     newer = sorted((h for h in session.slot_headers(ask_store=False)[0] if h.type == slots.SlotType.DEVICE
                     and h.generation > keyring.generation and h.name not in session.refused_slots),
@@ -396,20 +398,37 @@ def catch_up_generation(session: Session) -> bool:
         except VaultError:
             session.refused_slots.add(h.name)
             continue
-        if any(w == actor.writer_id for w, *_ in st.signatures):
-            continue  # written by this device: its own operation in flight, or one a crash interrupted
+        # Signed by this device: its own roll, in flight or stopped by a crash.  Before its records it announced
+        # nothing (the master secret of a change that never happened).  After them, the EPOCH records of its new
+        # epochs name its generation, and their secrets are wrapped to the new owner key alone (not to this
+        # keyring's): only then, and only if that master secret delivers one of them, does the device move on.
+        own = any(w == actor.writer_id for w, *_ in st.signatures)
+        announced = {ref for ref in epochs_not_here(session) if session.roster.epochs[ref].generation == h.generation}
+        if own and not announced:
+            continue
         held = session.keyring.secrets()  # what the newer keyring may lack (a concurrent change, §16.10)
-        session.adopt_master_secret(vms, h.generation)
+        session.adopt_master_secret(vms, h.generation, remember=False)  # (a trial: it may go back)
         roster = session.roster
         vouched = st.recipient_id == actor.recipient_id and session.statement_signed(st.signatures, st.message)
-        if vouched and actor.writer_id in roster.principals and actor.writer_id not in roster.revocations:
+        if (vouched and (not own or announced & session.keyring.epoch_secrets.keys())
+                and actor.writer_id in roster.principals and actor.writer_id not in roster.revocations):
             session.carried.update(held)
             after_generation_roll(session)
             session.update_memory()
             return True
-        session.refused_slots.add(h.name)
-        session.adopt_master_secret(old[0].get(), old[1])
+        if not own:  # (an own roll not announced yet may be once its records are read: looked at again then)
+            session.refused_slots.add(h.name)
+        session.adopt_master_secret(old[0].get(), old[1], remember=False)
+        session.known_slot_files = (slot_files, len(session.roster.epochs))
     return False
+
+
+def epochs_not_here(session: Session) -> set[tuple[bytes, bytes]]:
+    """The epochs an EPOCH record announces, that no ERASE destroyed, whose secret this keyring lacks: the
+    sync has not brought their envelopes yet, or only another master secret delivers them."""
+    r, held = session.roster, session.keyring.epoch_secrets
+    destroyed = r.destroyed_epochs()
+    return {ref for ref in r.epochs if ref not in held and ref not in destroyed}
 
 
 # ---------------------------------------------------------------------------------- agents
