@@ -72,16 +72,35 @@ def orphan_roll(tmp_path):
 
 
 def test_a_roll_stopped_before_its_records_never_takes_the_slot_of_the_passphrase_that_still_counts(orphan_roll):
-    """The recovery phrase opens the newest slot first, the stopped roll's.  Its generation's records
-    were never written (no EPOCH record names it), so the older passphrase slot, the only one of the
-    passphrase that still counts, stays: it used to be deleted as a replaced passphrase's, and then
-    the passphrase opened the vault on no new installation (found by review)."""
+    """The recovery phrase opens the newest slot first, the stopped roll's.  The passphrase that still
+    counts has no slot of that generation, so its older slot, its only one, stays: it used to be
+    deleted as a replaced passphrase's, and then the passphrase opened the vault on no new
+    installation (found by review)."""
     path, home, phrase, tmp, _owner = orphan_roll
     assert _generation_opened(path, Unlock.recovery(phrase), home) == 2
     assert (1, "PASSPHRASE") in _slots(path)
     assert _generation_opened(path, Unlock.passphrase(PASSPHRASE), str(tmp / "new-installation")) == 1
     with pytest.raises(WrongCredential, match="never authorised"):
         Vault.open(path, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp / "another"))
+
+
+def test_the_passphrase_that_counts_keeps_its_slot_after_a_later_epoch_at_the_stopped_rolls_generation(orphan_roll):
+    """The recovery phrase opens the stopped roll's generation; a compartment added then starts an epoch
+    whose EPOCH record names that generation, as a scheduled epoch or an agent's revocation would.  The
+    passphrase that counts still has no slot of that generation, so its older slot stays: it used to go
+    at the next open once any epoch named the generation, and then the passphrase opened the vault
+    nowhere, the laptop included (found by a second review)."""
+    path, home, phrase, tmp, _owner = orphan_roll
+    v = Vault.open(path, Unlock.recovery(phrase), home=home)
+    try:
+        assert v.session.keyring.generation == 2
+        v.add_compartment("projects")
+    finally:
+        v.lock()
+    assert _generation_opened(path, Unlock.recovery(phrase), home) == 2
+    assert (1, "PASSPHRASE") in _slots(path)
+    assert _generation_opened(path, Unlock.passphrase(PASSPHRASE), str(tmp / "new-installation")) in (1, 2)
+    assert _generation_opened(path, Unlock.passphrase(PASSPHRASE), home) in (1, 2)
 
 
 def test_a_roll_stopped_before_its_records_is_not_moved_to_even_when_an_envelope_is_withheld(orphan_roll):

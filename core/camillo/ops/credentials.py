@@ -46,7 +46,6 @@ from .rekey import (
     newest_view,
     proof_of_possession,
     roll_keyring,
-    roll_read,
 )
 
 
@@ -196,9 +195,10 @@ def finish_credential_changes(session: Session) -> int:
     superseded = (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)
     # run on open, after the open listed the store: a mirror's slots as that listing left them; kept while
     # this keyring lacks an announced epoch (an older master secret may be the only way to it, rule 10), and
-    # until the records of the roll that made this generation are read: a roll a crash stopped before them
-    # (adopted through a slot of its, found first) never replaced the passphrase, whose older slot still counts
-    older = [] if epochs_not_here(session) or not roll_read(session) else session.slot_headers(ask_store=False)[0]
+    # while a passphrase or recovery phrase that counts has no slot of this generation: a roll a crash stopped
+    # before its records (reached through a newest slot tried first) replaced nothing, and the older slot may
+    # be the only one of the passphrase that counts; or the records replacing it have not arrived yet
+    older = [] if epochs_not_here(session) or _lacks_current_slot(session) else session.slot_headers(ask_store=False)[0]
     for h in older:
         if h.generation < session.keyring.generation and h.type in superseded:
             session.shelf.delete(h.name)
@@ -211,6 +211,14 @@ def finish_credential_changes(session: Session) -> int:
             session.shelf.delete(h.name)
             deleted += 1
     return deleted
+
+
+def _lacks_current_slot(session: Session) -> bool:
+    """Whether an unrevoked passphrase or recovery phrase has no slot of the current generation."""
+    r = session.roster
+    have = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
+    return any(p.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY) and p.writer_id not in r.revocations
+               and p.recipient_id not in have for p in r.principals.values())
 
 
 def keep_unlocking_slot(session: Session) -> bool:

@@ -413,6 +413,7 @@ def catch_up_generation(session: Session) -> bool:
         if (vouched and (not own or announced & session.keyring.epoch_secrets.keys())
                 and actor.writer_id in roster.principals and actor.writer_id not in roster.revocations):
             session.carried.update(held)
+            session.update_memory()  # (kept: remembered before the older seals go)
             after_generation_roll(session)
             session.update_memory()
             return True
