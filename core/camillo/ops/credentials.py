@@ -181,8 +181,9 @@ def finish_credential_changes(session: Session) -> int:
     again).  And the passphrase and recovery slots of older generations: a credential change that
     rolled the keys gave every remaining user credential a slot of the new generation, so an older
     one only lets a replaced credential open the old generation (a crash came before the roll's
-    deletions).  Device slots of older generations stay: a device that joined while the keys rolled
-    may have nothing newer yet.  Returns how many slots were deleted."""
+    deletions), once every passphrase and recovery phrase that counts has a slot of the current one.
+    Device slots of older generations stay: a device that joined while the keys rolled may have
+    nothing newer yet.  Returns how many slots were deleted."""
     r = session.roster
     if not session.is_owner:
         return 0

@@ -403,7 +403,8 @@ def catch_up_generation(session: Session) -> bool:
         # epochs name its generation, and their secrets are wrapped to the new owner key alone (not to this
         # keyring's): only then, and only if that master secret delivers one of them, does the device move on.
         own = any(w == actor.writer_id for w, *_ in st.signatures)
-        announced = {ref for ref in epochs_not_here(session) if session.roster.epochs[ref].generation == h.generation}
+        announced = {ref for ref in epochs_not_here(session)
+                     if session.roster.epochs[ref].generation == h.generation} if own else set()
         if own and not announced:
             continue
         held = session.keyring.secrets()  # what the newer keyring may lack (a concurrent change, §16.10)
