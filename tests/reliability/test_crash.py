@@ -182,8 +182,8 @@ def test_a_passphrase_change_killed_between_its_counter_and_its_segments_leaves_
     the old master secret: it never moved to a newer generation through a slot it had signed itself (its
     own roll, in flight or stopped before its records).  So it deleted no slot of the older generation, and
     the old passphrase still unwrapped that generation's master secret from the folder.  Now it moves on
-    through its own slot once its roll's new epochs are announced and only that slot's master secret
-    delivers them (spec §16.6, "A session open during a roll")."""
+    through its own slot once an EPOCH record names that slot's generation and the slot's master secret
+    delivers the epoch's secret (spec §16.6, "A slot of a newer generation that the device signed itself")."""
     staged: list[str] = []
     opens: list[bool] = []
     scenario = scenarios.SCENARIOS["passwd"]
