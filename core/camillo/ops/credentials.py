@@ -46,6 +46,7 @@ from .rekey import (
     newest_view,
     proof_of_possession,
     roll_keyring,
+    roll_read,
 )
 
 
@@ -234,9 +235,26 @@ def keep_unlocking_slot(session: Session) -> bool:
             or used.generation >= session.keyring.generation):
         return False
     p = roster.principals.get(cred.writer_id)
-    if p is None or cred.writer_id in roster.revocations:
+    if p is None or cred.writer_id in roster.revocations or not _other_roll_read(session):
         return False
     if any(st.recipient_id == cred.recipient_id for _h, st in session.current_slots()):
         return False
     session.write_files([session.build_slot(p.recipient_public, used.type, p.name, kdf=used.kdf)])
     return True
+
+
+def _other_roll_read(session: Session) -> bool:
+    """Whether this device has read the records of another device's roll to the current generation: an
+    EPOCH record that names it, written by another device, whose secret this keyring holds, and no gap in
+    the control compartment (spec §16.10 rule 8).  A passphrase change carries the REVOKE of the passphrase
+    it replaces in the batch with its EPOCH records; a sync (or a host) can bring its slots without them,
+    and until they are read the replaced passphrase still counts here.  This device's own epochs at that
+    generation (a scheduled one, made on the slots alone) say nothing of that roll."""
+    r, generation = session.roster, session.keyring.generation
+    if session.actor is None or not roll_read(session):
+        return False
+    named = [info.record_id for ref, info in r.epochs.items()
+             if info.generation == generation and ref in session.keyring.epoch_secrets]
+    authors = session.materialized.db.execute(
+        f"SELECT author FROM records WHERE id IN ({','.join('?' * len(named))})", named).fetchall()
+    return any(author != session.actor.writer_id for (author,) in authors)
