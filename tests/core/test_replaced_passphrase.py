@@ -9,7 +9,7 @@ import glob
 import os
 import shutil
 
-from camillo import NewRecord, Unlock, Vault, descriptor, slots
+from camillo import NewRecord, Unlock, Vault, descriptor, segments, slots
 from camillo.credentials import from_passphrase
 from camillo.primitives import CryptoFailure
 
@@ -17,15 +17,29 @@ PASSPHRASE = "correct horse battery staple"
 NEW_PASSPHRASE = "the passphrase that replaced it"
 
 
-def _carry(src: str, dst: str, subdirs: tuple[str, ...] = ("",)) -> None:
-    """Copy the files of ``src`` (under ``subdirs``) that ``dst`` lacks; delete nothing."""
-    for sub in subdirs:
-        for f in glob.glob(os.path.join(src, sub, "**", "*"), recursive=True):
-            if os.path.isfile(f) and not os.path.basename(f).startswith("."):
-                d = os.path.join(dst, os.path.relpath(f, src))
-                if not os.path.exists(d):
-                    os.makedirs(os.path.dirname(d), exist_ok=True)
-                    shutil.copy2(f, d)
+def _files(folder: str) -> set[str]:
+    return {os.path.relpath(f, folder) for f in glob.glob(os.path.join(folder, "**", "*"), recursive=True)
+            if os.path.isfile(f) and not os.path.basename(f).startswith(".")}
+
+
+def _carry(src: str, dst: str, subdirs: tuple[str, ...] = ("",), *, only: set[str] | None = None) -> None:
+    """Copy the files of ``src`` (under ``subdirs``, or those named in ``only``) that ``dst`` lacks; delete
+    nothing."""
+    for rel in sorted(_files(src)):
+        if (rel in only) if only is not None else any(rel.startswith(sub) for sub in subdirs):
+            d = os.path.join(dst, rel)
+            if not os.path.exists(d):
+                os.makedirs(os.path.dirname(d), exist_ok=True)
+                shutil.copy2(os.path.join(src, rel), d)
+
+
+def _join(tmp_path, source: str, name: str) -> str:
+    """A copy of ``source``'s folder where a new device ``name`` registers (carried back to ``source``)."""
+    folder = str(tmp_path / name)
+    shutil.copytree(source, folder)
+    Vault.open(folder, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / f"h-{name}"), device_name=name).lock()
+    _carry(folder, source)
+    return folder
 
 
 def _generations_unwrapped(folder: str, passphrase: str) -> set[int]:
@@ -52,13 +66,11 @@ def test_the_replaced_passphrase_gets_no_slot_of_the_new_generation_before_the_c
     it used to be given a slot of the new generation (as a passphrase that won a concurrent change is),
     and from then on it unwrapped the new master secret from every copy of that slot: everything written
     after the change.  It waits now for the records of the roll, which revoke it."""
-    laptop, desktop = str(tmp_path / "laptop"), str(tmp_path / "desktop")
+    laptop = str(tmp_path / "laptop")
     v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
     v.append([NewRecord(type="message", text="before the change")])
     v.lock()
-    shutil.copytree(laptop, desktop)
-    Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"), device_name="desktop").lock()
-    _carry(desktop, laptop)
+    desktop = _join(tmp_path, laptop, "desktop")
     v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
     v.change_passphrase(NEW_PASSPHRASE)
     v.append([NewRecord(type="message", text="after the change")])
@@ -78,4 +90,70 @@ def test_the_replaced_passphrase_gets_no_slot_of_the_new_generation_before_the_c
         assert "after the change" in {r.text for r in v.timeline()}
     finally:
         v.lock()
+    assert _generations_unwrapped(desktop, PASSPHRASE) == set()
+
+
+def test_a_third_devices_epoch_at_the_new_generation_does_not_stand_for_the_changes_records(tmp_path):
+    """A phone that also received only the change's key files moves to the new generation the same way
+    and adds a compartment: an EPOCH record at that generation, by another device than the desktop.  It
+    says nothing of the change's records (the phone never read them either): the desktop, opened with
+    the replaced passphrase, still gives it no slot of the new generation (found by review)."""
+    laptop = str(tmp_path / "laptop")
+    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    v.lock()
+    desktop = _join(tmp_path, laptop, "desktop")
+    phone = _join(tmp_path, laptop, "phone")
+    _carry(laptop, desktop)
+    v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.lock()
+    _carry(laptop, phone, ("slots", "env"))
+    v = Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone"))
+    try:
+        assert v.session.keyring.generation == 2
+        v.add_compartment("travel")
+    finally:
+        v.lock()
+    _carry(laptop, desktop, ("slots", "env"))
+    _carry(phone, desktop)
+    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
+    try:
+        assert v.session.keyring.generation == 2
+    finally:
+        v.lock()
+    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+
+
+def test_the_changing_devices_later_epoch_without_the_changes_batches_does_not_stand_for_them(tmp_path):
+    """After the change the laptop revokes an agent's grant: a new epoch at the new generation in the
+    grant's compartment, in a batch that carries no REVOKE of the old passphrase.  A host delivers the
+    key files and that revocation's batches outside the control compartment, and holds back every batch
+    of the change and the revocation's control batch: the desktop, opened with the replaced passphrase,
+    gives it no slot of the new generation (found by review)."""
+    laptop = str(tmp_path / "laptop")
+    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    control = v.session.roster.control_id
+    v.create_grant("agent", {"personal": "read"}, str(tmp_path / "agent.grant"))
+    v.lock()
+    desktop = _join(tmp_path, laptop, "desktop")
+    v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.append([NewRecord(type="message", text="after the change")])
+    before = _files(laptop)
+    v.revoke("agent")
+    v.lock()
+    later = {rel for rel in _files(laptop) - before if rel.startswith("segments")
+             and segments.read_header(open(os.path.join(laptop, rel), "rb").read(), rel).compartment_id != control}
+    assert later
+    _carry(laptop, desktop, ("slots", "env"))
+    _carry(laptop, desktop, only=later)
+    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
+    try:
+        assert v.session.keyring.generation == 2
+    finally:
+        v.lock()
+    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+    _carry(laptop, desktop)
+    v = Vault.open(desktop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-desktop"))
+    v.lock()
     assert _generations_unwrapped(desktop, PASSPHRASE) == set()

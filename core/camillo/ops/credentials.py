@@ -244,17 +244,24 @@ def keep_unlocking_slot(session: Session) -> bool:
 
 
 def _other_roll_read(session: Session) -> bool:
-    """Whether this device has read the records of another device's roll to the current generation: an
-    EPOCH record that names it, written by another device, whose secret this keyring holds, and no gap in
-    the control compartment (spec §16.10 rule 8).  A passphrase change carries the REVOKE of the passphrase
-    it replaces in the batch with its EPOCH records; a sync (or a host) can bring its slots without them,
-    and until they are read the replaced passphrase still counts here.  This device's own epochs at that
-    generation (a scheduled one, made on the slots alone) say nothing of that roll."""
-    r, generation = session.roster, session.keyring.generation
-    if session.actor is None or not roll_read(session):
+    """Whether this device has read a batch of the roll that made the current generation, written by the
+    device that rolled (a signer of this device's slot of that generation, not this device): the batch of
+    an EPOCH record that names the generation and follows an epoch of an older one, whose secret this
+    keyring holds (spec §16.10 rule 10).  A credential change writes such a record in every compartment,
+    in one batch with the REVOKE of the credential it replaces; a sync (or a host) can bring its slots
+    without its batches, and until one is read the replaced passphrase still counts here.  Later epochs at
+    that generation (a scheduled one, a grant's revocation, a compartment added, by any device, this one
+    included) follow an epoch of the same generation: they say nothing of the roll's batches."""
+    r, generation, actor = session.roster, session.keyring.generation, session.actor
+    if actor is None or not roll_read(session):
         return False
+    rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
+               for w, *_ in st.signatures if w != actor.writer_id}
     named = [info.record_id for ref, info in r.epochs.items()
-             if info.generation == generation and ref in session.keyring.epoch_secrets]
+             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
+             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation]
+    if not rollers or not named:
+        return False
     authors = session.materialized.db.execute(
         f"SELECT author FROM records WHERE id IN ({','.join('?' * len(named))})", named).fetchall()
-    return any(author != session.actor.writer_id for (author,) in authors)
+    return any(author in rollers for (author,) in authors)
