@@ -59,6 +59,17 @@ def _generations_unwrapped(folder: str, passphrase: str) -> set[int]:
     return out
 
 
+def _open_with_the_replaced_passphrase(tmp_path, desktop: str) -> None:
+    """The desktop, opened with the old passphrase, moves to the new generation through its own device
+    slot; the old passphrase unwraps nothing of that generation from its folder afterwards."""
+    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
+    try:
+        assert v.session.keyring.generation == 2
+    finally:
+        v.lock()
+    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+
+
 def test_the_replaced_passphrase_gets_no_slot_of_the_new_generation_before_the_changes_records_arrive(tmp_path):
     """The laptop changes the passphrase.  The desktop's folder receives the new slots and key files but
     not yet the change's records, and the person opens the desktop with the old passphrase.  The desktop
@@ -77,12 +88,7 @@ def test_the_replaced_passphrase_gets_no_slot_of_the_new_generation_before_the_c
     v.lock()
     _carry(laptop, desktop, ("slots", "env"))  # the key files first; the records are still on their way
 
-    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
-    try:
-        assert v.session.keyring.generation == 2
-    finally:
-        v.lock()
-    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+    _open_with_the_replaced_passphrase(tmp_path, desktop)
 
     _carry(laptop, desktop)  # the records arrive
     v = Vault.open(desktop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-desktop"))
@@ -116,12 +122,7 @@ def test_a_third_devices_epoch_at_the_new_generation_does_not_stand_for_the_chan
         v.lock()
     _carry(laptop, desktop, ("slots", "env"))
     _carry(phone, desktop)
-    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
-    try:
-        assert v.session.keyring.generation == 2
-    finally:
-        v.lock()
-    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+    _open_with_the_replaced_passphrase(tmp_path, desktop)
 
 
 def test_the_changing_devices_later_epoch_without_the_changes_batches_does_not_stand_for_them(tmp_path):
@@ -147,12 +148,7 @@ def test_the_changing_devices_later_epoch_without_the_changes_batches_does_not_s
     assert later
     _carry(laptop, desktop, ("slots", "env"))
     _carry(laptop, desktop, only=later)
-    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
-    try:
-        assert v.session.keyring.generation == 2
-    finally:
-        v.lock()
-    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+    _open_with_the_replaced_passphrase(tmp_path, desktop)
     _carry(laptop, desktop)
     v = Vault.open(desktop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-desktop"))
     v.lock()
