@@ -153,3 +153,38 @@ def test_the_changing_devices_later_epoch_without_the_changes_batches_does_not_s
     v = Vault.open(desktop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-desktop"))
     v.lock()
     assert _generations_unwrapped(desktop, PASSPHRASE) == set()
+
+
+def test_a_later_roll_of_the_changing_device_does_not_stand_for_the_earlier_changes_batches(tmp_path):
+    """The laptop changes the passphrase (its batches revoke the first one), revokes an agent's grant (an
+    epoch at that generation), then changes the passphrase again (its batches revoke only the second).  A
+    host delivers the key files and the batches of the last two outside the control compartment, and holds
+    back every control batch and every batch of the first change.  The second change's epoch follows the
+    grant's, of an older generation, and the laptop wrote it; but the first change's batches, with the
+    REVOKE of the first passphrase, are below it in the laptop's chains: a gap.  The desktop, opened with
+    the first passphrase, gives it no slot of the newest generation (found by a third review: it used to,
+    and the passphrase replaced two changes ago unwrapped the newest master secret)."""
+    laptop = str(tmp_path / "laptop")
+    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    control = v.session.roster.control_id
+    v.create_grant("agent", {"personal": "read"}, str(tmp_path / "agent.grant"))
+    v.lock()
+    desktop = _join(tmp_path, laptop, "desktop")
+    v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
+    v.change_passphrase(NEW_PASSPHRASE)
+    first = _files(laptop)
+    v.revoke("agent")
+    v.lock()
+    v = Vault.open(laptop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-laptop"))
+    v.change_passphrase("a third passphrase")
+    v.lock()
+    later = {rel for rel in _files(laptop) - first if rel.startswith("segments")
+             and segments.read_header(open(os.path.join(laptop, rel), "rb").read(), rel).compartment_id != control}
+    _carry(laptop, desktop, ("slots", "env"))
+    _carry(laptop, desktop, only=later)
+    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
+    try:
+        assert v.session.keyring.generation == 3
+    finally:
+        v.lock()
+    assert _generations_unwrapped(desktop, PASSPHRASE) == {1}

@@ -247,13 +247,16 @@ def _other_roll_read(session: Session) -> bool:
     """Whether this device has read a batch of the roll that made the current generation, written by the
     device that rolled (a signer of this device's slot of that generation, not this device): the batch of
     an EPOCH record that names the generation and follows an epoch of an older one, whose secret this
-    keyring holds (spec §16.10 rule 10).  A credential change writes such a record in every compartment,
-    in one batch with the REVOKE of the credential it replaces; a sync (or a host) can bring its slots
-    without its batches, and until one is read the replaced passphrase still counts here.  Later epochs at
+    keyring holds, with no gap in any compartment (spec §16.10 rule 10).  A credential change writes such a
+    record in every compartment, in one batch with the REVOKE of the credential it replaces; a sync (or a
+    host) can bring its slots without its batches, and until one is read the replaced passphrase still
+    counts here.  Later epochs at
     that generation (a scheduled one, a grant's revocation, a compartment added, by any device, this one
     included) follow an epoch of the same generation: they say nothing of the roll's batches."""
     r, generation, actor = session.roster, session.keyring.generation, session.actor
-    if actor is None or not roll_read(session):
+    if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
+        # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
+        # a roller's next roll follows its earlier one in every compartment's chain, found by review)
         return False
     rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
                for w, *_ in st.signatures if w != actor.writer_id}
