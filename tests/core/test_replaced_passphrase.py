@@ -59,6 +59,22 @@ def _generations_unwrapped(folder: str, passphrase: str) -> set[int]:
     return out
 
 
+def _laptop_with_a_grant_and_a_desktop(tmp_path) -> tuple[str, str, bytes]:
+    """A laptop's vault with an agent's grant, a desktop joined; and the control compartment's id."""
+    laptop = str(tmp_path / "laptop")
+    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    control = v.session.roster.control_id
+    v.create_grant("agent", {"personal": "read"}, str(tmp_path / "agent.grant"))
+    v.lock()
+    return laptop, _join(tmp_path, laptop, "desktop"), control
+
+
+def _segments_outside(folder: str, names: set[str], compartment: bytes) -> set[str]:
+    """Those of ``names`` that are segments of another compartment than ``compartment``."""
+    return {rel for rel in names if rel.startswith("segments")
+            and segments.read_header(open(os.path.join(folder, rel), "rb").read(), rel).compartment_id != compartment}
+
+
 def _open_with_the_replaced_passphrase(tmp_path, desktop: str) -> None:
     """The desktop, opened with the old passphrase, moves to the new generation through its own device
     slot; the old passphrase unwraps nothing of that generation from its folder afterwards."""
@@ -131,20 +147,14 @@ def test_the_changing_devices_later_epoch_without_the_changes_batches_does_not_s
     key files and that revocation's batches outside the control compartment, and holds back every batch
     of the change and the revocation's control batch: the desktop, opened with the replaced passphrase,
     gives it no slot of the new generation (found by review)."""
-    laptop = str(tmp_path / "laptop")
-    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
-    control = v.session.roster.control_id
-    v.create_grant("agent", {"personal": "read"}, str(tmp_path / "agent.grant"))
-    v.lock()
-    desktop = _join(tmp_path, laptop, "desktop")
+    laptop, desktop, control = _laptop_with_a_grant_and_a_desktop(tmp_path)
     v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
     v.change_passphrase(NEW_PASSPHRASE)
     v.append([NewRecord(type="message", text="after the change")])
     before = _files(laptop)
     v.revoke("agent")
     v.lock()
-    later = {rel for rel in _files(laptop) - before if rel.startswith("segments")
-             and segments.read_header(open(os.path.join(laptop, rel), "rb").read(), rel).compartment_id != control}
+    later = _segments_outside(laptop, _files(laptop) - before, control)
     assert later
     _carry(laptop, desktop, ("slots", "env"))
     _carry(laptop, desktop, only=later)
@@ -164,12 +174,7 @@ def test_a_later_roll_of_the_changing_device_does_not_stand_for_the_earlier_chan
     REVOKE of the first passphrase, are below it in the laptop's chains: a gap.  The desktop, opened with
     the first passphrase, gives it no slot of the newest generation (found by a third review: it used to,
     and the passphrase replaced two changes ago unwrapped the newest master secret)."""
-    laptop = str(tmp_path / "laptop")
-    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
-    control = v.session.roster.control_id
-    v.create_grant("agent", {"personal": "read"}, str(tmp_path / "agent.grant"))
-    v.lock()
-    desktop = _join(tmp_path, laptop, "desktop")
+    laptop, desktop, control = _laptop_with_a_grant_and_a_desktop(tmp_path)
     v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
     v.change_passphrase(NEW_PASSPHRASE)
     first = _files(laptop)
@@ -178,8 +183,7 @@ def test_a_later_roll_of_the_changing_device_does_not_stand_for_the_earlier_chan
     v = Vault.open(laptop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-laptop"))
     v.change_passphrase("a third passphrase")
     v.lock()
-    later = {rel for rel in _files(laptop) - first if rel.startswith("segments")
-             and segments.read_header(open(os.path.join(laptop, rel), "rb").read(), rel).compartment_id != control}
+    later = _segments_outside(laptop, _files(laptop) - first, control)
     _carry(laptop, desktop, ("slots", "env"))
     _carry(laptop, desktop, only=later)
     v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
