@@ -9,6 +9,7 @@ import glob
 import os
 import shutil
 
+import pytest
 from camillo import NewRecord, Unlock, Vault, descriptor, segments, slots
 from camillo.credentials import from_passphrase
 from camillo.primitives import CryptoFailure
@@ -192,3 +193,30 @@ def test_a_later_roll_of_the_changing_device_does_not_stand_for_the_earlier_chan
     finally:
         v.lock()
     assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+
+
+@pytest.mark.xfail(strict=True, reason="open: a roll made on a view that has not read a passphrase change gives the "
+                                       "replaced passphrase a slot of a newer generation (found by review, 2026-12-07)")
+def test_a_roll_made_on_a_view_that_has_not_read_the_change_gives_the_replaced_passphrase_nothing_newer(tmp_path):
+    """The laptop changes the passphrase.  A phone that received only the change's key files, opened with
+    the old passphrase (which still counts there), revokes another device: its roll is numbered past the
+    change's generation, which it saw but has not read, and gives the old passphrase a slot of it.  Every
+    folder then carries that slot, and the old passphrase unwraps a master secret newer than the change
+    that replaced it.  (Refusing such a roll conflicts with a revocation never being refused, spec
+    §16.10; numbering it as a second branch of its own generation + 1, for rule 9 to join, is the other
+    way.  Open: the fix is a concurrency rule of its own.)"""
+    laptop = str(tmp_path / "laptop")
+    Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))[0].lock()
+    phone = _join(tmp_path, laptop, "phone")
+    _join(tmp_path, laptop, "spare")
+    _carry(laptop, phone)
+    v = Vault.open(laptop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-laptop"))
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.lock()
+    _carry(laptop, phone, ("slots", "env"))
+    v = Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone"))
+    try:
+        v.revoke("spare", reason="lost")
+    finally:
+        v.lock()
+    assert _generations_unwrapped(phone, PASSPHRASE) <= {1}
