@@ -229,7 +229,9 @@ def keep_unlocking_slot(session: Session) -> bool:
     that credential still counts (it was set at the same time as another change, which did not know of
     it, and won, §14.6), give it a slot of the current generation, with the KDF parameters of the slot
     it unlocked, before :func:`finish_credential_changes` deletes the older one.  Otherwise a device
-    that never held this vault could open it with no passphrase at all.  True when a slot was written."""
+    that never held this vault could open it with no passphrase at all.  Only once the roll that made the
+    current generation is read (:func:`_other_roll_read`): before, the credential may be one that roll
+    replaced.  True when a slot was written."""
     cred, used, roster = session.unlocking, session.unlock_slot, session.roster
     if (cred is None or used is None or cred.kind not in USER_KINDS or not session.is_owner
             or used.generation >= session.keyring.generation):
@@ -250,9 +252,9 @@ def _other_roll_read(session: Session) -> bool:
     keyring holds, with no gap in any compartment (spec §16.10 rule 10).  A credential change writes such a
     record in every compartment, in one batch with the REVOKE of the credential it replaces; a sync (or a
     host) can bring its slots without its batches, and until one is read the replaced passphrase still
-    counts here.  Later epochs at
-    that generation (a scheduled one, a grant's revocation, a compartment added, by any device, this one
-    included) follow an epoch of the same generation: they say nothing of the roll's batches."""
+    counts here.  Later epochs at that generation (a scheduled one, a grant's revocation, a compartment
+    added, by any device, this one included) follow an epoch of the same generation: they say nothing of
+    the roll's batches."""
     r, generation, actor = session.roster, session.keyring.generation, session.actor
     if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
         # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
