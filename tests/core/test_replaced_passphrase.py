@@ -1,7 +1,7 @@
 """A passphrase change's slots can arrive before its records (a sync's order, or a host that holds the
 records back): until they are read, the replaced passphrase still counts on the device they have not
 reached, and it must gain nothing of the new generation there (spec §16.7, "What an old credential can
-still read"; §16.10 rule 10).  Two folders, one per device, carried between by hand."""
+still read"; §16.10 rule 10).  A folder per device, carried between by hand."""
 
 from __future__ import annotations
 
