@@ -17,6 +17,29 @@ def all_files(root: str | os.PathLike) -> list[str]:
     return sorted(out)
 
 
+def slots_unwrapped_by(folder: str, passphrase: str) -> list:
+    """The slot headers in vault folder ``folder`` from which ``passphrase`` unwraps a master secret,
+    whatever a reader would then decide (an attacker with the passphrase and the host's files)."""
+    import glob
+
+    from camillo import descriptor, slots
+    from camillo.credentials import from_passphrase
+    from camillo.primitives import CryptoFailure
+
+    vid = descriptor.decode(open(os.path.join(folder, "VMEM"), "rb").read()).vault_id
+    found = []
+    for f in sorted(glob.glob(os.path.join(folder, "slots", "*.slot"))):
+        h = slots.read_header(open(f, "rb").read(), "slots/" + os.path.basename(f))
+        if h.kdf is None:
+            continue
+        try:
+            slots.unwrap_vms(h, vid, from_passphrase(passphrase, h.kdf).recipient)
+        except CryptoFailure:
+            continue
+        found.append(h)
+    return found
+
+
 def snapshot(root: str | os.PathLike) -> dict[str, str]:
     """Path -> SHA-256 of every file under root (to prove nothing changed)."""
     return {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in all_files(root)}

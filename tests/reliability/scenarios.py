@@ -516,24 +516,9 @@ def _opens(world: World, passphrase: str) -> bool:
 def unwrapping_slots(world: World, passphrase: str) -> list[str]:
     """Slots in the folder that ``passphrase`` unwraps, whatever a reader would then decide: a
     revoked passphrase must not be able to recover the master secret from the live folder."""
-    import glob
+    from tests.core.helpers import slots_unwrapped_by
 
-    from camillo import descriptor, slots
-    from camillo.credentials import from_passphrase
-    from camillo.primitives import CryptoFailure
-
-    vid = descriptor.decode(open(os.path.join(world.vault, "VMEM"), "rb").read()).vault_id
-    found = []
-    for f in sorted(glob.glob(os.path.join(world.vault, "slots", "*.slot"))):
-        h = slots.read_header(open(f, "rb").read(), "slots/" + os.path.basename(f))
-        if h.kdf is None:
-            continue
-        try:
-            slots.unwrap_vms(h, vid, from_passphrase(passphrase, h.kdf).recipient)
-            found.append(h.name)
-        except CryptoFailure:
-            continue
-    return found
+    return [h.name for h in slots_unwrapped_by(world.vault, passphrase)]
 
 
 def _finish_passwd(v: Vault) -> None:
