@@ -200,9 +200,10 @@ def finish_credential_changes(session: Session) -> int:
     # while a passphrase or recovery phrase that counts has no slot of this generation: a roll a crash stopped
     # before its records (reached through a newest slot tried first) replaced nothing, and the older slot may
     # be the only one of the passphrase that counts; or the records replacing it have not arrived yet
-    older = [] if epochs_not_here(session) or _lacks_current_slot(session) else session.slot_headers(ask_store=False)[0]
-    for h in older:
-        if h.generation < session.keyring.generation and h.type in superseded:
+    older = [h for h in session.slot_headers(ask_store=False)[0]
+             if h.generation < session.keyring.generation and h.type in superseded]
+    if older and not epochs_not_here(session) and not _lacks_current_slot(session):  # (checked when there are some)
+        for h in older:
             session.shelf.delete(h.name)
             deleted += 1
     if not r.revocations:
