@@ -9,7 +9,6 @@ import glob
 import os
 import shutil
 
-import pytest
 from camillo import NewRecord, Unlock, Vault, segments
 
 from .helpers import slots_unwrapped_by
@@ -74,15 +73,36 @@ def _segments_outside(folder: str, names: set[str], compartment: bytes) -> set[s
             and segments.read_header(open(os.path.join(folder, rel), "rb").read(), rel).compartment_id != compartment}
 
 
-def _open_with_the_replaced_passphrase(tmp_path, desktop: str, generation: int = 2) -> None:
-    """The desktop, opened with the old passphrase, moves to the newest generation through its own device
-    slot; the old passphrase unwraps nothing newer than the first from its folder afterwards."""
-    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-desktop"))
+def _open_with_the_replaced_passphrase(tmp_path, desktop: str, generation: int = 2, name: str = "desktop") -> None:
+    """The desktop (or device ``name``), opened with the old passphrase, moves to the newest generation
+    through its own device slot; the old passphrase unwraps nothing newer than the first from its folder
+    afterwards."""
+    v = Vault.open(desktop, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / f"h-{name}"))
     try:
         assert v.session.keyring.generation == generation
     finally:
         v.lock()
     assert _generations_unwrapped(desktop, PASSPHRASE) == {1}
+
+
+def _revoke_with_the_old_passphrase(tmp_path, folder: str, name: str, lost: str) -> int:
+    """Device ``name``, opened with the old passphrase on ``folder``, revokes device ``lost``; the generation
+    it is at afterwards."""
+    v = Vault.open(folder, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / f"h-{name}"))
+    try:
+        v.revoke(lost, reason="lost")
+        return v.session.keyring.generation
+    finally:
+        v.lock()
+
+
+def _changed_on_the_laptop(tmp_path, *to: str) -> None:
+    """The laptop changes the passphrase; its key files (not its records) reach the folders ``to``."""
+    v = _on_the_laptop(tmp_path)
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.lock()
+    for folder in to:
+        _carry(str(tmp_path / "laptop"), folder, ("slots", "env"))
 
 
 def test_the_replaced_passphrase_gets_no_slot_of_the_new_generation_before_the_changes_records_arrive(tmp_path):
@@ -179,24 +199,74 @@ def test_a_later_roll_of_the_changing_device_does_not_stand_for_the_earlier_chan
     _open_with_the_replaced_passphrase(tmp_path, desktop, generation=3)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a roll made on a view that has not read a passphrase change gives the "
-                                       "replaced passphrase a slot of a newer generation (found by review, 2026-12-07)")
 def test_a_roll_made_on_a_view_that_has_not_read_the_change_gives_the_replaced_passphrase_nothing_newer(tmp_path):
-    """The laptop changes the passphrase.  A phone that received only the change's key files, opened with
-    the old passphrase (which still counts there), revokes another device: its roll is numbered past the
-    change's generation, which it saw but has not read, and gives the old passphrase a slot of it.  Every
-    folder then carries that slot, and the old passphrase unwraps a master secret newer than the change
-    that replaced it.  (Refusing such a roll conflicts with a revocation never being refused, spec
-    §16.10; numbering it as a second branch of its own generation + 1, for rule 9 to join, is the other
-    way.  Open: the fix is a concurrency rule of its own.)"""
+    """Found by review.  The laptop changes the passphrase.  A phone that received only the change's key
+    files, opened with the old passphrase (which still counts there), revokes another device: its roll
+    used to give the old passphrase a slot of its new master secret, which every folder then carried, the
+    laptop's too, and everything written after it was under.  A roll now gives the new master secret only to
+    the credentials that hold the current one, and to those the roll that made the current generation had
+    not seen registered (spec §16.6 step 3).  Once the change's records arrive, the passphrase that replaced
+    the old one opens every copy, on a device that never held the vault as well."""
     laptop, (phone, _spare), _control = _laptop_and(tmp_path, "phone", "spare")
+    _changed_on_the_laptop(tmp_path, phone)
+    assert _revoke_with_the_old_passphrase(tmp_path, phone, "phone", "spare") == 3
+    assert _generations_unwrapped(phone, PASSPHRASE) == {1}
+    _carry(phone, laptop)
+    _carry(laptop, phone)
+    for folder in (laptop, phone):
+        assert _generations_unwrapped(folder, PASSPHRASE) <= {1}, folder
+    v = _on_the_laptop(tmp_path, NEW_PASSPHRASE)
+    v.lock()
+    _carry(laptop, phone)
+    with Vault.open(phone, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-new")) as v:
+        assert v.session.keyring.generation == 3
+        assert "before the change" in {r.text for r in v.timeline()}
+    assert _generations_unwrapped(phone, PASSPHRASE) <= {1}
+    assert 3 in _generations_unwrapped(phone, NEW_PASSPHRASE)
+
+
+def test_a_second_roll_on_the_same_unread_view_gives_the_replaced_passphrase_nothing_newer(tmp_path):
+    """The phone of the test above revokes a second device before the change's records arrive.  Its
+    current generation is now its own roll's, which had seen the old passphrase registered and left it
+    out: the second roll leaves it out too (a roll that consulted only the roster, once its own roll
+    made the generation, gave it a slot of the fourth)."""
+    _laptop, (phone, _spare, _tablet), _control = _laptop_and(tmp_path, "phone", "spare", "tablet")
+    _changed_on_the_laptop(tmp_path, phone)
+    assert [_revoke_with_the_old_passphrase(tmp_path, phone, "phone", lost) for lost in ("spare", "tablet")] == [3, 4]
+    assert _generations_unwrapped(phone, PASSPHRASE) == {1}
+
+
+def test_a_roll_made_on_a_view_that_has_not_read_a_revocation_gives_the_lost_device_nothing_newer(tmp_path):
+    """The same for a lost device: the laptop revokes it; the phone receives the revocation's key files but
+    not its records, and revokes another device.  Its roll used to give the lost device, which this roster
+    still counted, a slot of its new master secret: whoever holds that laptop's key read what was written
+    after."""
+    laptop, (phone, spare, _tablet), _control = _laptop_and(tmp_path, "phone", "spare", "tablet")
     v = _on_the_laptop(tmp_path)
-    v.change_passphrase(NEW_PASSPHRASE)
+    v.revoke("spare", reason="lost")
     v.lock()
     _carry(laptop, phone, ("slots", "env"))
     v = Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone"))
     try:
-        v.revoke("spare", reason="lost")
+        spare_key = next(p.recipient_id for p in v.session.roster.principals.values() if p.name == "spare")
+        v.revoke("tablet", reason="lost")
+        assert v.session.keyring.generation == 3
+        named = {st.recipient_id for _h, st in v.session.current_slots()}
     finally:
         v.lock()
-    assert _generations_unwrapped(phone, PASSPHRASE) <= {1}
+    assert named and spare_key not in named
+
+
+def test_a_roll_read_here_that_had_not_read_the_change_either_gives_the_replaced_passphrase_nothing_newer(tmp_path):
+    """The laptop changes the passphrase.  A tablet that received only the change's key files revokes a lost
+    device (its roll leaves the old passphrase out: it holds nothing of the change's generation).  The phone
+    receives the change's key files and all the tablet wrote, and is opened with the old passphrase: it
+    moves to the tablet's generation through its own slot and reads the tablet's roll, which had seen the
+    old passphrase registered and left it out.  The phone used to issue it a slot of that generation again,
+    as for a passphrase set at the same time as the newest roll (spec §16.10 rule 10)."""
+    _laptop, (phone, tablet, _spare), _control = _laptop_and(tmp_path, "phone", "tablet", "spare")
+    _changed_on_the_laptop(tmp_path, tablet, phone)
+    assert _revoke_with_the_old_passphrase(tmp_path, tablet, "tablet", "spare") == 3
+    assert _generations_unwrapped(tablet, PASSPHRASE) == {1}
+    _carry(tablet, phone)
+    _open_with_the_replaced_passphrase(tmp_path, phone, generation=3, name="phone")

@@ -44,9 +44,10 @@ from .rekey import (
     keys_not_here,
     new_epochs_everywhere,
     newest_view,
+    other_roll_read,
     proof_of_possession,
     roll_keyring,
-    roll_read,
+    unseen_by_roll,
 )
 
 
@@ -231,43 +232,17 @@ def keep_unlocking_slot(session: Session) -> bool:
     it, and won, §14.6), give it a slot of the current generation, with the KDF parameters of the slot
     it unlocked, before :func:`finish_credential_changes` deletes the older one.  Otherwise a device
     that never held this vault could open it with no passphrase at all.  Only once the roll that made the
-    current generation is read (:func:`_other_roll_read`): before, the credential may be one that roll
+    current generation is read (:func:`other_roll_read`): before, the credential may be one that roll
     replaced.  True when a slot was written."""
     cred, used, roster = session.unlocking, session.unlock_slot, session.roster
     if (cred is None or used is None or cred.kind not in USER_KINDS or not session.is_owner
             or used.generation >= session.keyring.generation):
         return False
     p = roster.principals.get(cred.writer_id)
-    if p is None or cred.writer_id in roster.revocations or not _other_roll_read(session):
+    if (p is None or cred.writer_id in roster.revocations or not other_roll_read(session)
+            or cred.writer_id not in unseen_by_roll(session)):  # (a roll that saw it and left it out revoked it)
         return False
     if any(st.recipient_id == cred.recipient_id for _h, st in session.current_slots()):
         return False
     session.write_files([session.build_slot(p.recipient_public, used.type, p.name, kdf=used.kdf)])
     return True
-
-
-def _other_roll_read(session: Session) -> bool:
-    """Whether this device has read a batch of the roll that made the current generation, written by the
-    device that rolled (a signer of this device's slot of that generation, not this device): the batch of
-    an EPOCH record that names the generation and follows an epoch of an older one, whose secret this
-    keyring holds, with no gap in any compartment (spec §16.10 rule 10).  A credential change writes such a
-    record in every compartment, in one batch with the REVOKE of the credential it replaces; a sync (or a
-    host) can bring its slots without its batches, and until one is read the replaced passphrase still
-    counts here.  Later epochs at that generation (a scheduled one, a grant's revocation, a compartment
-    added, by any device, this one included) follow an epoch of the same generation: they say nothing of
-    the roll's batches."""
-    r, generation, actor = session.roster, session.keyring.generation, session.actor
-    if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
-        # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
-        # a roller's next roll follows its earlier one in every compartment's chain, found by review)
-        return False
-    rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
-               for w, *_ in st.signatures if w != actor.writer_id}
-    named = [info.record_id for ref, info in r.epochs.items()
-             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
-             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation]
-    if not rollers or not named:
-        return False
-    authors = session.materialized.db.execute(
-        f"SELECT author FROM records WHERE id IN ({','.join('?' * len(named))})", named).fetchall()
-    return any(author in rollers for (author,) in authors)

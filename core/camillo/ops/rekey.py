@@ -20,7 +20,7 @@ Confined to the thread that owns the vault.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .. import envelopes, ids, keys, slots
@@ -267,8 +267,13 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     sealed = previous_seal_keys_envelope(session, owner.public, branches, handed, rekey.excluded)
     if sealed is not None:
         rekey.files.append(sealed)
+    issuable = may_gain(session, headers, [keyring.master_secret(), *(v for v, _ in branches)])
+    withheld = False
     for p in r.principals.values():
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
+            continue
+        if not issuable(p):  # (spec §16.6 step 3: it may be one a roll not read here revoked)
+            withheld = True
             continue
         kdfs: list[KdfParams | None] = [None]
         if p.kind == CredentialKind.PASSPHRASE and not (kdfs := [*passphrase_kdfs(session, p, branches, headers)]):
@@ -282,6 +287,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     unread = {ids.recipient_id(o.public) for (_, o), per in zip(branches, delivered) if not roll_read(session, per)}
     if derived or not (unread or epochs_not_here(session) - held.keys()):
         kept = set() if derived else other_rolls_slots(session, headers, [v for v, _ in branches])
+        if withheld and not derived:  # a passphrase that counts keeps the slot it opens with (rule 10 issues it one)
+            kept |= {h.name for h in headers if h.type in (slots.SlotType.PASSPHRASE, slots.SlotType.RECOVERY)}
         rekey.delete += [h.name for h in headers if h.generation < generation and h.name not in kept]
     # else the older slots stay (spec §16.10 rule 10): a device that holds what this keyring lacks (the sync
     # has not brought its envelopes) hands it over once it opens the older master secret and moves on; an
@@ -296,6 +303,81 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                 continue
             if not envelopes.is_for(data, new_owner) and not any(envelopes.is_for(data, o) for o in unread):
                 rekey.delete.append(name)  # (an unread other roll's stay, with the older slots)
+
+
+def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[bytes]) -> Callable[[Principal], bool]:
+    """Which user credentials that this roster counts may be given a slot of a master secret newer than the
+    current one, by a roll or a re-issue (spec §16.6 step 3, §16.10 rule 10): those that hold the current
+    one (:func:`slot_holders`; ``masters``: this keyring's master secret and the other ones of this
+    generation this device opens), and those that the roll which made the current generation had not seen
+    registered (:func:`unseen_by_roll`): set concurrently with it, it could not give them a slot.  Not one
+    that roll had seen and left out: it revoked it, and the slots of a roll can arrive before its records, so
+    this roster may count it still (found by review: a phone that received a passphrase change's key files
+    but not its records, opened with the old passphrase and revoking a lost device, gave the old passphrase a
+    slot of its roll's master secret, which every later write is under)."""
+    holders = slot_holders(session, headers, masters)
+    unseen = unseen_by_roll(session)
+    return lambda p: p.recipient_id in holders or p.writer_id in unseen
+
+
+def unseen_by_roll(session: Session) -> set[bytes]:
+    """The writer ids of the principals whose registering record the roll that made the current generation
+    had not seen: the roll's control batch (one carrying an EPOCH record that names the generation and
+    follows an epoch of an older one, whose secret this keyring holds, written by a signer of this device's
+    own slot of the generation, this device included) claims to have seen no batch carrying it (its
+    frontier in control, its ``heads`` elsewhere, §17.2).  Empty when no such batch is here: the roll's slots
+    came before its records, or the generation is the first."""
+    r, generation, actor = session.roster, session.keyring.generation, session.actor
+    if actor is None:
+        return set()
+    rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
+               for w, *_ in st.signatures}
+    named = {info.record_id for ref, info in r.epochs.items()
+             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
+             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation}
+    made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
+    log, control = session.log, r.control_id
+    if not rollers or not named or not made or control is None:
+        return set()
+    rolls = []
+    for roller in rollers:  # (control chains are short: control records only)
+        for seq in range(log.max_seq(roller, control), 0, -1):
+            view = session.batches.get(log.batch_at((roller, control), seq) or b"")
+            if view is not None and not named.isdisjoint(view.header.records):
+                rolls.append(view.header)
+    if not rolls:
+        return set()
+    where = session.materialized.db.execute(
+        f"SELECT id, batch FROM records WHERE id IN ({','.join('?' * len(made))})", list(made)).fetchall()
+    unseen = set()
+    for rid, batch in where:
+        view = session.batches.get(batch)
+        if view is None:
+            continue
+        h = view.header
+        if not any((roll.frontier if h.compartment_id == control else roll.heads.get(h.compartment_id, {})).get(
+                h.writer_id, 0) >= h.seq or (roll.writer_id == h.writer_id and roll.compartment_id == h.compartment_id
+                                             and roll.seq >= h.seq) for roll in rolls):
+            unseen.add(made[rid])
+    return unseen
+
+
+def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: list[bytes]) -> set[bytes]:
+    """The recipient ids that a slot of the current generation names whose statement opens under one of
+    ``masters`` (this keyring's master secret, and the other ones of this generation this device opens):
+    the credentials that hold the current master secret.  Opening proves the slot was written by a holder
+    of that master secret; a host can withhold slots, never add one."""
+    holders: set[bytes] = set()
+    for h in headers:
+        if h.generation != session.keyring.generation:
+            continue
+        for vms in masters:
+            try:
+                holders.add(slots.read_statement(h, session.vault_id, vms).recipient_id)
+                break
+            except VaultError:
+                continue
+    return holders
 
 
 def other_rolls_slots(session: Session, headers: list[slots.SlotHeader], branches: list[bytes]) -> set[str]:
@@ -439,6 +521,33 @@ def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None 
     if not any((info := r.epochs.get(ref)) is not None and info.generation == generation for ref in refs):
         return False
     return not any(g.compartment_id == r.control_id for g in session.reader.log_facts().gaps)
+
+
+def other_roll_read(session: Session) -> bool:
+    """Whether this device has read a batch of the roll that made the current generation, written by the
+    device that rolled (a signer of this device's slot of that generation, not this device): the batch of
+    an EPOCH record that names the generation and follows an epoch of an older one, whose secret this
+    keyring holds, with no gap in any compartment (spec §16.10 rule 10).  A credential change writes such a
+    record in every compartment, in one batch with the REVOKE of the credential it replaces; a sync (or a
+    host) can bring its slots without its batches, and until one is read the replaced passphrase still
+    counts here.  Later epochs at that generation (a scheduled one, a grant's revocation, a compartment
+    added, by any device, this one included) follow an epoch of the same generation: they say nothing of
+    the roll's batches."""
+    r, generation, actor = session.roster, session.keyring.generation, session.actor
+    if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
+        # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
+        # a roller's next roll follows its earlier one in every compartment's chain, found by review)
+        return False
+    rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
+               for w, *_ in st.signatures if w != actor.writer_id}
+    named = [info.record_id for ref, info in r.epochs.items()
+             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
+             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation]
+    if not rollers or not named:
+        return False
+    authors = session.materialized.db.execute(
+        f"SELECT author FROM records WHERE id IN ({','.join('?' * len(named))})", named).fetchall()
+    return any(author in rollers for (author,) in authors)
 
 
 def keys_not_here(session: Session) -> str:
