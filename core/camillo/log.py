@@ -575,6 +575,11 @@ class StoredLog:
         k = bisect_left(seqs, seq)
         return ids[k * _ID:(k + 1) * _ID] if k < len(seqs) and seqs[k] == seq else None
 
+    def max_seq(self, writer_id: bytes, compartment_id: bytes) -> int:
+        """A chain's highest seq (0 when it has none); as :meth:`CausalLog.max_seq`."""
+        top = self._tops.get((writer_id, compartment_id))
+        return top[0] if top is not None else 0
+
     def holds(self, writer_id: bytes, compartment_id: bytes, seq: int, batch_id: bytes) -> bool:
         """Whether the batch is accepted (on its writer's chain at its seq)."""
         return self.batch_at((writer_id, compartment_id), seq) == batch_id

@@ -45,8 +45,10 @@ from .rekey import (
     new_epochs_everywhere,
     newest_view,
     other_roll_read,
+    passphrase_kdfs,
     proof_of_possession,
     roll_keyring,
+    roll_read,
     unseen_by_roll,
 )
 
@@ -223,6 +225,35 @@ def _lacks_current_slot(session: Session) -> bool:
     have = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
     return any(p.kind in (CredentialKind.PASSPHRASE, CredentialKind.RECOVERY) and p.writer_id not in r.revocations
                and p.recipient_id not in have for p in r.principals.values())
+
+
+def issue_missed_slots(session: Session) -> int:
+    """Give a slot of the current generation to every user credential this roster counts that holds none
+    and that the roll which made the current generation had not seen registered (spec §16.6 step 3,
+    :func:`unseen_by_roll`): a device registered, or a passphrase set, at the same time as that roll, which
+    could not give it one.  Otherwise such a device stays at the older generation, reading nothing written
+    since, until the next roll.  Only once this device has read that roll (rule 8) and the log has no gap,
+    as for the re-issue of rule 10.  Returns how many slots were written."""
+    r = session.roster
+    if session.read_only or not session.is_owner or session.actor is None:
+        return 0
+    have = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
+    lacking = [p for p in r.principals.values()
+               if p.kind in USER_KINDS and p.writer_id not in r.revocations and p.recipient_id not in have]
+    if not lacking or not roll_read(session) or session.reader.log_facts().gaps:
+        return 0
+    unseen, headers = unseen_by_roll(session), session.slot_headers()[0]
+    files = []
+    for p in lacking:
+        if p.writer_id not in unseen:
+            continue
+        kdfs: list[KdfParams | None] = [None]
+        if p.kind == CredentialKind.PASSPHRASE and not (kdfs := [*passphrase_kdfs(session, p, [], headers)]):
+            continue
+        files += [session.build_slot(p.recipient_public, SLOT_TYPE[p.kind], p.name, kdf=kdf) for kdf in kdfs]
+    if files:
+        session.write_files(files)
+    return len(files)
 
 
 def keep_unlocking_slot(session: Session) -> bool:

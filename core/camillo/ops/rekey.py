@@ -336,7 +336,7 @@ def unseen_by_roll(session: Session) -> set[bytes]:
              if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
              and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation}
     made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
-    log, control = session.log, r.control_id
+    log, control = session.reader.log_facts(), r.control_id
     if not rollers or not named or not made or control is None:
         return set()
     rolls = []

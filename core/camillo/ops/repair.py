@@ -18,7 +18,9 @@ Run by the facade after every writable unlock, in this order:
 6. old segments an applied erasure manifest replaced that are still here (an erasure interrupted
    before it deleted them, or a copy an object store's pack kept, spec §4.7.1) are deleted;
 
-and, after step 2, the live epoch secrets this device holds that the current keyring lacks (another
+and, first, a user credential this roster counts that holds no slot of the current generation, because
+the roll that made it had not seen it registered (a device registered while another device revoked), is
+issued one (spec §16.6 step 3); and, after step 2, the live epoch secrets this device holds that the current keyring lacks (another
 device rolled the master secret concurrently, without them) are delivered to the current owner key.
 A refresh that finds new files runs steps 2, 5 and 6 again.  Confined to the thread that owns the vault.
 """
@@ -39,7 +41,7 @@ from ..session.unlock import catch_up_generation
 from ..session.writer import sealing_key
 from ..storage import FolderShelf
 from ..values import Notice
-from .credentials import finish_credential_changes, keep_unlocking_slot
+from .credentials import finish_credential_changes, issue_missed_slots, keep_unlocking_slot
 from .erasure import (
     erase,
     finish_pending_erasures,
@@ -73,6 +75,7 @@ def finish_open(session: Session, *, enrolling: bool = False) -> None:
         return
     if catch_up_generation(session):  # unlocked by an older credential that opened this device's key (§16.10)
         keep_unlocking_slot(session)
+    issue_missed_slots(session)
     rescue_batches(session)
     wrap_missing_epochs(session)
     roll_again(session)
