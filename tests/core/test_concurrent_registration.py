@@ -1,6 +1,8 @@
-"""A device that registers while another device rolls the keys (a revocation) is one that roll could not
-give a slot of its new master secret: it gets one once a device that counts it has read that roll (spec
-§16.6 step 3), and reads what is written after the roll.  A folder per device, carried between by hand."""
+"""A user credential that a roll could not give a slot of its new master secret: a device that registers
+while another device revokes (the roll had not seen it), a new passphrase whose own slot arrives after a
+roll made on another device (the roll that made the current generation registered it).  It gets one once a
+device that counts it has read that roll (spec §16.6 step 3).  A folder per device, carried between by
+hand."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import shutil
 
 from camillo import NewRecord, Unlock, Vault
 
-from .test_replaced_passphrase import PASSPHRASE, _carry, _laptop_and, _on_the_laptop
+from .test_replaced_passphrase import NEW_PASSPHRASE, PASSPHRASE, _carry, _files, _laptop_and, _on_the_laptop
 
 
 def test_a_device_registered_while_another_revokes_reads_what_is_written_after_the_roll(tmp_path):
@@ -34,3 +36,34 @@ def test_a_device_registered_while_another_revokes_reads_what_is_written_after_t
         assert v.session.keyring.generation == 2
         assert "after the revocation" in {r.text for r in v.timeline()}
         assert not [n for n in v.notices() if n.kind == "incomplete"]
+
+
+def test_a_new_passphrase_whose_slot_arrives_after_a_roll_still_opens_the_vault_on_a_new_device(tmp_path):
+    """Found by review.  The laptop changes the passphrase; its records reach the phone, but the new
+    passphrase's own slot arrives later (a sync's order).  The phone revokes a lost device: the new
+    passphrase holds no slot of the current generation there, and it was the change itself that registered
+    it.  Once every file has synced, the new passphrase opens the vault on a device that never held it and
+    reads what was written after the phone's roll."""
+    from .helpers import slots_unwrapped_by
+
+    laptop, (phone, _spare), _control = _laptop_and(tmp_path, "phone", "spare")
+    v = _on_the_laptop(tmp_path)
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.lock()
+    late = {h.name for h in slots_unwrapped_by(laptop, NEW_PASSPHRASE)}
+    _carry(laptop, phone, only=_files(laptop) - late)
+    recovery = Unlock.recovery((tmp_path / "recovery phrase").read_text())
+    with Vault.open(phone, recovery, home=str(tmp_path / "h-phone")) as v:
+        v.revoke("spare", reason="lost")
+        assert v.session.keyring.generation == 3
+    for _ in range(2):
+        _carry(phone, laptop)
+        _carry(laptop, phone)
+        _on_the_laptop(tmp_path, NEW_PASSPHRASE).lock()
+    with _on_the_laptop(tmp_path, NEW_PASSPHRASE) as v:
+        v.append([NewRecord(type="message", text="after everything met")])
+    fresh = str(tmp_path / "fresh")
+    shutil.copytree(laptop, fresh)
+    with Vault.open(fresh, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-fresh"), device_name="fresh") as v:
+        assert v.session.keyring.generation == 3
+        assert "after everything met" in {r.text for r in v.timeline()}

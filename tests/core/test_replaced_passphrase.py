@@ -49,9 +49,10 @@ def _generations_unwrapped(folder: str, passphrase: str) -> set[int]:
 
 def _laptop_and(tmp_path, *devices: str, grant: bool = False) -> tuple[str, list[str], bytes]:
     """A laptop's vault (with an agent's grant), ``devices`` joined, every folder holding all of them; and
-    the control compartment's id."""
+    the control compartment's id.  The recovery phrase is in ``tmp_path / "recovery phrase"``."""
     laptop = str(tmp_path / "laptop")
-    v, _phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    v, phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    (tmp_path / "recovery phrase").write_text(phrase)  # (written down, as the person would)
     v.append([NewRecord(type="message", text="before the change")])
     control = v.session.roster.control_id
     if grant:

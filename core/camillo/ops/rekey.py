@@ -35,7 +35,7 @@ from ..primitives import (
     random_bytes,
     verify_signature,
 )
-from ..records import Kind, encode_record
+from ..records import BatchHeader, Kind, encode_record
 from ..session import Session
 from ..session.installation import HandedOn, after_generation_roll, handed_on, seal_device_key_for, seal_key
 from ..session.unlock import catch_up_generation, epochs_not_here
@@ -324,9 +324,13 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     """The writer ids of the principals whose registering record the roll that made the current generation
     had not seen: the roll's control batch (one carrying an EPOCH record that names the generation and
     follows an epoch of an older one, whose secret this keyring holds, written by a signer of this device's
-    own slot of the generation, this device included) claims to have seen no batch carrying it (its
-    frontier in control, its ``heads`` elsewhere, §17.2).  Empty when no such batch is here: the roll's slots
-    came before its records, or the generation is the first."""
+    own slot of the generation, this device included) does not cover, by its seq or its frontier (§17.2), the
+    control batch carrying the record, or is that batch (the roll registered it: a passphrase change's new
+    passphrase, which a sync can bring without its slot, found by review).  A certificate or anchor is in the control batch of the write that
+    made it, as in every other compartment's; the copy judged is that one, whatever copy this reader kept
+    first (a host picks the order, and a control batch's ``heads`` cannot cover the data batches of its own
+    write: found by review).  Empty when no such roll batch is here: the roll's slots came before its
+    records, or the generation is the first."""
     r, generation, actor = session.roster, session.keyring.generation, session.actor
     if actor is None:
         return set()
@@ -336,30 +340,31 @@ def unseen_by_roll(session: Session) -> set[bytes]:
              if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
              and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation}
     made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
-    log, control = session.reader.log_facts(), r.control_id
-    if not rollers or not named or not made or control is None:
+    if not rollers or not named or not made or r.control_id is None:
         return set()
-    rolls = []
-    for roller in rollers:  # (control chains are short: control records only)
-        for seq in range(log.max_seq(roller, control), 0, -1):
-            view = session.batches.get(log.batch_at((roller, control), seq) or b"")
-            if view is not None and not named.isdisjoint(view.header.records):
-                rolls.append(view.header)
+    rolls = list(_in_control(session, rollers, named).values())
     if not rolls:
         return set()
-    where = session.materialized.db.execute(
-        f"SELECT id, batch FROM records WHERE id IN ({','.join('?' * len(made))})", list(made)).fetchall()
-    unseen = set()
-    for rid, batch in where:
-        view = session.batches.get(batch)
-        if view is None:
-            continue
-        h = view.header
-        if not any((roll.frontier if h.compartment_id == control else roll.heads.get(h.compartment_id, {})).get(
-                h.writer_id, 0) >= h.seq or (roll.writer_id == h.writer_id and roll.compartment_id == h.compartment_id
-                                             and roll.seq >= h.seq) for roll in rolls):
-            unseen.add(made[rid])
-    return unseen
+    writers = {w for (w,) in session.materialized.db.execute(
+        f"SELECT DISTINCT writer FROM records WHERE id IN ({','.join('?' * len(made))})", list(made))}
+    return {made[rid] for rid, h in _in_control(session, writers, set(made)).items()
+            if not any(roll.frontier.get(h.writer_id, 0) >= h.seq or (roll.writer_id == h.writer_id and roll.seq > h.seq)
+                       for roll in rolls)}
+
+
+def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) -> dict[bytes, BatchHeader]:
+    """Of the records ``wanted``, those in a control batch of one of ``writers``: each one's batch header
+    (control chains are short: control records only)."""
+    log, control = session.reader.log_facts(), session.roster.control_id
+    found: dict[bytes, BatchHeader] = {}
+    assert control is not None
+    for w in writers:
+        for seq in range(log.max_seq(w, control), 0, -1):
+            view = session.batches.get(log.batch_at((w, control), seq) or b"")
+            if view is not None:
+                for rid in wanted.intersection(view.header.records):
+                    found.setdefault(rid, view.header)
+    return found
 
 
 def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: list[bytes]) -> set[bytes]:
