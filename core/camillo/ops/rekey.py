@@ -331,25 +331,62 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     first (a host picks the order, and a control batch's ``heads`` cannot cover the data batches of its own
     write: found by review).  Empty when no such roll batch is here: the roll's slots came before its
     records, or the generation is the first."""
+    r = session.roster
+    made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
+    rolls = roll_batches(session) if made else []
+    return {made[rid] for rid, h in _control_copies(session, made).items()
+            if not any(_covers(roll, h, itself=False) for roll in rolls)} if rolls else set()
+
+
+def revoked_holds(session: Session) -> bool:
+    """Whether a user credential this roster holds revoked has a slot of the current generation whose
+    statement opens under the current master secret, given by a roll that the revocation had not seen (the
+    REVOKE's control batch does not cover the roll's, :func:`roll_batches`): a chain of rolls made on a view
+    cut off from a key change outnumbered it, and this device moved onto it through its own slot (found by
+    review).  The keys are then rolled again, before anything is handed to that owner key (spec §16.10 rule
+    9).  A key retired or re-certified after the roll saw it: its slot is only not deleted yet."""
+    r = session.roster
+    if not r.revocations or session.actor is None:
+        return False
+    held = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
+    revoked = {rev.record_id: w for w, rev in r.revocations.items()
+               if (p := r.principals.get(w)) is not None and p.kind in USER_KINDS and p.recipient_id in held}
+    rolls = roll_batches(session) if revoked else []
+    return bool(rolls) and any(not any(_covers(h, roll) for roll in rolls)
+                               for h in _control_copies(session, revoked).values())
+
+
+def roll_batches(session: Session) -> list[BatchHeader]:
+    """The control batches of the roll that made the current generation: those carrying an EPOCH record
+    that names the generation and follows an epoch of an older one, whose secret this keyring holds, written
+    by a signer of this device's own slot of the generation, this device included.  Empty when none is here
+    (the roll's slots came before its records, or the generation is the first)."""
     r, generation, actor = session.roster, session.keyring.generation, session.actor
-    if actor is None:
-        return set()
-    rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
+    if actor is None or r.control_id is None:
+        return []
+    rollers = {w for _h, st in session.current_slots(ask_store=False) if st.recipient_id == actor.recipient_id
                for w, *_ in st.signatures}
     named = {info.record_id for ref, info in r.epochs.items()
              if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
              and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation}
-    made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
-    if not rollers or not named or not made or r.control_id is None:
-        return set()
-    rolls = list(_in_control(session, rollers, named).values())
-    if not rolls:
-        return set()
+    return list(_in_control(session, rollers, named).values()) if rollers and named else []
+
+
+def _covers(later: BatchHeader, earlier: BatchHeader, *, itself: bool = True) -> bool:
+    """Whether control batch ``later`` had seen control batch ``earlier`` (its seq, or its frontier,
+    §17.2); ``itself`` False: not when they are the same batch."""
+    if later.writer_id == earlier.writer_id:
+        return later.seq >= earlier.seq if itself else later.seq > earlier.seq
+    return later.frontier.get(earlier.writer_id, 0) >= earlier.seq
+
+
+def _control_copies(session: Session, wanted: dict[bytes, bytes]) -> dict[bytes, BatchHeader]:
+    """Of the records ``wanted`` (their ids, as keys), the control batch each is in."""
+    if not wanted:
+        return {}
     writers = {w for (w,) in session.materialized.db.execute(
-        f"SELECT DISTINCT writer FROM records WHERE id IN ({','.join('?' * len(made))})", list(made))}
-    return {made[rid] for rid, h in _in_control(session, writers, set(made)).items()
-            if not any(roll.frontier.get(h.writer_id, 0) >= h.seq or (roll.writer_id == h.writer_id and roll.seq > h.seq)
-                       for roll in rolls)}
+        f"SELECT DISTINCT writer FROM records WHERE id IN ({','.join('?' * len(wanted))})", list(wanted))}
+    return _in_control(session, writers, set(wanted))
 
 
 def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) -> dict[bytes, BatchHeader]:

@@ -59,6 +59,7 @@ from .rekey import (
     new_epochs_everywhere,
     other_branch_secrets,
     other_branches,
+    revoked_holds,
     roll_keyring,
     roll_read,
     unread_branches,
@@ -261,6 +262,8 @@ def wrap_missing_epochs(session: Session) -> Changes:
     owner = session.keyring.owner_kem
     if not session.is_owner or session.read_only or owner is None or not roll_read(session):
         return Changes()  # (the carried secrets stay until the roll's records arrive)
+    if revoked_holds(session):
+        return Changes()  # (a revoked credential holds this owner key: the keys are rolled again first)
     roster, keyring = session.roster, session.keyring
     destroyed = destroyed_epochs(session)
     offered: dict[EpochRef, bytes] = dict(session.carried)
@@ -309,7 +312,8 @@ def roll_again(session: Session) -> Changes:
     if not session.is_owner or session.read_only or session.actor is None or not keyring.unlocked:
         return Changes()
     shelf = session.shelf
-    slot_files = shelf.files_in("slots") if isinstance(shelf, FolderShelf) else None
+    files = shelf.files_in("slots") if isinstance(shelf, FolderShelf) else None
+    slot_files = None if files is None else (files, len(session.roster.revocations))
     if not reader.destroyed_delivered and slot_files is not None and slot_files == session.branch_checked:
         return Changes()
     headers = session.slot_headers(ask_store=False)[0]
@@ -322,16 +326,20 @@ def roll_again(session: Session) -> Changes:
     if branches and unread_branches(session, branches):
         return Changes()  # the other roll's records have not all arrived: joined at a refresh that brings them
     session.branch_checked = slot_files
-    if not branches and not reader.destroyed_delivered:
+    revoked = not branches and not reader.destroyed_delivered and revoked_holds(session)
+    if not branches and not reader.destroyed_delivered and not revoked:
         return Changes()
     tainted, reader.destroyed_delivered = reader.destroyed_delivered, False
     rekey = Rekey(session)
     roll_keyring(session, rekey, exclude=set(), join=bool(branches), hand_over=not tainted)
     new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again", exclude=set())
     apply(session, rekey)
-    return session.reader.changes(files_written=len(rekey.files), files_removed=len(rekey.delete),
-                                  note="keys rolled again: two key changes were made at once" if branches
-                                  else "keys rolled again: a key change made during an erasure had kept a destroyed key")
+    changes = session.reader.changes(
+        files_written=len(rekey.files), files_removed=len(rekey.delete),
+        note="keys rolled again: two key changes were made at once" if branches
+        else "keys rolled again: a key change made without seeing a revocation had given the revoked credential the keys"
+        if revoked else "keys rolled again: a key change made during an erasure had kept a destroyed key")
+    return changes | wrap_missing_epochs(session) if revoked else changes  # (what was held back for it)
 
 
 OTHER_ROLL_DEPTH = 16  # rolls of the other branch read through, at most
