@@ -67,3 +67,38 @@ def test_a_new_passphrase_whose_slot_arrives_after_a_roll_still_opens_the_vault_
     with Vault.open(fresh, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-fresh"), device_name="fresh") as v:
         assert v.session.keyring.generation == 3
         assert "after everything met" in {r.text for r in v.timeline()}
+
+
+def test_a_device_registered_while_the_passphrase_changed_gets_a_slot_after_a_roll_made_without_reading_it(tmp_path):
+    """Found by review.  A device registers (with the recovery phrase) while the laptop changes the
+    passphrase.  The phone receives that registration and the change's key files, not its records, and
+    revokes a lost device: its roll leaves the new device out (it holds nothing of the change's generation,
+    and the change is not read there).  Once every file has synced, the roll of the current generation (the
+    phone's) had seen the device registered, but had not read the roll before it, which had not: the device
+    is judged by that one, and gets a slot of the current generation (it used to get none, ever, and read
+    nothing written after the change)."""
+    laptop, (phone, _spare, _tablet), _control = _laptop_and(tmp_path, "phone", "spare", "tablet")
+    recovery = Unlock.recovery((tmp_path / "recovery phrase").read_text())
+    newcomer = str(tmp_path / "newcomer")
+    shutil.copytree(laptop, newcomer)
+    Vault.open(newcomer, recovery, home=str(tmp_path / "h-newcomer"), device_name="newcomer").lock()
+    v = _on_the_laptop(tmp_path)
+    v.change_passphrase(NEW_PASSPHRASE)
+    v.lock()
+    _carry(newcomer, phone)
+    _carry(laptop, phone, ("slots", "env"))
+    with Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone")) as v:
+        v.revoke("spare", reason="lost")
+        assert v.session.keyring.generation == 3
+    folders = (laptop, phone, newcomer)
+    for _ in range(2):
+        for a in folders:
+            for b in set(folders) - {a}:
+                _carry(a, b)
+        _on_the_laptop(tmp_path, NEW_PASSPHRASE).lock()
+    with _on_the_laptop(tmp_path, NEW_PASSPHRASE) as v:
+        v.append([NewRecord(type="message", text="after everything met")])
+    _carry(laptop, newcomer)
+    with Vault.open(newcomer, recovery, home=str(tmp_path / "h-newcomer")) as v:
+        assert v.session.keyring.generation == 3
+        assert "after everything met" in {r.text for r in v.timeline()}

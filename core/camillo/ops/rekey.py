@@ -334,8 +334,36 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     r = session.roster
     made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
     rolls = roll_batches(session) if made else []
-    return {made[rid] for rid, h in _control_copies(session, made).items()
-            if not any(_covers(roll, h, itself=False) for roll in rolls)} if rolls else set()
+    if not rolls:
+        return set()
+    copies = _control_copies(session, made)
+    unseen: set[bytes] = set()
+    generation, gaps = session.keyring.generation, bool(session.reader.log_facts().gaps)
+    while rolls:
+        unseen |= {made[rid] for rid, h in copies.items() if not any(_covers(roll, h, itself=False) for roll in rolls)}
+        # a roll that had not read the one before it (made where only that roll's slots had arrived) left out
+        # by §16.6 step 3 whom it could not judge: judged by that earlier roll instead, once it is here
+        generation, earlier = _earlier_roll(session, generation)
+        if gaps or any(_covers(roll, e) for roll in rolls for e in earlier):
+            break
+        rolls = earlier
+    return unseen
+
+
+def _earlier_roll(session: Session, below: int) -> tuple[int, list[BatchHeader]]:
+    """The newest generation older than ``below`` whose roll is here, and that roll's control batches
+    (those carrying an EPOCH record that names it and follows an epoch of an older one)."""
+    r = session.roster
+    found: dict[int, set[bytes]] = {}
+    for ref, info in r.epochs.items():
+        if 0 < info.generation < below and info.prev is not None and (
+                (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < info.generation):
+            found.setdefault(info.generation, set()).add(info.record_id)
+    if not found:
+        return 0, []
+    newest = max(found)
+    return newest, list({(h.writer_id, h.seq): h for h in _control_copies(
+        session, dict.fromkeys(found[newest], b"")).values()}.values())
 
 
 def revoked_holds(session: Session) -> bool:
