@@ -80,6 +80,7 @@ class Vault(Reading):
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        session.after_move = lambda: repair.roll_again_if_revoked_holds(session)
         session.reader.forget_changes()  # what the open read is where changes start from, not a change
         session.reader.shed_views()  # (what a cold open read stays in the state, not in memory)
 

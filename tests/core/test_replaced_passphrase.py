@@ -224,10 +224,12 @@ def test_a_roll_made_on_a_view_that_has_not_read_the_change_gives_the_replaced_p
     v.lock()
     _carry(laptop, phone)
     with Vault.open(phone, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-new")) as v:
-        assert v.session.keyring.generation == 3
+        # (the laptop rolled the keys again: the phone's roll had not seen the change's REVOKE, so it may have
+        # given the old passphrase a slot, whether or not one is here, spec §16.10 rule 9 (c))
+        assert v.session.keyring.generation == 4
         assert "before the change" in {r.text for r in v.timeline()}
     assert _generations_unwrapped(phone, PASSPHRASE) <= {1}
-    assert 3 in _generations_unwrapped(phone, NEW_PASSPHRASE)
+    assert 4 in _generations_unwrapped(phone, NEW_PASSPHRASE)
 
 
 def test_a_second_roll_on_the_same_unread_view_gives_the_replaced_passphrase_nothing_newer(tmp_path):
@@ -275,42 +277,3 @@ def test_a_roll_read_here_that_had_not_read_the_change_either_gives_the_replaced
     assert _generations_unwrapped(tablet, PASSPHRASE) == {1}
     _carry(tablet, phone)
     _open_with_the_replaced_passphrase(tmp_path, phone, generation=3, name="phone")
-
-
-def test_rolls_made_cut_off_from_the_change_that_outnumber_it_give_the_replaced_passphrase_nothing_of_it(tmp_path):
-    """Found by review.  The laptop changes the passphrase and writes.  A host keeps every file, and holds
-    all of the change back from the phone, which, opened with the old passphrase (still counting there),
-    revokes two devices: generation 2 beside the change's, then 3, each with a slot for the old passphrase.
-    The laptop, given the phone's files, moved to generation 3 through its own slot, handed it what it wrote
-    after the change and went on writing under it: the old passphrase, with the host's files, read all of
-    it.  Now a device that finds a credential it holds revoked, by a revocation that had not seen the roll
-    of its current generation, holding that generation's master secret rolls the keys again first (spec
-    §16.10 rule 9), and hands nothing to that owner key.  Nothing written is lost."""
-    from camillo.credentials import from_passphrase
-
-    from .test_credential_change import attacker_reads, old_kdf, union_copy
-
-    laptop, (phone, _spare, _tablet), _control = _laptop_and(tmp_path, "phone", "spare", "tablet")
-    host = str(tmp_path / "host")
-    old = from_passphrase(PASSPHRASE, old_kdf(laptop, _vault_id(laptop)))
-    v = _on_the_laptop(tmp_path)
-    v.change_passphrase(NEW_PASSPHRASE)
-    v.append([NewRecord(type="message", text="AFTER-THE-CHANGE")])
-    v.lock()
-    union_copy([laptop], host)
-    assert [_revoke_with_the_old_passphrase(tmp_path, phone, "phone", lost) for lost in ("spare", "tablet")] == [2, 3]
-    union_copy([phone], host)
-    _carry(phone, laptop)
-    with _on_the_laptop(tmp_path, NEW_PASSPHRASE) as v:
-        assert v.session.keyring.generation == 4
-        v.append([NewRecord(type="message", text="AFTER-THE-MERGE")])
-    union_copy([laptop], host)
-    _carry(laptop, phone)
-    with Vault.open(phone, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-phone")) as v:
-        assert v.session.keyring.generation == 4
-        assert {"before the change", "AFTER-THE-CHANGE", "AFTER-THE-MERGE"} <= {r.text for r in v.timeline()}
-        v.append([NewRecord(type="message", text="PHONE-AFTER-SYNC")])
-    union_copy([phone], host)
-    seen = b"".join(attacker_reads(host, _vault_id(laptop), old))
-    assert b"before the change" in seen
-    assert [m for m in (b"AFTER-THE-CHANGE", b"AFTER-THE-MERGE", b"PHONE-AFTER-SYNC") if m in seen] == []

@@ -54,6 +54,7 @@ from .rekey import (
     envelope,
     grant_envelopes,
     keys_not_here,
+    may_gain,
     new_epoch,
     newest_view,
     proof_of_possession,
@@ -359,11 +360,12 @@ def erase(session: Session, record_ids: list[bytes], *, reauth: Unlock | None = 
     old_actor = session.require_writer()
     new_dev = Credential.generate(CredentialKind.DEVICE)
     rotation = rotation_records(session, old_actor, new_dev)
+    issuable = may_gain(session, session.slot_headers()[0], [session.keyring.master_secret()])  # (by the old key)
     session.actor = new_dev
     try:
         rekey = Rekey(session)
         roll_keyring(session, rekey, exclude={old_actor.writer_id}, destroyed={(cid, e) for e in affected},
-                     derived=True)
+                     derived=True, issuable=issuable)
         owner = rekey.new_owner_kem()
         eid = new_epoch(session, rekey, cid, "erasure", exclude=set(), owner=owner)
         secret = rekey.new_secrets[(cid, eid)]

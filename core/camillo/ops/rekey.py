@@ -213,7 +213,8 @@ def passphrase_kdfs(session: Session, p: Principal, branches: list[tuple[bytes, 
 
 def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
                  destroyed: set[tuple[bytes, bytes]] | frozenset[tuple[bytes, bytes]] = frozenset(),
-                 derived: bool = False, join: bool = False, hand_over: bool = True) -> None:
+                 derived: bool = False, join: bool = False, hand_over: bool = True,
+                 issuable: Callable[[Principal], bool] | None = None) -> None:
     """Roll the master secret: new slots for every remaining user credential, every surviving epoch
     secret wrapped to the new owner KEM key and the remaining grants; the older slots and the
     envelopes of the old keyring are deleted after the new ones exist.
@@ -225,7 +226,9 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     device opens (spec §16.10 rule 9), so that devices joining them at once arrive at one.
     ``hand_over`` False: no envelope of kind 5 (spec §16.6 step 5), as for a derived roll: the current
     keyring delivered an epoch an applied ERASE destroyed (a roll made before its device read a
-    concurrent erasure), so neither it nor what it was handed may follow."""
+    concurrent erasure), so neither it nor what it was handed may follow.  ``issuable``: who may get a
+    slot (:func:`may_gain`), judged before the caller swapped this session's key (an erasure's rotation:
+    the new key has no slot of the current generation to find the roll by, found by review)."""
     keyring, r = session.keyring, session.roster
     rekey.excluded |= exclude
     headers = session.slot_headers()[0]
@@ -267,7 +270,8 @@ def roll_keyring(session: Session, rekey: Rekey, *, exclude: set[bytes],
     sealed = previous_seal_keys_envelope(session, owner.public, branches, handed, rekey.excluded)
     if sealed is not None:
         rekey.files.append(sealed)
-    issuable = may_gain(session, headers, [keyring.master_secret(), *(v for v, _ in branches)])
+    if issuable is None:
+        issuable = may_gain(session, headers, [keyring.master_secret(), *(v for v, _ in branches)])
     withheld = False
     for p in r.principals.values():
         if p.kind not in USER_KINDS or p.writer_id in r.revocations or p.writer_id in exclude:
@@ -322,15 +326,16 @@ def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[by
 
 def unseen_by_roll(session: Session) -> set[bytes]:
     """The writer ids of the principals whose registering record the roll that made the current generation
-    had not seen: the roll's control batch (one carrying an EPOCH record that names the generation and
-    follows an epoch of an older one, whose secret this keyring holds, written by a signer of this device's
-    own slot of the generation, this device included) does not cover, by its seq or its frontier (§17.2), the
-    control batch carrying the record, or is that batch (the roll registered it: a passphrase change's new
-    passphrase, which a sync can bring without its slot, found by review).  A certificate or anchor is in the control batch of the write that
-    made it, as in every other compartment's; the copy judged is that one, whatever copy this reader kept
-    first (a host picks the order, and a control batch's ``heads`` cannot cover the data batches of its own
-    write: found by review).  Empty when no such roll batch is here: the roll's slots came before its
-    records, or the generation is the first."""
+    had not seen (:func:`roll_batches`): its control batch does not cover, by its seq or its frontier
+    (§17.2), the control batch carrying the record, or is that batch (the roll registered it: a passphrase
+    change's new passphrase, which a sync can bring without its slot, found by review).  A certificate or
+    anchor is in the control batch of the write that made it, as in every other compartment's; the copy
+    judged is that one, whatever copy this reader kept first (a host picks the order, and a control batch's
+    ``heads`` cannot cover the data batches of its own write: found by review).  A roll that had not read the
+    roll of the generation before it (made where only that roll's slots had arrived) left out whom it could
+    not judge: with no gap in the log, those that earlier roll had not seen count too, and so on down,
+    one generation at a time, while each roll is here and had not read the one before.  Empty when the
+    roll's batch is not here (its slots came before its records, or the generation is the first)."""
     r = session.roster
     made = {p.record_id: p.writer_id for p in r.principals.values() if p.kind in USER_KINDS}
     rolls = roll_batches(session) if made else []
@@ -341,47 +346,48 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     generation, gaps = session.keyring.generation, bool(session.reader.log_facts().gaps)
     while rolls:
         unseen |= {made[rid] for rid, h in copies.items() if not any(_covers(roll, h, itself=False) for roll in rolls)}
-        # a roll that had not read the one before it (made where only that roll's slots had arrived) left out
-        # by §16.6 step 3 whom it could not judge: judged by that earlier roll instead, once it is here
-        generation, earlier = _earlier_roll(session, generation)
-        if gaps or any(_covers(roll, e) for roll in rolls for e in earlier):
+        generation -= 1  # (the generation just before, never one further down: found by review)
+        earlier = _rolls_at(session, generation)
+        if gaps or not earlier or any(_covers(roll, e) for roll in rolls for e in earlier):
             break
         rolls = earlier
     return unseen
 
 
-def _earlier_roll(session: Session, below: int) -> tuple[int, list[BatchHeader]]:
-    """The newest generation older than ``below`` whose roll is here, and that roll's control batches
-    (those carrying an EPOCH record that names it and follows an epoch of an older one)."""
-    r = session.roster
-    found: dict[int, set[bytes]] = {}
-    for ref, info in r.epochs.items():
-        if 0 < info.generation < below and info.prev is not None and (
-                (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < info.generation):
-            found.setdefault(info.generation, set()).add(info.record_id)
-    if not found:
-        return 0, []
-    newest = max(found)
-    return newest, list({(h.writer_id, h.seq): h for h in _control_copies(
-        session, dict.fromkeys(found[newest], b"")).values()}.values())
-
-
 def revoked_holds(session: Session) -> bool:
-    """Whether a user credential this roster holds revoked has a slot of the current generation whose
-    statement opens under the current master secret, given by a roll that the revocation had not seen (the
-    REVOKE's control batch does not cover the roll's, :func:`roll_batches`): a chain of rolls made on a view
-    cut off from a key change outnumbered it, and this device moved onto it through its own slot (found by
-    review).  The keys are then rolled again, before anything is handed to that owner key (spec §16.10 rule
-    9).  A key retired or re-certified after the roll saw it: its slot is only not deleted yet."""
+    """Whether a user credential this roster holds revoked may hold the current master secret: its REVOKE
+    (not a device key's retirement or re-certification by the key that replaces it) neither covers nor is covered
+    by any control batch of a roll that made the current generation (:func:`_rolls_at`), and this device's
+    own roll of it is here (:func:`roll_batches`).  Such a roll, made on a view cut off from the revocation,
+    gave it a slot whether this device sees that slot or not (a host can hold the slot back), and may have
+    outnumbered the revocation's own roll, onto which this device then moved through its own slot (found by
+    review).  The keys are then rolled again, randomly, before anything is handed to that owner key or
+    written under it (spec §16.10 rule 9 (c))."""
     r = session.roster
-    if not r.revocations or session.actor is None:
+    replaced = {p.replaces for p in r.principals.values() if p.replaces is not None and p.kind == CredentialKind.DEVICE}
+    revoked = {rev.record_id: w for w, rev in r.revocations.items() if w not in replaced
+               and (p := r.principals.get(w)) is not None and p.kind in USER_KINDS}
+    if not revoked or not roll_batches(session):
         return False
-    held = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
-    revoked = {rev.record_id: w for w, rev in r.revocations.items()
-               if (p := r.principals.get(w)) is not None and p.kind in USER_KINDS and p.recipient_id in held}
-    rolls = roll_batches(session) if revoked else []
-    return bool(rolls) and any(not any(_covers(h, roll) for roll in rolls)
-                               for h in _control_copies(session, revoked).values())
+    rolls = _rolls_at(session, session.keyring.generation)
+    return any(not any(_covers(roll, h) or _covers(h, roll) for roll in rolls)
+               for h in _control_copies(session, revoked).values())
+
+
+def _roll_records(session: Session, generation: int, *, held: bool) -> set[bytes]:
+    """The EPOCH records that name ``generation`` and follow an epoch of an older one (a roll's own epochs);
+    ``held``: only those whose secret this keyring holds."""
+    r = session.roster
+    return {info.record_id for ref, info in r.epochs.items()
+            if info.generation == generation and (not held or ref in session.keyring.epoch_secrets)
+            and info.prev is not None and (before := r.epochs.get((ref[0], info.prev))) is not None
+            and before.generation < generation}
+
+
+def _rolls_at(session: Session, generation: int) -> list[BatchHeader]:
+    """The control batches of every roll to ``generation`` that is here, whoever wrote it."""
+    named = _roll_records(session, generation, held=False) if generation > 0 else set()
+    return list({(h.writer_id, h.seq): h for h in _control_copies(session, dict.fromkeys(named, b"")).values()}.values())
 
 
 def roll_batches(session: Session) -> list[BatchHeader]:
@@ -389,14 +395,12 @@ def roll_batches(session: Session) -> list[BatchHeader]:
     that names the generation and follows an epoch of an older one, whose secret this keyring holds, written
     by a signer of this device's own slot of the generation, this device included.  Empty when none is here
     (the roll's slots came before its records, or the generation is the first)."""
-    r, generation, actor = session.roster, session.keyring.generation, session.actor
-    if actor is None or r.control_id is None:
+    actor = session.actor
+    if actor is None or session.roster.control_id is None:
         return []
     rollers = {w for _h, st in session.current_slots(ask_store=False) if st.recipient_id == actor.recipient_id
                for w, *_ in st.signatures}
-    named = {info.record_id for ref, info in r.epochs.items()
-             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
-             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation}
+    named = _roll_records(session, session.keyring.generation, held=True)
     return list(_in_control(session, rollers, named).values()) if rollers and named else []
 
 

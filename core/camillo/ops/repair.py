@@ -298,6 +298,16 @@ def wrap_missing_epochs(session: Session) -> Changes:
     return session.reader.changes(files_written=len(written), note="keys another device's change missed were added")
 
 
+def roll_again_if_revoked_holds(session: Session) -> None:
+    """Called when this session moves to a newer generation in the middle of its work (an append, a key
+    change's newest view): roll the keys again at once if a revoked credential may hold the new master
+    secret (spec §16.10 rule 9 (c)), before anything is written under it or derived from it (found by
+    review: an open session appended under it, and an erasure derived the next master secret from it)."""
+    if session.is_owner and not session.read_only and session.actor is not None and revoked_holds(session):
+        session.branch_checked = None
+        roll_again(session)
+
+
 def roll_again(session: Session) -> Changes:
     """Roll the keys again (spec §16.10 rule 9) when this device opens another master secret of its
     current generation (two rolls made at once, one of them random: a passphrase change or a
@@ -313,7 +323,7 @@ def roll_again(session: Session) -> Changes:
         return Changes()
     shelf = session.shelf
     files = shelf.files_in("slots") if isinstance(shelf, FolderShelf) else None
-    slot_files = None if files is None else (files, len(session.roster.revocations))
+    slot_files = None if files is None else (files, len(session.roster.revocations), len(session.roster.epochs))
     if not reader.destroyed_delivered and slot_files is not None and slot_files == session.branch_checked:
         return Changes()
     headers = session.slot_headers(ask_store=False)[0]
@@ -326,19 +336,21 @@ def roll_again(session: Session) -> Changes:
     if branches and unread_branches(session, branches):
         return Changes()  # the other roll's records have not all arrived: joined at a refresh that brings them
     session.branch_checked = slot_files
-    revoked = not branches and not reader.destroyed_delivered and revoked_holds(session)
+    # (c): a revoked credential may hold the current master secret; with other master secrets of this
+    # generation, it may hold every one of them, and a join derived from them would be its to compute
+    revoked = not reader.destroyed_delivered and revoked_holds(session)
     if not branches and not reader.destroyed_delivered and not revoked:
         return Changes()
     tainted, reader.destroyed_delivered = reader.destroyed_delivered, False
     rekey = Rekey(session)
-    roll_keyring(session, rekey, exclude=set(), join=bool(branches), hand_over=not tainted)
+    roll_keyring(session, rekey, exclude=set(), join=bool(branches) and not revoked, hand_over=not tainted)
     new_epochs_everywhere(session, rekey, session.all_compartments(), "keys rolled again", exclude=set())
     apply(session, rekey)
     changes = session.reader.changes(
         files_written=len(rekey.files), files_removed=len(rekey.delete),
-        note="keys rolled again: two key changes were made at once" if branches
-        else "keys rolled again: a key change made without seeing a revocation had given the revoked credential the keys"
-        if revoked else "keys rolled again: a key change made during an erasure had kept a destroyed key")
+        note="keys rolled again: a key change made without seeing a revocation had given the revoked credential the keys"
+        if revoked else "keys rolled again: two key changes were made at once" if branches
+        else "keys rolled again: a key change made during an erasure had kept a destroyed key")
     return changes | wrap_missing_epochs(session) if revoked else changes  # (what was held back for it)
 
 

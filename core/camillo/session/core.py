@@ -86,8 +86,11 @@ class Session:
         self.refused_slots: set[str] = set()  # newer slots for this device that no owner vouched for
         # the slot files and the number of epochs announced at the last generation check (catch_up_generation)
         self.known_slot_files: tuple[frozenset[str], int] | None = None
-        # the slot files and the number of revocations at the last look for other master secrets (and revoked holders)
-        self.branch_checked: tuple[frozenset[str], int] | None = None
+        # the slot files, and the numbers of revocations and epochs, at the last look for other master secrets and
+        # for a revoked credential that may hold the current one (a roll's records can arrive after its slots)
+        self.branch_checked: tuple[frozenset[str], int, int] | None = None
+        # what the facade runs when this session moves to a newer generation mid-work (catch_up_generation)
+        self.after_move: Callable[[], object] | None = None
         self.keychain_problem = ""  # the keychain holding this installation's key is locked or unreachable
         # why this installation's key, not lost, cannot be used now: it is sealed under another master secret
         # of this generation (waiting for the join, spec §16.10 rule 9), or under an older one that the

@@ -417,6 +417,8 @@ def catch_up_generation(session: Session) -> bool:
             session.update_memory()  # (kept: remembered before the older seals go)
             after_generation_roll(session)
             session.update_memory()
+            if session.after_move is not None:
+                session.after_move()  # (a revoked credential may hold it: rolled again first, §16.10 rule 9)
             return True
         if not own:  # (an own roll not announced yet may be once its records are read: looked at again then)
             session.refused_slots.add(h.name)
