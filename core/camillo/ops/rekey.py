@@ -35,7 +35,7 @@ from ..primitives import (
     random_bytes,
     verify_signature,
 )
-from ..records import BatchHeader, Kind, encode_record
+from ..records import BatchHeader, Kind, decode_record, encode_record
 from ..session import Session
 from ..session.installation import HandedOn, after_generation_roll, handed_on, seal_device_key_for, seal_key
 from ..session.unlock import catch_up_generation, epochs_not_here
@@ -355,10 +355,11 @@ def unseen_by_roll(session: Session) -> set[bytes]:
 
 
 def revoked_holds(session: Session) -> bool:
-    """Whether a user credential this roster holds revoked may hold the current master secret: its REVOKE
-    (not a device key's retirement or re-certification by the key that replaces it) neither covers nor is covered
-    by any control batch of a roll that made the current generation (:func:`_rolls_at`), and this device's
-    own roll of it is here (:func:`roll_batches`).  Such a roll, made on a view cut off from the revocation,
+    """Whether a user credential this roster holds revoked may hold the current master secret: none of its
+    REVOKEs (not a device key's retirement or re-certification by the key that replaces it; a REVOKE whose
+    control batch is not found here is not judged) covers or is covered by any control batch of a roll that
+    made the current generation (:func:`_rolls_at`), and this device's own roll of it is here
+    (:func:`roll_batches`).  Such a roll, made on a view cut off from the revocation,
     gave it a slot whether this device sees that slot or not (a host can hold the slot back), and may have
     outnumbered the revocation's own roll, onto which this device then moved through its own slot (found by
     review).  The keys are then rolled again, randomly, before anything is handed to that owner key or
@@ -370,8 +371,23 @@ def revoked_holds(session: Session) -> bool:
     if not revoked or not roll_batches(session):
         return False
     rolls = _rolls_at(session, session.keyring.generation)
-    return any(not any(_covers(roll, h) or _covers(h, roll) for roll in rolls)
-               for h in _control_copies(session, revoked).values())
+    revokes = _revokes_of(session, set(revoked.values()))  # (every REVOKE of each: the roster keeps one)
+    copies = _control_copies(session, revokes)
+    unplaced = {revokes[rid] for rid in revokes.keys() - copies.keys()}  # (not judged: no control batch found)
+    return any(not any(_covers(roll, h) or _covers(h, roll) for roll in rolls
+                       for rid, h in copies.items() if revokes[rid] == subject)
+               for subject in set(revoked.values()) - unplaced)
+
+
+def _revokes_of(session: Session, subjects: set[bytes]) -> dict[bytes, bytes]:
+    """Every REVOKE record naming one of ``subjects``: its id, and the subject.  Two passphrase changes made at
+    once each revoke the passphrase both replaced, and a roll that made one of them knew it was revoked though
+    the REVOKE the roster keeps is the other one's (found by the key-change hunt)."""
+    out = {}
+    for rid, raw in session.materialized.db.execute("SELECT id, raw FROM records WHERE kind = ?", (int(Kind.REVOKE),)):
+        if raw is not None and (subject := decode_record(raw).body.get(0)) in subjects:
+            out[rid] = subject
+    return out
 
 
 def _roll_records(session: Session, generation: int, *, held: bool) -> set[bytes]:
