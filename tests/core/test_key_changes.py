@@ -1948,3 +1948,40 @@ def test_a_device_not_yet_on_the_newest_keys_keeps_its_way_back_to_its_key(two_d
     sync.sync()
     _settle_as_people(sync, roots, homes, used)
     _both_agree(roots, homes, used, shown=kept, erased=target)
+
+
+@pytest.mark.xfail(strict=False, reason="open (found by review, 2026-12-07): an erasure beside a revocation sometimes "
+                                        "leaves the two devices at one generation, unjoined, the desktop unable to "
+                                        "write; about 1 run in 3 on 9abe122, 1 in 8 on 3268f84; cause not found yet")
+def test_an_erasure_beside_a_revocation_settles_on_one_generation(tmp_path):
+    """The laptop erases a record (a derived roll, and its key replaced) while the desktop, before any sync,
+    revokes a lost phone (a random roll to the same generation).  After rounds of sync, open and write, both
+    devices should stand at one generation, joined, each reading what both wrote.  Which slot a passphrase
+    opens first is random, and in some runs the laptop finds no other master secret to join and the desktop
+    waits for a join for good."""
+    roots, homes, sync = laptop_and_desktop(tmp_path)
+    phone = str(tmp_path / "phone")
+    shutil.copytree(roots["laptop"], phone)
+    Vault.open(phone, Unlock.passphrase(PASSPHRASE), device_name="phone", home=str(tmp_path / "hp")).lock()
+    union_copy([phone], roots["laptop"])
+    with Vault.open(roots["laptop"], Unlock.passphrase(PASSPHRASE), home=homes["laptop"]) as v:
+        typo = v.append([NewRecord(type="message", text="a typo")]).written[0]
+    sync.sync()
+    with Vault.open(roots["laptop"], Unlock.passphrase(PASSPHRASE), home=homes["laptop"]) as v:
+        v.erase([typo], reauth=Unlock.passphrase(PASSPHRASE))
+    with Vault.open(roots["desktop"], Unlock.passphrase(PASSPHRASE), home=homes["desktop"]) as v:
+        v.revoke("phone", reason="lost")
+    sync.sync()
+    generations = []
+    for round_ in range(4):
+        for who in ("laptop", "desktop"):
+            with Vault.open(roots[who], Unlock.passphrase(PASSPHRASE), home=homes[who]) as v:
+                v.refresh()
+                v.append([NewRecord(type="message", text=f"{who} {round_}")])
+                generations.append(v.session.keyring.generation)
+            sync.sync()
+    assert len(set(generations[-4:])) == 1, generations
+    for who in ("laptop", "desktop"):
+        with Vault.open(roots[who], Unlock.passphrase(PASSPHRASE), home=homes[who]) as v:
+            assert {f"{w} {i}" for w in ("laptop", "desktop") for i in range(4)} <= texts(v), who
+            assert serious(v) == [], who
