@@ -1950,15 +1950,15 @@ def test_a_device_not_yet_on_the_newest_keys_keeps_its_way_back_to_its_key(two_d
     _both_agree(roots, homes, used, shown=kept, erased=target)
 
 
-@pytest.mark.xfail(strict=False, reason="open (found by review, 2026-12-07): an erasure beside a revocation sometimes "
-                                        "leaves the two devices at one generation, unjoined, the desktop unable to "
-                                        "write; about 1 run in 3 on 9abe122, 1 in 8 on 3268f84; cause not found yet")
 def test_an_erasure_beside_a_revocation_settles_on_one_generation(tmp_path):
-    """The laptop erases a record (a derived roll, and its key replaced) while the desktop, before any sync,
-    revokes a lost phone (a random roll to the same generation).  After rounds of sync, open and write, both
-    devices should stand at one generation, joined, each reading what both wrote.  Which slot a passphrase
-    opens first is random, and in some runs the laptop finds no other master secret to join and the desktop
-    waits for a join for good."""
+    """Found by review (about 1 run in 3; on 3268f84 too).  The laptop erases a record (a derived roll, and
+    its key replaced) while the desktop, before any sync, revokes a lost phone (a random roll to the same
+    generation).  The passphrase has a slot under each.  Opened with it, the desktop took whichever slot came
+    first by name; under the laptop's master secret its own key's seal does not open, so it read without
+    writing, waiting for a join that only it could make (the laptop's new key has no slot under the
+    desktop's roll).  The slot whose master secret this installation's key is sealed under now comes first
+    among slots of one generation too; both devices settle on one generation, joined, each reading what
+    both wrote."""
     roots, homes, sync = laptop_and_desktop(tmp_path)
     phone = str(tmp_path / "phone")
     shutil.copytree(roots["laptop"], phone)
