@@ -20,8 +20,9 @@ Run by the facade after every writable unlock, in this order:
 
 and, first, a user credential this roster counts that holds no slot of the current generation, because
 the roll that made it had not seen it registered (a device registered while another device revoked), is
-issued one (spec §16.6 step 3); and, after step 2, the live epoch secrets this device holds that the current keyring lacks (another
-device rolled the master secret concurrently, without them) are delivered to the current owner key.
+issued one (spec §16.6 step 3); and, after step 2, the live epoch secrets this device holds that the
+current keyring lacks (another device rolled the master secret concurrently, without them) are delivered
+to the current owner key, unless a revoked credential may hold it (rule 9 (c): the keys roll again first).
 A refresh that finds new files runs steps 2, 5 and 6 again.  Confined to the thread that owns the vault.
 """
 
