@@ -445,6 +445,8 @@ def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) 
     assert control is not None
     for w in writers:
         for seq in range(log.max_seq(w, control), 0, -1):
+            if len(found) == len(wanted):
+                return found
             view = session.batches.get(log.batch_at((w, control), seq) or b"")
             if view is not None:
                 for rid in wanted.intersection(view.header.records):
@@ -623,16 +625,14 @@ def other_roll_read(session: Session) -> bool:
     counts here.  Later epochs at that generation (a scheduled one, a grant's revocation, a compartment
     added, by any device, this one included) follow an epoch of the same generation: they say nothing of
     the roll's batches."""
-    r, generation, actor = session.roster, session.keyring.generation, session.actor
+    generation, actor = session.keyring.generation, session.actor
     if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
         # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
         # a roller's next roll follows its earlier one in every compartment's chain, found by review)
         return False
     rollers = {w for _h, st in session.current_slots() if st.recipient_id == actor.recipient_id
                for w, *_ in st.signatures if w != actor.writer_id}
-    named = [info.record_id for ref, info in r.epochs.items()
-             if info.generation == generation and ref in session.keyring.epoch_secrets and info.prev is not None
-             and (before := r.epochs.get((ref[0], info.prev))) is not None and before.generation < generation]
+    named = sorted(_roll_records(session, generation, held=True))
     if not rollers or not named:
         return False
     authors = session.materialized.db.execute(
