@@ -102,3 +102,34 @@ def test_a_device_registered_while_the_passphrase_changed_gets_a_slot_after_a_ro
     with Vault.open(newcomer, recovery, home=str(tmp_path / "h-newcomer")) as v:
         assert v.session.keyring.generation == 4  # (rolled again: the phone's roll had not seen the change, rule 9 (c))
         assert "after everything met" in {r.text for r in v.timeline()}
+
+
+def test_a_passphrase_whose_change_is_here_only_in_its_data_copies_gets_a_slot_of_a_roll_that_had_not_seen_it(tmp_path):
+    """Found by the key-change hunt's flaky example (about 1 run in 5).  The phone changes the passphrase while
+    the laptop revokes two lost devices.  The change's records reach the laptop in their data batches' copies,
+    not yet in its control batch, so the laptop counts the new passphrase but finds no control copy of it to
+    judge by.  Every control batch the laptop's rolls had seen is here, and none carries the change, so they
+    had not seen it: the laptop's next roll gives it a slot.  It used to withhold it; in the hunt's example the
+    laptop's key was then sealed under a master secret only that roll's slots open, and the person was refused
+    with every passphrase on the laptop."""
+    from .helpers import slots_unwrapped_by
+    from .test_replaced_passphrase import _segments_outside
+
+    laptop, (phone, *_devices), control = _laptop_and(tmp_path, "phone", "spare", "tablet", "watch")
+    before = _files(phone)
+    with Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone")) as v:
+        v.change_passphrase(NEW_PASSPHRASE)
+    new = _files(phone) - before
+    held_back = {rel for rel in new if rel.startswith("segments")} - _segments_outside(phone, new, control)
+    assert held_back  # (the change's control batch)
+    with _on_the_laptop(tmp_path) as v:
+        v.revoke("spare", reason="lost")
+        v.revoke("tablet", reason="lost")
+        assert v.session.keyring.generation == 3
+    _carry(phone, laptop, only=new - held_back)
+    recovery = Unlock.recovery((tmp_path / "recovery phrase").read_text())
+    with Vault.open(laptop, recovery, home=str(tmp_path / "h-laptop")) as v:
+        v.revoke("watch", reason="lost")
+        generation = v.session.keyring.generation
+        v.append([NewRecord(type="message", text="after the roll")])
+    assert generation in {h.generation for h in slots_unwrapped_by(laptop, NEW_PASSPHRASE)}

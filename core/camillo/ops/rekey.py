@@ -342,16 +342,41 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     if not rolls:
         return set()
     copies = _control_copies(session, made)
+    elsewhere = _copied_elsewhere(session, made.keys() - copies.keys())  # (not the genesis: every roll saw it)
     unseen: set[bytes] = set()
     generation, gaps = session.keyring.generation, bool(session.reader.log_facts().gaps)
     while rolls:
         unseen |= {made[rid] for rid, h in copies.items() if not any(_covers(roll, h, itself=False) for roll in rolls)}
+        if elsewhere and all(_saw_only_what_is_here(session, roll) for roll in rolls):
+            unseen |= {made[rid] for rid in elsewhere}
         generation -= 1  # (the generation just before, never one further down: found by review)
         earlier = _rolls_at(session, generation)
         if gaps or not earlier or any(_covers(roll, e) for roll in rolls for e in earlier):
             break
         rolls = earlier
     return unseen
+
+
+def _copied_elsewhere(session: Session, rids: set[bytes]) -> set[bytes]:
+    """Those of ``rids`` (records with no control copy here) that have a copy here in another compartment's
+    batch (the same write's: a sync brought it first)."""
+    if not rids:
+        return set()
+    return {rid for (rid,) in session.materialized.db.execute(
+        f"SELECT DISTINCT id FROM records WHERE id IN ({','.join('?' * len(rids))})", list(rids))}
+
+
+def _saw_only_what_is_here(session: Session, roll: BatchHeader) -> bool:
+    """Whether every control batch that control batch ``roll`` had seen (its own chain to it, and each other
+    chain to its frontier) is here: then a record in none of them is one the roll had not seen, though its
+    own control copy has not arrived (found by the key-change hunt: a passphrase change whose data copies
+    had arrived before its control batch was withheld by a roll that could not have seen it, and its laptop
+    refused every passphrase)."""
+    log, control = session.reader.log_facts(), session.roster.control_id
+    assert control is not None
+    seen = {**roll.frontier, roll.writer_id: roll.seq}
+    return all((bid := log.batch_at((w, control), seq)) is not None and bid in session.batches
+               for w, top in seen.items() for seq in range(1, top + 1))
 
 
 def revoked_holds(session: Session) -> bool:
