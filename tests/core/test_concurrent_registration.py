@@ -133,3 +133,92 @@ def test_a_passphrase_whose_change_is_here_only_in_its_data_copies_gets_a_slot_o
         generation = v.session.keyring.generation
         v.append([NewRecord(type="message", text="after the roll")])
     assert generation in {h.generation for h in slots_unwrapped_by(laptop, NEW_PASSPHRASE)}
+
+
+THIRD_PASSPHRASE = "a third passphrase"
+
+
+def test_a_revoked_passphrase_whose_registration_is_here_only_in_its_data_copies_gets_no_slot(tmp_path):
+    """Found by review (a guard of the test above).  The host withholds the control batch that registered the
+    second passphrase and every batch of the change that replaced it.  The newest roll (the laptop's
+    revocation) had seen both and left the second passphrase out, but its batches that carried them are not
+    here: a device given the rest, where the replaced passphrase still counts (its REVOKE is withheld),
+    revokes another device, and its roll must not give the replaced passphrase a slot of the new master
+    secret.  (The grant's revocation is what makes the generation-4 roll's records readable here.)"""
+    from .helpers import slots_unwrapped_by
+    from .test_replaced_passphrase import _segments_outside
+
+    laptop, (target, _spare, _tablet), control = _laptop_and(tmp_path, "target", "spare", "tablet", grant=True)
+    before = _files(laptop)
+    with _on_the_laptop(tmp_path) as v:  # P1 -> P2: its anchor in the control batch, and in the data copies
+        v.change_passphrase(NEW_PASSPHRASE)
+    first = _files(laptop) - before
+    first_control = {rel for rel in first if rel.startswith("segments")} - _segments_outside(laptop, first, control)
+    assert first_control
+    before = _files(laptop)
+    with _on_the_laptop(tmp_path, NEW_PASSPHRASE) as v:  # P2 -> P3: revokes P2
+        v.change_passphrase(THIRD_PASSPHRASE)
+    second = {rel for rel in _files(laptop) - before if rel.startswith("segments")}
+    with _on_the_laptop(tmp_path, THIRD_PASSPHRASE) as v:
+        v.revoke("agent")
+        v.revoke("spare", reason="lost")  # generation 4: its roll had seen P2 registered, and revoked
+        assert v.session.keyring.generation == 4
+    _carry(laptop, target, only=_files(laptop) - first_control - second)
+    recovery = Unlock.recovery((tmp_path / "recovery phrase").read_text())
+    with Vault.open(target, recovery, home=str(tmp_path / "h-target"), cache=False) as v:
+        r = v.session.roster
+        assert v.session.keyring.generation == 4
+        assert [p for p in r.principals.values() if p.kind.label == "passphrase" and p.writer_id not in r.revocations]
+        v.revoke("tablet", reason="lost")
+        assert v.session.keyring.generation == 5
+    assert {h.generation for h in slots_unwrapped_by(target, NEW_PASSPHRASE)}.isdisjoint({4, 5})
+
+
+def test_a_roster_mirror_copy_kept_first_does_not_hide_a_passphrases_control_copy(tmp_path):
+    """Found by review.  A passphrase set on the phone is copied, with the phone's certificate, into the first
+    batch of a compartment the tablet adds (a roster mirror).  When a device's state kept that copy first, the
+    search for the anchor's control copy looked only in the tablet's control chain, found none, and the rule
+    above counted the passphrase as unseen by a roll that had seen it registered and left it out (the laptop
+    had replaced it): that device's next roll gave the replaced passphrase its new master secret.  Every
+    control chain here is searched now."""
+    from .helpers import slots_unwrapped_by
+    from .test_replaced_passphrase import _join
+
+    laptop = str(tmp_path / "laptop")
+    v, phrase = Vault.create(laptop, PASSPHRASE, device_name="laptop", home=str(tmp_path / "h-laptop"))
+    v.append([NewRecord(type="message", text="before")])
+    v.lock()
+    target = _join(tmp_path, laptop, "target")
+    phone, tablet, desk, _spare, _other = (_join(tmp_path, laptop, n) for n in ("phone", "tablet", "desk", "spare", "other"))
+    for folder in (phone, tablet, desk):
+        _carry(laptop, folder)
+    with Vault.open(phone, Unlock.passphrase(PASSPHRASE), home=str(tmp_path / "h-phone")) as v:
+        v.change_passphrase(NEW_PASSPHRASE)  # registered in the phone's control batch
+    for folder in (laptop, tablet, desk):
+        _carry(phone, folder)
+    before = _files(tablet)
+    with Vault.open(tablet, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-tablet")) as v:
+        v.add_compartment("travel")  # the mirror: the phone's certificate and the new anchor in the tablet's batch
+    mirror = {rel for rel in _files(tablet) - before if rel.startswith("segments")}
+    _carry(tablet, laptop)
+    _carry(tablet, desk)
+    before = _files(laptop)
+    with Vault.open(laptop, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-laptop")) as v:
+        v.change_passphrase(THIRD_PASSPHRASE)  # revokes the phone's passphrase
+    second = {rel for rel in _files(laptop) - before if rel.startswith("segments")}
+    _carry(laptop, desk, ("slots", "env"))
+    with Vault.open(desk, Unlock.passphrase(NEW_PASSPHRASE), home=str(tmp_path / "h-desk")) as v:
+        v.revoke("spare", reason="lost")  # its roll had seen the phone's passphrase registered, and leaves it out
+        assert v.session.keyring.generation == 4
+    assert 4 not in {h.generation for h in slots_unwrapped_by(desk, NEW_PASSPHRASE)}
+    recovery = Unlock.recovery(phrase)
+    _carry(desk, target, ("slots", "env"))
+    _carry(tablet, target, only=mirror)  # the host brings the mirror first
+    Vault.open(target, recovery, home=str(tmp_path / "h-target")).lock()
+    for folder in (laptop, phone, tablet, desk):
+        _carry(folder, target, only=_files(folder) - second)
+    with Vault.open(target, recovery, home=str(tmp_path / "h-target")) as v:
+        assert v.session.keyring.generation == 4
+        v.revoke("other", reason="lost")
+        generation = v.session.keyring.generation
+    assert generation not in {h.generation for h in slots_unwrapped_by(target, NEW_PASSPHRASE)}

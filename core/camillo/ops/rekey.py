@@ -457,8 +457,9 @@ def _control_copies(session: Session, wanted: dict[bytes, bytes]) -> dict[bytes,
     """Of the records ``wanted`` (their ids, as keys), the control batch each is in."""
     if not wanted:
         return {}
-    writers = {w for (w,) in session.materialized.db.execute(
-        f"SELECT DISTINCT writer FROM records WHERE id IN ({','.join('?' * len(wanted))})", list(wanted))}
+    control = session.roster.control_id  # every control chain here: the row the records table kept may be
+    # another writer's copy (a roster mirror, ops.compartments), whose chain does not hold the control copy
+    writers = {w for (w, c), _top, _bid in session.reader.log_facts().tops_here() if c == control}
     return _in_control(session, writers, set(wanted))
 
 
