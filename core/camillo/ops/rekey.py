@@ -331,7 +331,10 @@ def unseen_by_roll(session: Session) -> set[bytes]:
     change's new passphrase, which a sync can bring without its slot, found by review).  A certificate or
     anchor is in the control batch of the write that made it, as in every other compartment's; the copy
     judged is that one, whatever copy this reader kept first (a host picks the order, and a control batch's
-    ``heads`` cannot cover the data batches of its own write: found by review).  A roll that had not read the
+    ``heads`` cannot cover the data batches of its own write: found by review), looked for in every control
+    chain here (the row the records table kept may be a mirror's, found by review).  A credential whose
+    control copy is not here, only its other copies, counts as unseen when every control batch the roll had
+    seen is here (:func:`_saw_only_what_is_here`: none of them carries it).  A roll that had not read the
     roll of the generation before it (made where only that roll's slots had arrived) left out whom it could
     not judge: with no gap in the log, those that earlier roll had not seen count too, and so on down,
     one generation at a time, while each roll is here and had not read the one before.  Empty when the
