@@ -431,7 +431,7 @@ def _roll_records(session: Session, generation: int, *, held: bool) -> set[bytes
 def _rolls_at(session: Session, generation: int) -> list[BatchHeader]:
     """The control batches of every roll to ``generation`` that is here, whoever wrote it."""
     named = _roll_records(session, generation, held=False) if generation > 0 else set()
-    return list({(h.writer_id, h.seq): h for h in _control_copies(session, dict.fromkeys(named, b"")).values()}.values())
+    return list({(h.writer_id, h.seq): h for h in _control_copies(session, named).values()}.values())
 
 
 def roll_batches(session: Session) -> list[BatchHeader]:
@@ -456,14 +456,14 @@ def _covers(later: BatchHeader, earlier: BatchHeader, *, itself: bool = True) ->
     return later.frontier.get(earlier.writer_id, 0) >= earlier.seq
 
 
-def _control_copies(session: Session, wanted: dict[bytes, bytes]) -> dict[bytes, BatchHeader]:
-    """Of the records ``wanted`` (their ids, as keys), the control batch each is in."""
-    if not wanted:
+def _control_copies(session: Session, wanted: Iterable[bytes]) -> dict[bytes, BatchHeader]:
+    """Of the records ``wanted`` (their ids), the control batch each is in."""
+    if not (wanted := set(wanted)):
         return {}
     control = session.roster.control_id  # every control chain here: the row the records table kept may be
     # another writer's copy (a roster mirror, ops.compartments), whose chain does not hold the control copy
     writers = {w for (w, c), _top, _bid in session.reader.log_facts().tops_here() if c == control}
-    return _in_control(session, writers, set(wanted))
+    return _in_control(session, writers, wanted)
 
 
 def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) -> dict[bytes, BatchHeader]:
