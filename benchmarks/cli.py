@@ -171,7 +171,7 @@ class Bench:
         if "erasure" in g:
             out.append(("erasure", {"op": "erasure"}))
         if "revoke" in g:
-            out.append(("revoke", {"op": "revoke"}))
+            out += [("revoke", {"op": "revoke"}), ("warm_open_revoked", {"op": "warm_open_revoked"})]
         if "passwd" in g:
             out.append(("passwd", {"op": "passwd"}))
         if "attachments" in g:
@@ -533,7 +533,8 @@ class Bench:
                 fig(key, label, "s", v, floor=fl.cold_open_floor(p, counts[variant]), rss=rss, target=target,
                     cpu=cpu(key))
         for key, label in (("warm_open", "Warm open to first timeline page (cache)"),
-                           ("warm_open_compacted", "Warm open to first timeline page, the compacted vault (cache)")):
+                           ("warm_open_compacted", "Warm open to first timeline page, the compacted vault (cache)"),
+                           ("warm_open_revoked", "Warm open to first timeline page after a device was revoked (cache)")):
             if key in raw:
                 v, rss = meter(key)
                 fig(key, label, "s", v, floor=warm_floor, rss=rss, target={"kind": "lt", "value": 1.0, "at": 1_000_000},

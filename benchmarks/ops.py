@@ -105,8 +105,12 @@ def cold_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     return out
 
 
-def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str, *, settle: bool = False) -> dict[str, Any]:
+def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str, *, settle: bool = False,
+                        revoke: str | None = None) -> dict[str, Any]:
     fx = _clone(params, fixture, scratch)
+    if revoke is not None:  # (untimed) this device revokes another first
+        with _open(fx) as v:
+            v.revoke(revoke, reason="benchmark")
     if settle:  # (untimed) the local state as this version leaves it after any open: what it remembers
         _open(fx).lock()  # to save work (the envelopes read, the signatures verified) is there, as on a user's
     with Meter() as m:
@@ -122,6 +126,14 @@ def warm_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     """Open with this installation's cache, then the first page (100 rows) of the timeline; on a
     clone opened and locked once before (a fixture an earlier version built is brought up to date)."""
     return _open_to_first_page(params, scratch, params.get("variant", "loose"), settle=True)
+
+
+@op("warm_open_revoked")
+def warm_open_revoked(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """:func:`warm_open` after this device revoked another (the laptop, lost): every open of such a vault judges
+    whether the revoked key may hold the current keys (``camillo.ops.rekey.revoked_holds``), which once read
+    every record to find the revocations."""
+    return _open_to_first_page(params, scratch, "loose", settle=True, revoke="laptop")
 
 
 @op("reopen")

@@ -407,12 +407,17 @@ def revoked_holds(session: Session) -> bool:
                for subject in set(revoked.values()) - unplaced)
 
 
+# The REVOKE records, read from the index of the control records (cache.SCHEMA's records_control, whose
+# condition the query repeats so that SQLite uses it), not by a pass over every record.
+REVOKES_QUERY = "SELECT id, raw FROM records WHERE kind >= 16 AND kind = ?"
+
+
 def _revokes_of(session: Session, subjects: set[bytes]) -> dict[bytes, bytes]:
     """Every REVOKE record naming one of ``subjects``: its id, and the subject.  Two passphrase changes made at
     once each revoke the passphrase both replaced, and a roll that made one of them knew it was revoked though
     the REVOKE the roster keeps is the other one's (found by the key-change hunt)."""
     out = {}
-    for rid, raw in session.materialized.db.execute("SELECT id, raw FROM records WHERE kind = ?", (int(Kind.REVOKE),)):
+    for rid, raw in session.materialized.db.execute(REVOKES_QUERY, (int(Kind.REVOKE),)):
         if raw is not None and (subject := decode_record(raw).body.get(0)) in subjects:
             out[rid] = subject
     return out
