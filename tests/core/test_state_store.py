@@ -21,7 +21,7 @@ import textwrap
 
 import pytest
 from camillo import NewRecord, Unlock, Vault
-from camillo.errors import DamagedFile
+from camillo.errors import DamagedFile, UsageError
 from camillo.records import CONTROL_KINDS, Kind
 from camillo.session.reader import Reader
 from camillo.session.views import SPECIAL_FLAGS
@@ -1177,6 +1177,9 @@ def test_the_activity_view_makes_the_rows_it_shows_and_decodes_no_other_batch(ne
         decoded = [x for x in plain if not x.undecoded]
         assert {x.id for x in decoded} <= {r.batch for r in shown}, "a batch not shown was decoded"
         assert not [q for q in statements if q.startswith("SELECT kind, type FROM records WHERE id = ")]
+        assert v.activity(limit=0) == []
+        with pytest.raises(UsageError, match="must not be negative"):
+            v.activity(limit=-1)
 
 
 def test_a_warm_open_holds_one_object_for_each_value_many_batches_share(new_vault, monkeypatch, tmp_path):
@@ -2483,15 +2486,15 @@ def test_a_record_id_prefix_is_a_range_of_the_index_of_ids(ids, edges, pick, len
 
 def test_a_record_is_found_by_a_prefix_of_its_id(new_vault):
     """What ``camillo show`` and the other commands that name a record accept: its id, or a prefix of at least 8
-    hex digits, in either case; a prefix with a letter that is not a hex digit is named as not an id."""
-    from camillo.errors import UsageError
-
+    hex digits, in either case; a prefix with a letter that is not a hex digit, or with spaces (which bytes.fromhex
+    skips: "ea 7f 81" is 8 characters, 6 digits), is named as not an id (found by review)."""
     path, vault, _ = new_vault
     _fill(vault, 5)
     rid = vault.timeline(limit=1)[0].id
     for n in (8, 9, 17, 63, 64):
         assert vault.find_record(rid.hex()[:n].upper()).id == rid
         assert vault.find_record(rid.hex()[:n]).id == rid
-    for bad in (rid.hex()[:8] + "z", "zz" + rid.hex()[:8]):
+    h = rid.hex()
+    for bad in (h[:8] + "z", "zz" + h[:8], h[:8] + "_", f"{h[:2]} {h[2:4]} {h[4:6]}", f"{h[:4]}  {h[4:8]}"):
         with pytest.raises(UsageError, match="is not a record id"):
             vault.find_record(bad)

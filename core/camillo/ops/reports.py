@@ -69,6 +69,8 @@ def find_record(session: Session, prefix: str) -> RecordView:
     """A record by its hex id or a unique prefix of at least 8 digits."""
     text = prefix.strip().lower()
     state = session.materialized
+    if not all(c in "0123456789abcdef" for c in text):  # (bytes.fromhex skips spaces: "ea 7f 81" is not 8 digits)
+        raise UsageError(f"'{prefix}' is not a record id (hex digits)")
     try:
         if len(text) == 64:
             v = state.record(bytes.fromhex(text))
@@ -303,6 +305,8 @@ def activity(session: Session, limit: int = 500) -> list[ActivityRow]:
     newest.  The batches' times come from one pass over the stored headers (:func:`batch_times`), and only
     the rows shown are made, each batch's records counted by kind in one query: it made a row of every batch,
     and looked up each of their records one by one (15.4 s and 300 MiB at a million records; now 0.75 s)."""
+    if limit < 0:
+        raise UsageError("the number of batches to list must not be negative")
     roster, log, state = session.roster, session.log, session.materialized
     batches = session.batches
     gone = batches.gone if isinstance(batches, BatchViews) else set()

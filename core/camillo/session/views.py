@@ -98,7 +98,7 @@ def batch_times(db: Connection) -> Iterator[tuple[bytes, int]]:
         try:
             header_bytes, _sigs = cbor2.loads(stored)
             ts = cbor2.loads(header_bytes)[H.TS]
-        except (cbor2.CBORError, ValueError, TypeError, KeyError) as exc:
+        except (cbor2.CBORError, ValueError, TypeError, LookupError) as exc:
             raise DatabaseError(f"a batch stored in the local state does not decode ({exc})") from None
         yield bid, ts
 
