@@ -133,17 +133,18 @@ def rescue_batches(session: Session) -> Changes:
         kept, kept_segments = session.device_state.kept, session.device_state.kept_segments
     if not destroyed:
         return Changes()
-    replaced: dict[bytes, frozenset[bytes]] = {}  # segment id -> the batches the erasure removing it re-encrypted
-    for m in roster.manifests.values():
-        if m.kind == Kind.ERASURE_MANIFEST:
-            for seg in m.removed:
-                replaced[seg] = replaced.get(seg, frozenset()).union(m.batches)
-    erased = roster.erased_records()
     candidates = sorted((name, ref) for name, ref in reader.segments_under(destroyed).items()
                         if ref[1] in kept.get(ref[0], {}) or name in kept_segments)
-    if not candidates:
+    if not candidates:  # (every open after an erasure, once its old segments are gone: nothing more to do)
         _drop_kept(session, destroyed, set(), set())
         return Changes()
+    replaced: dict[bytes, frozenset[bytes]] = {}  # segment id -> the batches the erasure removing it re-encrypted
+    for m in roster.manifests.values():  # (each manifest's batches made a set once, not once per segment:
+        if m.kind == Kind.ERASURE_MANIFEST:  # an erasure of an epoch of 100,000 records removes 1,000 of them)
+            these = frozenset(m.batches)
+            for seg in m.removed:
+                replaced[seg] = replaced[seg] | these if seg in replaced else these
+    erased = roster.erased_records()
     alive_holders: dict[bytes, set[str]] = {}  # batch id -> readable segments under live epochs
     for name, bids in reader.segment_batches.items():
         ref = reader.segment_epochs.get(name)
