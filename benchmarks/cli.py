@@ -169,7 +169,7 @@ class Bench:
         if "compaction" in g:
             out.append(("compaction", {"op": "compaction"}))
         if "erasure" in g:
-            out.append(("erasure", {"op": "erasure"}))
+            out += [("erasure", {"op": "erasure"}), ("warm_open_erased", {"op": "warm_open_erased"})]
         if "revoke" in g:
             out += [("revoke", {"op": "revoke"}), ("warm_open_revoked", {"op": "warm_open_revoked"})]
         if "passwd" in g:
@@ -534,7 +534,8 @@ class Bench:
                     cpu=cpu(key))
         for key, label in (("warm_open", "Warm open to first timeline page (cache)"),
                            ("warm_open_compacted", "Warm open to first timeline page, the compacted vault (cache)"),
-                           ("warm_open_revoked", "Warm open to first timeline page after a device was revoked (cache)")):
+                           ("warm_open_revoked", "Warm open to first timeline page after a device was revoked (cache)"),
+                           ("warm_open_erased", "Warm open to first timeline page after an erasure (cache)")):
             if key in raw:
                 v, rss = meter(key)
                 fig(key, label, "s", v, floor=warm_floor, rss=rss, target={"kind": "lt", "value": 1.0, "at": 1_000_000},

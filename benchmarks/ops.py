@@ -106,11 +106,14 @@ def cold_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 
 
 def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str, *, settle: bool = False,
-                        revoke: str | None = None) -> dict[str, Any]:
+                        revoke: str | None = None, erase: bool = False) -> dict[str, Any]:
     fx = _clone(params, fixture, scratch)
     if revoke is not None:  # (untimed) this device revokes another first
         with _open(fx) as v:
             v.revoke(revoke, reason="benchmark")
+    if erase:  # (untimed) or erases the fixture's target record
+        with _open(fx) as v:
+            v.erase([bytes.fromhex(fx.meta["target"])])
     if settle:  # (untimed) the local state as this version leaves it after any open: what it remembers
         _open(fx).lock()  # to save work (the envelopes read, the signatures verified) is there, as on a user's
     with Meter() as m:
@@ -134,6 +137,13 @@ def warm_open_revoked(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     whether the revoked key may hold the current keys (``camillo.ops.rekey.revoked_holds``), which once read
     every record to find the revocations."""
     return _open_to_first_page(params, scratch, "loose", settle=True, revoke="laptop")
+
+
+@op("warm_open_erased")
+def warm_open_erased(params: dict[str, Any], scratch: str) -> dict[str, Any]:
+    """:func:`warm_open` of the erasure fixture after this device erased one record in its large epoch: every
+    open after an erasure checks whether batches under the destroyed epoch must be sealed again."""
+    return _open_to_first_page(params, scratch, "erasure", settle=True, erase=True)
 
 
 @op("reopen")
