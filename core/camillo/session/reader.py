@@ -418,8 +418,9 @@ class Reader:
         # until the validity pass over every record that follows it (State.loading)
         with state.loading() if todo else nullcontext():
             new_batches += segread.read_segments(self, todo)
-            if new_keys:
-                for name in list(self.unreadable):
+            if new_keys:  # (those whose epoch's key is here now: the others stay unreadable, read or not)
+                held = self.keyring.epoch_keys
+                for name in [n for n, ref in self.unreadable.items() if ref in held]:
                     new_batches += self.read_segment(name)
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
