@@ -55,7 +55,7 @@ def compact(session: Session, *, prune_now: bool = False, now: float | None = No
     # An earlier compaction (by this device or another) whose old segments still wait for their
     # prune: neither those nor its new segments are compacted again, which would give their
     # batches a third copy.  Once pruned, its new segments are ordinary segments again.
-    present = {segment_id(n) for n in (*session.reader.segment_batches, *session.reader.unreadable)}
+    present = {segment_id(n) for n in session.reader.segment_batches}
     replaced = {sid for m in r.manifests.values() if m.kind == Kind.COMPACTION and not present.isdisjoint(m.removed)
                 for sid in (*m.removed, *m.added)}
     control = session.all_compartments()[0]

@@ -3,8 +3,7 @@
 A warm open of a vault of a million records finds 100,000 segment files in 256 directories, nearly
 all of them read before.  The local state keeps each directory's listing (``cache_dirs``: its mtime,
 files and subdirectories, as the reader last took them in) and the segments listed but not read
-(``unread`` in ``cache_meta``: not readable yet, still syncing, damaged), with the epoch of those not
-readable for want of its key (``unread_epochs``: not read again until a key of that epoch is here).  The first scan then takes
+(``unread`` in ``cache_meta``: not readable yet, still syncing, damaged).  The first scan then takes
 every directory of segments whose mtime has not moved on trust, without reading its names
 (:meth:`~camillo.storage.FolderShelf.prime_lazily`), and reports only what changed since.  This is
 sound because the stored listing and the stored state agree on those directories: a directory is
@@ -18,14 +17,12 @@ Functions of the session's reader, which calls them.  Confined to the thread tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from .. import encoding
 from ..cache import Connection
 from ..names import kind_of
 from ..storage import FolderShelf
-
-EpochRef = tuple[bytes, bytes]  # (compartment id, epoch id)
 
 
 def lines(text: str) -> frozenset[str]:
@@ -73,44 +70,15 @@ def unread_of(meta: dict[str, bytes]) -> list[str] | None:
     return names
 
 
-def unreadable_of(meta: dict[str, bytes], unread: list[str]) -> dict[str, EpochRef]:
-    """Those of ``unread`` the local state kept as unreadable here, each with the epoch it is sealed under
-    (:func:`store`; none in an older state: every unread segment is read again)."""
-    if "unread_epochs" not in meta:
-        return {}
-    groups = encoding.decode(meta["unread_epochs"])
-    out: dict[str, EpochRef] = {}
-    if not isinstance(groups, list):
-        raise ValueError("the local state's list of unreadable segments is damaged")
-    for group in groups:
-        if not (isinstance(group, list) and len(group) == 3 and isinstance(group[0], bytes)
-                and isinstance(group[1], bytes) and isinstance(group[2], list)
-                and all(type(i) is int and 0 <= i < len(unread) for i in group[2])):
-            raise ValueError("the local state's list of unreadable segments is damaged")
-        ref = (group[0], group[1])
-        out.update((unread[i], ref) for i in group[2])
-    return out
-
-
-def store(shelf: FolderShelf, db: Connection, every: bool, unread: Iterable[str],
-          unreadable: Mapping[str, EpochRef]) -> None:
+def store(shelf: FolderShelf, db: Connection, every: bool, unread: Iterable[str]) -> None:
     """Keep what moved of the folder's listing (``every``: all of it), and the segments listed but not
-    read (``unread``: not readable yet, still syncing, damaged), which the next open reads again, but for
-    those not readable for want of their epoch's key (``unreadable``), kept with that epoch: a segment's name
-    is the hash of its bytes, so it is read again only once a key of that epoch is here (an agent whose grant
-    opens one compartment of a million records read the 33,700 segments of the others at every open)."""
+    read (``unread``: not readable yet, still syncing, damaged), which the next open reads again."""
     keep, drop = shelf.listing_changes(every=every)
     db.executemany("DELETE FROM cache_dirs WHERE rel = ?", [(rel,) for rel in drop])
     db.executemany("INSERT OR REPLACE INTO cache_dirs(rel, mtime, files, subdirs) VALUES(?, ?, ?, ?)",
                    [(rel, mtime, "\n".join(files), "\n".join(subdirs)) for rel, mtime, files, subdirs in keep])
-    names = sorted({n for n in unread if kind_of(n) == "segment"})
-    groups: dict[EpochRef, list[int]] = {}
-    for i, name in enumerate(names):
-        if (ref := unreadable.get(name)) is not None:
-            groups.setdefault(ref, []).append(i)
-    db.executemany("INSERT OR REPLACE INTO cache_meta(key, value) VALUES(?, ?)", [
-        ("unread", encoding.encode(names)),
-        ("unread_epochs", encoding.encode([[c, e, at] for (c, e), at in sorted(groups.items())]))])
+    db.execute("INSERT OR REPLACE INTO cache_meta(key, value) VALUES('unread', ?)",
+               (encoding.encode(sorted({n for n in unread if kind_of(n) == "segment"})),))
 
 
 def vanished(shelf: FolderShelf, db: Connection) -> set[str]:

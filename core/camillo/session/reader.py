@@ -235,7 +235,6 @@ class Reader:
             # (not the log's chains, megabytes at 1M read when asked for, nor the roster kept: rostermemo)
             meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key NOT IN ('log_chains', 'roster_kept')"))
             unread = listing.unread_of(meta)
-            unreadable = listing.unreadable_of(meta, unread) if unread is not None else {}
             # the folder's first scan lists only what moved since (trusted: reports only what moved)
             trusted = isinstance(self.shelf, FolderShelf) and listing.prime(self.shelf, db, unread)
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
@@ -256,11 +255,8 @@ class Reader:
         self.flags_new = set()
         if trusted and unread is not None:
             # what the stored listing holds was read (or is among ``unread``): the first refresh reads
-            # what moved since, every envelope (the keys are not kept) and the unread segments again, but
-            # for those kept as unreadable (listing.store: read again once a key of their epoch is here)
-            self.rescan_all, self.envelopes_again = False, True
-            self.segments_again = set(unread) - unreadable.keys()
-            self.unreadable.update((name, shared(ref)) for name, ref in unreadable.items())
+            # what moved since, every envelope (the keys are not kept) and the unread segments again
+            self.rescan_all, self.envelopes_again, self.segments_again = False, True, set(unread)
             self.listing_trusted = True
         self.listing_all = False
         return ""
@@ -329,7 +325,7 @@ class Reader:
         if not isinstance(self.shelf, FolderShelf):
             return
         listing.store(self.shelf, self.materialized.db, self.listing_all,
-                      [*self.unreadable, *self.incomplete, *self.segment_problems], self.unreadable)
+                      [*self.unreadable, *self.incomplete, *self.segment_problems])
         self.listing_all = False
 
     @staticmethod
@@ -426,7 +422,7 @@ class Reader:
                 held = self.keyring.epoch_keys
                 for name in [n for n, ref in self.unreadable.items() if ref in held]:
                     new_batches += self.read_segment(name)
-        vanished = sorted(n for n in removed if n in self.segment_batches or n in self.unreadable)
+        vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
         if not vanished and self._resume_stored():
