@@ -176,7 +176,7 @@ def test_a_long_operation_runs_once_and_its_cold_open_counts_the_fixture(tmp_pat
     assert result["runs"] == 2
     assert {k: len(v) for k, v in result["raw"].items()} == {
         "cold_open_bulk": 1, "cold_open_loose": 1, "cold_open_compacted": 1, "warm_open": 1, "reopen": 1, "erasure": 1,
-        "warm_open_compacted": 1}
+        "warm_open_compacted": 1, "warm_open_erased": 1}
     assert all("counts" not in r for runs in result["raw"].values() for r in runs)
     for name in ("bulk", "loose", "compacted"):
         c = result["counts"][name]
