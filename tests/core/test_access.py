@@ -1018,7 +1018,7 @@ def test_the_compaction_report_says_what_it_did_and_why_old_segments_wait():
 def test_an_agents_open_reads_each_segment_it_cannot_read_once(granted, tmp_path, monkeypatch):
     """An agent's grant opens its compartments alone: the other compartments' segments stay unreadable to it.
     Every open of its session read each of them twice: once as a segment not read yet, and again because the
-    open had just read its keys, all of them new to it (at 1M records, 67,000 files twice: 1.4 s of each warm
+    open had just read its keys, all of them new to it (at 1M records, 33,662 files twice: 1.4 s of each warm
     open).  A segment set aside as unreadable is read again only when the key of its epoch is among those."""
     from camillo.session import segread
 
