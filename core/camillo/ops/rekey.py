@@ -27,6 +27,7 @@ from .. import envelopes, ids, keys, slots
 from ..control import Level, Principal, pop_message
 from ..credentials import Credential, CredentialKind
 from ..errors import VaultError
+from ..passes import rows_in
 from ..primitives import (
     CryptoFailure,
     KdfParams,
@@ -363,10 +364,7 @@ def unseen_by_roll(session: Session) -> set[bytes]:
 def _copied_elsewhere(session: Session, rids: set[bytes]) -> set[bytes]:
     """Those of ``rids`` (records with no control copy here) that have a copy here in another compartment's
     batch (the same write's: a sync brought it first)."""
-    if not rids:
-        return set()
-    return {rid for (rid,) in session.materialized.db.execute(
-        f"SELECT DISTINCT id FROM records WHERE id IN ({','.join('?' * len(rids))})", list(rids))}
+    return {rid for (rid,) in rows_in(session.materialized.db, "SELECT DISTINCT id FROM records WHERE id IN ({})", rids)}
 
 
 def _saw_only_what_is_here(session: Session, roll: BatchHeader) -> bool:
