@@ -54,6 +54,15 @@ after it, and the kept secret with it); an erasure now waits for the batch annou
     [("passwd", "desktop", 72), ("write", "laptop", 2), ("write", "laptop", 2), ("erase", "laptop", 94),
      ("sync", 0.811085851963012, 17792), ("sync", 0.4047447167234153, 1833), ("erase", "desktop", 14)]
 
+Also found (on 2026-12-07 with seed 20261207, failing about 1 run in 25, on the code of earlier rounds too; fixed):
+a partial sync brought the desktop the laptop's passphrase change without the desktop's own slot of it; the
+desktop's passphrase change, then the laptop's roll after it, gave its key no slot, and it read nothing the
+laptop wrote after (test_key_changes.py::test_a_device_whose_own_slot_has_not_arrived_keeps_one_through_the_
+rolls_after_it; spec §16.6 step 3: the acting device and the signers of a slot hold its master secret)::
+
+    [("passwd", "laptop", 31), ("write", "laptop", 23), ("write", "desktop", 39), ("sync", 0.6866, 11654),
+     ("passwd", "desktop", 64)]
+
 Also found (by the default run's interleaving test of writes and erasures, in about half its runs of
 one sequence; fixed): an erasure made on a device that another erasure's new segment had not reached
 destroyed the epoch that segment is sealed under, and the device that kept it deleted the segment instead

@@ -637,6 +637,57 @@ def test_a_passphrase_change_leaves_the_slots_of_a_concurrent_change_it_has_not_
             tmp_path_factory=tmp_path_factory, ops=ops)
 
 
+def test_a_device_whose_own_slot_has_not_arrived_keeps_one_through_the_rolls_after_it(tmp_path_factory):
+    """Found by the key-change hunt (about 1 run in 25 of ``[passwd laptop, write laptop, write desktop, sync
+    0.69, passwd desktop]``, on the code of earlier rounds too).  A partial sync brings the desktop the
+    laptop's passphrase change without the desktop's own device slot of it.  The desktop changes the
+    passphrase: its roll gave slots only to the credentials whose slot of the current generation it found,
+    and its own was not there.  The laptop, moving to that generation, rolled again (in the hunt, because
+    the desktop's roll had not seen the REVOKE of the first passphrase, spec §16.10 rule 9 (c); here, a new
+    recovery phrase) and gave the desktop no slot either, since the desktop had none to find.  The desktop,
+    opened with the passphrase it set, stayed at its own generation, whose envelopes the laptop's roll
+    deleted, and read nothing (every write "sealed under an epoch whose key is not here"); in the hunt it
+    stayed so.  A rolling device holds the master secret it rolls from,
+    and so does every owner device that signed a slot of it (spec §16.6 step 3)."""
+    from camillo import slots as slot_mod
+
+    roots, homes, sync = laptop_and_desktop(tmp_path_factory.mktemp("own-slot"))
+    used = [PASSPHRASE, "the laptop's new passphrase", "the desktop's new passphrase"]
+    with Vault.open(roots["laptop"], Unlock.passphrase(used[0]), home=homes["laptop"]) as v:
+        v.change_passphrase(used[1], reauth=Unlock.passphrase(used[0]))
+        vms, generation = v.session.keyring.master_secret(), v.session.keyring.generation
+        desktop = next(p.recipient_id for p in v.session.roster.principals.values() if p.name == "desktop")
+        early = v.append([NewRecord(type="message", text="written on the laptop after its change")]).written[0]
+    own = []
+    for rel in sorted(FolderSync.files(roots["laptop"]) - FolderSync.files(roots["desktop"])):
+        if rel.startswith("slots/"):
+            with open(os.path.join(roots["laptop"], *rel.split("/")), "rb") as fh:
+                h = slot_mod.read_header(fh.read(), rel)
+            if h.generation == generation and slot_mod.read_statement(h, v.vault_id, vms).recipient_id == desktop:
+                own.append(rel)
+                continue
+        _carry(roots["laptop"], roots["desktop"], rel)
+    assert len(own) == 1, own
+    sync.last = FolderSync.files(roots["laptop"]) & FolderSync.files(roots["desktop"])  # (carried: synced)
+    with Vault.open(roots["desktop"], Unlock.passphrase(used[1]), home=homes["desktop"]) as v:
+        v.change_passphrase(used[2], reauth=Unlock.passphrase(used[1]))
+    sync.sync()
+    with Vault.open(roots["laptop"], Unlock.passphrase(used[2]), home=homes["laptop"]) as v:
+        v.reissue_recovery_phrase(reauth=Unlock.passphrase(used[2]))
+        late = v.append([NewRecord(type="message", text="written on the laptop after its second change")]).written[0]
+    sync.sync()
+    v, _ = open_as_a_person(roots["desktop"], homes["desktop"], used)
+    with v:  # (before the laptop opens again)
+        assert {early, late} <= {r.id for r in v.timeline()}, serious(v)
+    settle(sync, lambda who: open_as_a_person(roots[who], homes[who], used)[0])
+    for who in ("laptop", "desktop"):
+        v, _ = open_as_a_person(roots[who], homes[who], used)
+        with v:
+            shown = {r.id for r in v.timeline()}
+            assert {early, late} <= shown, f"{who}: {serious(v)}"
+            assert serious(v) == [], who
+
+
 def test_a_roll_after_an_erasure_leaves_no_concurrent_slot_that_reaches_what_it_destroyed(tmp_path):
     """Found by review of the test above's change: the desktop erases (a derived roll to generation 2)
     while the laptop changes the passphrase (a random roll also numbered 2, made without reading the

@@ -321,6 +321,8 @@ def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[by
     but not its records, opened with the old passphrase and revoking a lost device, gave the old passphrase a
     slot of its roll's master secret, which every later write is under)."""
     holders = slot_holders(session, headers, masters)
+    if session.actor is not None:  # (it rolls with the current master secret: it holds it, its own slot here or not)
+        holders.add(session.actor.recipient_id)
     unseen = unseen_by_roll(session)
     return lambda p: p.recipient_id in holders or p.writer_id in unseen
 
@@ -488,19 +490,31 @@ def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) 
 
 def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: list[bytes]) -> set[bytes]:
     """The recipient ids that a slot of the current generation names whose statement opens under one of
-    ``masters`` (this keyring's master secret, and the other ones of this generation this device opens):
-    the credentials that hold the current master secret.  Opening proves the slot was written by a holder
-    of that master secret; a host can withhold slots, never add one."""
+    ``masters`` (this keyring's master secret, and the other ones of this generation this device opens),
+    and those of the unrevoked owner devices whose signature such a statement carries: the credentials that
+    hold the current master secret.  Opening proves the slot was written by a holder of that master secret
+    (a host can withhold slots, never add one), and a signer wrote it.  The signers count because a device's
+    own slot can be missing where its writes are not (found by the key-change hunt, about 1 run in 25: a
+    partial sync brought the desktop another device's passphrase change without the desktop's own slot of it;
+    the desktop then changed the passphrase, and its roll, then the laptop's roll after it, gave its key no
+    slot; it was left at its own generation, reading nothing the laptop wrote after)."""
     holders: set[bytes] = set()
+    roster = session.roster
     for h in headers:
         if h.generation != session.keyring.generation:
             continue
         for vms in masters:
             try:
-                holders.add(slots.read_statement(h, session.vault_id, vms).recipient_id)
-                break
+                st = slots.read_statement(h, session.vault_id, vms)
             except VaultError:
                 continue
+            holders.add(st.recipient_id)
+            for wid, alg, sig in st.signatures:
+                p = roster.principals.get(wid)
+                if (p is not None and p.kind == CredentialKind.DEVICE and roster.active_owner(wid)
+                        and verify_signature(alg, p.sig_public, st.message, sig)):
+                    holders.add(p.recipient_id)
+            break
     return holders
 
 
