@@ -39,6 +39,7 @@ import cbor2
 from . import encoding, heap
 from .cache import (
     AUTOCHECKPOINT_PAGES,
+    IMPORT_INDEX,
     LOAD_CACHE_BYTES_PER_ROW,
     LOAD_CACHE_MIN_KIB,
     PAGE_CACHE_KIB,
@@ -160,6 +161,7 @@ class State:
         # the control records a cold load staged, while its index of ids is built after it (loading): a compaction
         # copies them into its batches, and the index would meet each twice (a million records' held 202)
         self._load_controls: set[bytes] | None = None
+        self._import_live = False  # a cold load keeps the index of import keys until it stages one (flush)
         self._load_rows = 0  # rows a wide cold load wrote so far, and its page cache (KiB; not one: <= 0)
         self._load_kib = 0
         # records forget_batches removed, what they referred to, their keys: the next materialize reaches from them
@@ -256,6 +258,7 @@ class State:
             yield
             return
         self._presumed = True
+        self._import_live = True
         if records_id_own(self._db):  # (its rows go to the tables' ends, the index of ids built after: no wide cache)
             self._load_controls = set()
             if self._wide:
@@ -268,6 +271,7 @@ class State:
                 yield
         finally:
             self._load_controls = None
+            self._import_live = False
 
     @property
     def cold_loading(self) -> bool:
@@ -365,6 +369,9 @@ class State:
             return
         rows, refs = self._rows, self._refs
         self._rows, self._refs = [], []
+        if self._import_live and any(row[18] is not None for row in rows):  # (import_key: see cache.IMPORT_INDEX)
+            self._import_live = False
+            self._db.execute(f"DROP INDEX IF EXISTS {IMPORT_INDEX}")
         self._db.executemany(  # (valid: as presumed by a cold load, else not until a validity pass)
             "INSERT OR IGNORE INTO records(id,batch,idx,compartment,writer,author,kind,type,key,class,effective,ts,"
             "conversation,role,text,raw,has_refs,erased,import_key,lamport,valid) "
