@@ -688,6 +688,65 @@ def test_a_device_whose_own_slot_has_not_arrived_keeps_one_through_the_rolls_aft
             assert serious(v) == [], who
 
 
+def _revoked_with_only_the_key_files_across(tmp_path):
+    """The laptop revokes the desktop (a thief copied its key); a partial sync, or a host that withholds the
+    batch, brings the desktop the revocation's key files (slots, envelopes, their deletions) without the batch
+    carrying the REVOKE.  The sync, the homes and the desktop's copied key."""
+    sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
+    roots = {"laptop": sync.a, "desktop": sync.b}
+    with open_("desktop") as v:
+        stolen = v.session.actor
+    with Vault.open(roots["laptop"], Unlock.passphrase(PASSPHRASE), home=open_.homes["laptop"]) as v:
+        v.revoke("desktop", reauth=Unlock.passphrase(PASSPHRASE))
+    for rel in sorted(FolderSync.files(roots["laptop"]) - FolderSync.files(roots["desktop"])):
+        if rel.startswith(("slots/", "env/")):
+            _carry(roots["laptop"], roots["desktop"], rel)
+    for rel in FolderSync.files(roots["desktop"]) - FolderSync.files(roots["laptop"]):
+        if rel.startswith(("slots/", "env/")):
+            os.unlink(os.path.join(roots["desktop"], rel))
+    sync.last = FolderSync.files(roots["laptop"]) & FolderSync.files(roots["desktop"])
+    return sync, open_.homes, stolen
+
+
+def test_a_device_whose_revocation_has_not_arrived_gives_its_key_no_slot_of_its_roll(tmp_path):
+    """Found by review of the rule below (the acting device holds the master secret it rolls with): the
+    desktop, revoked, with only the revocation's key files across, opened with the passphrase and changed
+    it; its roll gave its own key a slot, and the copied key read what the desktop wrote after, from every
+    file a host kept.  The acting device counts only once it has read the roll that made its generation
+    (spec §16.6 step 3), which carries the REVOKE."""
+    from camillo import slots as slot_mod
+
+    from .test_credential_change import attacker_reads, union_copy
+
+    sync, homes, stolen = _revoked_with_only_the_key_files_across(tmp_path)
+    with Vault.open(sync.b, Unlock.passphrase(PASSPHRASE), home=homes["desktop"]) as v:
+        assert stolen.writer_id not in v.session.roster.revocations  # (not arrived)
+        v.change_passphrase("the desktop's new passphrase", reauth=Unlock.passphrase(PASSPHRASE))
+        generation, vault_id = v.session.keyring.generation, v.vault_id
+        v.append([NewRecord(type="message", text="WRITTEN-ON-THE-DESKTOP-AFTER")])
+    for name in os.listdir(os.path.join(sync.b, "slots")):
+        with open(os.path.join(sync.b, "slots", name), "rb") as fh:
+            h = slot_mod.read_header(fh.read(), f"slots/{name}")
+        if h.generation == generation:
+            with pytest.raises(CryptoFailure):
+                slot_mod.unwrap_vms(h, vault_id, stolen.recipient)
+    host = str(tmp_path / "host")
+    union_copy([sync.a, sync.b], host)
+    assert not [p for p in attacker_reads(host, vault_id, stolen) if b"WRITTEN-ON-THE-DESKTOP-AFTER" in p]
+
+
+def test_a_roll_by_a_device_whose_revocation_has_not_arrived_leaves_the_revoking_device_its_passphrase(tmp_path):
+    """Found by the same review: the revoked desktop, with only the revocation's key files across, issues a new
+    recovery phrase.  Had its roll counted its own key as a holder, it withheld nothing, deleted every older slot,
+    and once synced the laptop that revoked it found only slots the revoked key signed: no passphrase opened it."""
+    sync, homes, _stolen = _revoked_with_only_the_key_files_across(tmp_path)
+    with Vault.open(sync.b, Unlock.passphrase(PASSPHRASE), home=homes["desktop"]) as v:
+        v.reissue_recovery_phrase(reauth=Unlock.passphrase(PASSPHRASE))
+    sync.sync()
+    with Vault.open(sync.a, Unlock.passphrase(PASSPHRASE), home=homes["laptop"]) as v:
+        assert not v.read_only
+
+
 def test_a_roll_after_an_erasure_leaves_no_concurrent_slot_that_reaches_what_it_destroyed(tmp_path):
     """Found by review of the test above's change: the desktop erases (a derived roll to generation 2)
     while the laptop changes the passphrase (a random roll also numbered 2, made without reading the

@@ -320,8 +320,13 @@ def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[by
     this roster may count it still (found by review: a phone that received a passphrase change's key files
     but not its records, opened with the old passphrase and revoking a lost device, gave the old passphrase a
     slot of its roll's master secret, which every later write is under)."""
-    holders = slot_holders(session, headers, masters)
-    if session.actor is not None:  # (it rolls with the current master secret: it holds it, its own slot here or not)
+    # Once the roll that made this generation is read, with no gap anywhere (every REVOKE it had seen is in this
+    # roster): this device, rolling with the master secret, holds it, its own slot here or not, and so does every
+    # owner device that signed a slot of it.  Not before: a device whose revocation has not arrived, its key
+    # copied by a thief, would give itself a slot of its roll (found by review, with the lock-out that followed).
+    read = roll_read(session) and not session.reader.log_facts().gaps
+    holders = slot_holders(session, headers, masters, signers=read)
+    if read and session.actor is not None:
         holders.add(session.actor.recipient_id)
     unseen = unseen_by_roll(session)
     return lambda p: p.recipient_id in holders or p.writer_id in unseen
@@ -488,10 +493,11 @@ def _in_control(session: Session, writers: Iterable[bytes], wanted: set[bytes]) 
     return found
 
 
-def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: list[bytes]) -> set[bytes]:
+def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: list[bytes], *,
+                 signers: bool) -> set[bytes]:
     """The recipient ids that a slot of the current generation names whose statement opens under one of
     ``masters`` (this keyring's master secret, and the other ones of this generation this device opens),
-    and those of the unrevoked owner devices whose signature such a statement carries: the credentials that
+    and (``signers``) those of the unrevoked owner devices whose signature such a statement carries: the credentials that
     hold the current master secret.  Opening proves the slot was written by a holder of that master secret
     (a host can withhold slots, never add one), and a signer wrote it.  The signers count because a device's
     own slot can be missing where its writes are not (found by the key-change hunt, about 1 run in 25: a
@@ -509,7 +515,7 @@ def slot_holders(session: Session, headers: list[slots.SlotHeader], masters: lis
             except VaultError:
                 continue
             holders.add(st.recipient_id)
-            for wid, alg, sig in st.signatures:
+            for wid, alg, sig in st.signatures if signers else ():
                 p = roster.principals.get(wid)
                 if (p is not None and p.kind == CredentialKind.DEVICE and roster.active_owner(wid)
                         and verify_signature(alg, p.sig_public, st.message, sig)):
