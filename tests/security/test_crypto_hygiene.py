@@ -127,6 +127,9 @@ NOT_A_VALUE = re.compile(r"^(len|type|isinstance|int|str)\(|\.kind\b|\.type\b|\.
 # Every secret-looking ``==``/``!=`` in the core that is *not* a comparison of secret material, with
 # the reason.  Keyed by (file, source of the comparison).  docs/security.md summarises this review.
 REVIEWED = {
+    ("session/listing.py", "decoded[0] == _digest(meta['unread'])"):
+        "the digest of the list of segment names not read that the local state keeps beside their epochs (public "
+        "within it, no secret in it): a mismatch only reads those segments again",
     ("session/resume.py", "reader.log_special != special_digest(((b, bool(f & 4)) for b, f in held))"):
         "a digest of batch ids and acceptance flags the local state keeps (public within it, no secret in it): "
         "a mismatch only sends the warm open to the stored log's chains",

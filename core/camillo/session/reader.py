@@ -235,6 +235,7 @@ class Reader:
             # (not the log's chains, megabytes at 1M read when asked for, nor the roster kept: rostermemo)
             meta = dict(db.execute("SELECT key, value FROM cache_meta WHERE key NOT IN ('log_chains', 'roster_kept')"))
             unread = listing.unread_of(meta)
+            unreadable = listing.unreadable_of(meta, unread) if unread is not None else {}
             # the folder's first scan lists only what moved since (trusted: reports only what moved)
             trusted = isinstance(self.shelf, FolderShelf) and listing.prime(self.shelf, db, unread)
         except (VaultError, cbor2.CBORError, ValueError, TypeError, KeyError, AttributeError, DatabaseError) as exc:
@@ -255,8 +256,14 @@ class Reader:
         self.flags_new = set()
         if trusted and unread is not None:
             # what the stored listing holds was read (or is among ``unread``): the first refresh reads
-            # what moved since, every envelope (the keys are not kept) and the unread segments again
-            self.rescan_all, self.envelopes_again, self.segments_again = False, True, set(unread)
+            # what moved since, every envelope (the keys are not kept) and the unread segments again, but
+            # those kept as unreadable for want of their epoch's key (read once a key of it is here), held
+            # as a read of them holds them, so that every way a segment is forgotten forgets them too
+            self.rescan_all, self.envelopes_again = False, True
+            self.segments_again = set(unread) - unreadable.keys()
+            for name, ref in unreadable.items():
+                self.unreadable[name] = shared(ref)
+                self.segment_batches[name] = []  # (segread.decrypt_segment; never a read one's: not in ``unread``)
             self.listing_trusted = True
         self.listing_all = False
         return ""
@@ -325,7 +332,7 @@ class Reader:
         if not isinstance(self.shelf, FolderShelf):
             return
         listing.store(self.shelf, self.materialized.db, self.listing_all,
-                      [*self.unreadable, *self.incomplete, *self.segment_problems])
+                      [*self.unreadable, *self.incomplete, *self.segment_problems], self.unreadable)
         self.listing_all = False
 
     @staticmethod
@@ -385,7 +392,7 @@ class Reader:
         names, added, removed = self.shelf.changes()
         if self.listing_trusted and isinstance(self.shelf, FolderShelf):
             self.listing_trusted = False
-            removed |= listing.vanished(self.shelf, self.materialized.cache_db)
+            removed |= listing.vanished(self.shelf, self.materialized.cache_db, self.unreadable)
         envelope_names: set[str] | frozenset[str] | None = None  # (None: those among ``added``)
         complete = self.rescan_all or self.envelopes_again  # (every envelope of the folder is read)
         if self.rescan_all:  # first read, or keys were forgotten: consider every file again
