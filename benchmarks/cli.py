@@ -171,7 +171,8 @@ class Bench:
         if "erasure" in g:
             out += [("erasure", {"op": "erasure"}), ("warm_open_erased", {"op": "warm_open_erased"})]
         if "revoke" in g:
-            out += [("revoke", {"op": "revoke"}), ("warm_open_revoked", {"op": "warm_open_revoked"})]
+            out += [("revoke", {"op": "revoke"}), ("warm_open_revoked", {"op": "warm_open_revoked"}),
+                    ("warm_open_agent", {"op": "warm_open_agent"})]
         if "passwd" in g:
             out.append(("passwd", {"op": "passwd"}))
         if "attachments" in g:
@@ -535,7 +536,9 @@ class Bench:
         for key, label in (("warm_open", "Warm open to first timeline page (cache)"),
                            ("warm_open_compacted", "Warm open to first timeline page, the compacted vault (cache)"),
                            ("warm_open_revoked", "Warm open to first timeline page after a device was revoked (cache)"),
-                           ("warm_open_erased", "Warm open to first timeline page after an erasure (cache)")):
+                           ("warm_open_erased", "Warm open to first timeline page after an erasure (cache)"),
+                           ("warm_open_agent", "Warm open to first timeline page, an agent granted one compartment "
+                                               "(cache)")):
             if key in raw:
                 v, rss = meter(key)
                 fig(key, label, "s", v, floor=warm_floor, rss=rss, target={"kind": "lt", "value": 1.0, "at": 1_000_000},
