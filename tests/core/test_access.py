@@ -3,6 +3,7 @@ what it says, compaction, policy and scheduled epochs."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -1210,5 +1211,86 @@ def test_the_epochs_of_unreadable_segments_are_used_only_beside_the_list_they_we
                   {"unread": listed, "unread_epochs": encoding.encode([[*garden, [0, 2]]])},  # the first attempt's
                   meta([[*garden, [0, 2]], [*orchard, [2]]]),  # a segment twice
                   meta([[*garden, [0, 4]]]), meta([[*garden, [-1]]]), meta([[*garden, [True]]]),
-                  meta([[garden[0], 5, [0]]]), {"unread": listed}):
+                  meta([[garden[0], 5, [0]]]), {"unread": listed},
+                  {"unread": listed, "unread_epochs": b"\xff"}, {"unread": listed, "unread_epochs": b"\xf9\x3c\x00"}):
         assert listing.unreadable_of(other, names) == {}
+
+
+def _reader_view(v) -> dict:
+    r = v.session.reader
+    return {"texts": sorted(x.text for x in v.timeline()), "unreadable": dict(r.unreadable),
+            "known": set(r.segment_batches.keys()),
+            "problems": sorted((p.kind, p.file) for p in v.problems() if p.kind == "unreadable")}
+
+
+@pytest.mark.parametrize("which", ["unreadable", "readable"])
+def test_segments_a_folder_pack_holds_are_not_taken_for_gone_by_a_warm_open(granted, tmp_path, monkeypatch, which):
+    """Found by review: segments of a vault folder held in a pack (spec §13), their loose directory absent.  A
+    warm open compared that directory, missing from the folder, with the segments the state holds (or keeps as
+    unreadable) and forgot them all: the agent's kept unreadable ones came and went from one open to the next
+    (11, 0, 11), and its readable ones (with the control records) left it no key (on the code before too)."""
+    import io
+    from hashlib import sha256
+
+    from camillo.packs import write_pack
+    from camillo.storage import FolderShelf
+
+    monkeypatch.setattr(FolderShelf, "RACY_NS", 0)
+    monkeypatch.setattr(FolderShelf, "FINE_RACY_NS", 0)
+    path, vid, files = granted
+    with Vault.open(path, Unlock.passphrase(PASSPHRASE)) as owner:
+        for i in range(4):
+            owner.append([NewRecord(type="message", text=f"personal {i}")])
+    switch_home(monkeypatch, tmp_path / "agent")
+    with Vault.open(path, Unlock.grant(files["read"])) as v:
+        first = _reader_view(v)
+        readable = first["known"] - first["unreadable"].keys()
+    moved = sorted(first["unreadable"] if which == "unreadable" else readable)
+    entries = []
+    for name in moved:
+        with open(os.path.join(path, *name.split("/")), "rb") as fh:
+            entries.append((name, fh.read()))
+    out = io.BytesIO()
+    write_pack(entries, out, complete_vault=False)
+    os.makedirs(os.path.join(path, "packs"), exist_ok=True)
+    with open(os.path.join(path, "packs", sha256(out.getvalue()).hexdigest() + ".pack"), "wb") as fh:
+        fh.write(out.getvalue())
+    for name in moved:  # (each directory they leave empty goes)
+        os.unlink(os.path.join(path, *name.split("/")))
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(os.path.join(path, *name.split("/"))))
+    with Vault.open(path, Unlock.grant(files["read"]), cache=False) as v:
+        cold = _reader_view(v)
+    assert cold["unreadable"] == first["unreadable"] and cold["texts"] == first["texts"]
+    for _ in range(3):
+        with Vault.open(path, Unlock.grant(files["read"])) as v:
+            assert _reader_view(v) == cold
+
+
+def test_a_segment_kept_as_unreadable_deleted_behind_an_unmoved_directory_is_forgotten_once_its_key_is_here(
+        tmp_path, monkeypatch):
+    """Found by review: a host deletes a segment kept as unreadable and puts its directory's modification time
+    back (or a file system does not move it).  A warm open takes the directory on trust, as it does for the
+    segments it read; but once the key of its epoch arrived the segment stayed "waiting for its key" for good
+    (the read of it found no file, and nothing forgot it).  It is forgotten then: what a cold open shows."""
+    from camillo.storage import FolderShelf
+
+    from .test_key_changes import FolderSync
+
+    monkeypatch.setattr(FolderShelf, "RACY_NS", 0)
+    monkeypatch.setattr(FolderShelf, "FINE_RACY_NS", 0)
+    a, b, sync, homes = _garden_not_yet_readable_on_the_desktop(tmp_path, monkeypatch)
+    with Vault.open(b, Unlock.passphrase(PASSPHRASE), home=homes["desktop"]) as v:
+        kept = dict(v.session.reader.unreadable)
+    gone = os.path.join(b, *sorted(kept)[0].split("/"))
+    before = os.stat(os.path.dirname(gone))
+    os.unlink(gone)
+    os.utime(os.path.dirname(gone), ns=(before.st_atime_ns, before.st_mtime_ns))
+    for rel in sorted(FolderSync.files(a) - FolderSync.files(b)):  # (the envelopes arrive)
+        if rel.startswith("env"):
+            shutil.copy2(os.path.join(a, rel), os.path.join(b, rel))
+    with Vault.open(b, Unlock.passphrase(PASSPHRASE), home=homes["desktop"], cache=False) as v:
+        cold = _reader_view(v)
+    for _ in range(2):
+        with Vault.open(b, Unlock.passphrase(PASSPHRASE), home=homes["desktop"]) as v:
+            assert _reader_view(v) == cold

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import encoding
 from ..cache import Connection
+from ..errors import VaultError
 from ..names import kind_of
 from ..primitives import sha256
 from ..storage import FolderShelf
@@ -86,8 +87,10 @@ def unreadable_of(meta: dict[str, bytes], unread: list[str]) -> dict[str, EpochR
     list than ``unread``: an older version, which keeps no epochs, rewrote the list, and its positions say
     nothing of the new one (found by review); each is then read again.  Likewise when what is kept is not
     in this form (a version's that kept them otherwise): reading them again is always right."""
-    kept = meta.get("unread_epochs")
-    decoded = encoding.decode(kept) if kept is not None else None
+    try:
+        decoded = encoding.decode(meta["unread_epochs"])
+    except (KeyError, TypeError, ValueError, VaultError):  # (none kept, or not canonical CBOR: found by review)
+        return {}
     if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], list)
             and decoded[0] == _digest(meta["unread"])):
         return {}
@@ -143,9 +146,9 @@ def vanished(shelf: FolderShelf, db: Connection, unreadable: Iterable[str] = ())
             # the names under "rel/": from "rel/" up to "rel0" ("0" follows "/")
             gone.update(name for (name,) in db.execute(
                 "SELECT name FROM cache_segments WHERE name > ? AND name < ?", (rel + "/", rel + "0"))
-                if name not in here)
+                if name not in here and shelf.pack_holding(name) is None)  # (a pack may hold it: still here)
     for name in unreadable:
         rel = name.rsplit("/", 1)[0]
-        if (rel in fresh or rel not in present) and name not in shelf.listed(rel):
+        if (rel in fresh or rel not in present) and name not in shelf.listed(rel) and shelf.pack_holding(name) is None:
             gone.add(name)
     return gone

@@ -429,6 +429,8 @@ class Reader:
                 held = self.keyring.epoch_keys
                 for name in [n for n, ref in self.unreadable.items() if ref in held]:
                     new_batches += self.read_segment(name)
+                    if self.unreadable.pop(name, None) is not None and name not in self.segment_problems:
+                        removed.add(name)  # (not there: deleted, its directory's mtime put back; found by review)
         vanished = sorted(n for n in removed if n in self.segment_batches)
         if vanished:
             self.forget_segments(vanished)
