@@ -647,8 +647,8 @@ def test_a_device_whose_own_slot_has_not_arrived_keeps_one_through_the_rolls_aft
     recovery phrase) and gave the desktop no slot either, since the desktop had none to find.  The desktop,
     opened with the passphrase it set, stayed at its own generation, whose envelopes the laptop's roll
     deleted, and read nothing (every write "sealed under an epoch whose key is not here"); in the hunt it
-    stayed so.  A rolling device holds the master secret it rolls from,
-    and so does every owner device that signed a slot of it (spec §16.6 step 3)."""
+    stayed so.  A rolling device holds the master secret it rolls from, and so does every owner device that
+    signed a slot of it: both count once the roll that made that generation is read (spec §16.6 step 3)."""
     from camillo import slots as slot_mod
 
     roots, homes, sync = laptop_and_desktop(tmp_path_factory.mktemp("own-slot"))
@@ -709,7 +709,7 @@ def _revoked_with_only_the_key_files_across(tmp_path):
 
 
 def test_a_device_whose_revocation_has_not_arrived_gives_its_key_no_slot_of_its_roll(tmp_path):
-    """Found by review of the rule below (the acting device holds the master secret it rolls with): the
+    """Found by review of the rule the test above pins (the acting device holds the master secret it rolls with): the
     desktop, revoked, with only the revocation's key files across, opened with the passphrase and changed
     it; its roll gave its own key a slot, and the copied key read what the desktop wrote after, from every
     file a host kept.  The acting device counts only once it has read the roll that made its generation
