@@ -2095,3 +2095,24 @@ def test_an_erasure_beside_a_revocation_settles_on_one_generation(tmp_path):
         with Vault.open(roots[who], Unlock.passphrase(PASSPHRASE), home=homes[who]) as v:
             assert {f"{w} {i}" for w in ("laptop", "desktop") for i in range(4)} <= texts(v), who
             assert serious(v) == [], who
+
+
+def test_a_revocation_the_revoked_devices_own_passphrase_change_cancels_says_so_in_words(tmp_path):
+    """The laptop revokes the desktop while the desktop, not yet knowing, changes the passphrase.  By design (spec
+    §14.6 step 3) the desktop's change counts and the revocation, confirmed by the passphrase it replaced, does not.
+    What the person read was "revocation 7610949075be of a user credential lacks a passphrase or recovery
+    signature", and the laptop's roll's slots reported as "damaged or tampered".  The problems now name the device,
+    say to revoke it again, and say that a slot not opening may be another device's change made at the same time."""
+    sync, open_ = _laptop_and_desktop(tmp_path, FolderSync)
+    with open_("laptop") as v:
+        v.revoke("desktop", reauth=Unlock.passphrase(PASSPHRASE))
+    with open_("desktop") as v:
+        v.change_passphrase("the desktop's new passphrase", reauth=Unlock.passphrase(PASSPHRASE))
+    sync.sync()
+    with Vault.open(sync.b, Unlock.passphrase("the desktop's new passphrase"), home=open_.homes["desktop"]) as v:
+        assert not any(d.revoked for d in v.devices())  # (the change counts: spec §14.6 step 3)
+        problems = v.problems()
+        revocations = [p.message for p in problems if p.kind == "revocation"]
+        assert revocations and all("of desktop" in m and "revoke desktop again" in m for m in revocations), revocations
+        slots_ = [p.message for p in problems if p.file.startswith("slots/")]
+        assert slots_ and all("changed the vault's keys at the same time" in m for m in slots_), slots_

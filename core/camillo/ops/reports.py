@@ -189,8 +189,11 @@ def slot_problems(session: Session) -> list[Problem]:
             continue
         try:
             st = slots.read_statement(h, session.vault_id, session.keyring.master_secret())
-        except VaultError as exc:
-            out.append(Problem("damaged", h.name, exc.message))
+        except VaultError as exc:  # (not only damage: a roll another device made at once, spec §16.10 rule 9)
+            out.append(Problem("damaged", h.name, (
+                f"slot {h.name} does not open under this device's keys of generation {h.generation}: another "
+                "device changed the vault's keys at the same time (the two changes are joined when a device that "
+                f"holds both opens the vault), or the slot is damaged or tampered ({exc.message})")))
             continue
         if not session.statement_signed(st.signatures, st.message):
             out.append(Problem("untrusted", h.name, f"slot {h.name} is not signed by an owner of this vault "
