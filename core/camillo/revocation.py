@@ -418,11 +418,12 @@ def _apply_one(r: Roster, rec: Record, view: V, signers: list[bytes],
             concurrent = concurrent_reauth(rec, view)
             if subject_p.kind != CredentialKind.DEVICE or not concurrent:
                 name = subject_p.name or subject_p.kind.label
+                device = subject_p.kind == CredentialKind.DEVICE
                 r.problems.append(("revocation", view.segment, (
                     f"revocation {rec.id.hex()[:12]} of {name} lacks a passphrase or recovery signature that "
                     "counts: none confirmed it, or the one that did was replaced before it was written or at the "
-                    f"same time (a passphrase changed on {name} itself counts over it). It does not count: revoke "
-                    f"{name} again with the current passphrase")))
+                    "same time" + (f" (a passphrase changed on {name} itself counts over it)" if device else "")
+                    + ". It does not count" + (f": revoke {name} again with the current passphrase" if device else ""))))
                 return False
             live_signers += concurrent
     parsed = _parsed(subject, rec)
