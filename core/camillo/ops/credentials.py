@@ -48,7 +48,7 @@ from .rekey import (
     passphrase_kdfs,
     proof_of_possession,
     roll_keyring,
-    roll_read,
+    roll_read_whole,
     unseen_by_roll,
 )
 
@@ -240,7 +240,7 @@ def issue_missed_slots(session: Session) -> int:
     have = {st.recipient_id for _h, st in session.current_slots(ask_store=False)}
     lacking = [p for p in r.principals.values()
                if p.kind in USER_KINDS and p.writer_id not in r.revocations and p.recipient_id not in have]
-    if not lacking or not roll_read(session) or session.reader.log_facts().gaps:
+    if not lacking or not roll_read_whole(session):
         return 0
     unseen, headers = unseen_by_roll(session), session.slot_headers()[0]
     files = []

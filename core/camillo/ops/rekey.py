@@ -324,7 +324,7 @@ def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[by
     # roster): this device, rolling with the master secret, holds it, its own slot here or not, and so does every
     # owner device that signed a slot of it.  Not before: a device whose revocation has not arrived, its key
     # copied by a thief, would give itself a slot of its roll (found by review, with the lock-out that followed).
-    read = roll_read(session) and not session.reader.log_facts().gaps
+    read = roll_read_whole(session)
     holders = slot_holders(session, headers, masters, signers=read)
     if read and session.actor is not None:
         holders.add(session.actor.recipient_id)
@@ -667,6 +667,12 @@ def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None 
     return not any(g.compartment_id == r.control_id for g in session.reader.log_facts().gaps)
 
 
+def roll_read_whole(session: Session) -> bool:
+    """:func:`roll_read`, with no gap in any compartment either: every batch the roll's batches name or had
+    seen, in every chain, is here, so every REVOKE the roll had seen is in this roster."""
+    return roll_read(session) and not session.reader.log_facts().gaps
+
+
 def other_roll_read(session: Session) -> bool:
     """Whether this device has read a batch of the roll that made the current generation, written by the
     device that rolled (a signer of this device's slot of that generation, not this device): the batch of
@@ -678,7 +684,7 @@ def other_roll_read(session: Session) -> bool:
     added, by any device, this one included) follow an epoch of the same generation: they say nothing of
     the roll's batches."""
     generation, actor = session.keyring.generation, session.actor
-    if actor is None or not roll_read(session) or session.reader.log_facts().gaps:
+    if actor is None or not roll_read_whole(session):
         # (a gap anywhere: a batch held back, below the one that qualifies, may be the roll's, with its REVOKE:
         # a roller's next roll follows its earlier one in every compartment's chain, found by review)
         return False
