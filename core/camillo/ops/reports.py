@@ -77,7 +77,6 @@ def find_record(session: Session, prefix: str) -> RecordView:
             if v:
                 return v
         elif len(text) >= 8:
-            bytes.fromhex(text if len(text) % 2 == 0 else text[:-1])
             found = _ids_with_prefix(state.db, text)
             if len(found) == 1:
                 one = state.record(found[0])
@@ -312,16 +311,11 @@ def activity(session: Session, limit: int = 500) -> list[ActivityRow]:
         raise UsageError("the number of batches to list must not be negative")
     roster, log, state = session.roster, session.log, session.materialized
     batches = session.batches
-    gone = batches.gone if isinstance(batches, BatchViews) else set()
-    times = ((-(shown_ts(ts) or 0), bid) for bid, ts in batch_times(state.cache_db)
-             if bid not in gone and (isinstance(batches, BatchViews) or bid in batches))
     if isinstance(batches, BatchViews):
-        newest = heapq.nsmallest(limit, times)
-    else:  # (a batch not stored yet, if any: from its view)
-        stored = list(times)
-        listed = {bid for _, bid in stored}
-        stored += [(-(shown_ts(v.header.ts) or 0), bid) for bid, v in batches.items() if bid not in listed]
-        newest = heapq.nsmallest(limit, stored)
+        newest = heapq.nsmallest(limit, ((-(shown_ts(ts) or 0), bid) for bid, ts in batch_times(state.cache_db)
+                                         if bid not in batches.gone))
+    else:  # (a session without local state holds every view, each with its header)
+        newest = heapq.nsmallest(limit, ((-(shown_ts(v.header.ts) or 0), bid) for bid, v in batches.items()))
     rows = []
     for _, bid in newest:
         view = batches[bid]
