@@ -1063,6 +1063,7 @@ def _garden_not_yet_readable_on_the_desktop(tmp_path, monkeypatch):
         if not rel.startswith("env"):  # (the segments and slots first, not the envelopes)
             os.makedirs(os.path.dirname(os.path.join(b, rel)), exist_ok=True)
             shutil.copy2(os.path.join(a, rel), os.path.join(b, rel))
+    sync.last = FolderSync.files(a) & FolderSync.files(b)  # (carried: synced, so a deletion on one side goes)
     return a, b, sync, homes
 
 
