@@ -320,14 +320,12 @@ def may_gain(session: Session, headers: list[slots.SlotHeader], masters: list[by
     this roster may count it still (found by review: a phone that received a passphrase change's key files
     but not its records, opened with the old passphrase and revoking a lost device, gave the old passphrase a
     slot of its roll's master secret, which every later write is under)."""
-    # Once the roll that made this generation is read, with no gap anywhere (every REVOKE it had seen is in this
-    # roster): this device, rolling with the master secret, holds it, its own slot here or not, and so does every
-    # owner device that signed a slot of it.  Not before: a device whose revocation has not arrived, its key
-    # copied by a thief, would give itself a slot of its roll (found by review, with the lock-out that followed).
+    # Once the roll that made this generation is read whole, this device (rolling with it) holds the master secret,
+    # its own slot here or not, and so does every owner device that signed a slot of it.  Not before: a device whose
+    # revocation has not arrived, its key copied by a thief, would give itself a slot (found by review).
     read = roll_read_whole(session)
-    holders = slot_holders(session, headers, masters, signers=read)
-    if read and session.actor is not None:
-        holders.add(session.actor.recipient_id)
+    holders = slot_holders(session, headers, masters, signers=read) | (
+        {session.actor.recipient_id} if read and session.actor is not None else set())
     unseen = unseen_by_roll(session)
     return lambda p: p.recipient_id in holders or p.writer_id in unseen
 
@@ -668,8 +666,7 @@ def roll_read(session: Session, delivered: Iterable[tuple[bytes, bytes]] | None 
 
 
 def roll_read_whole(session: Session) -> bool:
-    """:func:`roll_read`, with no gap in any compartment either: every batch the roll's batches name or had
-    seen, in every chain, is here, so every REVOKE the roll had seen is in this roster."""
+    """:func:`roll_read` with no gap in any compartment: every REVOKE the roll had seen is in this roster."""
     return roll_read(session) and not session.reader.log_facts().gaps
 
 
