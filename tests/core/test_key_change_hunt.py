@@ -36,6 +36,18 @@ erases, before any sync::
     [("write", "laptop", 0), ("passwd", "desktop", 0), ("write", "laptop", 0), ("erase", "laptop", 0),
      ("write", "desktop", 0), ("erase", "laptop", 0), ("erase", "desktop", 0)]
 
+And two more (found on 2026-12-08 by a run of 60 with seed 44; they fail on the code before 2026-12-07's last key
+rules too, `37385ac`, four replays of four each, and seven of eight on the code that found them): the same, after
+syncs; the laptop reports an erased record shown, acknowledged writes lost, or its own batches as written after
+a revocation::
+
+    [("write", "desktop", 54), ("erase", "laptop", 83), ("write", "laptop", 12), ("sync", 0.31785493672028947, 1736),
+     ("sync", 0.5, 548), ("erase", "laptop", 44), ("write", "desktop", 34), ("passwd", "desktop", 36),
+     ("erase", "desktop", 98)]
+    [("write", "desktop", 54), ("erase", "laptop", 83), ("write", "laptop", 12), ("write", "laptop", 0),
+     ("sync", 0.31785493672028947, 1736), ("erase", "laptop", 83), ("write", "desktop", 34), ("passwd", "desktop", 36),
+     ("erase", "desktop", 98)]
+
 Not part of the default run: ``CAMILLO_KEYCHANGE_HUNT=EXAMPLES`` turns it on, e.g.::
 
     CAMILLO_KEYCHANGE_HUNT=40 .venv/bin/python -m pytest -q -p no:cacheprovider tests/core/test_key_change_hunt.py
