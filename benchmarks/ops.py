@@ -9,6 +9,7 @@ operation's own options.  Runs on the main thread of the child process.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import time
@@ -135,6 +136,7 @@ def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str, *, s
                         revoke: str | None = None, erase: bool = False) -> dict[str, Any]:
     fx = _clone(params, fixture, scratch)
     apart = _set_up_apart(_prepare, fx, settle, revoke, erase) if settle or revoke is not None or erase else False
+    importlib.import_module("camillo.vault")  # (imported before the timed open, as in warm_open_agent)
     with Meter() as m:
         v = _open(fx)
         rows = v.timeline(limit=100)
