@@ -107,17 +107,28 @@ def cold_open(params: dict[str, Any], scratch: str) -> dict[str, Any]:
     return out
 
 
-def _set_up_apart(target: Callable[..., None], *args: Any) -> bool:
+def _set_up_apart(target: Callable[..., None], *args: Any, scratch: str) -> bool:
     """Run an operation's untimed set-up (opens of the vault, a revocation, an erasure, an agent's first open)
     in a fresh interpreter, and wait for it: what it leaves in memory is then not in this process, whose peak
     RSS the figure reports (round 41: an agent's warm open was reported at 491 MiB, of which 487 MiB were left
-    by the owner's open and the agent's first open before it).  Returns True once it has run there."""
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=args, name=f"set-up {target.__name__}")
+    by the owner's open and the agent's first open before it).  Whether it ran in another process than this
+    one: the process it ran in notes its id in ``scratch`` first."""
+    note = os.path.join(scratch, "set-up.pid")
+    proc = multiprocessing.get_context("spawn").Process(target=_noted, args=(note, target, *args),
+                                                        name=f"set-up {target.__name__}")
     proc.start()
     proc.join()
     if proc.exitcode != 0:
         raise RuntimeError(f"the untimed set-up {target.__name__} failed (exit code {proc.exitcode})")
-    return proc.pid != os.getpid()
+    with open(note, encoding="ascii") as fh:
+        return int(fh.read()) != os.getpid()
+
+
+def _noted(note: str, target: Callable[..., None], *args: Any) -> None:
+    """``target(*args)``, the id of the process it runs in written to the file ``note`` first."""
+    with open(note, "w", encoding="ascii") as fh:
+        fh.write(str(os.getpid()))
+    target(*args)
 
 
 def _prepare(fx: Fixture, settle: bool, revoke: str | None, erase: bool) -> None:
@@ -135,7 +146,8 @@ def _prepare(fx: Fixture, settle: bool, revoke: str | None, erase: bool) -> None
 def _open_to_first_page(params: dict[str, Any], scratch: str, fixture: str, *, settle: bool = False,
                         revoke: str | None = None, erase: bool = False) -> dict[str, Any]:
     fx = _clone(params, fixture, scratch)
-    apart = _set_up_apart(_prepare, fx, settle, revoke, erase) if settle or revoke is not None or erase else False
+    apart = (_set_up_apart(_prepare, fx, settle, revoke, erase, scratch=scratch)
+             if settle or revoke is not None or erase else False)
     importlib.import_module("camillo.vault")  # (imported before the timed open, as in warm_open_agent)
     with Meter() as m:
         v = _open(fx)
@@ -177,7 +189,7 @@ def warm_open_agent(params: dict[str, Any], scratch: str) -> dict[str, Any]:
 
     fx = _clone(params, "loose", scratch)
     grant, home = os.path.join(scratch, "agent.grant"), os.path.join(scratch, "agent-home")
-    apart = _set_up_apart(_agent_first_open, fx, grant, home)
+    apart = _set_up_apart(_agent_first_open, fx, grant, home, scratch=scratch)
     with Meter() as m:
         v = Vault.open(fx.vault, Unlock.grant(grant), home=home)
         rows = v.timeline(limit=100)
